@@ -1,0 +1,273 @@
+"""The `glmops` command line: run playbooks, and the verbs built on them."""
+
+from __future__ import annotations
+
+import functools
+import getpass
+import os
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import click
+
+from glmops import __version__
+from glmops.errors import ExitCode, GlmopsError
+
+PROJECT = Path(__file__).resolve().parent.parent
+
+
+def default_inventory() -> Path:
+    return Path(os.environ.get("GLMOPS_INVENTORY", "inventory/hosts.yml"))
+
+
+def run_options(func: Callable[..., Any]) -> Callable[..., Any]:
+    """The options every playbook-running verb takes, as Ansible users know them."""
+    options = [
+        click.option(
+            "-i",
+            "--inventory",
+            type=click.Path(path_type=Path),
+            default=None,
+            help="inventory file (default: $GLMOPS_INVENTORY, else inventory/hosts.yml)",
+        ),
+        click.option("--check", is_flag=True, help="change nothing; report what would change"),
+        click.option("--diff", is_flag=True, help="show unified diffs of files that change"),
+        click.option("--limit", "-l", default=None, help="hosts, groups or globs to run on"),
+        click.option("--tags", "-t", default="", help="run only tasks with these tags (a,b)"),
+        click.option("--skip-tags", default="", help="skip tasks with these tags"),
+        click.option(
+            "--forks",
+            "-f",
+            type=click.IntRange(1),
+            default=None,
+            help="hosts in parallel (default: min(hosts, 32))",
+        ),
+        click.option(
+            "-e",
+            "--extra-vars",
+            "extra_vars",
+            multiple=True,
+            metavar="KEY=VALUE",
+            help="variables that override the inventory's",
+        ),
+        click.option("--json", "json_events", is_flag=True, help="JSON events on stdout"),
+        click.option("-v", "--verbose", count=True, help="-v: more; -vv: command output"),
+        click.option(
+            "-K",
+            "--ask-become-pass",
+            is_flag=True,
+            help="ask once for the sudo password (or set GLMOPS_BECOME_PASSWORD)",
+        ),
+        click.option(
+            "--strict-host-keys",
+            is_flag=True,
+            help="refuse hosts whose key is not yet in glmops' known_hosts",
+        ),
+    ]
+    for option in reversed(options):
+        func = option(func)
+    return func
+
+
+def reports_errors(func: Callable[..., Any]) -> Callable[..., Any]:
+    """Turn glmops errors into one clear line on stderr and the right exit code."""
+
+    @functools.wraps(func)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            code = func(*args, **kwargs)
+        except GlmopsError as error:
+            click.secho(f"error: {error}", fg="red", err=True)
+            sys.exit(int(error.exit_code))
+        sys.exit(int(code or 0))
+
+    return wrapper
+
+
+def run_playbook(
+    playbook: Path, *, limit: str | None = None, extra: tuple[str, ...] = (), **opts: Any
+) -> ExitCode:
+    from glmops.connection import ConnectionSettings, default_known_hosts
+    from glmops.executor import Executor, RunOptions
+    from glmops.inventory import load_inventory, parse_extra_vars
+    from glmops.output import Reporter
+    from glmops.playbook import load_playbook
+    from glmops.runlog import Masker, RunLog
+
+    extra_vars = parse_extra_vars(list(opts.get("extra_vars") or ()) + list(extra))
+    inventory = load_inventory(opts.get("inventory") or default_inventory(), extra_vars)
+    plays = load_playbook(playbook)
+    password = os.environ.get("GLMOPS_BECOME_PASSWORD")
+    if opts.get("ask_become_pass") and password is None:
+        password = getpass.getpass("sudo password: ")
+    masker = Masker({password} if password else set())
+    for host in inventory.hosts.values():
+        masker.add_secret_vars(host.vars)
+    options = RunOptions(
+        check=opts.get("check", False),
+        diff=opts.get("diff", False),
+        forks=opts.get("forks"),
+        limit=limit,
+        tags=_tag_set(opts.get("tags")),
+        skip_tags=_tag_set(opts.get("skip_tags")),
+        extra_vars=extra_vars,
+        sudo_password=password,
+        run_root=Path(os.environ.get("GLMOPS_RUN_DIR", ".glmops/runs")),
+        connection=ConnectionSettings(
+            known_hosts=default_known_hosts(), strict_host_keys=opts.get("strict_host_keys", False)
+        ),
+    )
+    reporter = Reporter(
+        masker,
+        verbosity=opts.get("verbose", 0),
+        json_events=opts.get("json_events", False),
+        check=options.check,
+    )
+    runlog = RunLog(options.run_root, masker)
+    return Executor(inventory, options, reporter, masker, runlog).run(plays, playbook)
+
+
+def _tag_set(value: str | None) -> set[str]:
+    return {t.strip() for t in (value or "").split(",") if t.strip()}
+
+
+def _hosts_limit(hosts: tuple[str, ...], limit: str | None) -> str | None:
+    if hosts and limit:
+        raise click.UsageError("give hosts or --limit, not both")
+    return ",".join(hosts) if hosts else limit
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="glmops")
+def main() -> None:
+    """Provision GPU hosts and serve GLM-5 with vLLM, over SSH, Ansible-style.
+
+    Exit codes: 0 ok, 2 a host failed, 3 --check found changes, 4 a host unreachable,
+    5 usage or input error.
+    """
+
+
+@main.command()
+@click.argument("playbook", type=click.Path(path_type=Path, exists=True, dir_okay=False))
+@run_options
+@reports_errors
+def run(playbook: Path, limit: str | None, **opts: Any) -> ExitCode:
+    """Run PLAYBOOK against the inventory."""
+    return run_playbook(playbook, limit=limit, **opts)
+
+
+def _playbook_verb(name: str, playbook: str, summary: str, *, needs_hosts: bool = False) -> None:
+    @main.command(name=name, help=summary)
+    @click.argument("hosts", nargs=-1, required=needs_hosts)
+    @run_options
+    @reports_errors
+    def verb(hosts: tuple[str, ...], limit: str | None, **opts: Any) -> ExitCode:
+        return run_playbook(
+            PROJECT / "playbooks" / playbook, limit=_hosts_limit(hosts, limit), **opts
+        )
+
+
+_playbook_verb(
+    "provision",
+    "provision.yml",
+    "Take fresh GPU hosts to ready-to-serve: driver, Python, vLLM.",
+    needs_hosts=True,
+)
+_playbook_verb(
+    "deploy", "deploy.yml", "Model files, the vllm serve unit, readiness and the backend check."
+)
+_playbook_verb(
+    "patch",
+    "patch.yml",
+    "Apply the vLLM patch set (sparse MLA backend, GGUF fixes) to HOSTS' vllm_venv.",
+    needs_hosts=True,
+)
+_playbook_verb(
+    "unpatch",
+    "unpatch.yml",
+    "Restore HOSTS' vLLM files to the originals, byte for byte.",
+    needs_hosts=True,
+)
+
+
+@main.command()
+@click.argument("hosts", nargs=-1)
+@click.option("-i", "--inventory", type=click.Path(path_type=Path), default=None)
+@click.option("--json", "as_json", is_flag=True)
+@reports_errors
+def facts(hosts: tuple[str, ...], inventory: Path | None, as_json: bool) -> ExitCode:
+    """Gather and print HOSTS' facts (one round trip per host)."""
+    from glmops.facts_cmd import print_facts
+
+    return print_facts(inventory or default_inventory(), ",".join(hosts) or "all", as_json)
+
+
+@main.command()
+@click.argument("hosts", nargs=-1)
+@click.option("-i", "--inventory", type=click.Path(path_type=Path), default=None)
+@click.option("--json", "as_json", is_flag=True)
+@reports_errors
+def status(hosts: tuple[str, ...], inventory: Path | None, as_json: bool) -> ExitCode:
+    """A row per host: GPUs, driver, vLLM, patches, model, unit, health, backend."""
+    raise GlmopsError("glmops status is not built yet (issue 6)")
+
+
+@main.command()
+@click.argument("hosts", nargs=-1)
+@click.option("-i", "--inventory", type=click.Path(path_type=Path), default=None)
+@reports_errors
+def verify(hosts: tuple[str, ...], inventory: Path | None) -> ExitCode:
+    """Run the testinfra host checks (tests/host) against HOSTS."""
+    raise GlmopsError("glmops verify is not built yet (issue 6)")
+
+
+@main.group()
+def testbed() -> None:
+    """Local test hosts: Debian + systemd + sshd in systemd-nspawn (needs root)."""
+
+
+@testbed.command("up")
+@click.option("-n", "count", type=click.IntRange(1, 200), default=2, help="number of hosts")
+@click.option(
+    "--gpu-profile",
+    default=None,
+    help="simulate GPUs (testbed only): rtx-pro-6000-x8, h200, b200-x8",
+)
+@click.option("--internet", is_flag=True, help="let the hosts reach package registries (NAT)")
+@reports_errors
+def testbed_up(count: int, gpu_profile: str | None, internet: bool) -> ExitCode:
+    """Start N test hosts and write an inventory for them; prints its path."""
+    from glmops.testbed import Testbed
+
+    path = Testbed().up(count, gpu_profile, internet=internet)
+    click.echo(str(path))
+    return ExitCode.OK
+
+
+@testbed.command("down")
+@reports_errors
+def testbed_down() -> ExitCode:
+    """Stop and remove every test host (the cached base filesystem stays)."""
+    from glmops.testbed import Testbed
+
+    Testbed().down()
+    return ExitCode.OK
+
+
+@testbed.command("status")
+@reports_errors
+def testbed_status() -> ExitCode:
+    """Show each test host: address, running, SSH answering, simulated GPU profile."""
+    from glmops.testbed import Testbed
+
+    for host in Testbed().status():
+        state = "running" if host.running else "stopped"
+        ssh = "ssh ok" if host.ssh_ok else "ssh down"
+        click.echo(f"{host.name}\t{host.address}\t{state}\t{ssh}\t{host.gpu_profile or '-'}")
+    return ExitCode.OK
+
+
+if __name__ == "__main__":
+    main()

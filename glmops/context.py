@@ -1,0 +1,263 @@
+"""What a module sees of one host while its task runs: commands, files and helpers.
+
+All remote work goes through here, so sudo, timeouts, quoting, logging and masking are done
+once, the same way, for every module.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+import time
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from glmops.connection import CommandResult, Connection, quote
+from glmops.errors import CommandTimeout, GlmopsError
+from glmops.inventory import Host
+from glmops.runlog import Masker, RunLog
+
+
+class RemoteCommandError(GlmopsError):
+    """A command a module needed failed; carries its result for the task's message."""
+
+    def __init__(self, what: str, result: CommandResult):
+        self.result = result
+        tail = (result.stderr.strip() or result.stdout.strip())[-800:]
+        super().__init__(f"{what} failed (rc={result.rc}): {tail}")
+
+
+@dataclass
+class RemoteInfo:
+    """Learned once per host on connect: who we are there and where glmops keeps its state."""
+
+    uid: int
+    home: str
+    python: str | None
+    staging_ready: bool = False
+
+    @property
+    def staging(self) -> str:
+        """A folder only the SSH user can write, for uploads on their way to their target."""
+        return f"{self.home}/.cache/glmops"
+
+
+@dataclass
+class FileState:
+    kind: str  # "file", "directory", "link", "other"
+    mode: str  # octal, e.g. "644"
+    owner: str
+    group: str
+    sha256: str | None
+
+
+@dataclass
+class TaskContext:
+    host: Host
+    conn: Connection
+    remote: RemoteInfo
+    log: RunLog
+    masker: Masker
+    check: bool = False
+    diff: bool = False
+    become: bool = False
+    sudo_password: str | None = None
+    timeout: float | None = None
+    task_name: str = ""
+    vars: dict[str, Any] = field(default_factory=dict)
+    search_paths: list[Path] = field(default_factory=list)
+    _deadline: float | None = field(default=None, repr=False)
+
+    def __post_init__(self) -> None:
+        if self.timeout:
+            self._deadline = time.monotonic() + self.timeout
+
+    @property
+    def state_dir(self) -> str:
+        """Where glmops keeps state on the host (pending handlers, backups)."""
+        privileged = self.become or self.remote.uid == 0
+        return "/var/lib/glmops" if privileged else f"{self.remote.home}/.local/state/glmops"
+
+    # -- commands --------------------------------------------------------------------------
+    def run(
+        self,
+        command: str,
+        *,
+        check: bool = False,
+        timeout: float | None = None,
+        what: str | None = None,
+        stdin: str | None = None,
+    ) -> CommandResult:
+        """Run a shell command (through sudo when the task becomes root)."""
+        wrapped, password = self._wrap(command)
+        if password is not None or stdin is not None:
+            stdin = (password or "") + (stdin or "")
+        limit = self._limit(timeout)
+        started = time.monotonic()
+        try:
+            result = self.conn.run(wrapped, stdin=stdin, timeout=limit)
+        except CommandTimeout:
+            self.log.command(self.host.name, command, "timeout", time.monotonic() - started, "", "")
+            raise
+        result = CommandResult(command, result.rc, result.stdout, result.stderr, result.duration)
+        self.log.command(
+            self.host.name, command, result.rc, result.duration, result.stdout, result.stderr
+        )
+        if check and not result.ok:
+            raise RemoteCommandError(what or f"command {command!r}", result)
+        return result
+
+    def _wrap(self, command: str) -> tuple[str, str | None]:
+        if not self.become or self.remote.uid == 0:
+            return command, None
+        if self.sudo_password is None:
+            return f"sudo -n -H -- /bin/sh -c {quote(command)}", None
+        return f"sudo -S -p '' -H -- /bin/sh -c {quote(command)}", self.sudo_password + "\n"
+
+    def _limit(self, timeout: float | None) -> float:
+        limit = timeout or self.host.connection.command_timeout
+        if self._deadline is not None:
+            remaining = self._deadline - time.monotonic()
+            if remaining <= 0:
+                raise CommandTimeout(f"task timed out after {self.timeout:g} s")
+            limit = min(limit, remaining)
+        return limit
+
+    def find_file(self, name: str, kind: str) -> Path:
+        """A controller-side file named by a task (`src:`): absolute, or under a search path,
+        directly or in its `kind` folder (templates/, files/)."""
+        candidate = Path(name)
+        if candidate.is_absolute():
+            if candidate.is_file():
+                return candidate
+        else:
+            for base in self.search_paths:
+                for path in (base / kind / name, base / name):
+                    if path.is_file():
+                        return path
+        searched = ", ".join(str(p) for p in self.search_paths)
+        raise ValueError(f"{kind[:-1]} file '{name}' not found (searched: {searched})")
+
+    # -- files -----------------------------------------------------------------------------
+    def stat(self, path: str, *, checksum: bool = True) -> FileState | None:
+        """The state of a path on the host, or None when it does not exist."""
+        digest = f"; if [ -f {quote(path)} ]; then sha256sum {quote(path)}; fi" if checksum else ""
+        result = self.run(
+            f"if [ -e {quote(path)} ] || [ -L {quote(path)} ]; then "
+            f"stat -c '%F|%a|%U|%G' {quote(path)}{digest}; else echo absent; fi",
+            check=True,
+            what=f"stat {path}",
+        )
+        lines = result.stdout.splitlines()
+        if not lines or lines[0] == "absent":
+            return None
+        kind, mode, owner, group = lines[0].split("|")
+        kind = {
+            "regular file": "file",
+            "regular empty file": "file",
+            "directory": "directory",
+            "symbolic link": "link",
+        }.get(kind, "other")
+        sha = lines[1].split()[0] if len(lines) > 1 else None
+        return FileState(kind, mode, owner, group, sha)
+
+    def read(self, path: str) -> bytes | None:
+        result = self.run(
+            f"if [ -f {quote(path)} ]; then base64 {quote(path)}; else echo -n; exit 3; fi"
+        )
+        if result.rc == 3:
+            return None
+        if not result.ok:
+            raise RemoteCommandError(f"read {path}", result)
+        return base64.b64decode(result.stdout)
+
+    def upload_temp(self, data: bytes) -> str:
+        """Upload bytes to a private temporary file the SSH user owns; returns its path."""
+        if not self.remote.staging_ready:
+            self.conn.run(f"mkdir -p -m 700 {quote(self.remote.staging)}", timeout=30)
+            self.remote.staging_ready = True
+        path = (
+            f"{self.remote.staging}/upload-{hashlib.sha256(data).hexdigest()[:16]}-{time.time_ns()}"
+        )
+        self.conn.put(data, path, 0o600)
+        return path
+
+    def write_file(
+        self,
+        path: str,
+        data: bytes,
+        *,
+        mode: str | None,
+        owner: str | None,
+        group: str | None,
+        backup: bool,
+    ) -> str | None:
+        """Write atomically: upload to a temp file, copy beside the target, then rename.
+
+        Returns the backup path when an existing file was backed up first.
+        """
+        staged = self.upload_temp(data)
+        target_tmp = f"{path}.glmops-tmp"
+        backup_path = None
+        steps = [f"cp {quote(staged)} {quote(target_tmp)}"]
+        if mode:
+            steps.append(f"chmod {quote(mode)} {quote(target_tmp)}")
+        if owner or group:
+            steps.append(
+                f"chown {quote((owner or '') + (':' + group if group else ''))} {quote(target_tmp)}"
+            )
+        if backup:
+            backup_path = f"{self.state_dir}/backups{path}.{time.strftime('%Y%m%dT%H%M%S')}"
+            steps.insert(
+                0,
+                f"if [ -f {quote(path)} ]; then mkdir -p "
+                f"{quote(backup_path.rsplit('/', 1)[0])} && "
+                f"cp -p {quote(path)} {quote(backup_path)}; fi",
+            )
+        steps.append(f"mv -f {quote(target_tmp)} {quote(path)}")
+        command = " && ".join(steps)
+        try:
+            self.run(
+                f"({command}) || {{ rc=$?; rm -f {quote(target_tmp)}; exit $rc; }}",
+                check=True,
+                what=f"write {path}",
+            )
+        finally:
+            self.conn.run(f"rm -f {quote(staged)}", timeout=30)
+        return backup_path
+
+    # -- host-side python helpers ------------------------------------------------------------
+    def run_helper(
+        self,
+        name: str,
+        args: dict[str, Any],
+        *,
+        python: str | None = None,
+        timeout: float | None = None,
+    ) -> dict[str, Any]:
+        """Run `glmops/hosthelpers/<name>.py` with the host's python3 and return its JSON reply.
+
+        The script travels on stdin (`python3 - ARGS`), so running a helper leaves nothing on
+        the host; that keeps check mode free of writes.
+        """
+        script = helper_source(name)
+        interpreter = quote(python or "python3")
+        result = self.run(
+            f"{interpreter} - {quote(json.dumps(args))}", stdin=script, timeout=timeout
+        )
+        lines = result.stdout.strip().splitlines()
+        try:
+            reply = json.loads(lines[-1]) if lines else None
+        except json.JSONDecodeError:
+            reply = None
+        if result.rc != 0 or not isinstance(reply, dict):
+            raise RemoteCommandError(f"host helper {name}", result)
+        return reply
+
+
+def helper_source(name: str) -> str:
+    """The text of a host helper script shipped in glmops/hosthelpers/."""
+    return resources.files("glmops.hosthelpers").joinpath(f"{name}.py").read_text()

@@ -1,0 +1,389 @@
+"""Run plays on hosts: every host in parallel (bounded by --forks), each through its tasks.
+
+A host that fails or cannot be reached stops only itself. Handlers run once per host at the
+end of a play, only when a change notified them; a notification is written to the host before
+anything else happens, so a later failure cannot lose it: the next run replays it.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from glmops.connection import Connection, ConnectionSettings, open_connection, quote
+from glmops.context import RemoteCommandError, RemoteInfo, TaskContext
+from glmops.errors import CommandTimeout, ExitCode, GlmopsError, HostUnreachable, TemplateError
+from glmops.inventory import Host, Inventory
+from glmops.modules import REGISTRY
+from glmops.modules.base import check_types
+from glmops.output import Reporter
+from glmops.playbook import Play, Task
+from glmops.results import HostTally, Status, TaskResult
+from glmops.runlog import Masker, RunLog
+from glmops.templating import evaluate_condition, render_value
+
+PENDING_FILE = "pending-handlers.json"
+
+
+@dataclass
+class RunOptions:
+    check: bool = False
+    diff: bool = False
+    forks: int | None = None
+    limit: str | None = None
+    tags: set[str] = field(default_factory=set)
+    skip_tags: set[str] = field(default_factory=set)
+    extra_vars: dict[str, Any] = field(default_factory=dict)
+    sudo_password: str | None = None
+    run_root: Path = Path(".glmops/runs")
+    connection: ConnectionSettings | None = None
+
+
+@dataclass
+class HostSession:
+    """One host's state across a run: its connection, what we know of it, and its tally."""
+
+    host: Host
+    tally: HostTally = field(default_factory=HostTally)
+    conn: Connection | None = None
+    remote: RemoteInfo | None = None
+    facts: dict[str, Any] | None = None
+    registered: dict[str, Any] = field(default_factory=dict)
+    dead: bool = False  # unreachable or failed: no further tasks this run
+
+
+class Executor:
+    def __init__(
+        self,
+        inventory: Inventory,
+        options: RunOptions,
+        reporter: Reporter,
+        masker: Masker,
+        runlog: RunLog,
+    ):
+        self.inventory = inventory
+        self.options = options
+        self.reporter = reporter
+        self.masker = masker
+        self.runlog = runlog
+        self.sessions: dict[str, HostSession] = {}
+
+    # -- the run -----------------------------------------------------------------------------
+    def run(self, plays: list[Play], playbook: Path) -> ExitCode:
+        limited = (
+            set(h.name for h in self.inventory.select(self.options.limit))
+            if self.options.limit
+            else None
+        )
+        try:
+            for play in plays:
+                hosts = [h for h in self._play_hosts(play) if limited is None or h.name in limited]
+                if not hosts:
+                    self.reporter.note(
+                        f"play '{play.name}': no host matches '{play.hosts}'"
+                        + (f" within --limit {self.options.limit}" if limited else "")
+                    )
+                    continue
+                self.reporter.play(play.name, [h.name for h in hosts])
+                sessions = [self.sessions.setdefault(h.name, HostSession(h)) for h in hosts]
+                forks = self.options.forks or min(len(sessions), 32)
+                with ThreadPoolExecutor(max_workers=forks, thread_name_prefix="host") as pool:
+                    run_one = functools.partial(self._run_play_on_host, play, playbook)
+                    list(pool.map(run_one, sessions))
+        finally:
+            for session in self.sessions.values():
+                if session.conn is not None:
+                    session.conn.close()
+        code = self.exit_code()
+        self.reporter.recap(
+            {n: s.tally for n, s in self.sessions.items()}, str(self.runlog.path), int(code)
+        )
+        return code
+
+    def exit_code(self) -> ExitCode:
+        tallies = [s.tally for s in self.sessions.values()]
+        if any(t.unreachable for t in tallies):
+            return ExitCode.HOST_UNREACHABLE
+        if any(t.failed for t in tallies):
+            return ExitCode.HOST_FAILED
+        if self.options.check and any(t.changed for t in tallies):
+            return ExitCode.CHECK_FOUND_CHANGES
+        return ExitCode.OK
+
+    def _play_hosts(self, play: Play) -> list[Host]:
+        try:
+            return self.inventory.select(play.hosts)
+        except GlmopsError:
+            return []
+
+    # -- one play on one host ----------------------------------------------------------------
+    def _run_play_on_host(self, play: Play, playbook: Path, session: HostSession) -> None:
+        if session.dead:
+            return
+        name = session.host.name
+        try:
+            self._ensure_connected(session)
+            pending = self._read_pending(play, session)
+            if pending:
+                self.reporter.note(
+                    f"replaying notifications kept from an earlier run: "
+                    f"{', '.join(sorted(pending))}",
+                    name,
+                )
+            if play.gather_facts and session.facts is None:
+                self._gather_facts(play, session)
+            for task in play.tasks:
+                if not self._selected(task):
+                    continue
+                result = self._run_task(play, playbook, session, task)
+                if result.changed and task.notify:
+                    new = set(task.notify) - pending
+                    pending |= set(task.notify)
+                    if new and not self.options.check:
+                        self._write_pending(play, session, pending)
+                if result.failed and not result.ignored:
+                    session.dead = True
+                    return
+            self._run_handlers(play, playbook, session, pending)
+        except HostUnreachable as error:
+            self._unreachable(session, str(error))
+
+    def _ensure_connected(self, session: HostSession) -> None:
+        if session.conn is not None:
+            return
+        host = session.host
+        settings = self.options.connection
+        assert settings is not None
+        session.conn = open_connection(host.name, host.connection, settings)
+        probe = session.conn.run('id -u; printf "%s\\n" "$HOME"', timeout=30)
+        lines = probe.stdout.splitlines()
+        if probe.rc != 0 or len(lines) < 2:
+            raise HostUnreachable(f"cannot run commands on {host.name}: {probe.stderr.strip()}")
+        session.remote = RemoteInfo(uid=int(lines[0]), home=lines[1], python=None)
+        self.runlog.write(host.name, f"connected as uid {lines[0]}")
+
+    def _unreachable(self, session: HostSession, message: str) -> None:
+        session.dead = True
+        session.tally.unreachable += 1
+        self.reporter.task(session.host.name, "connect", TaskResult(Status.UNREACHABLE, message))
+        self.runlog.write(session.host.name, f"UNREACHABLE: {message}")
+
+    def _selected(self, task: Task) -> bool:
+        tags = set(task.tags) | {"all"}
+        if self.options.tags and not (tags & self.options.tags) and "always" not in tags:
+            return False
+        return not (self.options.skip_tags and tags & self.options.skip_tags)
+
+    def _context(self, play: Play, session: HostSession, task: Task | None) -> TaskContext:
+        host = session.host
+        become = next(
+            v
+            for v in (task and task.become, play.become, host.connection.become, False)
+            if v is not None
+        )
+        assert session.conn is not None and session.remote is not None
+        return TaskContext(
+            host=host,
+            conn=session.conn,
+            remote=session.remote,
+            log=self.runlog,
+            masker=self.masker,
+            check=self.options.check,
+            diff=self.options.diff,
+            become=bool(become),
+            sudo_password=self.options.sudo_password,
+            timeout=task.timeout if task else None,
+            task_name=task.name if task else "",
+        )
+
+    def variables(
+        self, play: Play, playbook: Path, session: HostSession, task: Task | None = None
+    ) -> dict[str, Any]:
+        host = session.host
+        merged = {**host.vars, **play.vars, **self.options.extra_vars}
+        merged.update(
+            inventory_hostname=host.name,
+            group_names=host.groups,
+            check_mode=self.options.check,
+            playbook_dir=str(playbook.parent),
+            facts=session.facts or {},
+        )
+        merged.update(session.registered)
+        if task:
+            merged.update(task.vars)
+        return merged
+
+    # -- one task ----------------------------------------------------------------------------
+    def _run_task(
+        self, play: Play, playbook: Path, session: HostSession, task: Task, *, handler: bool = False
+    ) -> TaskResult:
+        started = time.monotonic()
+        try:
+            result = self._attempts(play, playbook, session, task)
+        except HostUnreachable:
+            raise
+        except CommandTimeout as error:
+            result = TaskResult(Status.FAILED, f"timed out: {error}")
+        except (TemplateError, ValueError) as error:
+            result = TaskResult(Status.FAILED, str(error))
+        except RemoteCommandError as error:
+            result = TaskResult(Status.FAILED, str(error))
+        if result.failed and task.ignore_errors:
+            result.ignored = True
+        session.tally.count(result)
+        if task.register:
+            session.registered[task.register] = result.registered()
+        self.runlog.write(
+            session.host.name,
+            f"task {task.name!r}: {result.status.value} "
+            f"({time.monotonic() - started:.2f}s) {result.msg}",
+        )
+        self.reporter.task(session.host.name, task.name, result, handler=handler)
+        return result
+
+    def _attempts(self, play: Play, playbook: Path, session: HostSession, task: Task) -> TaskResult:
+        where = f"{task.where} on host '{session.host.name}'"
+        variables = self.variables(play, playbook, session, task)
+        if task.when is not None and not evaluate_condition(task.when, variables, where=where):
+            return TaskResult(Status.SKIPPED, f"condition false: {task.when}")
+        module_cls = REGISTRY[task.module]
+        params = render_value(task.args, variables, where=where)
+        problems = check_types(module_cls, params)
+        if problems:
+            raise ValueError(f"{where}: {problems[0]}")
+        ctx = self._context(play, session, task)
+        if task.check_mode is False:
+            ctx.check = False
+        ctx.vars, ctx.search_paths = variables, _search_paths(playbook)
+        attempts = task.retries + 1 if (task.retries or task.until) else 1
+        for attempt in range(1, attempts + 1):
+            result = self._once(module_cls(params), ctx)
+            result = self._conditions(task, result, variables, where)
+            if task.until is None and not result.failed:
+                break
+            if task.until is not None:
+                scope = {
+                    **variables,
+                    "result": result.registered(),
+                    **({task.register: result.registered()} if task.register else {}),
+                }
+                if evaluate_condition(task.until, scope, where=where):
+                    break
+            if attempt < attempts:
+                self.runlog.write(session.host.name, f"retry {attempt}/{task.retries}: {task.name}")
+                time.sleep(task.delay)
+        else:
+            if task.until is not None and not result.failed:
+                result = TaskResult(
+                    Status.FAILED,
+                    f"'until' still false after {attempts} attempt(s): {result.msg}",
+                    result.diff,
+                    result.data,
+                )
+        if (
+            result.changed
+            and module_cls.changes_facts
+            and session.facts is not None
+            and not self.options.check
+        ):
+            self._gather_facts(play, session)
+        return result
+
+    def _once(self, module, ctx: TaskContext) -> TaskResult:
+        plan = module.plan(ctx)
+        if plan.change is False:
+            return TaskResult(Status.OK, plan.reason, data=plan.data_public())
+        if ctx.check:
+            if plan.change is None:
+                return TaskResult(Status.SKIPPED, f"check mode: {plan.reason} (observes only)")
+            return TaskResult(Status.CHANGED, plan.reason, plan.diff, plan.data_public())
+        return module.apply(ctx, plan)
+
+    def _conditions(
+        self, task: Task, result: TaskResult, variables: dict[str, Any], where: str
+    ) -> TaskResult:
+        if (
+            task.changed_when is None
+            and task.failed_when is None
+            or result.status in (Status.SKIPPED, Status.UNREACHABLE)
+        ):
+            return result
+        scope = {**variables, "result": result.registered()}
+        if task.register:
+            scope[task.register] = result.registered()
+        if task.failed_when is not None and evaluate_condition(
+            task.failed_when, scope, where=where
+        ):
+            return TaskResult(
+                Status.FAILED, f"failed_when: {task.failed_when}", result.diff, result.data
+            )
+        if task.changed_when is not None and result.status is not Status.FAILED:
+            changed = evaluate_condition(task.changed_when, scope, where=where)
+            result.status = Status.CHANGED if changed else Status.OK
+        elif task.failed_when is not None and result.status is Status.FAILED:
+            result.status = Status.CHANGED if result.data.get("rc") is not None else Status.OK
+        return result
+
+    # -- handlers ----------------------------------------------------------------------------
+    def _run_handlers(
+        self, play: Play, playbook: Path, session: HostSession, pending: set[str]
+    ) -> None:
+        if not pending:
+            return
+        done: set[str] = set()
+        for handler in play.handlers:
+            names = {handler.name, *handler.listen}
+            if not names & pending:
+                continue
+            result = self._run_task(play, playbook, session, handler, handler=True)
+            if result.failed and not result.ignored:
+                session.dead = True
+                break
+            done |= names
+        if not self.options.check:
+            self._write_pending(play, session, pending - done)
+
+    def _pending_path(self, play: Play, session: HostSession) -> str:
+        return f"{self._context(play, session, None).state_dir}/{PENDING_FILE}"
+
+    def _read_pending(self, play: Play, session: HostSession) -> set[str]:
+        ctx = self._context(play, session, None)
+        result = ctx.run(f"cat {quote(self._pending_path(play, session))} 2>/dev/null")
+        try:
+            names = set(json.loads(result.stdout)) if result.ok and result.stdout.strip() else set()
+        except (json.JSONDecodeError, TypeError):
+            names = set()
+        known = {h.name for h in play.handlers} | {n for h in play.handlers for n in h.listen}
+        return names & known
+
+    def _write_pending(self, play: Play, session: HostSession, pending: set[str]) -> None:
+        ctx = self._context(play, session, None)
+        path = self._pending_path(play, session)
+        if not pending:
+            ctx.run(f"rm -f {quote(path)}")
+            return
+        folder = path.rsplit("/", 1)[0]
+        ctx.run(
+            f"mkdir -p {quote(folder)} && printf '%s' {quote(json.dumps(sorted(pending)))} "
+            f"> {quote(path + '.tmp')} && mv -f {quote(path + '.tmp')} {quote(path)}",
+            check=True,
+            what="record pending handlers",
+        )
+
+    # -- facts -------------------------------------------------------------------------------
+    def _gather_facts(self, play: Play, session: HostSession) -> None:
+        from glmops.facts_gather import gather
+
+        ctx = self._context(play, session, None)
+        session.facts = gather(ctx, {**session.host.vars, **play.vars, **self.options.extra_vars})
+
+
+def _search_paths(playbook: Path) -> list[Path]:
+    """Where `src:` of copy/template is looked up: beside the playbook, then the project's."""
+    project = Path(__file__).resolve().parent.parent
+    return [playbook.parent, playbook.parent.parent, project]

@@ -1,0 +1,71 @@
+"""`glmops facts`: gather each host's facts and print them (a table, or JSON with --json)."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+from rich.console import Console
+from rich.table import Table
+
+from glmops.connection import ConnectionSettings, default_known_hosts
+from glmops.errors import ExitCode
+from glmops.executor import Executor, RunOptions
+from glmops.facts import parse_facts
+from glmops.inventory import load_inventory
+from glmops.output import Reporter
+from glmops.playbook import Play
+from glmops.runlog import Masker, RunLog
+
+
+def print_facts(inventory_path: Path, pattern: str, as_json: bool) -> ExitCode:
+    inventory = load_inventory(inventory_path)
+    masker = Masker()
+    options = RunOptions(connection=ConnectionSettings(known_hosts=default_known_hosts()))
+    reporter = Reporter(masker, stdout=sys.stderr)
+    executor = Executor(inventory, options, reporter, masker, RunLog(options.run_root, masker))
+    play = Play(name="gather facts", hosts=pattern, source=str(inventory_path), line=0)
+    code = executor.run([play], inventory_path)
+    gathered = {name: s.facts for name, s in executor.sessions.items() if s.facts is not None}
+    if as_json:
+        print(json.dumps(gathered, indent=2, sort_keys=True))
+        return code
+    table = Table(title="facts", title_justify="left")
+    for column in (
+        "host",
+        "os",
+        "kernel",
+        "cpus",
+        "memory",
+        "GPUs",
+        "capability",
+        "driver",
+        "CUDA",
+        "modules",
+        "vLLM",
+    ):
+        table.add_column(column)
+    for name, raw in gathered.items():
+        facts = parse_facts(raw)
+        ccs = ", ".join(f"{a}.{b}" for a, b in facts.compute_capabilities) or "-"
+        vllm = facts.venv.vllm_version if facts.venv else None
+        table.add_row(
+            name,
+            f"{facts.os_id or '?'} {facts.os_version_id or ''}",
+            facts.kernel_release or "?",
+            str(facts.cpu_count or "?"),
+            _gib(facts.mem_total_bytes),
+            str(facts.gpu_count),
+            ccs,
+            facts.driver_version or "-",
+            facts.cuda_version or "-",
+            facts.kernel_module or "-",
+            vllm or "-",
+        )
+    Console().print(table)
+    return code
+
+
+def _gib(value: int | None) -> str:
+    return f"{value / 2**30:.0f} GiB" if value else "?"

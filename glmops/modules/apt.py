@@ -1,0 +1,82 @@
+"""apt: Debian packages present or absent; the package cache refreshed only when stale."""
+
+from __future__ import annotations
+
+from glmops.connection import quote
+from glmops.context import TaskContext
+from glmops.modules.base import Arg, Module, Plan, register
+from glmops.results import Status, TaskResult
+
+APT_ENV = "DEBIAN_FRONTEND=noninteractive NEEDRESTART_MODE=a"
+
+
+@register
+class Apt(Module):
+    """`apt: {name: [curl, jq], state: present}`; refreshes the cache first when it is older
+    than `cache_valid_time` seconds and something must be installed."""
+
+    name = "apt"
+    free_form = "name"
+    changes_facts = True
+    args = {
+        "name": Arg((str, list), required=True, doc="a package or a list of packages"),
+        "state": Arg(str, default="present", choices=("present", "absent")),
+        "update_cache": Arg(bool, default=False, doc="refresh the cache even if it is fresh"),
+        "cache_valid_time": Arg(int, default=3600, doc="seconds before the cache is stale"),
+        "install_recommends": Arg(bool, default=False),
+    }
+
+    def packages(self) -> list[str]:
+        names = self.params["name"]
+        return [names] if isinstance(names, str) else [str(n) for n in names]
+
+    def plan(self, ctx: TaskContext) -> Plan:
+        names = self.packages()
+        result = ctx.run(
+            "dpkg-query -W -f='${Package}\\t${db:Status-Abbrev}\\n' "
+            + " ".join(quote(n) for n in names)
+            + " 2>/dev/null"
+        )
+        installed = {
+            line.split("\t")[0]
+            for line in result.stdout.splitlines()
+            if line.split("\t")[-1].startswith("ii")
+        }
+        wanted = [
+            n
+            for n in names
+            if (n.split("=")[0] in installed) != (self.params["state"] == "present")
+        ]
+        if not wanted:
+            return Plan(False, f"{', '.join(names)}: already {self.params['state']}")
+        verb = "install" if self.params["state"] == "present" else "remove"
+        return Plan(True, f"would {verb} {', '.join(wanted)}", data={"packages": wanted})
+
+    def apply(self, ctx: TaskContext, plan: Plan) -> TaskResult:
+        packages = " ".join(quote(n) for n in plan.data["packages"])
+        if self.params["state"] == "present":
+            if self.params["update_cache"] or self._cache_stale(ctx):
+                ctx.run(f"{APT_ENV} apt-get update -q", check=True, what="apt-get update")
+            recommends = "" if self.params["install_recommends"] else " --no-install-recommends"
+            result = ctx.run(f"{APT_ENV} apt-get install -y -q{recommends} {packages}")
+        else:
+            result = ctx.run(f"{APT_ENV} apt-get remove -y -q {packages}")
+        if not result.ok:
+            tail = (result.stderr.strip() or result.stdout.strip())[-800:]
+            return TaskResult(Status.FAILED, f"apt-get failed (rc={result.rc}): {tail}")
+        return TaskResult(
+            Status.CHANGED,
+            plan.reason.removeprefix("would ")
+            .replace("install", "installed", 1)
+            .replace("remove", "removed", 1),
+        )
+
+    def _cache_stale(self, ctx: TaskContext) -> bool:
+        age = ctx.run(
+            "echo $(( $(date +%s) - $(stat -c %Y /var/lib/apt/lists/partial "
+            "/var/cache/apt/pkgcache.bin 2>/dev/null | sort -n | tail -1 || echo 0) ))"
+        )
+        try:
+            return int(age.stdout.strip()) > self.params["cache_valid_time"]
+        except ValueError:
+            return True

@@ -1,0 +1,126 @@
+"""copy and template: put content at a path, atomically, only when its sha256 differs."""
+
+from __future__ import annotations
+
+import difflib
+import hashlib
+
+import jinja2
+
+from glmops.context import FileState, TaskContext
+from glmops.modules.base import Arg, Module, Plan, register
+from glmops.modules.file import _attribute_commands, _attribute_fixes
+from glmops.results import Status, TaskResult
+from glmops.templating import make_environment
+
+FILE_ARGS = {
+    "dest": Arg(str, required=True, doc="absolute path on the host"),
+    "mode": Arg(str, doc="octal mode, e.g. '0644'"),
+    "owner": Arg(str),
+    "group": Arg(str),
+    "backup": Arg(bool, default=True, doc="keep the replaced file under the state dir"),
+}
+
+
+@register
+class Copy(Module):
+    """Put `content` (or the controller file `src`) at `dest`."""
+
+    name = "copy"
+    args = {"src": Arg(str), "content": Arg(str), **FILE_ARGS}
+
+    def content(self, ctx: TaskContext) -> bytes:
+        if self.params["content"] is not None:
+            return self.params["content"].encode()
+        if not self.params["src"]:
+            raise ValueError("copy: give src or content")
+        return ctx.find_file(self.params["src"], "files").read_bytes()
+
+    def plan(self, ctx: TaskContext) -> Plan:
+        wanted = self.content(ctx)
+        dest = self.params["dest"]
+        current = ctx.stat(dest)
+        if current is not None and current.kind != "file":
+            return Plan(True, f"{dest} is a {current.kind}, not a file", data={"conflict": True})
+        new_sha = hashlib.sha256(wanted).hexdigest()
+        data = {"content": wanted, "sha256": new_sha}
+        if current is None:
+            return Plan(True, f"would create {dest}", _diff(ctx, dest, None, wanted), data)
+        if current.sha256 != new_sha:
+            return Plan(
+                True,
+                f"would update {dest} (sha256 {current.sha256[:12]} → {new_sha[:12]})",
+                _diff(ctx, dest, current, wanted),
+                data,
+            )
+        fixes = _attribute_fixes(current, self.params)
+        if fixes:
+            return Plan(
+                True, f"would set {', '.join(fixes)} on {dest}", data={**data, "attrs": True}
+            )
+        return Plan(False, f"{dest} has the same sha256 ({new_sha[:12]}), mode and owner")
+
+    def apply(self, ctx: TaskContext, plan: Plan) -> TaskResult:
+        dest = self.params["dest"]
+        if plan.data.get("conflict"):
+            return TaskResult(Status.FAILED, plan.reason)
+        if plan.data.get("attrs"):
+            from glmops.connection import quote
+
+            ctx.run(
+                " && ".join(_attribute_commands(quote(dest), self.params)),
+                check=True,
+                what=f"set attributes of {dest}",
+            )
+            return TaskResult(Status.CHANGED, plan.reason.removeprefix("would "), plan.diff)
+        backup = ctx.write_file(
+            dest,
+            plan.data["content"],
+            mode=self.params["mode"],
+            owner=self.params["owner"],
+            group=self.params["group"],
+            backup=self.params["backup"],
+        )
+        msg = plan.reason.removeprefix("would ")
+        data = {"sha256": plan.data["sha256"], "dest": dest}
+        if backup:
+            data["backup"] = backup
+        return TaskResult(Status.CHANGED, msg, plan.diff, data)
+
+
+@register
+class Template(Copy):
+    """Render the Jinja2 file `src` with the host's variables and put it at `dest`."""
+
+    name = "template"
+    args = {"src": Arg(str, required=True), **FILE_ARGS}
+
+    def content(self, ctx: TaskContext) -> bytes:
+        path = ctx.find_file(self.params["src"], "templates")
+        env = make_environment(
+            jinja2.FileSystemLoader([str(path.parent), *map(str, ctx.search_paths)])
+        )
+        try:
+            return env.get_template(path.name).render(ctx.vars).encode()
+        except jinja2.TemplateError as error:
+            from glmops.templating import _describe
+
+            raise ValueError(f"template {path}: {_describe(error)}") from None
+
+
+def _diff(ctx: TaskContext, dest: str, current: FileState | None, wanted: bytes) -> str | None:
+    """Unified diff of the file on the host against the wanted content (only with --diff)."""
+    if not ctx.diff:
+        return None
+    before = (ctx.read(dest) or b"") if current is not None else b""
+    try:
+        old, new = before.decode(), wanted.decode()
+    except UnicodeDecodeError:
+        return f"binary file {dest} differs\n"
+    lines = difflib.unified_diff(
+        old.splitlines(keepends=True),
+        new.splitlines(keepends=True),
+        f"{dest} (on host)" if current else "/dev/null",
+        f"{dest} (wanted)",
+    )
+    return "".join(line if line.endswith("\n") else line + "\n" for line in lines)

@@ -1,0 +1,130 @@
+"""What a run shows: task lines and logs on stderr, diffs and the recap on stdout.
+
+With --json, stdout carries one JSON event per line instead (task results, diffs, the recap),
+for machines; stderr still carries the human log.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import threading
+import time
+from typing import Any, TextIO
+
+from rich.console import Console
+from rich.table import Table
+
+from glmops.results import HostTally, Status, TaskResult
+from glmops.runlog import Masker
+
+STYLE = {
+    Status.OK: "green",
+    Status.CHANGED: "yellow",
+    Status.FAILED: "red",
+    Status.SKIPPED: "cyan",
+    Status.UNREACHABLE: "bold red",
+}
+
+
+class Reporter:
+    def __init__(
+        self,
+        masker: Masker,
+        *,
+        verbosity: int = 0,
+        json_events: bool = False,
+        check: bool = False,
+        stdout: TextIO | None = None,
+        stderr: TextIO | None = None,
+    ):
+        self.masker = masker
+        self.verbosity = verbosity
+        self.json_events = json_events
+        self.check = check
+        self.out = Console(file=stdout or sys.stdout, highlight=False, soft_wrap=True)
+        self.err = Console(file=stderr or sys.stderr, highlight=False, soft_wrap=True)
+        self._lock = threading.Lock()
+
+    def _event(self, kind: str, **fields: Any) -> None:
+        if self.json_events:
+            line = json.dumps({"event": kind, "time": round(time.time(), 3), **fields}, default=str)
+            with self._lock:
+                self.out.file.write(self.masker.mask(line) + "\n")
+                self.out.file.flush()
+
+    def play(self, name: str, hosts: list[str]) -> None:
+        self._event("play", name=name, hosts=hosts)
+        with self._lock:
+            self.err.print(f"[bold]PLAY {name}[/] [dim]({len(hosts)} host(s))[/]")
+
+    def note(self, message: str, host: str | None = None) -> None:
+        self._event("note", host=host, msg=message)
+        with self._lock:
+            prefix = f"[{host}] " if host else ""
+            self.err.print(f"[dim]{prefix}{self.masker.mask(message)}[/]", markup=True)
+
+    def task(self, host: str, task: str, result: TaskResult, *, handler: bool = False) -> None:
+        msg = self.masker.mask(result.msg)
+        diff = self.masker.mask(result.diff) if result.diff else None
+        self._event(
+            "handler" if handler else "task",
+            host=host,
+            task=task,
+            status=result.status.value,
+            msg=msg,
+            diff=diff,
+            ignored=result.ignored,
+        )
+        label = result.status.value + (" (ignored)" if result.ignored else "")
+        if self.check and result.status is Status.CHANGED:
+            label = "would change"
+        kind = "handler " if handler else ""
+        with self._lock:
+            self.err.print(
+                f"[{STYLE[result.status]}]{label:>12}[/] [bold]{host}[/] {kind}"
+                f"{_escape(task)} [dim]— {_escape(msg)}[/]"
+            )
+            if self.verbosity >= 2 and result.data.get("stdout"):
+                self.err.print(_escape(self.masker.mask(str(result.data["stdout"])).rstrip()))
+            if diff and not self.json_events:
+                self.out.print(f"--- diff: {host} / {_escape(task)}", style="bold")
+                for line in diff.splitlines():
+                    style = (
+                        "green" if line.startswith("+") else "red" if line.startswith("-") else None
+                    )
+                    self.out.print(_escape(line), style=style)
+
+    def recap(self, tallies: dict[str, HostTally], run_dir: str, exit_code: int) -> None:
+        self._event(
+            "recap",
+            hosts={h: vars(t) for h, t in tallies.items()},
+            run_dir=run_dir,
+            exit_code=exit_code,
+        )
+        if self.json_events:
+            return
+        table = Table(
+            title="RECAP" + (" (check mode: nothing was changed)" if self.check else ""),
+            title_justify="left",
+        )
+        for column in ("host", "ok", "changed", "failed", "unreachable", "skipped", "ignored"):
+            table.add_column(column, justify="left" if column == "host" else "right")
+        for host, tally in tallies.items():
+            row_style = "red" if tally.failed or tally.unreachable else None
+            table.add_row(
+                host,
+                *(
+                    str(getattr(tally, c))
+                    for c in ("ok", "changed", "failed", "unreachable", "skipped", "ignored")
+                ),
+                style=row_style,
+            )
+        self.out.print(table)
+        self.err.print(f"[dim]logs: {run_dir}[/]")
+
+
+def _escape(text: str) -> str:
+    from rich.markup import escape
+
+    return escape(text)

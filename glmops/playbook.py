@@ -1,0 +1,221 @@
+"""Playbooks: a YAML list of plays, each with hosts, vars, tasks and handlers.
+
+Tasks are validated when the playbook loads (module known, arguments known, keys known), so a
+typo fails before any host is touched, with the file and line.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from glmops.errors import InputError
+from glmops.modules import REGISTRY, validate_params
+from glmops.yamlsrc import SourceList, SourceMap, load_yaml, where
+
+TASK_KEYS = frozenset(
+    {
+        "name",
+        "when",
+        "notify",
+        "register",
+        "tags",
+        "retries",
+        "until",
+        "delay",
+        "timeout",
+        "become",
+        "ignore_errors",
+        "vars",
+        "listen",
+        "changed_when",
+        "failed_when",
+        "check_mode",
+    }
+)
+PLAY_KEYS = frozenset(
+    {"name", "hosts", "vars", "tasks", "handlers", "become", "gather_facts", "tags"}
+)
+
+
+@dataclass
+class Task:
+    name: str
+    module: str
+    args: dict[str, Any]
+    source: str
+    line: int
+    when: Any = None
+    notify: list[str] = field(default_factory=list)
+    register: str | None = None
+    tags: list[str] = field(default_factory=list)
+    retries: int = 0
+    until: Any = None
+    delay: float = 5
+    timeout: float | None = None
+    become: bool | None = None
+    ignore_errors: bool = False
+    vars: dict[str, Any] = field(default_factory=dict)
+    listen: list[str] = field(default_factory=list)
+    changed_when: Any = None
+    failed_when: Any = None
+    #: False: run even under --check (for read-only probes whose output later tasks use).
+    check_mode: bool | None = None
+
+    @property
+    def where(self) -> str:
+        return f"{self.source}:{self.line} task '{self.name}'"
+
+
+@dataclass
+class Play:
+    name: str
+    hosts: str
+    source: str
+    line: int
+    vars: dict[str, Any] = field(default_factory=dict)
+    tasks: list[Task] = field(default_factory=list)
+    handlers: list[Task] = field(default_factory=list)
+    become: bool | None = None
+    gather_facts: bool = True
+    tags: list[str] = field(default_factory=list)
+
+
+def load_playbook(path: Path) -> list[Play]:
+    data = load_yaml(path)
+    if not isinstance(data, SourceList) or not data:
+        raise InputError("a playbook must be a non-empty list of plays", source=str(path))
+    return [_play(item, data, index) for index, item in enumerate(data)]
+
+
+def _play(raw: Any, parent: SourceList, index: int) -> Play:
+    if not isinstance(raw, SourceMap):
+        raise InputError("each play must be a mapping", **where(parent, index))
+    for key in raw:
+        if key not in PLAY_KEYS:
+            raise InputError(
+                f"unknown play key '{key}' (allowed: {', '.join(sorted(PLAY_KEYS))})",
+                **where(raw, key),
+            )
+    if not isinstance(raw.get("hosts"), str):
+        raise InputError("a play needs 'hosts:', a host pattern", **where(raw))
+    play_tags = _string_list(raw, "tags")
+    play = Play(
+        name=str(raw.get("name") or raw["hosts"]),
+        hosts=raw["hosts"],
+        source=raw.source,
+        line=raw.line,
+        vars=_mapping(raw, "vars"),
+        become=_optional_bool(raw, "become"),
+        gather_facts=bool(raw.get("gather_facts", True)),
+        tags=play_tags,
+    )
+    play.tasks = [
+        _task(item, "tasks", raw, i, play_tags) for i, item in enumerate(_list(raw, "tasks"))
+    ]
+    play.handlers = [
+        _task(item, "handlers", raw, i, []) for i, item in enumerate(_list(raw, "handlers"))
+    ]
+    handler_names = {h.name for h in play.handlers} | {n for h in play.handlers for n in h.listen}
+    for task in play.tasks + play.handlers:
+        for name in task.notify:
+            if name not in handler_names:
+                raise InputError(
+                    f"task '{task.name}' notifies '{name}', which is no handler of this play",
+                    source=task.source,
+                    line=task.line,
+                )
+    return play
+
+
+def _task(raw: Any, section: str, play: SourceMap, index: int, play_tags: list[str]) -> Task:
+    if not isinstance(raw, SourceMap):
+        raise InputError(
+            f"each item of '{section}' must be a mapping", **where(play[section], index)
+        )
+    modules = [key for key in raw if key not in TASK_KEYS]
+    unknown = [key for key in modules if key not in REGISTRY]
+    if unknown:
+        raise InputError(
+            f"unknown module or task key '{unknown[0]}' (modules: {', '.join(sorted(REGISTRY))})",
+            **where(raw, unknown[0]),
+        )
+    if len(modules) != 1:
+        found = ", ".join(modules) or "none"
+        raise InputError(f"a task needs exactly one module (found: {found})", **where(raw))
+    module = modules[0]
+    params, problems = validate_params(REGISTRY[module], raw[module])
+    if problems:
+        raise InputError(problems[0], **where(raw, module))
+    name = str(raw.get("name") or f"{module}")
+    return Task(
+        name=name,
+        module=module,
+        args=params,
+        source=raw.source,
+        line=raw.line,
+        when=raw.get("when"),
+        notify=_string_list(raw, "notify"),
+        register=raw.get("register"),
+        tags=_string_list(raw, "tags") + play_tags,
+        retries=_int(raw, "retries", 0),
+        until=raw.get("until"),
+        delay=_number(raw, "delay", 5),
+        timeout=_number(raw, "timeout", None),
+        become=_optional_bool(raw, "become"),
+        ignore_errors=bool(raw.get("ignore_errors", False)),
+        vars=_mapping(raw, "vars"),
+        listen=_string_list(raw, "listen"),
+        changed_when=raw.get("changed_when"),
+        failed_when=raw.get("failed_when"),
+        check_mode=_optional_bool(raw, "check_mode"),
+    )
+
+
+def _list(raw: SourceMap, key: str) -> list[Any]:
+    value = raw.get(key) or []
+    if not isinstance(value, list):
+        raise InputError(f"'{key}' must be a list", **where(raw, key))
+    return value
+
+
+def _mapping(raw: SourceMap, key: str) -> dict[str, Any]:
+    value = raw.get(key) or {}
+    if not isinstance(value, dict):
+        raise InputError(f"'{key}' must be a mapping", **where(raw, key))
+    return dict(value)
+
+
+def _string_list(raw: SourceMap, key: str) -> list[str]:
+    value = raw.get(key)
+    if value is None:
+        return []
+    if isinstance(value, str):
+        return [value]
+    if isinstance(value, list) and all(isinstance(item, str) for item in value):
+        return list(value)
+    raise InputError(f"'{key}' must be a string or a list of strings", **where(raw, key))
+
+
+def _optional_bool(raw: SourceMap, key: str) -> bool | None:
+    value = raw.get(key)
+    if value is not None and not isinstance(value, bool):
+        raise InputError(f"'{key}' must be true or false", **where(raw, key))
+    return value
+
+
+def _int(raw: SourceMap, key: str, default: int) -> int:
+    value = raw.get(key, default)
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise InputError(f"'{key}' must be a non-negative integer", **where(raw, key))
+    return value
+
+
+def _number(raw: SourceMap, key: str, default: float | None) -> float | None:
+    value = raw.get(key, default)
+    if value is not None and (
+        isinstance(value, bool) or not isinstance(value, int | float) or value < 0
+    ):
+        raise InputError(f"'{key}' must be a non-negative number", **where(raw, key))
+    return value

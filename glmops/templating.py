@@ -1,0 +1,99 @@
+"""Jinja2 rendering of task arguments, `when` expressions and template files.
+
+StrictUndefined everywhere: an undefined variable is an error, never an empty string, and the
+error names the playbook file, the task and the host.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import jinja2
+
+from glmops.errors import TemplateError
+
+
+def _to_json(value: Any, indent: int | None = None) -> str:
+    return json.dumps(value, indent=indent, sort_keys=True)
+
+
+def _shell_quote(value: Any) -> str:
+    import shlex
+
+    return shlex.quote(str(value))
+
+
+def make_environment(loader: jinja2.BaseLoader | None = None) -> jinja2.Environment:
+    env = jinja2.Environment(
+        undefined=jinja2.StrictUndefined,
+        keep_trailing_newline=True,
+        loader=loader,
+        autoescape=False,
+    )
+    env.filters.update(to_json=_to_json, quote=_shell_quote)
+    return env
+
+
+_ENV = make_environment()
+
+
+def render_value(value: Any, variables: dict[str, Any], *, where: str) -> Any:
+    """Render every string inside `value` (dicts and lists recursively).
+
+    A string that is exactly one `{{ expression }}` keeps the expression's native type, so
+    `port: "{{ vllm_port }}"` stays an integer.
+    """
+    if isinstance(value, str):
+        if "{{" not in value and "{%" not in value:
+            return value
+        stripped = value.strip()
+        if stripped.startswith("{{") and stripped.endswith("}}") and stripped.count("{{") == 1:
+            return evaluate(stripped[2:-2], variables, where=where)
+        return render_string(value, variables, where=where)
+    if isinstance(value, dict):
+        return {key: render_value(item, variables, where=where) for key, item in value.items()}
+    if isinstance(value, list):
+        return [render_value(item, variables, where=where) for item in value]
+    return value
+
+
+def render_string(text: str, variables: dict[str, Any], *, where: str) -> str:
+    try:
+        return _ENV.from_string(text).render(variables)
+    except jinja2.TemplateError as error:
+        raise TemplateError(f"{where}: {_describe(error)}") from None
+
+
+def evaluate(expression: str, variables: dict[str, Any], *, where: str) -> Any:
+    """Evaluate one Jinja2 expression (a `when`, `until` or `{{ ... }}`) to a Python value."""
+    try:
+        result = _ENV.compile_expression(expression, undefined_to_none=False)(variables)
+    except jinja2.TemplateError as error:
+        raise TemplateError(
+            f"{where}: {_describe(error)} in expression {expression.strip()!r}"
+        ) from None
+    if isinstance(result, jinja2.Undefined):
+        try:
+            str(result)
+        except jinja2.UndefinedError as error:
+            raise TemplateError(f"{where}: {_describe(error)}") from None
+    return result
+
+
+def evaluate_condition(
+    conditions: str | list[str] | bool, variables: dict[str, Any], *, where: str
+) -> bool:
+    """A `when`/`until` value: one expression, or a list that must all be true."""
+    if isinstance(conditions, bool):
+        return conditions
+    items = conditions if isinstance(conditions, list) else [conditions]
+    return all(bool(evaluate(str(item), variables, where=where)) for item in items)
+
+
+def _describe(error: jinja2.TemplateError) -> str:
+    if isinstance(error, jinja2.UndefinedError):
+        return f"undefined variable: {error.message}"
+    if isinstance(error, jinja2.TemplateSyntaxError):
+        return f"template syntax error on line {error.lineno}: {error.message}"
+    return f"template error: {error}"
