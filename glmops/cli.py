@@ -103,8 +103,6 @@ def run_playbook(
     if opts.get("ask_become_pass") and password is None:
         password = getpass.getpass("sudo password: ")
     masker = Masker({password} if password else set())
-    for host in inventory.hosts.values():
-        masker.add_secret_vars(host.vars)
     options = RunOptions(
         check=opts.get("check", False),
         diff=opts.get("diff", False),

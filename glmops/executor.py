@@ -135,8 +135,8 @@ class Executor:
                     f"{', '.join(sorted(pending))}",
                     name,
                 )
-            if play.gather_facts and session.facts is None:
-                self._gather_facts(play, session)
+            if play.gather_facts and session.facts is None and not self._gather_task(play, session):
+                return
             for task in play.tasks:
                 if not self._selected(task):
                     continue
@@ -206,6 +206,7 @@ class Executor:
     ) -> dict[str, Any]:
         host = session.host
         merged = {**host.vars, **play.vars, **self.options.extra_vars}
+        self.masker.add_secret_vars(merged)
         merged.update(
             inventory_hostname=host.name,
             group_names=host.groups,
@@ -376,11 +377,31 @@ class Executor:
         )
 
     # -- facts -------------------------------------------------------------------------------
+    def _gather_task(self, play: Play, session: HostSession) -> bool:
+        """Gather facts as the play's first task; False (host failed) when the probe fails."""
+        try:
+            self._gather_facts(play, session)
+            result = TaskResult(Status.OK, _facts_summary(session.facts or {}))
+        except (RemoteCommandError, CommandTimeout) as error:
+            result = TaskResult(Status.FAILED, f"cannot gather facts: {error}")
+            session.dead = True
+        session.tally.count(result)
+        self.reporter.task(session.host.name, "gather facts", result)
+        return not result.failed
+
     def _gather_facts(self, play: Play, session: HostSession) -> None:
         from glmops.facts_gather import gather
 
         ctx = self._context(play, session, None)
         session.facts = gather(ctx, {**session.host.vars, **play.vars, **self.options.extra_vars})
+
+
+def _facts_summary(facts: dict[str, Any]) -> str:
+    gpus = facts.get("gpus") or []
+    names = sorted({f"{g.get('name')} ({g.get('compute_cap')})" for g in gpus})
+    os_info = facts.get("os") or {}
+    system = f"{os_info.get('id', '?')} {os_info.get('version_id', '')}".strip()
+    return f"{system}, {len(gpus)} GPU(s)" + (f": {', '.join(names)}" if names else "")
 
 
 def _search_paths(playbook: Path) -> list[Path]:

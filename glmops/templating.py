@@ -47,9 +47,8 @@ def render_value(value: Any, variables: dict[str, Any], *, where: str) -> Any:
     if isinstance(value, str):
         if "{{" not in value and "{%" not in value:
             return value
-        stripped = value.strip()
-        if stripped.startswith("{{") and stripped.endswith("}}") and stripped.count("{{") == 1:
-            return evaluate(stripped[2:-2], variables, where=where)
+        if value.startswith("{{") and value.endswith("}}") and value.count("{{") == 1:
+            return evaluate(value[2:-2], variables, where=where)
         return render_string(value, variables, where=where)
     if isinstance(value, dict):
         return {key: render_value(item, variables, where=where) for key, item in value.items()}

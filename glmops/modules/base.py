@@ -57,6 +57,11 @@ class Module:
     def __init__(self, params: dict[str, Any]):
         self.params = params
 
+    @classmethod
+    def normalize(cls, raw: dict[str, Any]) -> dict[str, Any]:
+        """Reshape raw arguments when the playbook loads (before templating)."""
+        return raw
+
     def plan(self, ctx: TaskContext) -> Plan:
         raise NotImplementedError
 
@@ -81,6 +86,7 @@ def validate_params(module: type[Module], raw: Any) -> tuple[dict[str, Any], lis
         raw = {}
     if not isinstance(raw, dict):
         return {}, [f"arguments of '{module.name}' must be a mapping"]
+    raw = module.normalize(dict(raw))
     problems = [
         f"unknown argument '{key}' for module '{module.name}' (allowed: "
         f"{', '.join(sorted(module.args))})"
@@ -97,13 +103,18 @@ def validate_params(module: type[Module], raw: Any) -> tuple[dict[str, Any], lis
 
 
 def check_types(module: type[Module], params: dict[str, Any]) -> list[str]:
-    """Problems with rendered argument values (wrong type, not one of the choices)."""
+    """Problems with rendered argument values (wrong type, not one of the choices).
+
+    A number given where text is expected (`content: "{{ version }}"`) becomes text.
+    """
     problems = []
     for key, spec in module.args.items():
         value = params.get(key)
         if value is None:
             continue
         types = spec.types if isinstance(spec.types, tuple) else (spec.types,)
+        if types == (str,) and isinstance(value, int | float) and not isinstance(value, bool):
+            value = params[key] = str(value)
         if (isinstance(value, bool) and bool not in types) or not isinstance(value, types):
             expected = " or ".join(t.__name__ for t in types)
             problems.append(

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import shlex
-
 from glmops.connection import quote
 from glmops.context import TaskContext
 from glmops.modules.base import Arg, Module, Plan, register
@@ -14,8 +12,9 @@ from glmops.results import Status, TaskResult
 class Command(Module):
     """Run a program with arguments, no shell: `command: systemctl is-active vllm`.
 
-    Given as a string it is split like a shell would (`shlex`) and each word is quoted again,
-    so nothing in it is interpreted by the remote shell; or give `argv:` as a list.
+    A string is split into words when the playbook loads, before templating, so a variable's
+    value is always exactly one word, quoted: it can never add words or shell syntax.
+    Or give `argv:` as a list.
     """
 
     name = "command"
@@ -29,8 +28,14 @@ class Command(Module):
         "expect_rc": Arg(list, default=[0], doc="return codes that count as success"),
     }
 
+    @classmethod
+    def normalize(cls, raw: dict) -> dict:
+        if raw.get("cmd") is not None and raw.get("argv") is None:
+            raw = {**raw, "argv": split_template_words(raw["cmd"])}
+        return raw
+
     def command_line(self) -> str:
-        words = self.params["argv"] or shlex.split(self.params["cmd"] or "")
+        words = self.params["argv"]
         if not words:
             raise ValueError("command: give cmd or argv")
         return " ".join(quote(word) for word in words)
@@ -69,5 +74,36 @@ class Shell(Command):
     name = "shell"
     args = {key: arg for key, arg in Command.args.items() if key != "argv"}
 
+    @classmethod
+    def normalize(cls, raw: dict) -> dict:
+        return raw
+
     def command_line(self) -> str:
         return self.params["cmd"]
+
+
+def split_template_words(text: str) -> list[str]:
+    """Split a command line into words like a shell (quotes, whitespace), keeping each
+    `{{ ... }}` or `{% ... %}` whole inside its word, whatever it contains."""
+    words: list[str] = []
+    word, in_word, i = "", False, 0
+    while i < len(text):
+        pair = text[i : i + 2]
+        if pair in ("{{", "{%"):
+            end = text.find("}}" if pair == "{{" else "%}", i + 2)
+            end = len(text) if end < 0 else end + 2
+            word, in_word, i = word + text[i:end], True, end
+        elif text[i] in "'\"":
+            end = text.find(text[i], i + 1)
+            if end < 0:
+                raise ValueError(f"unterminated quote in command: {text}")
+            word, in_word, i = word + text[i + 1 : end], True, end + 1
+        elif text[i].isspace():
+            if in_word:
+                words.append(word)
+            word, in_word, i = "", False, i + 1
+        else:
+            word, in_word, i = word + text[i], True, i + 1
+    if in_word:
+        words.append(word)
+    return words

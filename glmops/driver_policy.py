@@ -1,0 +1,432 @@
+"""NVIDIA driver policy: host facts + settings -> decisions, each with the fact and the rule.
+
+Pure logic (no I/O) so `glmops provision --explain` and the tests see exactly what the engine does.
+Sources: shared/research/gguf-drivers.md §4 and orchestration-anchors.md §5. Package names follow
+NVIDIA's CUDA apt repository: `nvidia-open-<br>` / `cuda-drivers-<br>` up to R580, unsuffixed names
+plus `nvidia-driver-pinning-<br>` from R590 (check with `apt-cache policy` on the target).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from glmops.facts import HostFacts
+
+CC = tuple[int, int]
+REPO_BASE = "https://developer.download.nvidia.com/compute/cuda/repos"
+KEYRING_DEB = "cuda-keyring_1.1-1_all.deb"
+# (os id, version) -> CUDA repo directory; machine -> repo arch (aarch64 servers are "sbsa").
+OS_REPOS = {
+    ("ubuntu", "22.04"): "ubuntu2204",
+    ("ubuntu", "24.04"): "ubuntu2404",
+    ("debian", "12"): "debian12",
+    ("debian", "13"): "debian13",
+}
+REPO_ARCH = {"x86_64": "x86_64", "aarch64": "sbsa"}
+LAST_BRANCH_PRE_TURING = 580  # R580 is the last branch for Maxwell, Pascal and Volta
+UNSUFFIXED_FROM = 590  # CUDA repo packages drop the "-<branch>" suffix from R590
+
+
+@dataclass(frozen=True)
+class Arch:
+    """What a compute capability implies for the driver."""
+
+    name: str
+    modules: str  # "open-required" | "open-recommended" | "proprietary-required"
+    min_cuda: tuple[int, int] | None = None
+    min_branch: int | None = None  # oldest driver branch that supports min_cuda
+
+
+def arch_for(cc: CC, machine: str | None) -> Arch:
+    """Compute capability -> driver requirements (the table test_driver_policy pins)."""
+    major, minor = cc
+    if major >= 10:  # 10.x B200/B300, 11.0 Thor, 12.x RTX PRO 6000 / GB10: sm_1xx needs CUDA 12.8
+        return Arch("Blackwell", "open-required", (12, 8), 570)
+    if cc == (9, 0) and machine == "aarch64":
+        return Arch("Grace Hopper", "open-required", (11, 8), 520)
+    if cc == (9, 0):
+        return Arch("Hopper", "open-recommended", (11, 8), 520)
+    if cc == (8, 9):
+        return Arch("Ada Lovelace", "open-recommended", (11, 8), 520)
+    if major == 8:
+        return Arch("Ampere", "open-recommended", (11, 0), 450)
+    if cc >= (7, 5):
+        return Arch("Turing", "open-recommended", (10, 0), 410)
+    names = {7: "Volta", 6: "Pascal", 5: "Maxwell"}
+    return Arch(names.get(major, "Kepler or older"), "proprietary-required")
+
+
+@dataclass(frozen=True)
+class DriverSettings:
+    branch: str = "580"  # R580: long-term support branch, EOL Aug 2028, CUDA 13.x
+    min_version: str | None = None  # upgrade within the branch below this, e.g. "580.95.05"
+    expected_compute_cap: CC | None = None  # from the inventory profile, for driverless hosts
+    persistence_mode: bool = True
+    repo_base: str = REPO_BASE
+
+
+@dataclass(frozen=True)
+class Decision:
+    key: str
+    value: Any
+    fact: str
+    rule: str
+    required: bool = False  # a hard requirement rather than a recommendation or a note
+    change: bool = False  # implies a step that changes the host
+    error: bool = False  # provisioning must stop here
+
+    @property
+    def because(self) -> str:
+        return f"{self.fact} → {self.rule}"
+
+
+def _ver(v: str) -> tuple[int, ...]:
+    return tuple(int(p) for p in v.split(".") if p.isdigit())
+
+
+def _cc_s(cc: CC) -> str:
+    return f"{cc[0]}.{cc[1]}"
+
+
+def decide(facts: HostFacts, settings: DriverSettings | None = None) -> list[Decision]:
+    """All driver decisions for one host, in the order the steps run."""
+    s = settings or DriverSettings()
+    out: list[Decision] = []
+    add = out.append
+    if not facts.has_nvidia_gpu:
+        why = facts.reason("gpus") or "no NVIDIA display controller on the PCI bus"
+        add(Decision("driver", "skip", f"no NVIDIA GPU ({why})", "driver steps skipped"))
+        return out
+    if facts.dgx_release:
+        add(Decision("driver", "skip", "/etc/dgx-release present", "DGX OS manages its driver"))
+        return out
+
+    # Which architecture(s): from the driver if it answers, else the inventory profile.
+    ccs = facts.compute_capabilities
+    cc_fact = "compute_cap " + ", ".join(_cc_s(c) for c in ccs)
+    if not ccs and s.expected_compute_cap:
+        ccs = (s.expected_compute_cap,)
+        cc_fact = f"compute_cap {_cc_s(ccs[0])} (inventory profile; no driver to ask)"
+    arches = {c: arch_for(c, facts.machine) for c in ccs}
+    if arches:
+        names = ", ".join(sorted({a.name for a in arches.values()}))
+        add(Decision("architecture", names, cc_fact, f"{names} ({facts.gpu_count} GPU(s))"))
+
+    # Kernel module flavour.
+    kinds = {a.modules for a in arches.values()}
+    if "open-required" in kinds and "proprietary-required" in kinds:
+        add(
+            Decision(
+                "kernel_modules",
+                None,
+                cc_fact,
+                "mixed GPUs need both flavours: unsupported on one host",
+                required=True,
+                error=True,
+            )
+        )
+        return out
+    if "open-required" in kinds:
+        names = "/".join(sorted({a.name for a in arches.values() if a.modules == "open-required"}))
+        flavour = Decision(
+            "kernel_modules",
+            "open",
+            cc_fact,
+            f"open kernel modules required ({names})",
+            required=True,
+        )
+    elif "proprietary-required" in kinds:
+        flavour = Decision(
+            "kernel_modules",
+            "proprietary",
+            cc_fact,
+            "older than Turing (7.5): open modules need the GSP, proprietary required",
+            required=True,
+        )
+    elif kinds:
+        flavour = Decision(
+            "kernel_modules",
+            "open",
+            cc_fact,
+            "Turing (7.5) or newer: open kernel modules recommended (R560+ default)",
+        )
+    else:
+        flavour = Decision(
+            "kernel_modules",
+            "open",
+            f"{facts.gpu_count} NVIDIA GPU(s) on PCI, "
+            "compute capability unknown (no driver, no profile)",
+            "assume Turing or newer: open modules (R560+ default)",
+        )
+    add(flavour)
+
+    # Branch and CUDA floor.
+    branch = int(s.branch)
+    need = [a for a in arches.values() if a.min_branch]
+    floor = max(need, key=lambda a: a.min_branch or 0) if need else None
+    if floor and floor.min_cuda and floor.min_branch and branch < floor.min_branch:
+        add(
+            Decision(
+                "branch",
+                s.branch,
+                f"{cc_fact} needs CUDA ≥ {_v2(floor.min_cuda)}",
+                f"branch {branch} < {floor.min_branch}: too old",
+                True,
+                error=True,
+            )
+        )
+        return out
+    if flavour.value == "proprietary" and branch > LAST_BRANCH_PRE_TURING:
+        add(
+            Decision(
+                "branch",
+                s.branch,
+                cc_fact,
+                f"R{LAST_BRANCH_PRE_TURING} is the last branch for Maxwell/Pascal/Volta",
+                True,
+                error=True,
+            )
+        )
+        return out
+    if any(c < (5, 0) for c in ccs):
+        add(
+            Decision(
+                "branch",
+                s.branch,
+                cc_fact,
+                "Kepler and older: unsupported after R470",
+                True,
+                error=True,
+            )
+        )
+        return out
+    cuda_rule = (
+        f"; CUDA ≥ {_v2(floor.min_cuda)} (driver ≥ R{floor.min_branch})"
+        if (floor and floor.min_cuda)
+        else ""
+    )
+    add(
+        Decision(
+            "branch",
+            s.branch,
+            f"settings.branch = {s.branch}",
+            f"pinned driver branch R{s.branch}{cuda_rule}",
+            required=True,
+        )
+    )
+
+    # Repository and packages.
+    repo = OS_REPOS.get((facts.os_id or "", facts.os_version_id or ""))
+    rarch = REPO_ARCH.get(facts.machine or "")
+    os_fact = f"os {facts.os_id} {facts.os_version_id} {facts.machine}"
+    if not repo or not rarch:
+        add(
+            Decision(
+                "apt_repo",
+                None,
+                os_fact,
+                "no NVIDIA CUDA apt repository for this "
+                f"OS/arch (supported: {sorted(OS_REPOS.values())})",
+                True,
+                error=True,
+            )
+        )
+        return out
+    url = f"{s.repo_base}/{repo}/{rarch}/{KEYRING_DEB}"
+    add(
+        Decision(
+            "apt_repo", url, os_fact, f"CUDA repo {repo}/{rarch} via cuda-keyring", required=True
+        )
+    )
+    suffix = "" if branch >= UNSUFFIXED_FROM else f"-{branch}"
+    meta = ("nvidia-open" if flavour.value == "open" else "cuda-drivers") + suffix
+    pkgs = [f"nvidia-driver-pinning-{branch}", meta]
+    if facts.kernel_release:
+        pkgs.insert(0, f"linux-headers-{facts.kernel_release}")
+    add(
+        Decision(
+            "packages",
+            tuple(pkgs),
+            f"branch {branch}, {flavour.value} modules",
+            f"pin the branch, then {meta} (DKMS builds need the running kernel's headers)",
+        )
+    )
+
+    # Install / upgrade / keep.
+    change, ch_fact, ch_rule = _driver_change(facts, s, flavour)
+    add(Decision("driver_change", change, ch_fact, ch_rule, change=change not in ("keep",)))
+    installing = change in ("install", "upgrade", "change-branch", "switch-flavour")
+
+    # nouveau, persistence, reboot.
+    if facts.nouveau_loaded:
+        add(
+            Decision(
+                "nouveau",
+                "blacklist",
+                "nouveau loaded (/proc/modules)",
+                "blacklist nouveau and regenerate the initramfs; it holds the GPU until a reboot",
+                required=True,
+                change=True,
+            )
+        )
+    elif installing:
+        add(
+            Decision(
+                "nouveau",
+                "blacklist",
+                f"driver {change} planned",
+                "ensure nouveau is blacklisted (initramfs regenerated only if the file changed)",
+                change=True,
+            )
+        )
+    else:
+        add(
+            Decision(
+                "nouveau",
+                "leave",
+                f"nouveau_loaded = {facts.nouveau_loaded}",
+                "nothing to blacklist",
+            )
+        )
+    pm = [g.persistence_mode for g in facts.gpus or ()]
+    if s.persistence_mode:
+        off = not pm or not all(pm)
+        add(
+            Decision(
+                "persistence_mode",
+                "on",
+                "persistence " + ("on for every GPU" if not off else "off or unknown on some GPU"),
+                "enable nvidia-persistenced" if off else "already on",
+                change=off,
+            )
+        )
+    reasons = []
+    if facts.nouveau_loaded:
+        reasons.append("nouveau loaded")
+    if facts.driver_mismatch:
+        reasons.append("driver/library version mismatch")
+    if installing:
+        reasons.append(f"driver {change}")
+    if facts.reboot_required and reasons:
+        reasons.append("/var/run/reboot-required set")
+    add(
+        Decision(
+            "reboot",
+            bool(reasons),
+            ", ".join(reasons) or "driver unchanged",
+            "reboot (record boot_id, wait for a new one)" if reasons else "no reboot",
+            change=bool(reasons),
+        )
+    )
+
+    if facts.secure_boot and installing:
+        add(
+            Decision(
+                "secure_boot",
+                "mok",
+                "Secure Boot enabled",
+                "DKMS-built modules must be signed with an enrolled MOK key or they will not load",
+            )
+        )
+    add_torch(out, facts, ccs)
+    return out
+
+
+def _v2(v: tuple[int, int]) -> str:
+    return f"{v[0]}.{v[1]}"
+
+
+def _driver_change(facts: HostFacts, s: DriverSettings, flavour: Decision) -> tuple[str, str, str]:
+    cur, cur_flavour = facts.driver_version, facts.kernel_module
+    if not cur:
+        return "install", "no driver (nvidia-smi/NVML absent)", f"install R{s.branch}"
+    fact = f"driver {cur} ({cur_flavour or 'flavour not reported'})"
+    if facts.driver_branch != s.branch:
+        return "change-branch", fact, f"branch {facts.driver_branch} ≠ R{s.branch}: reinstall"
+    if flavour.required and cur_flavour and cur_flavour != flavour.value:
+        return "switch-flavour", fact, f"{flavour.value} modules required: reinstall"
+    if s.min_version and _ver(cur) < _ver(s.min_version):
+        return "upgrade", fact, f"below the minimum {s.min_version}: upgrade within R{s.branch}"
+    if cur_flavour is None:
+        return (
+            "keep",
+            fact,
+            f"on R{s.branch}; flavour unknown (/proc/driver/nvidia absent), "
+            "not forcing a reinstall",
+        )
+    if cur_flavour != flavour.value:
+        return "keep", fact, f"on R{s.branch}; {flavour.value} recommended, not required: keep"
+    return "keep", fact, f"already on R{s.branch} with {cur_flavour} modules"
+
+
+def add_torch(out: list[Decision], facts: HostFacts, ccs: Iterable[CC]) -> None:
+    """Notes on the venv's torch vs the GPU and the driver's CUDA (the venv step acts on them)."""
+    v = facts.venv
+    if not v or not v.torch_version:
+        return
+    for cc in ccs:
+        ok = v.torch_supports(cc)
+        if ok is False:
+            add = f"sm_{cc[0]}{cc[1]} not in {list(v.torch_cuda_arch_list or ())}"
+            out.append(
+                Decision(
+                    "torch_arch",
+                    False,
+                    f"torch {v.torch_version}: {add}",
+                    "torch has no kernels for this GPU: reinstall a newer build",
+                    required=True,
+                    change=True,
+                )
+            )
+    tc, dc = v.torch_cuda_version, facts.cuda_version
+    if tc and dc and _ver(tc)[:2] > _ver(dc)[:2]:
+        out.append(
+            Decision(
+                "torch_cuda",
+                False,
+                f"torch CUDA {tc} > driver CUDA {dc}",
+                "torch must match the CUDA version the driver supports",
+                required=True,
+                change=True,
+            )
+        )
+
+
+def get(decisions: Iterable[Decision], key: str) -> Decision | None:
+    return next((d for d in decisions if d.key == key), None)
+
+
+def errors(decisions: Iterable[Decision]) -> list[Decision]:
+    return [d for d in decisions if d.error]
+
+
+def explain(decisions: Iterable[Decision]) -> str:
+    """One line per decision for `--explain`: key, value, flags, then fact → rule."""
+    lines = []
+    for d in decisions:
+        val = " ".join(d.value) if isinstance(d.value, tuple) else str(d.value)
+        flags = "".join(
+            f" [{n}]"
+            for n, on in (("required", d.required), ("change", d.change), ("ERROR", d.error))
+            if on
+        )
+        lines.append(f"{d.key:<17}{val}{flags}\n{'':<17}{d.because}")
+    return "\n".join(lines)
+
+
+def to_json(decisions: Iterable[Decision]) -> list[dict[str, Any]]:
+    return [
+        dict(
+            key=d.key,
+            value=list(d.value) if isinstance(d.value, tuple) else d.value,
+            fact=d.fact,
+            rule=d.rule,
+            because=d.because,
+            required=d.required,
+            change=d.change,
+            error=d.error,
+        )
+        for d in decisions
+    ]

@@ -1,0 +1,54 @@
+"""Testbed fixtures: real systemd + sshd hosts (systemd-nspawn), shared by the session."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from glmops.testbed import Testbed
+
+ENGINE_FIRST_INDEX = 11  # tb11..: clear of the CLI's tb1.. and the testbed's own tests (tb101..)
+
+
+def _skip_reason() -> str | None:
+    if os.geteuid() != 0:
+        return "testbed tests need root (network namespaces, systemd-nspawn)"
+    if shutil.which("systemd-nspawn") is None or shutil.which("debootstrap") is None:
+        return "testbed tools missing: apt-get install debootstrap systemd-container"
+    return None
+
+
+@pytest.fixture(scope="session")
+def testbed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Testbed]:
+    reason = _skip_reason()
+    if reason:
+        pytest.skip(reason)
+    bed = Testbed(tmp_path_factory.mktemp("engine-testbed"), first_index=ENGINE_FIRST_INDEX)
+    bed.up(3)
+    try:
+        yield bed
+    finally:
+        bed.down()
+
+
+@pytest.fixture(scope="session")
+def hosts(testbed: Testbed) -> list[str]:
+    return [f"tb{ENGINE_FIRST_INDEX + i}" for i in range(3)]
+
+
+@pytest.fixture
+def inventory(testbed: Testbed, tmp_path: Path) -> Path:
+    """A copy of the testbed's inventory that a test may add hosts or variables to."""
+    path = tmp_path / "hosts.yml"
+    shutil.copy(testbed.inventory_path, path)
+    return path
+
+
+def host_read(testbed: Testbed, host: str, path: str) -> str | None:
+    """Read a file on a test host without SSH (nsenter), to check glmops' work independently."""
+    result = testbed.exec(host, ["cat", path])
+    return result.stdout if result.returncode == 0 else None

@@ -1,0 +1,238 @@
+"""gguf_split host helper: validate, merge (byte-identical to a one-file write), verify, skip."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+gguf = pytest.importorskip("gguf", reason="gguf is in the test extras (pip install -e .[test])")
+np = pytest.importorskip("numpy")
+
+from glmops.hosthelpers import gguf_split  # noqa: E402
+
+SCRIPT = Path(gguf_split.__file__)
+Q = gguf.GGMLQuantizationType
+
+
+def _tensors() -> list[tuple[str, np.ndarray, Q | None]]:
+    """GLM-DSA-style names; sizes deliberately not multiples of 32 (padding must be right)."""
+    rng = np.random.default_rng(5)
+
+    def raw(qt: Q, rows: int, cols: int) -> np.ndarray:
+        block, size = gguf.GGML_QUANT_SIZES[qt]
+        return rng.integers(0, 256, (rows, cols // block * size), dtype=np.uint8)
+
+    out: list[tuple[str, np.ndarray, Q | None]] = [
+        ("token_embd.weight", raw(Q.Q4_K, 3, 256), Q.Q4_K),
+        ("output_norm.weight", rng.standard_normal(7).astype(np.float32), None),
+    ]
+    for b in range(3):
+        out += [
+            (f"blk.{b}.attn_kv_a_mqa.weight", raw(Q.Q8_0, 3, 64), Q.Q8_0),
+            (f"blk.{b}.attn_k_b.weight", rng.standard_normal((3, 5)).astype(np.float16), None),
+            (f"blk.{b}.attn_v_b.weight", raw(Q.Q6_K, 2, 256), Q.Q6_K),
+            (f"blk.{b}.indexer.k_norm.weight", rng.standard_normal(9).astype(np.float32), None),
+            (f"blk.{b}.ffn_gate_exps.weight", raw(Q.Q4_K, 4, 512), Q.Q4_K),
+            (f"blk.{b}.exp_probs_b.bias", rng.standard_normal(3).astype(np.float32), None),
+        ]
+    return out
+
+
+def write_model(path: Path, **split) -> None:
+    """One GGUFWriter run; `split` (split_max_tensors, small_first_shard) makes a split set."""
+    w = gguf.GGUFWriter(str(path), "glm-dsa", **split)
+    w.add_uint32("glm-dsa.block_count", 3)
+    w.add_int32("test.i32", -7)
+    w.add_float32("test.f32", 0.5)
+    w.add_float64("test.f64", 1e-9)
+    w.add_bool("test.bool", True)
+    w.add_uint64("test.u64", 1 << 40)
+    w.add_int8("test.i8", -1)
+    w.add_uint16("test.u16", 65535)
+    w.add_string("general.name", "GLM-5 synthetic")
+    w.add_array("tokenizer.ggml.tokens", [f"tok{i}" for i in range(1000)])
+    w.add_array("tokenizer.ggml.scores", [float(i) for i in range(100)])
+    w.add_array("tokenizer.ggml.token_type", [1, 2, 3])
+    for name, arr, qt in _tensors():
+        w.add_tensor(name, arr, raw_dtype=qt)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+
+
+@pytest.fixture(scope="module")
+def ref(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    p = tmp_path_factory.mktemp("ref") / "model.gguf"
+    write_model(p)
+    return p
+
+
+def split_set(d: Path, **split) -> Path:
+    d.mkdir(parents=True, exist_ok=True)
+    write_model(d / "model.gguf", **split)
+    firsts = sorted(d.glob("model-00001-of-*.gguf"))
+    assert len(firsts) == 1
+    return firsts[0]
+
+
+def run_cli(args: dict) -> tuple[dict, str]:
+    p = subprocess.run([sys.executable, str(SCRIPT), json.dumps(args)], capture_output=True,
+                       text=True, timeout=60)
+    assert p.returncode == 0, p.stderr
+    lines = p.stdout.strip().splitlines()
+    assert len(lines) == 1, p.stdout
+    return json.loads(lines[0]), p.stderr
+
+
+@pytest.mark.parametrize("split", [
+    {"split_max_tensors": 12},
+    {"split_max_tensors": 7},
+    {"split_max_tensors": 1, "small_first_shard": True},
+], ids=["2-shards", "3-shards", "metadata-only-first"])
+def test_merge_is_byte_identical_to_one_file_write(tmp_path: Path, ref: Path, split) -> None:
+    first = split_set(tmp_path / "in", **split)
+    out = tmp_path / "merged.gguf"
+    res, err = run_cli({"mode": "merge", "path": str(first), "output": str(out)})
+    assert not res["failed"] and res["changed"], res
+    assert out.read_bytes() == ref.read_bytes()
+    events = [json.loads(x)["event"] for x in err.splitlines()]
+    assert events[0] == "start" and events[-1] == "progress"
+    assert json.loads((tmp_path / "merged.gguf.glmops.json").read_text())["output"]["size"] == (
+        out.stat().st_size)
+    assert not [p for p in tmp_path.iterdir() if p.name.endswith(".part")]
+
+
+def test_keep_split_keys_matches_llama_cpp(tmp_path: Path, ref: Path) -> None:
+    first = split_set(tmp_path / "in", split_max_tensors=7)
+    out = tmp_path / "merged.gguf"
+    res = gguf_split.merge({"path": str(first), "output": str(out), "keep_split_keys": True})
+    assert not res["failed"], res
+    r = gguf.GGUFReader(str(out))
+    assert r.fields["split.count"].contents() == 0
+    assert r.fields["split.no"].contents() == 0
+    assert r.fields["split.tensors.count"].contents() == len(_tensors())
+    want = gguf.GGUFReader(str(ref))
+    assert [t.name for t in r.tensors] == [t.name for t in want.tensors]
+    assert all((a.data == b.data).all() for a, b in zip(r.tensors, want.tensors, strict=True))
+
+
+def test_skip_when_merged_file_is_current_then_remerge_on_change(tmp_path: Path) -> None:
+    first = split_set(tmp_path / "in", split_max_tensors=7)
+    args = {"path": str(first), "output": str(tmp_path / "m.gguf")}
+    assert gguf_split.merge(args)["changed"]
+    t0 = time.monotonic()
+    res = gguf_split.merge(args)
+    assert res["skipped"] and not res["changed"] and not res["failed"], res
+    assert time.monotonic() - t0 < 2.0
+    shard2 = sorted(first.parent.glob("model-*.gguf"))[1]
+    os.utime(shard2, ns=(shard2.stat().st_atime_ns, shard2.stat().st_mtime_ns + 10**9))
+    assert gguf_split.merge(args)["changed"]
+    (tmp_path / "m.gguf").write_bytes(b"GGUF")  # damaged output: fingerprint no longer matches
+    assert gguf_split.merge(args)["changed"]
+
+
+def test_check_mode_writes_nothing(tmp_path: Path) -> None:
+    first = split_set(tmp_path / "in", split_max_tensors=7)
+    out = tmp_path / "out"
+    out.mkdir()
+    res = gguf_split.merge({"path": str(first), "output": str(out / "m.gguf"), "check": True})
+    assert res["changed"] and not res["failed"] and "would merge" in res["msg"]
+    assert list(out.iterdir()) == []
+
+
+def test_free_space_is_checked_first(tmp_path: Path) -> None:
+    first = split_set(tmp_path / "in", split_max_tensors=7)
+    res = gguf_split.merge({"path": str(first), "output": str(tmp_path / "m.gguf"),
+                            "free_margin_bytes": 1 << 62})
+    assert res["failed"] and "not enough free space" in res["msg"]
+    assert not (tmp_path / "m.gguf").exists()
+
+
+def test_validate_ok_from_directory_and_first_shard(tmp_path: Path) -> None:
+    first = split_set(tmp_path / "in", split_max_tensors=7)
+    for path in (first, first.parent):
+        res, _ = run_cli({"mode": "validate", "path": str(path)})
+        assert not res["failed"], res
+        assert res["tensor_count"] == len(_tensors()) and len(res["shards"]) == 3
+        assert res["architecture"] == "glm-dsa" and res["alignment"] == 32
+
+
+def test_validate_missing_shard_names_it(tmp_path: Path) -> None:
+    first = split_set(tmp_path / "in", split_max_tensors=7)
+    (first.parent / "model-00002-of-00003.gguf").unlink()
+    res = gguf_split.validate({"path": str(first)})
+    assert res["failed"] and "model-00002-of-00003.gguf" in res["msg"]
+
+
+def test_validate_mismatched_counts(tmp_path: Path) -> None:
+    first = split_set(tmp_path / "in", split_max_tensors=7)
+    shard2 = first.parent / "model-00002-of-00003.gguf"
+    r = gguf.GGUFReader(str(shard2), "r+")  # edit the value in place, like gguf-set-metadata
+    f = r.fields["split.tensors.count"]
+    f.parts[f.data[0]][0] = 99
+    del r
+    res = gguf_split.validate({"path": str(first)})
+    assert res["failed"]
+    assert any("model-00002-of-00003.gguf: split.tensors.count = 99" in e for e in res["errors"])
+
+
+def test_validate_wrong_shard_in_slot(tmp_path: Path) -> None:
+    first = split_set(tmp_path / "in", split_max_tensors=7)
+    d = first.parent
+    os.replace(d / "model-00003-of-00003.gguf", d / "tmp")
+    os.replace(d / "model-00002-of-00003.gguf", d / "model-00003-of-00003.gguf")
+    os.replace(d / "tmp", d / "model-00002-of-00003.gguf")
+    errs = gguf_split.validate({"path": str(first)})["errors"]
+    assert "model-00002-of-00003.gguf: split.no = 2, expected 1" in errs
+
+
+@pytest.mark.parametrize("name, why", [
+    ("model-00002-of-00003.gguf", "not the first shard"),
+    ("model-1-of-3.gguf", "name is not"),
+    ("model.gguf", "name is not"),
+])
+def test_validate_bad_names(tmp_path: Path, name: str, why: str) -> None:
+    (tmp_path / name).write_bytes(b"GGUF")
+    res, _ = run_cli({"mode": "validate", "path": str(tmp_path / name)})
+    assert res["failed"] and why in res["msg"] and name in res["msg"]
+
+
+def test_lfs_pointer_and_truncation_are_named(tmp_path: Path) -> None:
+    p = tmp_path / "x-00001-of-00001.gguf"
+    p.write_text("version https://git-lfs.github.com/spec/v1\noid sha256:00\nsize 1\n")
+    assert "Git LFS" in gguf_split.validate({"path": str(p)})["msg"]
+    first = split_set(tmp_path / "in", split_max_tensors=7)
+    last = first.parent / "model-00003-of-00003.gguf"
+    last.write_bytes(last.read_bytes()[:-100])
+    msg = " ".join(gguf_split.validate({"path": str(first)})["errors"])
+    assert "model-00003-of-00003.gguf: truncated" in msg
+
+
+def test_verify_structure_and_split_invariant_hash(tmp_path: Path, ref: Path) -> None:
+    first = split_set(tmp_path / "in", split_max_tensors=7)
+    out = tmp_path / "m.gguf"
+    gguf_split.merge({"path": str(first), "output": str(out)})
+    a = gguf_split.verify({"path": str(out), "sha256": True, "expect_tensor_count": 20})
+    b = gguf_split.verify({"path": str(first), "sha256": True})
+    assert not a["failed"] and not b["failed"], (a, b)
+    assert a["content_sha256"] == b["content_sha256"]
+    assert a["data_bytes"] == sum(arr.nbytes for _, arr, _ in _tensors())
+    out.write_bytes(out.read_bytes()[:-64])
+    assert gguf_split.verify({"path": str(out)})["failed"]
+
+
+def test_header_reader_reads_every_kv_type(ref: Path) -> None:
+    h = gguf_split.Header(str(ref))
+    want = gguf.GGUFReader(str(ref))
+    assert list(h.kv) == [k for k in want.fields if not k.startswith("GGUF.")]
+    assert h.get("test.i32") == -7 and h.get("test.u64") == 1 << 40 and h.get("test.bool")
+    assert h.get("tokenizer.ggml.tokens") == ("array", 8, 1000)
+    assert [(t[0], t[3], t[4]) for t in h.tensors] == [
+        (t.name, t.data_offset - want.data_offset, t.n_bytes) for t in want.tensors]

@@ -1,0 +1,250 @@
+"""Each module's plan and apply, through the real executor on a local connection.
+
+The local connection runs real shell commands on this machine (inside a temp folder), so these
+are the same command lines an SSH host gets; tests/testbed repeats the key ones over real SSH.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+from pathlib import Path
+
+from tests.conftest import Runner
+
+FILES = """
+- hosts: all
+  gather_facts: false
+  tasks:
+    - name: folder
+      file: {path: "{{ root }}/etc", mode: "0750"}
+    - name: config
+      copy: {dest: "{{ root }}/etc/app.conf", content: "port={{ port | default(8000) }}\\n",
+             mode: "0640"}
+      notify: reload
+    - name: rendered
+      template: {src: "{{ root }}/app.j2", dest: "{{ root }}/etc/app.env"}
+  handlers:
+    - name: reload
+      shell: echo reloaded >> "{{ root }}/reloads"
+"""
+
+
+def test_files_converge_and_second_run_changes_nothing(
+    run_playbook: Runner, local_inventory: Path, tmp_path: Path
+) -> None:
+    root = tmp_path / "root"
+    (root / "app.j2").write_text("HOST={{ inventory_hostname }}\n")
+    first = run_playbook(FILES, local_inventory)
+    assert first.exit_code == 0, first.stderr
+    assert (root / "etc" / "app.conf").read_text() == "port=8000\n"
+    assert stat.S_IMODE(os.stat(root / "etc" / "app.conf").st_mode) == 0o640
+    assert stat.S_IMODE(os.stat(root / "etc").st_mode) == 0o750
+    assert (root / "etc" / "app.env").read_text() == "HOST=here\n"
+    assert (root / "reloads").read_text() == "reloaded\n"
+    second = run_playbook(FILES, local_inventory)
+    assert second.exit_code == 0 and second.changed() == 0, second.results()
+    assert (root / "reloads").read_text() == "reloaded\n", "handler ran without a change"
+
+
+def test_check_and_diff_change_nothing(
+    run_playbook: Runner, local_inventory: Path, tmp_path: Path
+) -> None:
+    root = tmp_path / "root"
+    (root / "app.j2").write_text("HOST={{ inventory_hostname }}\n")
+    assert run_playbook(FILES, local_inventory).exit_code == 0
+    before = {p: p.read_bytes() for p in root.rglob("*") if p.is_file()}
+    outcome = run_playbook(FILES, local_inventory, check=True, diff=True, extra=["port=9000"])
+    assert outcome.exit_code == 3
+    assert outcome.status("config") == "changed"
+    diff = next(e["diff"] for e in outcome.results() if e["task"] == "config")
+    assert "-port=8000" in diff and "+port=9000" in diff
+    assert {p: p.read_bytes() for p in root.rglob("*") if p.is_file()} == before
+
+
+def test_copy_keeps_a_backup_of_the_replaced_file(
+    run_playbook: Runner, local_inventory: Path, tmp_path: Path
+) -> None:
+    target = tmp_path / "root" / "old.txt"
+    target.write_text("original\n")
+    outcome = run_playbook(
+        f"""
+    - hosts: all
+      gather_facts: false
+      tasks:
+        - copy: {{dest: "{target}", content: "new\\n"}}
+          register: written
+    """,
+        local_inventory,
+    )
+    assert outcome.exit_code == 0
+    assert target.read_text() == "new\n"
+    backups = list(Path.home().glob(f".local/state/glmops/backups{target}.*")) + list(
+        Path("/var/lib/glmops/backups").glob(f"{str(target).lstrip('/')}.*")
+    )
+    assert any(b.read_text() == "original\n" for b in backups)
+
+
+def test_command_creates_register_when_and_until(
+    run_playbook: Runner, local_inventory: Path, tmp_path: Path
+) -> None:
+    counter = tmp_path / "root" / "count"
+    outcome = run_playbook(
+        f"""
+    - hosts: all
+      gather_facts: false
+      tasks:
+        - name: once
+          command: {{cmd: "touch {counter}", creates: "{counter}"}}
+        - name: again
+          command: {{cmd: "touch {counter}", creates: "{counter}"}}
+        - name: flaky
+          shell: echo x >> {counter}; test $(wc -l < {counter}) -ge 3
+          retries: 5
+          delay: 0
+          register: flaky
+        - name: echo
+          shell: echo "lines=$(wc -l < {counter})"
+          register: lines
+        - name: only when
+          command: "true"
+          when: lines.stdout.strip() == "lines=3"
+        - name: never
+          command: "true"
+          when: "lines.rc != 0"
+        - name: poll
+          shell: echo $(( $(wc -l < {counter}) ))
+          register: poll
+          until: poll.stdout | int >= 3
+          retries: 2
+          delay: 0
+    """,
+        local_inventory,
+    )
+    assert outcome.exit_code == 0, outcome.results()
+    assert outcome.status("once") == "changed"
+    assert outcome.status("again") == "ok"
+    assert outcome.status("flaky") == "changed"
+    assert outcome.status("only when") == "changed"
+    assert outcome.status("never") == "skipped"
+
+
+def test_failure_stops_the_host_and_ignore_errors_does_not(
+    run_playbook: Runner, local_inventory: Path
+) -> None:
+    outcome = run_playbook(
+        """
+    - hosts: all
+      gather_facts: false
+      tasks:
+        - name: tolerated
+          command: "false"
+          ignore_errors: true
+        - name: broken
+          command: "false"
+        - name: after
+          command: "true"
+    """,
+        local_inventory,
+    )
+    assert outcome.exit_code == 2
+    assert outcome.recap()["here"]["ignored"] == 1 and outcome.recap()["here"]["failed"] == 1
+    assert [e["task"] for e in outcome.results()] == ["tolerated", "broken"]
+
+
+def test_timeout_fails_the_task(run_playbook: Runner, local_inventory: Path) -> None:
+    outcome = run_playbook(
+        """
+    - hosts: all
+      gather_facts: false
+      tasks:
+        - name: hangs
+          command: sleep 30
+          timeout: 1
+    """,
+        local_inventory,
+    )
+    assert outcome.exit_code == 2
+    assert "timed out" in outcome.results()[0]["msg"]
+
+
+def test_tags_and_skip_tags(run_playbook: Runner, local_inventory: Path) -> None:
+    text = """
+    - hosts: all
+      gather_facts: false
+      tasks:
+        - {name: a, command: "true", tags: [one]}
+        - {name: b, command: "true", tags: [two]}
+        - {name: c, command: "true", tags: [always]}
+    """
+    ran = [e["task"] for e in run_playbook(text, local_inventory, tags={"one"}).results()]
+    assert ran == ["a", "c"]
+    ran = [e["task"] for e in run_playbook(text, local_inventory, skip_tags={"one"}).results()]
+    assert ran == ["b", "c"]
+
+
+def test_undefined_variable_names_playbook_task_and_host(
+    run_playbook: Runner, local_inventory: Path
+) -> None:
+    outcome = run_playbook(
+        """
+    - hosts: all
+      gather_facts: false
+      tasks:
+        - name: uses a typo
+          command: echo {{ vlm_port }}
+    """,
+        local_inventory,
+    )
+    assert outcome.exit_code == 2
+    msg = outcome.results()[0]["msg"]
+    assert "playbook.yml:5 task 'uses a typo' on host 'here'" in msg and "vlm_port" in msg
+
+
+def test_secrets_are_masked_in_events_and_logs(
+    run_playbook: Runner, local_inventory: Path, tmp_path: Path
+) -> None:
+    outcome = run_playbook(
+        """
+    - hosts: all
+      gather_facts: false
+      vars: {api_token: s3cr3t-value}
+      tasks:
+        - name: leak attempt
+          shell: echo token={{ api_token }}; exit 1
+    """,
+        local_inventory,
+        extra=["api_token=s3cr3t-value"],
+    )
+    assert "s3cr3t-value" not in str(outcome.events)
+    logs = "".join(p.read_text() for p in outcome.run_dir.glob("*.log"))
+    assert "token=" in logs and "s3cr3t-value" not in logs
+
+
+def test_helper_runs_from_stdin_and_leaves_nothing(
+    run_playbook: Runner, local_inventory: Path, tmp_path: Path
+) -> None:
+    import socket
+
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen()
+    port = server.getsockname()[1]
+    try:
+        outcome = run_playbook(
+            f"""
+        - hosts: all
+          gather_facts: false
+          tasks:
+            - name: open
+              wait_for: {{port: {port}, timeout: 5}}
+            - name: closed
+              wait_for: {{port: 1, timeout: 1, sleep: 0.2}}
+        """,
+            local_inventory,
+        )
+    finally:
+        server.close()
+    assert outcome.status("open") == "ok"
+    assert outcome.status("closed") == "failed"
+    assert "not ready" in outcome.results()[-1]["msg"]

@@ -1,0 +1,95 @@
+"""Playbook loading and templating: unknown keys, modules and variables fail with file and line."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from glmops.errors import InputError, TemplateError
+from glmops.playbook import load_playbook
+from glmops.templating import evaluate_condition, render_value
+
+
+def playbook(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "play.yml"
+    path.write_text(text)
+    return path
+
+
+def test_loads_tasks_and_handlers(tmp_path: Path) -> None:
+    plays = load_playbook(
+        playbook(
+            tmp_path,
+            """\
+- hosts: gpu
+  vars: {a: 1}
+  tasks:
+    - name: say
+      command: echo hi
+      notify: bye
+      tags: [t1]
+      retries: 2
+      until: "result.rc == 0"
+      timeout: 5
+  handlers:
+    - name: bye
+      shell: echo bye
+""",
+        )
+    )
+    task = plays[0].tasks[0]
+    assert (task.module, task.args["cmd"], task.notify, task.tags) == (
+        "command",
+        "echo hi",
+        ["bye"],
+        ["t1"],
+    )
+    assert (task.retries, task.timeout, task.line) == (2, 5, 4)
+    assert plays[0].handlers[0].name == "bye"
+
+
+@pytest.mark.parametrize(
+    ("text", "line", "message"),
+    [
+        (
+            "- hosts: a\n  tasks:\n    - name: x\n      comand: ls\n",
+            4,
+            "unknown module or task key 'comand'",
+        ),
+        ("- hosts: a\n  tasks:\n    - command: ls\n      shell: ls\n", 3, "exactly one module"),
+        (
+            "- hosts: a\n  tasks:\n    - copy: {dest: /x, colour: red}\n",
+            3,
+            "unknown argument 'colour'",
+        ),
+        ("- hosts: a\n  tasks:\n    - file: {mode: '0644'}\n", 3, "needs argument 'path'"),
+        ("- hosts: a\n  tasks:\n    - command: ls\n      notify: nobody\n", 3, "notifies 'nobody'"),
+        ("- hosts: a\n  taks: []\n", 2, "unknown play key 'taks'"),
+        ("- tasks: []\n", 1, "needs 'hosts:'"),
+        ("- hosts: a\n  tasks:\n    - command: ls\n      retries: -1\n", 4, "non-negative integer"),
+    ],
+)
+def test_errors_name_file_and_line(tmp_path: Path, text: str, line: int, message: str) -> None:
+    path = playbook(tmp_path, text)
+    with pytest.raises(InputError) as raised:
+        load_playbook(path)
+    assert message in str(raised.value)
+    assert raised.value.line == line and raised.value.source == str(path)
+
+
+def test_render_keeps_native_types_and_is_strict() -> None:
+    variables = {"port": 8000, "name": "glm", "gpus": [1, 2]}
+    assert render_value(
+        {"p": "{{ port }}", "s": "{{ name }}-x", "n": ["{{ gpus | length }}"]}, variables, where="w"
+    ) == {"p": 8000, "s": "glm-x", "n": [2]}
+    with pytest.raises(TemplateError, match=r"play\.yml:3 task 'x' on host 'h1'.*undefined.*nope"):
+        render_value("{{ nope }}", variables, where="play.yml:3 task 'x' on host 'h1'")
+
+
+def test_conditions() -> None:
+    variables = {"facts": {"gpus": []}, "x": 3}
+    assert evaluate_condition("x > 2", variables, where="w")
+    assert not evaluate_condition(["x > 2", "facts.gpus"], variables, where="w")
+    with pytest.raises(TemplateError, match="undefined"):
+        evaluate_condition("missing == 1", variables, where="w")
