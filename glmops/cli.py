@@ -61,6 +61,11 @@ def run_options(func: Callable[..., Any]) -> Callable[..., Any]:
             help="ask once for the sudo password (or set GLMOPS_BECOME_PASSWORD)",
         ),
         click.option(
+            "--explain",
+            is_flag=True,
+            help="print, for each decision, the fact and the rule behind it",
+        ),
+        click.option(
             "--strict-host-keys",
             is_flag=True,
             help="refuse hosts whose key is not yet in glmops' known_hosts",
@@ -122,6 +127,7 @@ def run_playbook(
         verbosity=opts.get("verbose", 0),
         json_events=opts.get("json_events", False),
         check=options.check,
+        explain=opts.get("explain", False),
     )
     runlog = RunLog(options.run_root, masker)
     return Executor(inventory, options, reporter, masker, runlog).run(plays, playbook)

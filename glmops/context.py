@@ -10,6 +10,7 @@ import base64
 import hashlib
 import json
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
@@ -69,11 +70,19 @@ class TaskContext:
     task_name: str = ""
     vars: dict[str, Any] = field(default_factory=dict)
     search_paths: list[Path] = field(default_factory=list)
+    #: Drop the connection and open a new one (after a reboot); set by the executor.
+    reconnect: Callable[[], Connection] | None = field(default=None, repr=False)
     _deadline: float | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
         if self.timeout:
             self._deadline = time.monotonic() + self.timeout
+
+    def reopen(self) -> None:
+        """Reconnect to the host (e.g. after it rebooted); later commands use the new link."""
+        if self.reconnect is None:
+            raise GlmopsError("this context cannot reconnect")
+        self.conn = self.reconnect()
 
     @property
     def state_dir(self) -> str:

@@ -199,7 +199,17 @@ class Executor:
             sudo_password=self.options.sudo_password,
             timeout=task.timeout if task else None,
             task_name=task.name if task else "",
+            reconnect=lambda: self._reconnect(session),
         )
+
+    def _reconnect(self, session: HostSession) -> Connection:
+        """A fresh connection to the same host (after a reboot); the old one is closed first."""
+        if session.conn is not None:
+            session.conn.close()
+        session.conn = None
+        self._ensure_connected(session)
+        assert session.conn is not None
+        return session.conn
 
     def variables(
         self, play: Play, playbook: Path, session: HostSession, task: Task | None = None

@@ -35,6 +35,7 @@ class Reporter:
         verbosity: int = 0,
         json_events: bool = False,
         check: bool = False,
+        explain: bool = False,
         stdout: TextIO | None = None,
         stderr: TextIO | None = None,
     ):
@@ -42,6 +43,7 @@ class Reporter:
         self.verbosity = verbosity
         self.json_events = json_events
         self.check = check
+        self.explain = explain
         self.out = Console(file=stdout or sys.stdout, highlight=False, soft_wrap=True)
         self.err = Console(file=stderr or sys.stderr, highlight=False, soft_wrap=True)
         self._lock = threading.Lock()
@@ -85,6 +87,9 @@ class Reporter:
                 f"[{STYLE[result.status]}]{label:>12}[/] [bold]{host}[/] {kind}"
                 f"{_escape(task)} [dim]— {_escape(msg)}[/]"
             )
+            if self.explain or self.verbosity >= 1:
+                for line in result.data.get("explain") or []:
+                    self.err.print(f"{'':>12} [dim]because[/] {_escape(self.masker.mask(line))}")
             if self.verbosity >= 2 and result.data.get("stdout"):
                 self.err.print(_escape(self.masker.mask(str(result.data["stdout"])).rstrip()))
             if diff and not self.json_events:
