@@ -28,7 +28,9 @@ def testbed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Testbed]:
     if reason:
         pytest.skip(reason)
     bed = Testbed(tmp_path_factory.mktemp("engine-testbed"), first_index=ENGINE_FIRST_INDEX)
-    bed.up(3)
+    # internet: NAT and forwarding, so hosts reach Debian's mirror (apt tests) and each other
+    # (jump-host tests); test traffic itself only ever goes to the test hosts.
+    bed.up(3, internet=True)
     try:
         yield bed
     finally:

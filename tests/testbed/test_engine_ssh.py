@@ -250,3 +250,44 @@ def test_hostile_values_never_execute(
     assert host_read(testbed, host, "/tmp/hostile/printed") == HOSTILE
     folder = "/tmp/hostile/" + HOSTILE.replace("/", "_")
     assert host_read(testbed, host, folder + "/f") == HOSTILE
+
+
+def test_jump_host(run_playbook: Runner, inventory: Path, hosts: list[str]) -> None:
+    """The second host is reached through the first (ProxyJump): it sees the jump host's address
+    as the SSH client, not the controller's."""
+    jump_address = f"10.231.{hosts[0][2:]}.2"
+    (inventory.parent / "host_vars").mkdir(exist_ok=True)
+    (inventory.parent / "host_vars" / f"{hosts[1]}.yml").write_text(f"jump: root@{jump_address}\n")
+    outcome = run_playbook(
+        f"""
+    - hosts: {hosts[1]}
+      gather_facts: false
+      tasks:
+        - name: client
+          shell: echo $SSH_CONNECTION
+          register: client
+          changed_when: false
+          failed_when: client.stdout.split()[0] != "{jump_address}"
+    """,
+        inventory,
+    )
+    assert outcome.exit_code == 0, outcome.results()
+
+
+def test_apt_installs_and_removes(run_playbook: Runner, inventory: Path, testbed: Testbed,
+                                  hosts: list[str]) -> None:
+    """apt against Debian's real mirror: a stale (never updated) cache is refreshed first."""
+    host = hosts[2]
+    play = f"""
+    - hosts: {host}
+      gather_facts: false
+      tasks:
+        - apt: {{name: tree, state: "{{{{ wanted }}}}", cache_valid_time: 600}}
+    """
+    installed = run_playbook(play, inventory, extra=["wanted=present"])
+    assert installed.exit_code == 0, installed.results()
+    assert testbed.exec(host, ["tree", "--version"]).returncode == 0
+    assert run_playbook(play, inventory, extra=["wanted=present"]).changed() == 0
+    removed = run_playbook(play, inventory, extra=["wanted=absent"])
+    assert removed.changed() == 1
+    assert testbed.exec(host, ["sh", "-c", "command -v tree"]).returncode != 0
