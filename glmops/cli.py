@@ -13,7 +13,7 @@ from typing import Any
 import click
 
 from glmops import __version__
-from glmops.errors import ExitCode, GlmopsError
+from glmops.errors import ExitCode, GlmopsError, InputError
 
 PROJECT = Path(__file__).resolve().parent.parent
 
@@ -112,7 +112,7 @@ def run_playbook(
         check=opts.get("check", False),
         diff=opts.get("diff", False),
         forks=opts.get("forks"),
-        limit=limit,
+        limit=_resolve_limit(limit),
         tags=_tag_set(opts.get("tags")),
         skip_tags=_tag_set(opts.get("skip_tags")),
         extra_vars=extra_vars,
@@ -130,7 +130,30 @@ def run_playbook(
         explain=opts.get("explain", False),
     )
     runlog = RunLog(options.run_root, masker)
-    return Executor(inventory, options, reporter, masker, runlog).run(plays, playbook)
+    executor = Executor(inventory, options, reporter, masker, runlog)
+    code = executor.run(plays, playbook)
+    failed = [n for n, s in executor.sessions.items() if s.tally.failed or s.tally.unreachable]
+    retry_file = options.run_root.parent / "last-failed"
+    retry_file.write_text("".join(f"{name}\n" for name in failed))
+    if failed:
+        click.echo(f"retry the failed hosts with: --limit @{retry_file}", err=True)
+    return code
+
+
+def _resolve_limit(limit: str | None) -> str | None:
+    """`--limit @FILE` reads host names from FILE, one per line (`@last-failed` is glmops')."""
+    if not limit or not limit.startswith("@"):
+        return limit
+    name = limit[1:]
+    path = Path(os.environ.get("GLMOPS_RUN_DIR", ".glmops/runs")).parent / name
+    path = path if name == "last-failed" else Path(name)
+    try:
+        hosts = [line.strip() for line in path.read_text().splitlines() if line.strip()]
+    except OSError as error:
+        raise InputError(f"--limit {limit}: cannot read {path}: {error.strerror}") from None
+    if not hosts:
+        raise InputError(f"--limit {limit}: {path} names no host (nothing failed last time)")
+    return ",".join(hosts)
 
 
 def _tag_set(value: str | None) -> set[str]:
