@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import functools
 import json
+import threading
 import time
+import traceback
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -28,6 +30,7 @@ from glmops.runlog import Masker, RunLog
 from glmops.templating import evaluate_condition, render_value
 
 PENDING_FILE = "pending-handlers.json"
+HEARTBEAT_SECONDS = 30
 
 
 @dataclass
@@ -72,6 +75,8 @@ class Executor:
         self.masker = masker
         self.runlog = runlog
         self.sessions: dict[str, HostSession] = {}
+        self._running: dict[str, tuple[str, float]] = {}  # host -> (task, started)
+        self._done = threading.Event()
 
     # -- the run -----------------------------------------------------------------------------
     def run(self, plays: list[Play], playbook: Path) -> ExitCode:
@@ -80,6 +85,8 @@ class Executor:
             if self.options.limit
             else None
         )
+        heartbeat = threading.Thread(target=self._heartbeat, daemon=True, name="heartbeat")
+        heartbeat.start()
         try:
             for play in plays:
                 hosts = [h for h in self._play_hosts(play) if limited is None or h.name in limited]
@@ -99,11 +106,24 @@ class Executor:
             for session in self.sessions.values():
                 if session.conn is not None:
                     session.conn.close()
+            self._done.set()
         code = self.exit_code()
         self.reporter.recap(
             {n: s.tally for n, s in self.sessions.items()}, str(self.runlog.path), int(code)
         )
         return code
+
+    def _heartbeat(self) -> None:
+        """Say which hosts are still busy, and with what, so a slow host is never a mystery."""
+        while not self._done.wait(HEARTBEAT_SECONDS):
+            now = time.monotonic()
+            busy = [
+                f"{host} '{task}' ({now - started:.0f} s)"
+                for host, (task, started) in list(self._running.items())
+                if now - started >= HEARTBEAT_SECONDS
+            ]
+            if busy:
+                self.reporter.note("still running: " + ", ".join(busy))
 
     def exit_code(self) -> ExitCode:
         tallies = [s.tally for s in self.sessions.values()]
@@ -152,6 +172,13 @@ class Executor:
             self._run_handlers(play, playbook, session, pending)
         except HostUnreachable as error:
             self._unreachable(session, str(error))
+        except Exception as error:  # never let one host's trouble stop the others
+            self.runlog.write(name, traceback.format_exc())
+            session.dead = True
+            session.tally.failed += 1
+            self.reporter.task(
+                name, "glmops", TaskResult(Status.FAILED, f"internal error: {error!r}")
+            )
 
     def _ensure_connected(self, session: HostSession) -> None:
         if session.conn is not None:
@@ -234,6 +261,7 @@ class Executor:
         self, play: Play, playbook: Path, session: HostSession, task: Task, *, handler: bool = False
     ) -> TaskResult:
         started = time.monotonic()
+        self._running[session.host.name] = (task.name, started)
         try:
             result = self._attempts(play, playbook, session, task)
         except HostUnreachable:
@@ -244,6 +272,15 @@ class Executor:
             result = TaskResult(Status.FAILED, str(error))
         except RemoteCommandError as error:
             result = TaskResult(Status.FAILED, str(error))
+        except Exception as error:  # a bug in a module fails its task, never the whole run
+            self.runlog.write(session.host.name, traceback.format_exc())
+            result = TaskResult(
+                Status.FAILED,
+                f"internal error in module '{task.module}': {error!r}"
+                f" (traceback in {self.runlog.path}/{session.host.name}.log)",
+            )
+        finally:
+            self._running.pop(session.host.name, None)
         if result.failed and task.ignore_errors:
             result.ignored = True
         session.tally.count(result)

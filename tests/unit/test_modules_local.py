@@ -248,3 +248,19 @@ def test_helper_runs_from_stdin_and_leaves_nothing(
     assert outcome.status("open") == "ok"
     assert outcome.status("closed") == "failed"
     assert "not ready" in outcome.results()[-1]["msg"]
+
+
+def test_heartbeat_names_the_busy_host(run_playbook: Runner, local_inventory: Path,
+                                       monkeypatch) -> None:
+    import glmops.executor
+
+    monkeypatch.setattr(glmops.executor, "HEARTBEAT_SECONDS", 0.3)
+    outcome = run_playbook("""
+    - hosts: all
+      gather_facts: false
+      tasks:
+        - name: slow step
+          command: sleep 1
+    """, local_inventory)
+    assert outcome.exit_code == 0
+    assert "still running: here 'slow step'" in outcome.stderr
