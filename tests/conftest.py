@@ -12,13 +12,6 @@ from typing import Any
 
 import pytest
 
-from glmops.connection import ConnectionSettings
-from glmops.executor import Executor, RunOptions
-from glmops.inventory import load_inventory, parse_extra_vars
-from glmops.output import Reporter
-from glmops.playbook import load_playbook
-from glmops.runlog import Masker, RunLog
-
 
 @dataclass
 class RunOutcome:
@@ -52,6 +45,14 @@ Runner = Callable[..., RunOutcome]
 @pytest.fixture
 def run_playbook(tmp_path: Path) -> Runner:
     """Run playbook text against an inventory file; returns exit code, events and stderr."""
+    # Imported here so that test tiers without glmops' dependencies (the GPU machine has no
+    # fabric) can still collect with this conftest.
+    from glmops.connection import ConnectionSettings
+    from glmops.executor import Executor, RunOptions
+    from glmops.inventory import load_inventory, parse_extra_vars
+    from glmops.output import Reporter
+    from glmops.playbook import load_playbook
+    from glmops.runlog import Masker, RunLog
 
     def run(
         playbook_text: str,

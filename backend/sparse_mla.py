@@ -1,0 +1,384 @@
+"""Sparse MLA decode (DSA top-k attention over a latent KV cache) in Triton.
+
+Contract (one query token per row of ``q``):
+    q        [T, H, 576]   512 latent ("nope", absorbed) + 64 rope dims, fp16/bf16
+    kv_rows  [N, 576]      the latent KV cache viewed as rows; V is the first 512 columns
+    indices  [T, topk]     int32 physical row numbers; any negative value (or >= N) is invalid
+    sm_scale float         softmax scale, passed explicitly (GLM-5: 1/16)
+    -> out [T, H, 512] in q's dtype, lse [T, H] fp32 (natural log).
+A token with no valid index gets out = 0 and lse = -inf (what vLLM's merge expects).
+
+Design, because the problem is a gather (H <= 64 is memory-bound on H200):
+  * one program owns (token, top-k split, head block of up to 64 heads); each gathered row is
+    loaded once as a [BLOCK_N, 512] + [BLOCK_N, 64] tile and used for both Q.K^T and P.V;
+  * heads are the M dimension of both dots (padded to 16); online softmax in fp32 base 2;
+  * the top-k is split across programs only until the grid fills the GPU; split partials
+    (fp32, bounded by T * splits * H * 513 floats) are merged by a second small kernel.
+Only torch and triton are imported, so this file can be embedded verbatim elsewhere.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import torch
+import triton
+import triton.language as tl
+
+_D_V = 512  # latent (V) width; K uses the whole 576-wide row
+_D_PE = 64  # rope part of K
+_D_QK = _D_V + _D_PE
+_LOG2E = 1.4426950408889634
+
+
+@triton.jit
+def _sparse_mla_split_kernel(
+    Q,
+    KV,
+    IDX,
+    Out,
+    LSE,
+    PO,
+    PLSE,
+    qk_scale,  # sm_scale * log2(e): scores live in base 2
+    num_rows,
+    topk,
+    chunk,  # top-k entries per split, a multiple of BLOCK_N
+    num_heads,
+    num_hb,
+    num_splits,
+    stride_qt,
+    stride_qh,
+    stride_kv,
+    stride_it,
+    stride_ot,
+    stride_oh,
+    stride_lt,
+    stride_lh,
+    BLOCK_H: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    D_V: tl.constexpr,
+    D_PE: tl.constexpr,
+    DV_SPLIT: tl.constexpr,  # 1, or 2: two programs own the two V halves (smaller accumulator)
+    IS_SPLIT: tl.constexpr,
+):
+    # Head block (then V half) varies fastest, so the programs that share a (token, split)
+    # run together and all but the first find the gathered rows in L2.
+    pid = tl.program_id(0)
+    hb = pid % num_hb
+    rest = pid // num_hb
+    dvh = rest % DV_SPLIT
+    rest = rest // DV_SPLIT
+    split = rest % num_splits
+    t = rest // num_splits
+
+    DV_BLOCK: tl.constexpr = D_V // DV_SPLIT
+    offs_h = hb * BLOCK_H + tl.arange(0, BLOCK_H)
+    mask_h = offs_h < num_heads
+    offs_v = dvh * DV_BLOCK + tl.arange(0, DV_BLOCK)  # the V columns this program owns
+    offs_o = (DV_BLOCK - dvh * DV_BLOCK) + tl.arange(0, DV_BLOCK)  # the other half (K only)
+    offs_pe = tl.arange(0, D_PE)
+    kv_ty = KV.dtype.element_ty
+
+    q_base = Q + t.to(tl.int64) * stride_qt + offs_h[:, None] * stride_qh
+    q_v = tl.load(q_base + offs_v[None, :], mask=mask_h[:, None], other=0.0).to(kv_ty)
+    q_pe = tl.load(q_base + D_V + offs_pe[None, :], mask=mask_h[:, None], other=0.0).to(kv_ty)
+    if DV_SPLIT == 2:
+        q_o = tl.load(q_base + offs_o[None, :], mask=mask_h[:, None], other=0.0).to(kv_ty)
+
+    m_i = tl.full([BLOCK_H], float("-inf"), dtype=tl.float32)
+    l_i = tl.zeros([BLOCK_H], dtype=tl.float32)
+    acc = tl.zeros([BLOCK_H, DV_BLOCK], dtype=tl.float32)
+
+    start = split * chunk
+    end = tl.minimum(start + chunk, topk)
+    idx_base = IDX + t.to(tl.int64) * stride_it
+    for n0 in range(start, end, BLOCK_N):
+        offs_n = n0 + tl.arange(0, BLOCK_N)
+        idx = tl.load(idx_base + offs_n, mask=offs_n < end, other=-1)
+        valid = (idx >= 0) & (idx < num_rows)
+        # int64 row offsets: caches beyond 2^31 elements are normal.
+        row = KV + idx.to(tl.int64) * stride_kv
+        # Invalid rows are never read (masked), so garbage/NaN there cannot leak in.
+        kv = tl.load(row[:, None] + offs_v[None, :], mask=valid[:, None], other=0.0)
+        k_pe = tl.load(row[:, None] + D_V + offs_pe[None, :], mask=valid[:, None], other=0.0)
+
+        s = tl.dot(q_pe, tl.trans(k_pe))
+        if DV_SPLIT == 2:
+            k_o = tl.load(row[:, None] + offs_o[None, :], mask=valid[:, None], other=0.0)
+            s = tl.dot(q_o, tl.trans(k_o), s)
+        s = tl.dot(q_v, tl.trans(kv), s)
+        s = tl.where(valid[None, :], s * qk_scale, float("-inf"))
+
+        m_new = tl.maximum(m_i, tl.max(s, 1))
+        # While a head has seen no valid key, m is -inf: shift by 0 to avoid (-inf) - (-inf).
+        m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
+        alpha = tl.exp2(m_i - m_safe)
+        p = tl.exp2(s - m_safe[:, None])
+        l_i = l_i * alpha + tl.sum(p, 1)
+        # V is (part of) the first 512 columns of the same tile: no second gather.
+        acc = tl.dot(p.to(kv_ty), kv, acc * alpha[:, None])
+        m_i = m_new
+
+    empty = l_i == 0.0
+    out = acc / tl.where(empty, 1.0, l_i)[:, None]
+    lse2 = tl.where(empty, float("-inf"), m_i + tl.log2(tl.where(empty, 1.0, l_i)))
+    lse_mask = mask_h & ((offs_h * 0 + dvh) == 0)  # one writer per LSE
+    if IS_SPLIT:
+        # Partials: PO [T, S, H, D_V] and PLSE [T, S, H], fp32, base-2 LSE.
+        row_id = (t * num_splits + split).to(tl.int64) * num_heads + offs_h
+        tl.store(PO + row_id[:, None] * D_V + offs_v[None, :], out, mask=mask_h[:, None])
+        tl.store(PLSE + row_id, lse2, mask=lse_mask)
+    else:
+        o_ptr = Out + t.to(tl.int64) * stride_ot + offs_h[:, None] * stride_oh + offs_v[None, :]
+        tl.store(o_ptr, out.to(Out.dtype.element_ty), mask=mask_h[:, None])
+        tl.store(
+            LSE + t.to(tl.int64) * stride_lt + offs_h * stride_lh,
+            lse2 * 0.6931471805599453,
+            mask=lse_mask,
+        )
+
+
+@triton.jit
+def _sparse_mla_combine_kernel(
+    PO,
+    PLSE,
+    Out,
+    LSE,
+    num_heads,
+    num_splits,
+    stride_ot,
+    stride_oh,
+    stride_lt,
+    stride_lh,
+    BLOCK_S: tl.constexpr,
+    D_V: tl.constexpr,
+    BLOCK_DV: tl.constexpr,
+):
+    # One program per (token, head, V chunk). All split partials of the chunk are loaded as one
+    # [BLOCK_S, BLOCK_DV] tile, so the whole merge is a single round trip to L2.
+    NUM_DV: tl.constexpr = D_V // BLOCK_DV
+    pid = tl.program_id(0)
+    dv = pid % NUM_DV
+    h = (pid // NUM_DV) % num_heads
+    t = pid // (NUM_DV * num_heads)
+    offs_s = tl.arange(0, BLOCK_S)
+    mask_s = offs_s < num_splits
+    rows = (t.to(tl.int64) * num_splits + offs_s) * num_heads + h  # [T, S, H] row ids
+    lse_s = tl.load(PLSE + rows, mask=mask_s, other=float("-inf"))
+    m = tl.max(lse_s, 0)
+    m_safe = tl.where(m == float("-inf"), 0.0, m)
+    w = tl.exp2(lse_s - m_safe)  # 0 for empty splits and padding
+    denom = tl.sum(w, 0)
+    offs_d = dv * BLOCK_DV + tl.arange(0, BLOCK_DV)
+    part = tl.load(PO + rows[:, None] * D_V + offs_d[None, :], mask=mask_s[:, None], other=0.0)
+    empty = denom == 0.0
+    out = tl.sum(w[:, None] * part, 0) / tl.where(empty, 1.0, denom)
+    o_ptr = Out + t.to(tl.int64) * stride_ot + h * stride_oh + offs_d
+    tl.store(o_ptr, out.to(Out.dtype.element_ty))
+    if dv == 0:
+        lse = tl.where(empty, float("-inf"), (m_safe + tl.log2(tl.where(empty, 1.0, denom))))
+        tl.store(LSE + t.to(tl.int64) * stride_lt + h * stride_lh, lse * 0.6931471805599453)
+
+
+@functools.lru_cache(maxsize=16)
+def _num_sms(device_index: int) -> int:
+    return torch.cuda.get_device_properties(device_index).multi_processor_count
+
+
+def _default_config(num_heads: int) -> dict[str, int]:
+    """Tile shape by head count, from the H200 sweeps in backend/NOTES.md.
+
+    ``WAVES`` is how many programs per SM the split count aims for: small-head tiles use
+    ~56 KB of shared memory and co-reside 4 per SM; 64-head tiles use ~216 KB (Q + two
+    64-row KV stages) and run one per SM.
+    """
+    block_h = min(64, max(16, triton.next_power_of_2(num_heads)))
+    if block_h <= 16:
+        return {"BLOCK_H": 16, "BLOCK_N": 32, "num_warps": 4, "num_stages": 2, "WAVES": 4}
+    if block_h == 32:
+        return {"BLOCK_H": 32, "BLOCK_N": 32, "num_warps": 4, "num_stages": 2, "WAVES": 2}
+    return {"BLOCK_H": 64, "BLOCK_N": 64, "num_warps": 8, "num_stages": 2, "WAVES": 1}
+
+
+def _choose_splits(
+    num_tokens: int, programs_per_token: int, topk: int, block_n: int, num_sms: int, waves: int
+) -> int:
+    """Largest power-of-two split count that keeps the grid within ``waves`` programs per SM.
+
+    Splitting further only adds partial traffic (H x 2 KB per split and token) and combine
+    work once the grid already fills the GPU; a split keeps at least one BLOCK_N tile.
+    """
+    per_split = max(1, num_tokens * programs_per_token)
+    want = max(1, (waves * num_sms) // per_split)
+    splits = 1 << (want.bit_length() - 1)  # round down to a power of two
+    max_splits = max(1, topk // block_n)
+    return max(1, min(splits, 1 << (max_splits.bit_length() - 1)))
+
+
+def _plan(
+    num_tokens: int,
+    num_heads: int,
+    topk: int,
+    device: torch.device,
+    num_splits: int | None = None,
+    config: dict[str, int] | None = None,
+) -> tuple[dict[str, int], int]:
+    """Tile config and split count for a call (also used by the benchmark to report them)."""
+    cfg = dict(_default_config(num_heads))
+    if config:
+        cfg.update(config)
+    num_hb = triton.cdiv(num_heads, cfg["BLOCK_H"]) * cfg.get("DV_SPLIT", 1)
+    if num_splits is None:
+        dev = device.index if device.index is not None else torch.cuda.current_device()
+        num_splits = _choose_splits(
+            num_tokens, num_hb, topk, cfg["BLOCK_N"], _num_sms(dev), cfg.get("WAVES", 2)
+        )
+    return cfg, max(1, min(int(num_splits), max(1, triton.cdiv(topk, cfg["BLOCK_N"]))))
+
+
+def sparse_mla_workspace_numel(num_tokens: int, num_heads: int, num_splits: int) -> int:
+    """fp32 elements of split scratch (partial outputs + partial LSEs); 0 without a split."""
+    if num_splits <= 1:
+        return 0
+    return num_tokens * num_splits * num_heads * (_D_V + 1)
+
+
+def sparse_mla_decode(
+    q: torch.Tensor,
+    kv_rows: torch.Tensor,
+    indices: torch.Tensor,
+    sm_scale: float,
+    *,
+    out: torch.Tensor | None = None,
+    lse: torch.Tensor | None = None,
+    num_splits: int | None = None,
+    workspace: torch.Tensor | None = None,
+    config: dict[str, int] | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Sparse MLA decode: each token attends to the KV rows its ``indices`` name.
+
+    ``num_splits`` overrides the top-k split count (``None``: fill the GPU), ``workspace`` is an
+    optional flat fp32 buffer of at least ``sparse_mla_workspace_numel`` elements (lets a
+    CUDA-graph caller own the scratch), ``config`` overrides the tile shape (tuning only).
+    Returns ``(out [T, H, 512], lse [T, H] fp32)``.
+    """
+    if q.dim() != 3 or q.shape[-1] != _D_QK:
+        raise ValueError(f"q must be [T, H, {_D_QK}], got {tuple(q.shape)}")
+    if kv_rows.dim() != 2 or kv_rows.shape[-1] != _D_QK:
+        raise ValueError(f"kv_rows must be [N, {_D_QK}], got {tuple(kv_rows.shape)}")
+    if kv_rows.dtype not in (torch.float16, torch.bfloat16):
+        raise TypeError(f"kv_rows must be fp16 or bf16, got {kv_rows.dtype}")
+    if indices.dim() != 2 or indices.shape[0] != q.shape[0] or indices.dtype != torch.int32:
+        raise ValueError("indices must be int32 [T, topk] with T = q.shape[0]")
+    if q.stride(-1) != 1 or kv_rows.stride(-1) != 1 or indices.stride(-1) != 1:
+        raise ValueError("the last dimension of q, kv_rows and indices must be contiguous")
+
+    num_tokens, num_heads, _ = q.shape
+    topk = indices.shape[1]
+    if out is None:
+        out = torch.empty((num_tokens, num_heads, _D_V), dtype=q.dtype, device=q.device)
+    if lse is None:
+        lse = torch.empty((num_tokens, num_heads), dtype=torch.float32, device=q.device)
+    if out.shape != (num_tokens, num_heads, _D_V) or out.stride(-1) != 1:
+        raise ValueError("out must be [T, H, 512] with a contiguous last dimension")
+    if lse.shape != (num_tokens, num_heads) or lse.dtype != torch.float32:
+        raise ValueError("lse must be fp32 [T, H]")
+    if num_tokens == 0 or num_heads == 0:
+        return out, lse
+
+    cfg, num_splits = _plan(num_tokens, num_heads, topk, q.device, num_splits, config)
+    block_h, block_n = cfg["BLOCK_H"], cfg["BLOCK_N"]
+    num_hb = triton.cdiv(num_heads, block_h)
+    chunk = triton.cdiv(triton.cdiv(max(topk, 1), num_splits), block_n) * block_n
+    is_split = num_splits > 1
+
+    if is_split:
+        need = sparse_mla_workspace_numel(num_tokens, num_heads, num_splits)
+        if workspace is None:
+            workspace = torch.empty(need, dtype=torch.float32, device=q.device)
+        elif workspace.dtype != torch.float32 or workspace.numel() < need:
+            raise ValueError(f"workspace must be fp32 with at least {need} elements")
+        n_po = num_tokens * num_splits * num_heads * _D_V
+        part_o, part_lse = workspace[:n_po], workspace[n_po:need]
+    else:
+        part_o, part_lse = lse, lse  # unused placeholders
+
+    dv_split = cfg.get("DV_SPLIT", 1)
+    grid = (num_tokens * num_splits * num_hb * dv_split,)
+    _sparse_mla_split_kernel[grid](
+        q,
+        kv_rows,
+        indices,
+        out,
+        lse,
+        part_o,
+        part_lse,
+        float(sm_scale) * _LOG2E,
+        kv_rows.shape[0],
+        topk,
+        chunk,
+        num_heads,
+        num_hb,
+        num_splits,
+        q.stride(0),
+        q.stride(1),
+        kv_rows.stride(0),
+        indices.stride(0),
+        out.stride(0),
+        out.stride(1),
+        lse.stride(0),
+        lse.stride(1),
+        BLOCK_H=block_h,
+        BLOCK_N=block_n,
+        D_V=_D_V,
+        D_PE=_D_PE,
+        DV_SPLIT=dv_split,
+        IS_SPLIT=is_split,
+        num_warps=cfg["num_warps"],
+        num_stages=cfg["num_stages"],
+    )
+    if is_split:
+        block_s = max(2, triton.next_power_of_2(num_splits))
+        # Keep the partial tile at <= 64 fp32 per thread (4 warps) while giving small batches
+        # enough programs: narrower V chunks when there are many splits.
+        block_dv = cfg.get("COMBINE_DV", max(64, min(256, 8192 // block_s)))
+        _sparse_mla_combine_kernel[(num_tokens * num_heads * (_D_V // block_dv),)](
+            part_o,
+            part_lse,
+            out,
+            lse,
+            num_heads,
+            num_splits,
+            out.stride(0),
+            out.stride(1),
+            lse.stride(0),
+            lse.stride(1),
+            BLOCK_S=block_s,
+            D_V=_D_V,
+            BLOCK_DV=block_dv,
+            num_warps=4,
+        )
+    return out, lse
+
+
+def reference_sparse_mla(
+    q: torch.Tensor, kv_rows: torch.Tensor, indices: torch.Tensor, sm_scale: float
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Float32 reference: gather, mask invalid (negative or >= N), softmax, weighted V.
+
+    Invalid slots are replaced by row 0 *after* masking is decided and their values zeroed, so
+    NaN in unselected rows cannot reach the result. Returns fp32 (out [T, H, 512], lse [T, H]).
+    """
+    num_rows = kv_rows.shape[0]
+    idx = indices.long()
+    valid = (idx >= 0) & (idx < num_rows)
+    rows = kv_rows[idx.clamp(0, max(num_rows - 1, 0))].float()  # [T, K, 576]
+    rows = torch.where(valid[..., None], rows, torch.zeros((), device=rows.device))
+    scores = torch.einsum("thd,tkd->thk", q.float(), rows) * float(sm_scale)
+    scores = scores.masked_fill(~valid[:, None, :], float("-inf"))
+    lse = torch.logsumexp(scores, dim=-1)  # -inf for a token with no valid index
+    probs = torch.exp(scores - torch.where(torch.isinf(lse), 0.0, lse)[..., None])
+    probs = torch.where(valid[:, None, :], probs, torch.zeros((), device=probs.device))
+    out = torch.einsum("thk,tkd->thd", probs, rows[..., :_D_V])
+    return out, lse

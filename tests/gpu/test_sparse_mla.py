@@ -1,0 +1,233 @@
+"""GPU correctness suite for backend/sparse_mla.py against its float32 reference.
+
+Every case draws fresh random inputs, fills every KV row that no index selects with NaN (a read
+of a wrong row shows up as NaN) and poisons the outputs before the call (an unwritten element
+shows up as NaN). Skipped where torch, triton or a CUDA device is missing (CI has none).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import itertools
+import math
+import zlib
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+torch = pytest.importorskip("torch", reason="torch is not installed (GPU tests need it)")
+pytest.importorskip("triton", reason="triton is not installed (GPU tests need it)")
+
+pytestmark = [
+    pytest.mark.gpu,
+    pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device"),
+]
+
+_KERNEL_PATH = Path(__file__).resolve().parents[2] / "backend" / "sparse_mla.py"
+_DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16}
+_SM_SCALE = 1.0 / 16.0  # GLM-5's scale
+
+
+@pytest.fixture(scope="module")
+def kmod() -> ModuleType:
+    """Load the kernel by file path: backend/ need not be a package, nor glmops importable."""
+    spec = importlib.util.spec_from_file_location("glmops_backend_sparse_mla", _KERNEL_PATH)
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def _make_inputs(
+    gen: torch.Generator,
+    num_tokens: int,
+    num_heads: int,
+    topk: int,
+    dtype: torch.dtype,
+    pattern: str,
+    num_rows: int | None = None,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Random q, KV rows and indices; unselected KV rows are NaN."""
+    dev = "cuda"
+    n = num_rows or max(4 * topk, 4096)
+    q = (torch.rand(num_tokens, num_heads, 576, generator=gen, device=dev) * 2 - 1).to(dtype)
+    kv = (torch.randn(n, 576, generator=gen, device=dev) * 0.5).to(dtype)
+    idx = torch.randint(0, n, (num_tokens, topk), generator=gen, device=dev, dtype=torch.int32)
+    t_ids = torch.arange(num_tokens, device=dev)
+    if pattern in ("tail", "mixed"):
+        # Short contexts: -1 padding at the tail, a different valid length per token.
+        valid_len = torch.randint(0, topk + 1, (num_tokens,), generator=gen, device=dev)
+        sel = t_ids % 3 == 0 if pattern == "mixed" else torch.ones_like(t_ids, dtype=torch.bool)
+        tail = torch.arange(topk, device=dev)[None, :] >= valid_len[:, None]
+        idx[tail & sel[:, None]] = -1
+    if pattern in ("scattered", "mixed"):
+        # Interior invalid slots with assorted negative values (any negative is invalid).
+        holes = torch.rand(num_tokens, topk, generator=gen, device=dev) < 0.3
+        sel = t_ids % 3 == 1 if pattern == "mixed" else torch.ones_like(t_ids, dtype=torch.bool)
+        negs = -torch.randint(1, 1 << 30, (num_tokens, topk), generator=gen, device=dev)
+        idx = torch.where(holes & sel[:, None], negs.to(torch.int32), idx)
+    if pattern in ("empty", "mixed"):
+        # Whole rows invalid: token 0 (and every 7th) sees nothing.
+        idx[t_ids % 7 == 0] = -1
+    if pattern == "dups":
+        # Heavy duplication: every index drawn from a pool a tenth of topk's size.
+        pool = torch.randint(0, n, (max(1, topk // 10),), generator=gen, device=dev)
+        pick = torch.randint(0, pool.numel(), (num_tokens, topk), generator=gen, device=dev)
+        idx = pool[pick].to(torch.int32)
+    used = torch.zeros(n, dtype=torch.bool, device=dev)
+    ok = idx[idx >= 0].long()
+    used[ok] = True
+    kv[~used] = float("nan")
+    return q, kv, idx
+
+
+def _check(
+    kmod: ModuleType,
+    q: torch.Tensor,
+    kv: torch.Tensor,
+    idx: torch.Tensor,
+    sm_scale: float = _SM_SCALE,
+    **kwargs: object,
+) -> None:
+    """Run on poisoned outputs and compare with the fp32 reference."""
+    num_tokens, num_heads, _ = q.shape
+    out = torch.full((num_tokens, num_heads, 512), float("nan"), dtype=q.dtype, device="cuda")
+    lse = torch.full((num_tokens, num_heads), float("nan"), dtype=torch.float32, device="cuda")
+    o2, l2 = kmod.sparse_mla_decode(q, kv, idx, sm_scale, out=out, lse=lse, **kwargs)
+    torch.cuda.synchronize()
+    assert o2 is out and l2 is lse
+    ref_o, ref_l = kmod.reference_sparse_mla(q, kv, idx, sm_scale)
+
+    assert not torch.isnan(out).any(), "output has NaN: unwritten element or NaN row read"
+    assert not torch.isnan(lse).any(), "lse has NaN: unwritten element or NaN row read"
+    empty = ((idx < 0) | (idx >= kv.shape[0])).all(dim=1)
+    if empty.any():
+        assert (out[empty] == 0).all(), "a token with no valid index must give zeros"
+        assert torch.isneginf(lse[empty]).all(), "a token with no valid index must give -inf"
+    full = ~empty
+    if full.any():
+        o, r = out[full].float(), ref_o[full]
+        rel = ((o - r).norm() / r.norm().clamp_min(1e-12)).item()
+        bound = 2e-3 if q.dtype == torch.float16 else 1.2e-2
+        assert rel < bound, f"relative L2 error {rel:.3e} >= {bound}"
+        atol = 2e-3 if q.dtype == torch.float16 else 1.5e-2
+        max_abs = (o - r).abs().max().item()
+        assert max_abs < atol + 0.02 * r.abs().max().item(), f"max abs error {max_abs:.3e}"
+        lse_err = (lse[full] - ref_l[full]).abs().max().item()
+        assert torch.isfinite(lse[full]).all()
+        assert lse_err < 2e-3, f"lse max abs error {lse_err:.3e}"
+
+
+# The issue's grid: H x T x topk, both dtypes alternating, a pattern mix in every case.
+_GRID = [
+    pytest.param(h, t, k, dt, id=f"H{h}-T{t}-k{k}-{dt}")
+    for i, (h, t, k) in enumerate(
+        itertools.product((8, 16, 32, 64, 128), (1, 3, 64, 257), (64, 2000, 2048))
+    )
+    for dt in (("bf16", "fp16") if t <= 64 or i % 2 == 0 else ("bf16" if i % 4 else "fp16",))
+]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize(("num_heads", "num_tokens", "topk", "dtype"), _GRID)
+def test_grid_mixed_patterns(
+    kmod: ModuleType, num_heads: int, num_tokens: int, topk: int, dtype: str
+) -> None:
+    seed = zlib.crc32(f"{num_heads}-{num_tokens}-{topk}-{dtype}".encode())
+    gen = torch.Generator(device="cuda").manual_seed(seed)
+    pattern = "mixed" if num_tokens > 1 else ("tail", "scattered", "plain")[topk % 3]
+    q, kv, idx = _make_inputs(gen, num_tokens, num_heads, topk, _DTYPES[dtype], pattern)
+    _check(kmod, q, kv, idx)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", ["fp16", "bf16"])
+@pytest.mark.parametrize("pattern", ["plain", "tail", "scattered", "empty", "dups"])
+@pytest.mark.parametrize("num_heads", [8, 64, 128])
+def test_index_patterns(kmod: ModuleType, num_heads: int, pattern: str, dtype: str) -> None:
+    gen = torch.Generator(device="cuda").manual_seed(1234 + num_heads)
+    q, kv, idx = _make_inputs(gen, 9, num_heads, 2048, _DTYPES[dtype], pattern)
+    _check(kmod, q, kv, idx)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("num_splits", [1, 2, 3, 7, 16, 64])
+@pytest.mark.parametrize("num_heads", [16, 128])
+def test_explicit_splits(kmod: ModuleType, num_heads: int, num_splits: int) -> None:
+    """Every split count, including ones that leave splits empty, merges to the same result."""
+    gen = torch.Generator(device="cuda").manual_seed(99 + num_splits)
+    q, kv, idx = _make_inputs(gen, 5, num_heads, 2000, torch.bfloat16, "mixed")
+    _check(kmod, q, kv, idx, num_splits=num_splits)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", ["fp16", "bf16"])
+def test_duplicates_count_twice(kmod: ModuleType, dtype: str) -> None:
+    """Listing the same set twice keeps the output and adds ln 2 to the LSE."""
+    gen = torch.Generator(device="cuda").manual_seed(7)
+    q, kv, idx = _make_inputs(gen, 4, 16, 1024, _DTYPES[dtype], "tail")
+    idx[0] = -1  # one empty token stays empty when doubled
+    twice = torch.cat([idx, idx], dim=1)
+    _check(kmod, q, kv, twice)
+    o1, l1 = kmod.sparse_mla_decode(q, kv, idx, _SM_SCALE)
+    o2, l2 = kmod.sparse_mla_decode(q, kv, twice, _SM_SCALE)
+    tol = 2e-3 if dtype == "fp16" else 1.5e-2
+    torch.testing.assert_close(o2[1:].float(), o1[1:].float(), atol=tol, rtol=tol)
+    torch.testing.assert_close(l2[1:], l1[1:] + math.log(2.0), atol=1e-3, rtol=0)
+    assert torch.isneginf(l2[0]).all()
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("num_heads", [8, 64])
+def test_strided_views_and_peaked_softmax(kmod: ModuleType, num_heads: int) -> None:
+    """q as a slice of a wider tensor, KV rows with a padded row stride, a large scale."""
+    gen = torch.Generator(device="cuda").manual_seed(42)
+    q, kv, idx = _make_inputs(gen, 6, num_heads, 2048, torch.bfloat16, "mixed")
+    wide_q = torch.empty(6, num_heads, 640, dtype=q.dtype, device="cuda")
+    wide_q[..., :576] = q
+    wide_kv = torch.full((kv.shape[0], 640), float("nan"), dtype=kv.dtype, device="cuda")
+    wide_kv[:, :576] = kv
+    _check(kmod, wide_q[..., :576], wide_kv[:, :576], idx, sm_scale=0.12)
+
+
+@pytest.mark.gpu
+def test_out_of_range_rows_are_invalid(kmod: ModuleType) -> None:
+    gen = torch.Generator(device="cuda").manual_seed(5)
+    q, kv, idx = _make_inputs(gen, 3, 16, 256, torch.float16, "plain", num_rows=1000)
+    idx[1, ::3] = 1000 + torch.arange(idx[1, ::3].numel(), device="cuda", dtype=torch.int32)
+    idx[2] = 5000
+    _check(kmod, q, kv, idx)
+
+
+@pytest.mark.gpu
+def test_workspace_and_graph_replay(kmod: ModuleType) -> None:
+    """A caller-owned workspace works, and a captured CUDA graph replays correctly."""
+    gen = torch.Generator(device="cuda").manual_seed(11)
+    q, kv, idx = _make_inputs(gen, 8, 8, 2048, torch.bfloat16, "tail")
+    splits = 16
+    ws = torch.empty(
+        kmod.sparse_mla_workspace_numel(8, 8, splits), dtype=torch.float32, device="cuda"
+    )
+    out = torch.empty(8, 8, 512, dtype=q.dtype, device="cuda")
+    lse = torch.empty(8, 8, dtype=torch.float32, device="cuda")
+    kmod.sparse_mla_decode(q, kv, idx, _SM_SCALE, out=out, lse=lse, num_splits=splits, workspace=ws)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        kmod.sparse_mla_decode(
+            q, kv, idx, _SM_SCALE, out=out, lse=lse, num_splits=splits, workspace=ws
+        )
+    q2, kv2, idx2 = _make_inputs(gen, 8, 8, 2048, torch.bfloat16, "scattered")
+    n = min(kv.shape[0], kv2.shape[0])
+    q.copy_(q2)
+    kv[:n].copy_(kv2[:n])
+    idx.copy_(idx2)
+    out.fill_(float("nan"))
+    lse.fill_(float("nan"))
+    graph.replay()
+    torch.cuda.synchronize()
+    ref_o, ref_l = kmod.reference_sparse_mla(q, kv, idx, _SM_SCALE)
+    assert not torch.isnan(out).any()
+    rel = ((out.float() - ref_o).norm() / ref_o.norm()).item()
+    assert rel < 1.2e-2
+    assert (lse - ref_l).abs().max().item() < 2e-3
