@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -22,7 +23,10 @@ from glmops.runlog import Masker, RunLog
 def print_facts(inventory_path: Path, pattern: str, as_json: bool) -> ExitCode:
     inventory = load_inventory(inventory_path)
     masker = Masker()
-    options = RunOptions(connection=ConnectionSettings(known_hosts=default_known_hosts()))
+    options = RunOptions(
+        connection=ConnectionSettings(known_hosts=default_known_hosts()),
+        run_root=Path(os.environ.get("GLMOPS_RUN_DIR", ".glmops/runs")),
+    )
     reporter = Reporter(masker, stdout=sys.stderr)
     executor = Executor(inventory, options, reporter, masker, RunLog(options.run_root, masker))
     play = Play(name="gather facts", hosts=pattern, source=str(inventory_path), line=0)

@@ -77,6 +77,7 @@ class Reporter:
             msg=msg,
             diff=diff,
             ignored=result.ignored,
+            explain=result.data.get("explain") or [],
         )
         label = result.status.value + (" (ignored)" if result.ignored else "")
         if self.check and result.status is Status.CHANGED:
