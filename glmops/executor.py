@@ -242,7 +242,7 @@ class Executor:
         self, play: Play, playbook: Path, session: HostSession, task: Task | None = None
     ) -> dict[str, Any]:
         host = session.host
-        merged = {**host.vars, **play.vars, **self.options.extra_vars}
+        merged = {**play.defaults, **host.vars, **play.vars, **self.options.extra_vars}
         self.masker.add_secret_vars(merged)
         merged.update(
             inventory_hostname=host.name,
@@ -440,7 +440,9 @@ class Executor:
         from glmops.facts_gather import gather
 
         ctx = self._context(play, session, None)
-        session.facts = gather(ctx, {**session.host.vars, **play.vars, **self.options.extra_vars})
+        session.facts = gather(
+            ctx, {**play.defaults, **session.host.vars, **play.vars, **self.options.extra_vars}
+        )
 
 
 def _facts_summary(facts: dict[str, Any]) -> str:

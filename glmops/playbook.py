@@ -35,7 +35,7 @@ TASK_KEYS = frozenset(
     }
 )
 PLAY_KEYS = frozenset(
-    {"name", "hosts", "vars", "tasks", "handlers", "become", "gather_facts", "tags"}
+    {"name", "hosts", "vars", "defaults", "tasks", "handlers", "become", "gather_facts", "tags"}
 )
 
 
@@ -75,6 +75,8 @@ class Play:
     source: str
     line: int
     vars: dict[str, Any] = field(default_factory=dict)
+    #: Lowest-precedence variables: the inventory and -e override them (play vars do not).
+    defaults: dict[str, Any] = field(default_factory=dict)
     tasks: list[Task] = field(default_factory=list)
     handlers: list[Task] = field(default_factory=list)
     become: bool | None = None
@@ -107,6 +109,7 @@ def _play(raw: Any, parent: SourceList, index: int) -> Play:
         source=raw.source,
         line=raw.line,
         vars=_mapping(raw, "vars"),
+        defaults=_mapping(raw, "defaults"),
         become=_optional_bool(raw, "become"),
         gather_facts=bool(raw.get("gather_facts", True)),
         tags=play_tags,

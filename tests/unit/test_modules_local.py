@@ -264,3 +264,20 @@ def test_heartbeat_names_the_busy_host(run_playbook: Runner, local_inventory: Pa
     """, local_inventory)
     assert outcome.exit_code == 0
     assert "still running: here 'slow step'" in outcome.stderr
+
+
+def test_play_defaults_yield_to_the_inventory(run_playbook: Runner, tmp_path: Path) -> None:
+    inventory = tmp_path / "inv.yml"
+    inventory.write_text("all:\n  hosts:\n    here: {connection: local, from_inventory: inv}\n")
+    outcome = run_playbook("""
+    - hosts: all
+      gather_facts: false
+      defaults: {from_inventory: default, only_default: default}
+      vars: {from_play: play}
+      tasks:
+        - name: show
+          command: echo {{ from_inventory }} {{ only_default }} {{ from_play }}
+          register: shown
+          failed_when: shown.stdout.strip() != "inv default play"
+    """, inventory)
+    assert outcome.exit_code == 0, outcome.results()
