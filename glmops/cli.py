@@ -94,7 +94,7 @@ def reports_errors(func: Callable[..., Any]) -> Callable[..., Any]:
 def run_playbook(
     playbook: Path, *, limit: str | None = None, extra: tuple[str, ...] = (), **opts: Any
 ) -> ExitCode:
-    from glmops.connection import ConnectionSettings, default_known_hosts
+    from glmops.connection import ConnectionSettings
     from glmops.executor import Executor, RunOptions
     from glmops.inventory import load_inventory, parse_extra_vars
     from glmops.output import Reporter
@@ -118,9 +118,7 @@ def run_playbook(
         extra_vars=extra_vars,
         sudo_password=password,
         run_root=Path(os.environ.get("GLMOPS_RUN_DIR", ".glmops/runs")),
-        connection=ConnectionSettings(
-            known_hosts=default_known_hosts(), strict_host_keys=opts.get("strict_host_keys", False)
-        ),
+        connection=ConnectionSettings(strict_host_keys=opts.get("strict_host_keys", False)),
     )
     reporter = Reporter(
         masker,
@@ -238,16 +236,24 @@ def facts(hosts: tuple[str, ...], inventory: Path | None, as_json: bool) -> Exit
 @reports_errors
 def status(hosts: tuple[str, ...], inventory: Path | None, as_json: bool) -> ExitCode:
     """A row per host: GPUs, driver, vLLM, patches, model, unit, health, backend."""
-    raise GlmopsError("glmops status is not built yet (issue 6)")
+    from glmops.status import print_status
+
+    return print_status(inventory or default_inventory(), ",".join(hosts) or "all", as_json)
 
 
 @main.command()
 @click.argument("hosts", nargs=-1)
 @click.option("-i", "--inventory", type=click.Path(path_type=Path), default=None)
+@click.option("--json", "as_json", is_flag=True, help="one JSON result per check on stdout")
+@click.option("-k", "keyword", default=None, help="only checks matching this pytest -k expression")
 @reports_errors
-def verify(hosts: tuple[str, ...], inventory: Path | None) -> ExitCode:
+def verify(
+    hosts: tuple[str, ...], inventory: Path | None, as_json: bool, keyword: str | None
+) -> ExitCode:
     """Run the testinfra host checks (tests/host) against HOSTS."""
-    raise GlmopsError("glmops verify is not built yet (issue 6)")
+    from glmops.verify import run_verify
+
+    return run_verify(inventory or default_inventory(), ",".join(hosts) or "all", as_json, keyword)
 
 
 @main.group()

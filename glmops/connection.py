@@ -18,7 +18,7 @@ import socket
 import subprocess
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
@@ -27,6 +27,7 @@ import paramiko
 
 from glmops.errors import CommandTimeout, HostKeyChanged, HostUnreachable
 from glmops.inventory import ConnectionSpec
+from glmops.knownhosts import default_known_hosts
 
 KEEPALIVE_SECONDS = 15
 CONNECT_ATTEMPTS = 3
@@ -36,7 +37,7 @@ CONNECT_ATTEMPTS = 3
 class ConnectionSettings:
     """Run-wide connection settings (the per-host ones live in ConnectionSpec)."""
 
-    known_hosts: Path
+    known_hosts: Path = field(default_factory=default_known_hosts)
     strict_host_keys: bool = False
 
 
@@ -63,11 +64,6 @@ class Connection(Protocol):
     def put(self, data: bytes, remote_path: str, mode: int = 0o600) -> None: ...
 
     def close(self) -> None: ...
-
-
-def default_known_hosts() -> Path:
-    base = Path(os.environ.get("GLMOPS_HOME", Path.home() / ".config" / "glmops"))
-    return base / "known_hosts"
 
 
 class _KnownHostsPolicy(paramiko.MissingHostKeyPolicy):

@@ -99,8 +99,13 @@ class TaskContext:
         timeout: float | None = None,
         what: str | None = None,
         stdin: str | None = None,
+        log_output: bool = True,
     ) -> CommandResult:
-        """Run a shell command (through sudo when the task becomes root)."""
+        """Run a shell command (through sudo when the task becomes root).
+
+        log_output=False keeps stdout out of the run log (file contents, which may hold
+        secrets the masker cannot recognise, e.g. in base64).
+        """
         wrapped, password = self._wrap(command)
         if password is not None or stdin is not None:
             stdin = (password or "") + (stdin or "")
@@ -112,9 +117,8 @@ class TaskContext:
             self.log.command(self.host.name, command, "timeout", time.monotonic() - started, "", "")
             raise
         result = CommandResult(command, result.rc, result.stdout, result.stderr, result.duration)
-        self.log.command(
-            self.host.name, command, result.rc, result.duration, result.stdout, result.stderr
-        )
+        shown = result.stdout if log_output else f"({len(result.stdout)} bytes, not logged)\n"
+        self.log.command(self.host.name, command, result.rc, result.duration, shown, result.stderr)
         if check and not result.ok:
             raise RemoteCommandError(what or f"command {command!r}", result)
         return result
@@ -175,7 +179,8 @@ class TaskContext:
 
     def read(self, path: str) -> bytes | None:
         result = self.run(
-            f"if [ -f {quote(path)} ]; then base64 {quote(path)}; else echo -n; exit 3; fi"
+            f"if [ -f {quote(path)} ]; then base64 {quote(path)}; else echo -n; exit 3; fi",
+            log_output=False,
         )
         if result.rc == 3:
             return None
@@ -249,13 +254,16 @@ class TaskContext:
     ) -> dict[str, Any]:
         """Run `glmops/hosthelpers/<name>.py` with the host's python3 and return its JSON reply.
 
-        The script travels on stdin (`python3 - ARGS`), so running a helper leaves nothing on
-        the host; that keeps check mode free of writes.
+        The arguments and then the script travel on stdin, read by a fixed bootstrap: running
+        a helper leaves nothing on the host (check mode stays free of writes) and puts no
+        argument in argv, where any user on the host could read it.
         """
-        script = helper_source(name)
+        stdin = json.dumps(args) + "\n" + helper_source(name)
         interpreter = quote(python or "python3")
         result = self.run(
-            f"{interpreter} - {quote(json.dumps(args))}", stdin=script, timeout=timeout
+            f"{interpreter} -c {quote(HELPER_BOOTSTRAP.format(name=name))}",
+            stdin=stdin,
+            timeout=timeout,
         )
         lines = result.stdout.strip().splitlines()
         try:
@@ -265,6 +273,14 @@ class TaskContext:
         if result.rc != 0 or not isinstance(reply, dict):
             raise RemoteCommandError(f"host helper {name}", result)
         return reply
+
+
+# Reads one line of JSON arguments, then runs the rest of stdin as the helper's __main__,
+# with sys.argv as if it had been run as `python3 helper.py ARGS`.
+HELPER_BOOTSTRAP = (
+    "import sys; a = sys.stdin.readline(); sys.argv = ['{name}.py', a]; "
+    "exec(compile(sys.stdin.read(), '{name}.py', 'exec'), {{'__name__': '__main__'}})"
+)
 
 
 def helper_source(name: str) -> str:

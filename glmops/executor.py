@@ -44,7 +44,7 @@ class RunOptions:
     extra_vars: dict[str, Any] = field(default_factory=dict)
     sudo_password: str | None = None
     run_root: Path = Path(".glmops/runs")
-    connection: ConnectionSettings | None = None
+    connection: ConnectionSettings = field(default_factory=ConnectionSettings)
 
 
 @dataclass
@@ -184,9 +184,7 @@ class Executor:
         if session.conn is not None:
             return
         host = session.host
-        settings = self.options.connection
-        assert settings is not None
-        session.conn = open_connection(host.name, host.connection, settings)
+        session.conn = open_connection(host.name, host.connection, self.options.connection)
         probe = session.conn.run('id -u; printf "%s\\n" "$HOME"', timeout=30)
         lines = probe.stdout.splitlines()
         if probe.rc != 0 or len(lines) < 2:

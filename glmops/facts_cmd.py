@@ -10,7 +10,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-from glmops.connection import ConnectionSettings, default_known_hosts
+from glmops.connection import ConnectionSettings
 from glmops.errors import ExitCode
 from glmops.executor import Executor, RunOptions
 from glmops.facts import parse_facts
@@ -24,7 +24,7 @@ def print_facts(inventory_path: Path, pattern: str, as_json: bool) -> ExitCode:
     inventory = load_inventory(inventory_path)
     masker = Masker()
     options = RunOptions(
-        connection=ConnectionSettings(known_hosts=default_known_hosts()),
+        connection=ConnectionSettings(),
         run_root=Path(os.environ.get("GLMOPS_RUN_DIR", ".glmops/runs")),
     )
     reporter = Reporter(masker, stdout=sys.stderr)

@@ -13,6 +13,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from glmops.knownhosts import default_known_hosts, replace_host_keys
 from glmops.testbed import hosts, inventory, network, procs, rootfs
 from glmops.testbed.errors import TestbedError
 from glmops.testbed.hosts import HostDir, HostStatus
@@ -44,12 +45,14 @@ class Testbed:
 
     __test__ = False
 
-    def __init__(self, state_dir: Path | None = None, *, first_index: int = 1, log=None) -> None:
+    def __init__(self, state_dir: Path | None = None, *, first_index: int = 1, log=None,
+                 known_hosts: Path | None = None) -> None:
         """first_index: hosts are tb<first_index>.. (10.231.<i>.2); a second testbed on the
         same machine (e.g. the testbed's own tests) picks a range that does not collide."""
         env = os.environ.get("GLMOPS_TESTBED_DIR")
         self.state_dir = Path(state_dir or env or DEFAULT_STATE_DIR)
         self.first_index = first_index
+        self.known_hosts = known_hosts or default_known_hosts()
         self._log = log or (lambda msg: print(msg, file=sys.stderr))
 
     # -- paths ------------------------------------------------------------------------------
@@ -161,8 +164,13 @@ class Testbed:
         hosts.install_profile_offline(hd, base, pjson)
         if internet:
             shutil.copyfile("/etc/resolv.conf", hd.upper / "etc" / "resolv.conf")
-        self._log(f"testbed: starting {hd.name} at {inventory.host_address(hd.index)}")
+        address = inventory.host_address(hd.index)
+        self._log(f"testbed: starting {hd.name} at {address}")
         hosts.start(hd, base)
+        # A fresh host has fresh host keys, which this testbed made: record them in glmops'
+        # known_hosts in place of any from an earlier host at this address.
+        keys = [p.read_text() for p in sorted((hd.upper / "etc" / "ssh").glob("ssh_host_*.pub"))]
+        replace_host_keys(self.known_hosts, address, keys)
 
     def _install_profile_online(self, hd: HostDir, pjson: str | None) -> None:
         """Change the simulated GPUs of a running host without rebooting it."""
