@@ -1,0 +1,126 @@
+"""deploy_status: observe what `glmops deploy` put on a host (for `glmops status`; read-only).
+
+Collects the unit's state and its ExecStart line, /health, the backend in the journal, the
+model files (shards valid, merged file current), the patch files against their manifest, the
+last deploy record and the inputs the server was started with. Never changes anything, so it
+runs under --check too.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import Any
+
+from glmops.connection import quote
+from glmops.context import TaskContext
+from glmops.facts import parse_facts
+from glmops.modules.base import Arg, Module, Plan, register
+from glmops.modules.gguf_model import _default_output
+from glmops.results import TaskResult
+from glmops.serving.flags import setting
+from glmops.serving.journal import parse_backend
+from glmops.serving.patches import manifest_files
+
+BACKEND_GREP = r"attention backend|AttentionBackendEnum\."
+
+
+@register
+class DeployStatus(Module):
+    """`deploy_status: {}`: everything from the host's variables (as deploy.yml uses them)."""
+
+    name = "deploy_status"
+    args = {"health": Arg(bool, default=True, doc="ask /health")}
+
+    def plan(self, ctx: TaskContext) -> Plan:
+        v = ctx.vars
+        unit = str(setting(v, "vllm_unit"))
+        facts = parse_facts(v.get("facts") or {})
+        out: dict[str, Any] = {"unit_name": unit}
+        probe = ctx.run_helper(
+            "vllm_probe",
+            {
+                "unit": unit,
+                "port": int(setting(v, "vllm_port")),
+                "http": self.params["health"],
+                "models": False,
+                "journal_grep": BACKEND_GREP,
+            },
+            timeout=120,
+        )
+        out["unit"] = probe.get("unit", {})
+        out["health"] = probe.get("health", {}).get("status")
+        out["health_error"] = probe.get("health", {}).get("error")
+        selection = parse_backend(probe.get("journal_matches") or [])
+        out["backend"] = selection.backend
+        out["backend_failed"] = selection.reasons if selection.failed else None
+        unit_text = (ctx.read(f"/etc/systemd/system/{unit}.service") or b"").decode()
+        out["exec_start"] = next(
+            (
+                line[len("ExecStart=") :]
+                for line in unit_text.splitlines()
+                if line.startswith("ExecStart=")
+            ),
+            None,
+        )
+        state_dir = str(setting(v, "deploy_state_dir"))
+        out["last_deploy"] = _json(ctx.read(f"{state_dir}/{unit}.last-deploy.json"))
+        out["inputs"] = _json(ctx.read(f"{state_dir}/{unit}.inputs.json"))
+        out["pending_handlers"] = _json(ctx.read(f"{ctx.state_dir}/pending-handlers.json"))
+        out["model"] = self._model(ctx)
+        base = facts.venv.vllm_path if facts.venv else None
+        wanted = manifest_files(facts.patch_manifest, os.path.dirname(base) if base else None)
+        out["patch_expected"] = wanted
+        out["patch_on_disk"] = (
+            ctx.run_helper("file_digests", {"paths": sorted(wanted)})["digests"] if wanted else {}
+        )
+        return Plan(False, "observed only", data=out)
+
+    def apply(self, ctx: TaskContext, plan: Plan) -> TaskResult:  # pragma: no cover
+        raise AssertionError("deploy_status never plans a change")
+
+    @staticmethod
+    def _model(ctx: TaskContext) -> dict[str, Any]:
+        shards = ctx.vars.get("gguf_shards")
+        if not shards:
+            return {"state": "unknown", "why": "gguf_shards not set in the inventory"}
+        checked = ctx.run_helper("gguf_split", {"mode": "validate", "path": str(shards)})
+        if checked.get("failed"):
+            return {"state": "invalid", "why": checked.get("msg"), "shards_ok": False}
+        first = checked["first_shard"]
+        merged = ctx.vars.get("gguf_merged_path") or _default_output(first)
+        model: dict[str, Any] = {
+            "shards": len(checked["shards"]),
+            "shards_ok": True,
+            "first_shard": first,
+            "merged_path": merged,
+        }
+        current = ctx.run_helper(
+            "gguf_split",
+            {
+                "mode": "merge",
+                "path": first,
+                "output": merged,
+                "check": True,
+                "free_margin_bytes": 0,
+            },
+        )
+        if current.get("skipped"):
+            model.update(merged=True, verified=True, why=current.get("msg"))
+        else:
+            exists = ctx.run(f"test -f {quote(merged)}").ok
+            model.update(
+                merged=exists,
+                verified=False,
+                why="merged file does not match the shards" if exists else "not merged",
+            )
+        return model
+
+
+def _json(data: bytes | None) -> Any:
+    if not data:
+        return None
+    try:
+        return json.loads(data)
+    except ValueError:
+        return None

@@ -1,0 +1,137 @@
+"""gguf_model: the GGUF split set validated, merged when vLLM needs one file, and verified.
+
+Wraps the host helper gguf_split (validate / merge / verify) with plan/apply semantics: check
+mode validates and says whether a merge would happen (and that the disk has room), never
+writes; a merged file that matches its inputs (sidecar fingerprint) is kept in seconds.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from glmops.context import TaskContext
+from glmops.facts import parse_facts
+from glmops.modules.base import Arg, Module, Plan, register
+from glmops.results import Status, TaskResult
+from glmops.serving import needs_single_file
+
+
+@register
+class GgufModel(Module):
+    """`gguf_model: {shards: /models/GLM-5/UD-Q4_K_XL}` (first shard or its directory)."""
+
+    name = "gguf_model"
+    args = {
+        "shards": Arg(str, required=True, doc="the first shard (-00001-of-000NN.gguf) or its dir"),
+        "single_file": Arg(
+            bool, doc="merge into one file (default: what the host's vLLM profile needs)"
+        ),
+        "output": Arg(str, doc="merged file (default: <shard prefix>.gguf beside the shards)"),
+        "sha256": Arg(bool, default=False, doc="also hash all tensor data when verifying"),
+        "timeout": Arg((int, float), default=6 * 3600, doc="seconds the merge may take"),
+    }
+
+    def plan(self, ctx: TaskContext) -> Plan:
+        checked = ctx.run_helper("gguf_split", {"mode": "validate", "path": self.params["shards"]})
+        if checked.get("failed"):
+            errors = checked.get("errors") or [checked.get("msg")]
+            raise ValueError(
+                f"GGUF split set {self.params['shards']} is invalid: " + "; ".join(map(str, errors))
+            )
+        first = checked["first_shard"]
+        single, why = self._single_file(ctx)
+        data: dict[str, Any] = {
+            "first_shard": first,
+            "shards": [s["name"] for s in checked["shards"]],
+            "shard_count": len(checked["shards"]),
+            "tensor_count": checked["tensor_count"],
+            "single_file": single,
+            "single_file_why": why,
+        }
+        if not single:
+            data.update(serve_path=first, merged=False, fingerprint=_fingerprint(checked))
+            return Plan(
+                False,
+                f"{checked['msg']} valid; no merge: {why}",
+                data=data,
+            )
+        output = self.params["output"] or _default_output(first)
+        data.update(output=output, serve_path=output, merged=True)
+        merge = ctx.run_helper(
+            "gguf_split", {"mode": "merge", "path": first, "output": output, "check": True}
+        )
+        if merge.get("failed"):
+            raise ValueError(f"cannot merge into {output}: {merge.get('msg')}")
+        data["fingerprint"] = {"output": output, "size": merge.get("size")}
+        if not merge.get("changed"):
+            return Plan(False, f"{merge.get('msg')}; merge skipped ({why})", data=data)
+        diff = (
+            f"merge {len(checked['shards'])} shards ({checked['tensor_count']} tensors) of\n"
+            f"  {first}\ninto\n  {output} ({merge.get('size')} bytes; "
+            f"{merge.get('free_bytes')} bytes free; replaces {merge.get('replaces_bytes', 0)})\n"
+            f"because {why}\n"
+        )
+        return Plan(True, merge.get("msg", "would merge"), diff if ctx.diff else None, data)
+
+    def apply(self, ctx: TaskContext, plan: Plan) -> TaskResult:
+        data = dict(plan.data)
+        output = data["output"]
+        merged = ctx.run_helper(
+            "gguf_split",
+            {"mode": "merge", "path": data["first_shard"], "output": output},
+            timeout=float(self.params["timeout"]),
+        )
+        if merged.get("failed"):
+            errors = "; ".join(map(str, merged.get("errors") or []))
+            return TaskResult(Status.FAILED, f"{merged.get('msg')} {errors}".strip(), data=data)
+        verified = ctx.run_helper(
+            "gguf_split",
+            {
+                "mode": "verify",
+                "path": output,
+                "expect_tensor_count": data["tensor_count"],
+                "sha256": self.params["sha256"],
+            },
+            timeout=float(self.params["timeout"]),
+        )
+        data.update(
+            verify=verified.get("msg"),
+            content_sha256=verified.get("content_sha256"),
+            elapsed_s=merged.get("elapsed_s"),
+            copy_mode=merged.get("copy_mode"),
+        )
+        if verified.get("failed"):
+            return TaskResult(
+                Status.FAILED,
+                f"merged {output} but it failed verification: {verified['msg']}",
+                data=data,
+            )
+        size = merged.get("size") or 0
+        seconds = merged.get("elapsed_s") or 0
+        rate = f", {size / seconds / 1e6:.0f} MB/s" if seconds else ""
+        data["fingerprint"] = {"output": output, "size": size}
+        return TaskResult(
+            Status.CHANGED,
+            f"{merged['msg']} in {seconds} s{rate} ({merged.get('copy_mode')}); "
+            f"verified: {verified['msg']}",
+            plan.diff,
+            data,
+        )
+
+    def _single_file(self, ctx: TaskContext) -> tuple[bool, str]:
+        if self.params["single_file"] is not None:
+            return bool(self.params["single_file"]), "task argument single_file"
+        return needs_single_file(parse_facts(ctx.vars.get("facts") or {}), ctx.vars)
+
+
+def _default_output(first: str) -> str:
+    """GLM-5-UD-Q4_K_XL-00001-of-00010.gguf -> GLM-5-UD-Q4_K_XL.gguf in the same folder."""
+    folder, name = os.path.split(first)
+    stem = name.rsplit("-", 3)[0] if name.count("-of-") else name.removesuffix(".gguf")
+    return os.path.join(folder, f"{stem}.gguf")
+
+
+def _fingerprint(checked: dict[str, Any]) -> dict[str, Any]:
+    """What identifies the shards vLLM will read (for restart-on-change)."""
+    return {"shards": [[s["name"], s["size"]] for s in checked.get("shards", [])]}

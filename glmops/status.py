@@ -1,0 +1,213 @@
+"""`glmops status [HOST...] [--json]`: a row per host, and how it drifted from the inventory.
+
+One read-only play (facts + the deploy_status module) gathers what is there; `status_row` (pure)
+turns it into the row and compares it with what the inventory asks (the same serve_flags the
+deploy renders), so the table says both "what is" and "what differs".
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import sys
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+from glmops.connection import ConnectionSettings
+from glmops.errors import ExitCode
+from glmops.executor import Executor, RunOptions
+from glmops.facts import parse_facts
+from glmops.inventory import load_inventory
+from glmops.output import Reporter
+from glmops.playbook import Play, Task
+from glmops.runlog import Masker, RunLog
+from glmops.serving import ServeError, needs_single_file, serve_flags, vllm_profile
+from glmops.serving.patches import patch_state
+
+COLUMNS = (
+    "host",
+    "GPUs",
+    "driver",
+    "vLLM",
+    "patches",
+    "model",
+    "unit",
+    "health",
+    "backend",
+    "last deploy",
+    "drift",
+)
+
+
+def status_row(
+    name: str,
+    facts_raw: Mapping[str, Any],
+    observed: Mapping[str, Any],
+    variables: Mapping[str, Any],
+) -> dict[str, Any]:
+    """One host's row (plain values for --json) and its drift from the inventory."""
+    facts = parse_facts(facts_raw)
+    drift: list[str] = []
+    ccs = ", ".join(f"{a}.{b}" for a, b in facts.compute_capabilities) or "?"
+    module = facts.kernel_module or ("not loaded" if facts.nvidia_loaded is False else "?")
+    profile, _ = vllm_profile(facts, variables)
+    version = facts.venv.vllm_version if facts.venv else None
+    patches, patch_details = patch_state(
+        facts.patch_manifest,
+        observed.get("patch_expected") or {},
+        observed.get("patch_on_disk") or {},
+    )
+    if patches == "drifted":
+        drift += [f"patch: {d}" for d in patch_details]
+    model = dict(observed.get("model") or {})
+    single, _why = needs_single_file(facts, variables)
+    model_text = _model_text(model, single)
+    if model.get("state") == "invalid" or (single and not model.get("verified")):
+        drift.append(f"model: {model.get('why')}")
+    unit = observed.get("unit") or {}
+    unit_text = f"{unit.get('ActiveState', '?')}/{unit.get('UnitFileState') or '-'}"
+    if unit.get("LoadState") == "not-found":
+        unit_text = "not installed"
+        drift.append("unit: not installed (never deployed?)")
+    elif unit.get("ActiveState") != "active" or unit.get("UnitFileState") != "enabled":
+        drift.append(f"unit: {unit_text}, inventory wants active/enabled")
+    wanted_model = model.get("merged_path") if single else model.get("first_shard")
+    expected: tuple[str, ...] = ()
+    try:
+        config = serve_flags(facts, {**variables, "vllm_model": wanted_model or "?.gguf"})
+        expected = config.expectation.names
+        on_host = observed.get("exec_start")
+        if on_host and on_host != config.exec_start:
+            drift.append("unit flags: " + _flag_diff(on_host, config.exec_start))
+    except ServeError as error:
+        drift.append(f"inventory: {error}")
+    backend = observed.get("backend")
+    if observed.get("backend_failed"):
+        backend_text = "none (vLLM found no valid backend)"
+        drift.append(f"backend: none; reasons {observed['backend_failed']}")
+    elif backend:
+        ok = backend.upper() in expected
+        backend_text = f"{backend} ({'expected' if ok else 'expected ' + '/'.join(expected)})"
+        if not ok:
+            drift.append(f"backend: {backend}, expected {'/'.join(expected) or '?'}")
+    else:
+        backend_text = "-"
+    inputs = observed.get("inputs") or {}
+    manifest_sha = (
+        hashlib.sha256(json.dumps(facts.patch_manifest, sort_keys=True).encode()).hexdigest()
+        if facts.patch_manifest
+        else None
+    )
+    if inputs and (
+        inputs.get("patch_manifest_sha256") != manifest_sha or inputs.get("vllm_version") != version
+    ):
+        drift.append("patches or vLLM changed since the server was deployed: run glmops deploy")
+    pending = observed.get("pending_handlers")
+    if pending:
+        drift.append(f"pending handlers from a failed run: {', '.join(pending)}")
+    health = observed.get("health")
+    last = observed.get("last_deploy") or {}
+    return {
+        "host": name,
+        "gpus": f"{facts.gpu_count}× cc {ccs}",
+        "driver": f"{facts.driver_version or '-'} ({module})",
+        "vllm": f"{version or '-'} (profile {profile or '?'})",
+        "patches": patches,
+        "model": model_text,
+        "unit": unit_text,
+        "health": str(health) if health else "down",
+        "backend": backend_text,
+        "last_deploy": last.get("time") or "-",
+        "drift": drift,
+    }
+
+
+def _model_text(model: Mapping[str, Any], single: bool) -> str:
+    if model.get("state") in ("unknown", "invalid"):
+        return f"{model['state']}: {model.get('why')}"
+    text = f"{model.get('shards', '?')} shards"
+    if single:
+        text += ", merged" if model.get("merged") else ", NOT merged"
+        text += " + verified" if model.get("verified") else ""
+    else:
+        text += " (served as shards)"
+    return text
+
+
+def _flag_diff(on_host: str, wanted: str) -> str:
+    have, want = on_host.split(), wanted.split()
+    gone = [w for w in have if w not in want]
+    new = [w for w in want if w not in have]
+    return f"host has {' '.join(gone) or '-'}; inventory wants {' '.join(new) or '-'}"
+
+
+def collect(inventory_path: Path, pattern: str) -> tuple[ExitCode, list[dict[str, Any]]]:
+    """Run the read-only status play and build the rows."""
+    inventory = load_inventory(inventory_path)
+    masker = Masker()
+    options = RunOptions(
+        check=True,
+        run_root=Path(os.environ.get("GLMOPS_RUN_DIR", ".glmops/runs")),
+        connection=ConnectionSettings(),
+    )
+    reporter = Reporter(masker, stdout=sys.stderr)
+    runlog = RunLog(options.run_root, masker)
+    executor = Executor(inventory, options, reporter, masker, runlog)
+    task = Task(
+        name="deploy status",
+        module="deploy_status",
+        args={"health": True},
+        source=str(inventory_path),
+        line=0,
+        register="deploy_status",
+    )
+    play = Play(
+        name="status", hosts=pattern, source=str(inventory_path), line=0, tasks=[task], become=True
+    )  # the journal and /etc/glmops need root
+    code = executor.run([play], inventory_path)
+    rows = []
+    for name, session in executor.sessions.items():
+        observed = session.registered.get("deploy_status")
+        if session.facts is None or not observed or observed.get("failed"):
+            rows.append(
+                {"host": name, "error": (observed or {}).get("msg", "unreachable"), "drift": []}
+            )
+            continue
+        variables = executor.variables(play, inventory_path, session)
+        rows.append(status_row(name, session.facts, observed, variables))
+    return code, rows
+
+
+def print_status(inventory_path: Path, pattern: str, as_json: bool) -> ExitCode:
+    code, rows = collect(inventory_path, pattern)
+    if as_json:
+        print(json.dumps(rows, indent=2, sort_keys=True))
+        return code
+    table = Table(title="glmops status", title_justify="left")
+    for column in COLUMNS:
+        table.add_column(column)
+    for row in rows:
+        if "error" in row:
+            table.add_row(row["host"], f"[red]{row['error']}[/red]", *[""] * (len(COLUMNS) - 2))
+            continue
+        drift = "\n".join(row["drift"]) or "none"
+        table.add_row(
+            row["host"],
+            row["gpus"],
+            row["driver"],
+            row["vllm"],
+            row["patches"],
+            row["model"],
+            row["unit"],
+            row["health"],
+            row["backend"],
+            row["last_deploy"],
+            f"[yellow]{drift}[/yellow]" if row["drift"] else "[green]none[/green]",
+        )
+    Console().print(table)
+    return code

@@ -1,0 +1,128 @@
+"""`glmops verify`: the testinfra host checks in tests/host, over glmops' own connections.
+
+`GlmopsBackend` is a testinfra backend (`--hosts=glmops://NAME`) that runs commands through the
+connection glmops opens for inventory host NAME (address, user, key, jump host, known_hosts
+policy, become), so verify reaches exactly the hosts deploy reached, the same way. The checks
+also run with testinfra's own backends: `pytest tests/host --hosts=ssh://root@gpu1`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import testinfra.backend
+from testinfra.backend.base import BaseBackend, CommandResult
+
+from glmops.connection import Connection, ConnectionSettings, open_connection
+from glmops.errors import ExitCode, InputError
+from glmops.inventory import Host, load_inventory
+
+PROJECT = Path(__file__).resolve().parent.parent
+HOST_TESTS = PROJECT / "tests" / "host"
+INVENTORY_ENV = "GLMOPS_VERIFY_INVENTORY"
+
+
+def inventory_path() -> Path:
+    """The inventory the checks read host variables from."""
+    return Path(
+        os.environ.get(INVENTORY_ENV) or os.environ.get("GLMOPS_INVENTORY") or "inventory/hosts.yml"
+    )
+
+
+def inventory_host(name: str) -> Host | None:
+    """Inventory host `name`, or None when there is no inventory or no such host."""
+    path = inventory_path()
+    if not path.is_file():
+        return None
+    hosts = [h for h in load_inventory(path).select("all") if h.name == name]
+    return hosts[0] if hosts else None
+
+
+class GlmopsBackend(BaseBackend):
+    """testinfra backend over a glmops connection (`glmops://<inventory host name>`)."""
+
+    NAME = "glmops"
+
+    def __init__(self, hostname: str, *args: Any, **kwargs: Any) -> None:
+        super().__init__(hostname, *args, **kwargs)
+        self._conn: Connection | None = None
+        self._inv_host = inventory_host(hostname)
+        if self._inv_host is None:
+            raise InputError(f"glmops://{hostname}: no such host in {inventory_path()}")
+
+    def _connection(self) -> Connection:
+        if self._conn is None:
+            assert self._inv_host is not None
+            settings = ConnectionSettings()
+            self._conn = open_connection(self._inv_host.name, self._inv_host.connection, settings)
+        return self._conn
+
+    def run(self, command: str, *args: str, **kwargs: Any) -> CommandResult:
+        assert self._inv_host is not None
+        line = self.get_command(command, *args)
+        stdin = None
+        if self._inv_host.connection.become and self._inv_host.connection.user not in (
+            None,
+            "root",
+        ):
+            password = os.environ.get("GLMOPS_BECOME_PASSWORD")
+            quoted = self.quote("%s", line)
+            if password is None:
+                line = f"sudo -n -H -- /bin/sh -c {quoted}"
+            else:
+                line, stdin = f"sudo -S -p '' -H -- /bin/sh -c {quoted}", password + "\n"
+        result = self._connection().run(line, stdin=stdin, timeout=300)
+        return self.result(result.rc, self.encode(line), result.stdout, result.stderr)
+
+
+def register_backend() -> None:
+    """Make `glmops://` host specs known to testinfra (idempotent)."""
+    testinfra.backend.BACKENDS["glmops"] = f"{__name__}.GlmopsBackend"
+
+
+register_backend()
+
+
+class _JsonReport:
+    """pytest plugin: collects one JSON-able result per check (for --json)."""
+
+    def __init__(self) -> None:
+        self.results: list[dict[str, Any]] = []
+
+    def pytest_runtest_logreport(self, report: Any) -> None:
+        if report.when == "call" or (report.when == "setup" and report.outcome != "passed"):
+            entry = {"check": report.nodeid.split("::", 1)[-1], "outcome": report.outcome}
+            if report.outcome != "passed":
+                entry["why"] = str(getattr(report, "longreprtext", ""))[-1500:]
+            self.results.append(entry)
+
+
+def run_verify(inventory: Path, pattern: str, as_json: bool, keyword: str | None) -> ExitCode:
+    """Run tests/host against the hosts `pattern` selects; exit 0 only when every check passed."""
+    import pytest
+
+    if not HOST_TESTS.is_dir():
+        raise InputError(f"host checks not found at {HOST_TESTS} (run from a glmops checkout)")
+    names = [h.name for h in load_inventory(inventory).select(pattern)]
+    os.environ[INVENTORY_ENV] = str(inventory.resolve())
+    args = [
+        str(HOST_TESTS),
+        "--hosts=" + ",".join(f"glmops://{n}" for n in names),
+        "-p",
+        "no:cacheprovider",
+        "-W",
+        "ignore::pytest.PytestAssertRewriteWarning",
+        "--rootdir",
+        str(PROJECT),
+        "-q" if not as_json else "-qq",
+    ]
+    if keyword:
+        args += ["-k", keyword]
+    report = _JsonReport()
+    code = pytest.main(args, plugins=[report] if as_json else [])
+    for entry in report.results:  # after pytest, whose output capture would swallow them
+        print(json.dumps(entry), flush=True)
+    return ExitCode.OK if code == 0 else ExitCode.HOST_FAILED

@@ -1,0 +1,70 @@
+"""Fixtures for the host checks: the inventory's variables, facts and helpers, per host.
+
+Run by `glmops verify` (hosts `glmops://NAME`, over glmops' connections) or directly:
+`pytest tests/host --hosts=glmops://gpu1` (inventory from $GLMOPS_INVENTORY) or
+`pytest tests/host --hosts=ssh://root@gpu1` (no inventory: glmops' defaults apply).
+Not collected by the default `pytest` run (pyproject testpaths): they need real hosts.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import shlex
+from typing import Any
+
+import pytest
+
+from glmops.context import helper_source
+from glmops.facts import HostFacts, parse_facts
+from glmops.serving.flags import setting
+from glmops.verify import inventory_host, register_backend
+
+register_backend()
+
+RUNNER = (
+    "import base64,sys; s=sys.argv.pop(1); "
+    "exec(compile(base64.b64decode(s), 'glmops-helper', 'exec'), {'__name__': '__main__'})"
+)
+
+
+def run_helper(host: Any, name: str, args: dict[str, Any], python: str = "python3") -> dict:
+    """Run a glmops host helper through testinfra (script inline, nothing left on the host)."""
+    code = base64.b64encode(helper_source(name).encode()).decode()
+    result = host.run(
+        f"{shlex.quote(python)} -c {shlex.quote(RUNNER)} {code} {shlex.quote(json.dumps(args))}"
+    )
+    assert result.rc == 0, f"helper {name}: {result.stderr[-800:]}"
+    return json.loads(result.stdout.strip().splitlines()[-1])
+
+
+@pytest.fixture(scope="module")
+def hostvars(host: Any) -> dict[str, Any]:
+    """The inventory's variables for this host ({} without an inventory entry)."""
+    entry = inventory_host(host.backend.get_hostname())
+    return dict(entry.vars) if entry else {}
+
+
+@pytest.fixture(scope="module")
+def facts(host: Any, hostvars: dict[str, Any]) -> HostFacts:
+    raw = run_helper(
+        host,
+        "facts_probe",
+        {"venv": hostvars.get("vllm_venv"), "model_dir": hostvars.get("model_dir"), "check": True},
+    )
+    return parse_facts(raw)
+
+
+@pytest.fixture(scope="module")
+def unit(hostvars: dict[str, Any]) -> str:
+    return str(setting(hostvars, "vllm_unit"))
+
+
+@pytest.fixture(scope="module")
+def exec_start(host: Any, unit: str) -> list[str]:
+    """The words of the installed unit's ExecStart (empty when the unit is missing)."""
+    text = host.file(f"/etc/systemd/system/{unit}.service")
+    if not text.exists:
+        return []
+    line = next((x for x in text.content_string.splitlines() if x.startswith("ExecStart=")), "")
+    return shlex.split(line.removeprefix("ExecStart="))
