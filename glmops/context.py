@@ -70,6 +70,8 @@ class TaskContext:
     task_name: str = ""
     vars: dict[str, Any] = field(default_factory=dict)
     search_paths: list[Path] = field(default_factory=list)
+    #: Show a progress line to the operator (and the JSON stream); set by the executor.
+    notify_progress: Callable[[str], None] | None = field(default=None, repr=False)
     #: Drop the connection and open a new one (after a reboot); set by the executor.
     reconnect: Callable[[], Connection] | None = field(default=None, repr=False)
     _deadline: float | None = field(default=None, repr=False)
@@ -77,6 +79,12 @@ class TaskContext:
     def __post_init__(self) -> None:
         if self.timeout:
             self._deadline = time.monotonic() + self.timeout
+
+    def progress(self, text: str) -> None:
+        """Tell the operator how a long task is getting on; also kept in the run log."""
+        self.log.write(self.host.name, f"progress: {text}")
+        if self.notify_progress is not None:
+            self.notify_progress(text)
 
     def reopen(self) -> None:
         """Reconnect to the host (e.g. after it rebooted); later commands use the new link."""

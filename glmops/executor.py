@@ -160,6 +160,11 @@ class Executor:
             for task in play.tasks:
                 if not self._selected(task):
                     continue
+                if task.module == "meta":  # flush_handlers: run what is notified so far, now
+                    pending = self._run_handlers(play, playbook, session, pending)
+                    if session.dead:
+                        return
+                    continue
                 result = self._run_task(play, playbook, session, task)
                 if result.changed and task.notify:
                     new = set(task.notify) - pending
@@ -225,6 +230,7 @@ class Executor:
             timeout=task.timeout if task else None,
             task_name=task.name if task else "",
             reconnect=lambda: self._reconnect(session),
+            notify_progress=lambda text: self.reporter.note(text, host.name),
         )
 
     def _reconnect(self, session: HostSession) -> Connection:
@@ -378,9 +384,10 @@ class Executor:
     # -- handlers ----------------------------------------------------------------------------
     def _run_handlers(
         self, play: Play, playbook: Path, session: HostSession, pending: set[str]
-    ) -> None:
+    ) -> set[str]:
+        """Run the notified handlers in the order they are defined; returns those still pending."""
         if not pending:
-            return
+            return pending
         done: set[str] = set()
         for handler in play.handlers:
             names = {handler.name, *handler.listen}
@@ -393,6 +400,7 @@ class Executor:
             done |= names
         if not self.options.check:
             self._write_pending(play, session, pending - done)
+        return pending - done
 
     def _pending_path(self, play: Play, session: HostSession) -> str:
         return f"{self._context(play, session, None).state_dir}/{PENDING_FILE}"

@@ -13,7 +13,7 @@ from typing import Any
 
 from glmops.context import TaskContext
 from glmops.modules.base import Arg, Module, Plan, register
-from glmops.modules.vllm_ready import UNIT_ARGS, collect_artifacts, dead, probe, progress
+from glmops.modules.vllm_ready import UNIT_ARGS, collect_artifacts, dead, probe
 from glmops.results import Status, TaskResult
 from glmops.serving.journal import parse_backend
 
@@ -93,7 +93,7 @@ class VllmBackendCheck(Module):
                     ctx, f"no backend selection in the journal after {p['timeout']} s", data
                 )
             if time.monotonic() - last_note >= float(p["progress_every"]):
-                progress(ctx, f"{p['unit']}: {elapsed:.0f}s, waiting for the backend selection")
+                ctx.progress(f"{p['unit']}: {elapsed:.0f}s, waiting for the backend selection")
                 last_note = time.monotonic()
             time.sleep(float(p["interval"]))
 

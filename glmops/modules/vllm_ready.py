@@ -10,7 +10,6 @@ directory and the message says where.
 
 from __future__ import annotations
 
-import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -88,13 +87,6 @@ def _int(value: Any) -> int | None:
         return int(value)
     except (TypeError, ValueError):
         return None
-
-
-def progress(ctx: TaskContext, text: str) -> None:
-    """A progress line for the operator (stderr) and the run log."""
-    line = f"  [{ctx.host.name}] {text}"
-    print(ctx.masker.mask(line), file=sys.stderr, flush=True)
-    ctx.log.write(ctx.host.name, text)
 
 
 @register
@@ -175,7 +167,7 @@ class VllmReady(Module):
                     elapsed,
                 )
             if time.monotonic() - last_note >= float(p["progress_every"]):
-                progress(ctx, f"{p['unit']}: {elapsed:.0f}s, phase: {phase}; {step}")
+                ctx.progress(f"{p['unit']}: {elapsed:.0f}s, phase: {phase}; {step}")
                 last_note = time.monotonic()
             time.sleep(float(p["interval"]))
 

@@ -281,3 +281,27 @@ def test_play_defaults_yield_to_the_inventory(run_playbook: Runner, tmp_path: Pa
           failed_when: shown.stdout.strip() != "inv default play"
     """, inventory)
     assert outcome.exit_code == 0, outcome.results()
+
+
+def test_flush_handlers_runs_them_where_it_stands(run_playbook: Runner, local_inventory: Path,
+                                                  tmp_path: Path) -> None:
+    log = tmp_path / "root" / "order"
+    play = f"""
+    - hosts: all
+      gather_facts: false
+      tasks:
+        - name: change
+          copy: {{dest: "{tmp_path}/root/conf", content: "{{{{ v }}}}"}}
+          notify: record
+        - meta: flush_handlers
+        - name: after
+          shell: echo after >> {log}
+          changed_when: false
+      handlers:
+        - name: record
+          shell: echo handler >> {log}
+    """
+    assert run_playbook(play, local_inventory, extra=["v=1"]).exit_code == 0
+    assert log.read_text() == "handler\nafter\n"
+    assert run_playbook(play, local_inventory, extra=["v=1"]).exit_code == 0
+    assert log.read_text() == "handler\nafter\nafter\n"
