@@ -1,0 +1,247 @@
+#!/usr/bin/env python3
+"""Host side of the vLLM patch set (stdlib only): read / apply / restore / manifest.
+
+    python3 vllm_patch.py '{"mode": "read", "files": [...], "site_packages": PATH?}'
+    python3 vllm_patch.py '{"mode": "apply", "payload_file": PATH, "check": false}'
+    python3 vllm_patch.py '{"mode": "restore", "site_packages": PATH?, "check": false}'
+    python3 vllm_patch.py '{"mode": "manifest", "site_packages": PATH?}'
+
+Prints one JSON object {"failed", "changed", "msg", ...} and exits 0; non-zero means a crash.
+Originals are backed up once under <site-packages>/../.glmops-patch/backup/ and a manifest
+(profile, sha256 before/after, template version) sits beside them, so restore is byte-exact.
+Every check happens before the first write: a refused apply changes nothing.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import json
+import os
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+STATE_DIR = ".glmops-patch"
+
+
+def _sha(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def _site_packages(args: dict) -> Path:
+    """Explicit path, else where this interpreter finds vllm (without importing it)."""
+    if args.get("site_packages"):
+        return Path(args["site_packages"]).resolve()
+    spec = importlib.util.find_spec("vllm")
+    if spec is None or not spec.submodule_search_locations:
+        raise FileNotFoundError("vllm is not importable by this python; pass site_packages")
+    return Path(list(spec.submodule_search_locations)[0]).resolve().parent
+
+
+def _state(sp: Path, args: dict) -> Path:
+    return Path(args["state_dir"]).resolve() if args.get("state_dir") else sp.parent / STATE_DIR
+
+
+def _target(sp: Path, rel: str) -> Path:
+    path = (sp / rel).resolve()
+    if sp not in path.parents or not rel.startswith("vllm/"):
+        raise ValueError(f"refusing a path outside site-packages/vllm: {rel}")
+    return path
+
+
+def _atomic_write(path: Path, data: bytes, mode: int | None = None) -> None:
+    """Temp file in the same directory, fsync, rename: readers see old or new, never half."""
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+        if mode is not None:
+            os.chmod(tmp, mode)
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+    dfd = os.open(path.parent, os.O_RDONLY)
+    try:
+        os.fsync(dfd)
+    finally:
+        os.close(dfd)
+
+
+def _load_manifest(state: Path) -> dict | None:
+    path = state / "manifest.json"
+    return json.loads(path.read_text()) if path.is_file() else None
+
+
+def mode_read(args: dict) -> dict:
+    sp = _site_packages(args)
+    files: dict[str, str | None] = {}
+    for rel in args.get("files", []):
+        path = _target(sp, rel)
+        files[rel] = path.read_bytes().decode("utf-8") if path.is_file() else None
+    present = sum(v is not None for v in files.values())
+    return {
+        "failed": False,
+        "changed": False,
+        "msg": f"read {present}/{len(files)} files",
+        "site_packages": str(sp),
+        "files": files,
+        "manifest": _load_manifest(_state(sp, args)),
+    }
+
+
+def mode_apply(args: dict) -> dict:
+    payload = json.loads(Path(args["payload_file"]).read_text())
+    sp = _site_packages({**args, "site_packages": payload.get("site_packages")})
+    state = _state(sp, args)
+    manifest = _load_manifest(state) or {"files": {}}
+    entries: dict = manifest["files"]
+    # 1. verify every file first: refuse the whole set on any mismatch.
+    plan = []
+    for ch in payload["changes"]:
+        path = _target(sp, ch["path"])
+        current = path.read_bytes() if path.is_file() else None
+        cur_sha = None if current is None else _sha(current)
+        if cur_sha != ch["before_sha256"]:
+            return {
+                "failed": True,
+                "changed": False,
+                "msg": f"{ch['path']} changed since it was read (sha256 {cur_sha}); re-plan",
+            }
+        plan.append((ch, path, current))
+    if args.get("check"):
+        return {
+            "failed": False,
+            "changed": bool(plan),
+            "msg": f"would change {len(plan)} files",
+            "paths": [ch["path"] for ch, _, _ in plan],
+        }
+    # 2. back up originals once; a file reinstalled since (sha != recorded after) is a new
+    # original and gets a fresh backup.
+    backup = state / "backup"
+    for ch, path, current in plan:
+        old = entries.get(ch["path"])
+        if old is not None and _sha(current or b"") == old["sha256_after"] and current is not None:
+            continue
+        if old is not None and current is None and old["created"]:
+            continue
+        entry = {
+            "created": current is None,
+            "sha256_before": None,
+            "backup": None,
+            "item": ch.get("item"),
+        }
+        if current is not None:
+            dest = backup / ch["path"]
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            _atomic_write(dest, current)
+            entry.update(
+                sha256_before=_sha(current),
+                backup=str(dest.relative_to(state)),
+                mode=path.stat().st_mode & 0o7777,
+            )
+        entries[ch["path"]] = entry
+    # 3. write the new files, then the manifest.
+    for ch, path, current in plan:
+        data = ch["after"].encode("utf-8")
+        path.parent.mkdir(parents=True, exist_ok=True)
+        _atomic_write(path, data, None if current is None else path.stat().st_mode & 0o7777)
+        entries[ch["path"]]["sha256_after"] = _sha(data)
+    if plan:
+        manifest.update(
+            profile=payload["profile"],
+            template_version=payload["template_version"],
+            site_packages=str(sp),
+            timestamp=time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        )
+        state.mkdir(parents=True, exist_ok=True)
+        _atomic_write(state / "manifest.json", json.dumps(manifest, indent=1).encode())
+    return {
+        "failed": False,
+        "changed": bool(plan),
+        "msg": f"changed {len(plan)} files",
+        "paths": [ch["path"] for ch, _, _ in plan],
+        "manifest": manifest if plan else None,
+    }
+
+
+def mode_restore(args: dict) -> dict:
+    sp = _site_packages(args)
+    state = _state(sp, args)
+    manifest = _load_manifest(state)
+    if manifest is None:
+        return {"failed": False, "changed": False, "msg": "nothing to restore (no manifest)"}
+    actions, skipped = [], []
+    for rel, entry in manifest["files"].items():
+        path = _target(sp, rel)
+        current = path.read_bytes() if path.is_file() else None
+        if current is not None and _sha(current) != entry.get("sha256_after"):
+            # vLLM was reinstalled or the file edited since: leave the newer file alone.
+            skipped.append(rel)
+            continue
+        if not entry["created"]:
+            original = (state / entry["backup"]).read_bytes()
+            if _sha(original) != entry["sha256_before"]:
+                return {"failed": True, "changed": False, "msg": f"backup of {rel} is corrupt"}
+        actions.append((rel, path, entry, current))
+    if args.get("check"):
+        return {
+            "failed": False,
+            "changed": bool(actions),
+            "skipped": skipped,
+            "msg": f"would restore {len(actions)} files",
+            "paths": [a[0] for a in actions],
+        }
+    for _rel, path, entry, current in actions:
+        if entry["created"]:
+            if current is not None:
+                path.unlink()
+        else:
+            _atomic_write(path, (state / entry["backup"]).read_bytes(), entry.get("mode"))
+    shutil.rmtree(state)
+    return {
+        "failed": False,
+        "changed": bool(actions),
+        "skipped": skipped,
+        "msg": f"restored {len(actions)} files"
+        + (f", left {len(skipped)} newer" if skipped else ""),
+        "paths": [a[0] for a in actions],
+    }
+
+
+def mode_manifest(args: dict) -> dict:
+    sp = _site_packages(args)
+    manifest = _load_manifest(_state(sp, args))
+    return {
+        "failed": False,
+        "changed": False,
+        "manifest": manifest,
+        "msg": "patched" if manifest else "not patched",
+    }
+
+
+MODES = {"read": mode_read, "apply": mode_apply, "restore": mode_restore, "manifest": mode_manifest}
+
+
+def main(argv: list[str]) -> int:
+    args = json.loads(argv[1]) if len(argv) > 1 else {}
+    mode = MODES.get(args.get("mode", ""))
+    if mode is None:
+        result = {"failed": True, "changed": False, "msg": f"unknown mode {args.get('mode')!r}"}
+    else:
+        try:
+            result = mode(args)
+        except (OSError, ValueError, KeyError, UnicodeDecodeError) as exc:
+            result = {"failed": True, "changed": False, "msg": f"{type(exc).__name__}: {exc}"}
+    print(json.dumps(result))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))

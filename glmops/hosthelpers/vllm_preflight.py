@@ -1,0 +1,166 @@
+#!/usr/bin/env python3
+"""Ask the installed vLLM's own selection code which attention backend it picks for GLM-5.
+
+Run with the venv's python (no model load, seconds):
+    python vllm_preflight.py '{"capability": "12.0", "dtype": "float16"}'
+Args: capability ("X.Y"; default: this host's GPU 0), dtype (float16|bfloat16),
+head_size (576), use_mla (true), use_sparse (true), kv_cache_dtype ("auto"),
+num_heads (heads per GPU, 8 = GLM-5 at TP8), expect (backend name: failed if another wins),
+queries (a list of such arg dicts answered in one process: {"results": [...]}).
+Prints {"failed", "changed": false, "msg", "selected", "candidates": [...], ...}.
+"""
+
+from __future__ import annotations
+
+import inspect
+import json
+import os
+import sys
+import time
+
+
+def _capability(args: dict, cuda_cls):  # vLLM classes are imported lazily
+    from vllm.platforms.interface import DeviceCapability
+
+    if args.get("capability"):
+        major, minor = (int(x) for x in str(args["capability"]).split("."))
+        return DeviceCapability(major, minor), "given"
+    cap = cuda_cls.get_device_capability()
+    if cap is None:
+        raise RuntimeError("no CUDA device visible; pass capability")
+    return cap, "host GPU 0"
+
+
+def preflight(args: dict) -> dict:
+    t0 = time.monotonic()
+    import torch
+    import vllm.platforms as platforms
+    from vllm.platforms.cuda import CudaPlatform
+    from vllm.v1.attention.selector import AttentionSelectorConfig
+
+    cap, cap_source = _capability(args, CudaPlatform)
+
+    class _ProbePlatform(CudaPlatform):  # vLLM's CUDA platform, answering for `cap`
+        @classmethod
+        def get_device_capability(cls, device_id: int = 0):
+            return cap
+
+    # Backends consult current_platform (e.g. family checks); make it agree with `cap`.
+    platforms._current_platform = _ProbePlatform()
+    dtype = getattr(torch, args.get("dtype", "float16"))
+    wanted = {
+        "head_size": int(args.get("head_size", 576)),
+        "dtype": dtype,
+        "kv_cache_dtype": args.get("kv_cache_dtype", "auto"),
+        "block_size": args.get("block_size"),
+        "use_mla": bool(args.get("use_mla", True)),
+        "use_sparse": bool(args.get("use_sparse", True)),
+    }
+    cfg = AttentionSelectorConfig(
+        **{k: v for k, v in wanted.items() if k in AttentionSelectorConfig._fields}
+    )
+    extra = {}
+    if "num_heads" in inspect.signature(CudaPlatform.get_valid_backends).parameters:
+        extra["num_heads"] = int(args.get("num_heads", 8))
+    # vLLM selects inside a config context (some supports_combination hooks read it). A
+    # default VllmConfig has no model_config, so model-specific checks are skipped.
+    from vllm.config import VllmConfig, set_current_vllm_config
+
+    with set_current_vllm_config(VllmConfig()):
+        return _select(_ProbePlatform, cap, cfg, extra, args, cap_source, t0)
+
+
+def _select(probe, cap, cfg, extra: dict, args: dict, cap_source: str, t0: float) -> dict:
+    import vllm
+
+    valid, invalid = probe.get_valid_backends(cap, cfg, **extra)
+    candidates = []
+    for item in valid:  # 0.16: (enum, prio); 0.33: _BackendCandidate(cls, enum, prio)
+        enum, prio = (item[0], item[1]) if len(item) == 2 else (item[1], item[2])
+        candidates.append({"backend": enum.name, "priority": prio, "valid": True, "reasons": []})
+    # 0.16 reports rejected backends without their priority; both dicts follow the priority
+    # list's order, so the unused indices belong to the rejected ones in insertion order.
+    taken = {c["priority"] for c in candidates}
+    free = iter(i for i in range(len(valid) + len(invalid)) if i not in taken)
+    for enum, reasons in invalid.items():
+        prio, reasons = reasons if isinstance(reasons, tuple) else (next(free), reasons)
+        candidates.append(
+            {
+                "backend": enum.name,
+                "priority": prio,
+                "valid": False,
+                "reasons": [str(r) for r in reasons],
+            }
+        )
+    candidates.sort(key=lambda c: c["priority"])
+    selected, error = None, None
+    try:
+        path = probe.get_attn_backend_cls(None, cfg, **extra)
+        selected = next(
+            (c["backend"] for c in candidates if c["valid"] and _path_of(c["backend"]) == path),
+            path,
+        )
+    except ValueError as exc:  # vLLM's own "No valid attention backend found ..."
+        error = str(exc)
+    expect = args.get("expect")
+    failed = selected is None or (expect is not None and selected != expect)
+    msg = (
+        f"vLLM {vllm.__version__} picks {selected} for capability {cap.major}.{cap.minor} "
+        f"{args.get('dtype', 'float16')}"
+        if selected
+        else f"no backend: {error}"
+    )
+    if expect is not None and selected != expect:
+        msg += f" (expected {expect})"
+    return {
+        "failed": failed,
+        "changed": False,
+        "msg": msg,
+        "selected": selected,
+        "selected_path": path if selected else None,
+        "error": error,
+        "vllm_version": vllm.__version__,
+        "capability": f"{cap.major}.{cap.minor}",
+        "capability_source": cap_source,
+        "config": repr(cfg),
+        "candidates": candidates,
+        "seconds": round(time.monotonic() - t0, 3),
+    }
+
+
+def _path_of(name: str) -> str:
+    from vllm.v1.attention.backends.registry import AttentionBackendEnum
+
+    return AttentionBackendEnum[name].get_path()
+
+
+def main(argv: list[str]) -> int:
+    args = json.loads(argv[1]) if len(argv) > 1 else {}
+    # vLLM logs to stdout; keep stdout for the one JSON object by pointing fd 1 at stderr
+    # while vLLM runs.
+    sys.stdout.flush()
+    saved = os.dup(1)
+    os.dup2(2, 1)
+    try:
+        if "queries" in args:  # several answers for one import of vLLM (CI, reports)
+            results = [preflight({**args, **q}) for q in args["queries"]]
+            result = {
+                "failed": any(r["failed"] for r in results),
+                "changed": False,
+                "msg": "; ".join(r["msg"] for r in results),
+                "results": results,
+            }
+        else:
+            result = preflight(args)
+    except Exception as exc:  # noqa: BLE001 - report any import/selection failure as data
+        result = {"failed": True, "changed": False, "msg": f"{type(exc).__name__}: {exc}"}
+    finally:
+        sys.stdout.flush()
+        os.dup2(saved, 1)
+        os.close(saved)
+    print(json.dumps(result))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))

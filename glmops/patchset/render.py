@@ -1,0 +1,39 @@
+"""Jinja2 environment over templates/vllm/: StrictUndefined so a missing variable fails the
+plan instead of rendering a broken file onto a host."""
+
+from __future__ import annotations
+
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+import jinja2
+
+TEMPLATE_DIR = Path(__file__).resolve().parents[2] / "templates" / "vllm"
+KERNEL_SOURCE = Path(__file__).resolve().parents[2] / "backend" / "sparse_mla.py"
+
+
+@cache
+def environment() -> jinja2.Environment:
+    return jinja2.Environment(
+        loader=jinja2.FileSystemLoader(str(TEMPLATE_DIR)),
+        undefined=jinja2.StrictUndefined,
+        keep_trailing_newline=True,
+        trim_blocks=True,
+        lstrip_blocks=True,
+        autoescape=False,
+    )
+
+
+def render(name: str, **variables: Any) -> str:
+    return environment().get_template(name).render(**variables)
+
+
+def kernel_source() -> str:
+    """backend/sparse_mla.py without its `from __future__` line (the rendered file has its
+    own at the top, where Python requires it)."""
+    if not KERNEL_SOURCE.is_file():
+        raise FileNotFoundError(f"kernel source missing: {KERNEL_SOURCE}")
+    lines = KERNEL_SOURCE.read_text().splitlines()
+    kept = [ln for ln in lines if not ln.startswith("from __future__ import")]
+    return "\n".join(kept).strip("\n")

@@ -1,0 +1,147 @@
+"""Real vLLM wheels from PyPI for CPU tests, cached outside the repo (never commit vLLM code).
+
+fetch_vllm_source(v)   -> ~/.cache/glmops/vllm-src/<v>/ holding the wheel's `vllm/` package
+                          (compiled .so files left out: they need CUDA; see cpu_stub.py)
+fetch_vllm_deps(v)     -> ~/.cache/glmops/vllm-deps/<v>/: the pure-Python packages vLLM's
+                          selection code imports, at the versions the wheel's METADATA pins
+compiled_modules(v)    -> the dotted names of the wheel's compiled extension modules
+Torch is not installed here: the test environment's CPU torch is used.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+CACHE = Path(os.environ.get("GLMOPS_CACHE", Path.home() / ".cache" / "glmops"))
+WHEELS = CACHE / "wheels"
+SOURCES = CACHE / "vllm-src"
+DEPS = CACHE / "vllm-deps"
+
+# Imported (transitively) by vllm.platforms.cuda, vllm.v1.attention.selector and the MLA
+# backend modules; found by importing them on a CPU machine until nothing was missing.
+IMPORT_DEPS = (
+    "psutil",
+    "cbor2",
+    "huggingface_hub",
+    "transformers",
+    "aiohttp",
+    "pyzmq",
+    "pydantic",
+    "msgspec",
+    "cachetools",
+    "regex",
+    "openai-harmony",
+    "openai",
+    "pillow",
+    "pybase64",
+    "uvloop",
+    "prometheus_client",
+    "fastapi",
+    "partial_json_parser",
+    "einops",
+    "llguidance",
+    "nvidia-ml-py",  # pynvml, imported by FlashInfer backends
+)
+# These declare a CUDA torch (or native stacks) as a dependency: install without deps.
+NO_DEPS = ("xgrammar", "apache-tvm-ffi", "flashinfer-python")
+
+
+def _wheel(version: str) -> Path:
+    found = sorted(WHEELS.glob(f"vllm-{version}-*.whl"))
+    if found:
+        return found[0]
+    WHEELS.mkdir(parents=True, exist_ok=True)
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "download",
+            "--no-deps",
+            "-q",
+            f"vllm=={version}",
+            "-d",
+            str(WHEELS),
+        ],
+        check=True,
+    )
+    return sorted(WHEELS.glob(f"vllm-{version}-*.whl"))[0]
+
+
+def fetch_vllm_source(version: str) -> Path:
+    """Unpacked `vllm/` package of the PyPI wheel (cached); the returned dir is the
+    site-packages-like root that contains `vllm/`."""
+    dest = SOURCES / version
+    if (dest / ".complete").is_file():
+        return dest
+    whl = _wheel(version)
+    tmp = dest.with_name(dest.name + ".tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    compiled = []
+    with zipfile.ZipFile(whl) as zf:
+        for info in zf.infolist():
+            name = info.filename
+            if not name.startswith("vllm/") or name.endswith("/"):
+                continue
+            if name.endswith(".so"):
+                compiled.append(name[: -len(".so")].split(".")[0].replace("/", "."))
+                continue
+            if name == "vllm/vllm-rs":  # a native binary, not importable code
+                continue
+            zf.extract(info, tmp)
+        meta = next(n for n in zf.namelist() if n.endswith(".dist-info/METADATA"))
+        (tmp / "METADATA").write_bytes(zf.read(meta))
+    (tmp / "compiled_modules.json").write_text(json.dumps(sorted(compiled)))
+    shutil.rmtree(dest, ignore_errors=True)
+    tmp.rename(dest)
+    (dest / ".complete").write_text(whl.name)
+    return dest
+
+
+def compiled_modules(version: str) -> list[str]:
+    return json.loads((fetch_vllm_source(version) / "compiled_modules.json").read_text())
+
+
+def _pins(version: str) -> dict[str, str]:
+    """Unconditional Requires-Dist lines of the wheel, by normalized name."""
+    text = (fetch_vllm_source(version) / "METADATA").read_text()
+    pins = {}
+    for line in text.splitlines():
+        if line.startswith("Requires-Dist:") and "extra ==" not in line:
+            req = line.split(":", 1)[1].split(";", 1)[0].strip()
+            name = re.split(r"[<>=!~\[ ]", req, maxsplit=1)[0]
+            pins[name.lower().replace("_", "-")] = req
+    return pins
+
+
+def fetch_vllm_deps(version: str) -> Path:
+    dest = DEPS / version
+    if (dest / ".complete").is_file():
+        return dest
+    pins = _pins(version)
+
+    def spec(name: str) -> str:
+        return pins.get(name.lower().replace("_", "-"), name)
+
+    shutil.rmtree(dest, ignore_errors=True)
+    pip = [sys.executable, "-m", "pip", "install", "-q", "--target", str(dest)]
+    subprocess.run([*pip, *(spec(n) for n in IMPORT_DEPS)], check=True)
+    subprocess.run([*pip, "--no-deps", *(spec(n) for n in NO_DEPS)], check=True)
+    (dest / ".complete").write_text("ok")
+    return dest
+
+
+def scratch_copy(version: str, where: Path) -> Path:
+    """A writable copy of the unpacked tree (tests patch it), as where/site-packages."""
+    src = fetch_vllm_source(version)
+    dest = where / "site-packages"
+    where.mkdir(parents=True, exist_ok=True)
+    shutil.copytree(src / "vllm", dest / "vllm")
+    return dest
