@@ -209,6 +209,30 @@ _playbook_verb(
     "Apply the vLLM patch set (sparse MLA backend, GGUF fixes) to HOSTS' vllm_venv.",
     needs_hosts=True,
 )
+
+
+@main.command()
+@click.argument("hosts", nargs=-1, required=True)
+@click.option("-i", "--inventory", type=click.Path(path_type=Path), default=None)
+@click.option("--capability", default="", help="compute capability X.Y (default: the host's GPU)")
+@click.option("--dtype", default="", help="float16 or bfloat16 (default: what GGUF needs there)")
+@click.option("--json", "json_events", is_flag=True, help="JSON events on stdout")
+@reports_errors
+def preflight(
+    hosts: tuple[str, ...], inventory: Path | None, capability: str, dtype: str, json_events: bool
+) -> ExitCode:
+    """Which attention backend HOSTS' vLLM would pick for GLM-5, and why not the others."""
+    extra = (f"preflight_capability={capability}", f"preflight_dtype={dtype}")
+    return run_playbook(
+        PROJECT / "playbooks" / "preflight.yml",
+        limit=",".join(hosts),
+        extra=extra,
+        inventory=inventory,
+        json_events=json_events,
+        explain=True,
+    )
+
+
 _playbook_verb(
     "unpatch",
     "unpatch.yml",

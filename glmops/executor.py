@@ -27,7 +27,7 @@ from glmops.output import Reporter
 from glmops.playbook import Play, Task
 from glmops.results import HostTally, Status, TaskResult
 from glmops.runlog import Masker, RunLog
-from glmops.templating import evaluate_condition, render_value
+from glmops.templating import evaluate_condition, render_value, resolve_variables
 
 PENDING_FILE = "pending-handlers.json"
 HEARTBEAT_SECONDS = 30
@@ -258,7 +258,10 @@ class Executor:
         merged.update(session.registered)
         if task:
             merged.update(task.vars)
-        return merged
+        where = f"{task.where} on host '{host.name}'" if task else f"play '{play.name}'"
+        resolved = resolve_variables(merged, where=where)
+        self.masker.add_secret_vars(resolved)
+        return resolved
 
     # -- one task ----------------------------------------------------------------------------
     def _run_task(

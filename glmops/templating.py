@@ -80,6 +80,38 @@ def evaluate(expression: str, variables: dict[str, Any], *, where: str) -> Any:
     return result
 
 
+def resolve_variables(variables: dict[str, Any], *, where: str) -> dict[str, Any]:
+    """Variables whose values are templates (`dir: "{{ root }}/x"`), rendered in the scope of
+    all the others, a few rounds deep so that one may refer to another.
+
+    A value that cannot be rendered becomes an undefined that raises, with the reason, only if
+    a task actually uses it: an unused broken variable is no error, as in Ansible.
+    """
+    resolved = dict(variables)
+    for _ in range(4):
+        pending = [k for k, v in resolved.items() if _is_template(v)]
+        if not pending:
+            break
+        for key in pending:
+            try:
+                resolved[key] = render_value(resolved[key], resolved, where=where)
+            except TemplateError as error:
+                resolved[key] = jinja2.StrictUndefined(
+                    hint=f"variable '{key}' could not be rendered: {error}"
+                )
+    return resolved
+
+
+def _is_template(value: Any) -> bool:
+    if isinstance(value, str):
+        return "{{" in value or "{%" in value
+    if isinstance(value, dict):
+        return any(_is_template(v) for v in value.values())
+    if isinstance(value, list):
+        return any(_is_template(v) for v in value)
+    return False
+
+
 def evaluate_condition(
     conditions: str | list[str] | bool, variables: dict[str, Any], *, where: str
 ) -> bool:

@@ -53,7 +53,8 @@ IMPORT_DEPS = (
 NO_DEPS = ("xgrammar", "apache-tvm-ffi", "flashinfer-python")
 
 
-def _wheel(version: str) -> Path:
+def fetch_vllm_wheel(version: str) -> Path:
+    """The PyPI wheel itself (downloaded once into the cache)."""
     found = sorted(WHEELS.glob(f"vllm-{version}-*.whl"))
     if found:
         return found[0]
@@ -81,7 +82,7 @@ def fetch_vllm_source(version: str) -> Path:
     dest = SOURCES / version
     if (dest / ".complete").is_file():
         return dest
-    whl = _wheel(version)
+    whl = fetch_vllm_wheel(version)
     tmp = dest.with_name(dest.name + ".tmp")
     shutil.rmtree(tmp, ignore_errors=True)
     compiled = []

@@ -54,7 +54,12 @@ class VllmSelectionPreflight(Module):
         reply = ctx.run_helper(HELPER, {**args, "check": True}, python=p["python"], timeout=300)
         result = parse_preflight(reply)
         expected = [str(n).upper() for n in p["expected"]]
-        data = {"backend": result.backend, "rejected": result.rejected, "expected": expected}
+        data = {
+            "backend": result.backend,
+            "rejected": result.rejected,
+            "expected": expected,
+            "explain": [f"{name} rejected: {reasons}" for name, reasons in result.rejected.items()],
+        }
         if result.error:
             raise ValueError(
                 f"preflight: vLLM would select no attention backend: {result.error}; "

@@ -93,3 +93,17 @@ def test_conditions() -> None:
     assert not evaluate_condition(["x > 2", "facts.gpus"], variables, where="w")
     with pytest.raises(TemplateError, match="undefined"):
         evaluate_condition("missing == 1", variables, where="w")
+
+
+def test_variables_refer_to_variables_and_broken_ones_fail_only_when_used() -> None:
+    from glmops.templating import resolve_variables
+
+    scope = resolve_variables(
+        {"root": "/srv", "models": "{{ root }}/models", "gguf": "{{ models }}/glm5.gguf",
+         "broken": "{{ nope }}", "n": "{{ 2 * 4 }}"},
+        where="w",
+    )
+    assert scope["gguf"] == "/srv/models/glm5.gguf" and scope["n"] == 8
+    assert render_value("{{ gguf }}", scope, where="w") == "/srv/models/glm5.gguf"
+    with pytest.raises(TemplateError, match="'broken' could not be rendered.*nope"):
+        render_value("{{ broken }}", scope, where="w")
