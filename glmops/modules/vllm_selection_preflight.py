@@ -52,6 +52,8 @@ class VllmSelectionPreflight(Module):
         if p["capability"]:
             args["capability"] = p["capability"]
         reply = ctx.run_helper(HELPER, {**args, "check": True}, python=p["python"], timeout=300)
+        if reply.get("failed") and not reply.get("candidates"):
+            raise ValueError(f"preflight could not ask vLLM ({p['python']}): {reply.get('msg')}")
         result = parse_preflight(reply)
         expected = [str(n).upper() for n in p["expected"]]
         data = {
