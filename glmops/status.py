@@ -66,8 +66,13 @@ def status_row(
         drift += [f"patch: {d}" for d in patch_details]
     model = dict(observed.get("model") or {})
     single, _why = needs_single_file(facts, variables)
+    if model.get("state") == "folder":
+        single = False
     model_text = _model_text(model, single)
-    if model.get("state") == "invalid" or (single and not model.get("verified")):
+    if model.get("state") == "folder":
+        if not model.get("ok"):
+            drift.append(f"model: {model.get('why')}")
+    elif model.get("state") == "invalid" or (single and not model.get("verified")):
         drift.append(f"model: {model.get('why')}")
     unit = observed.get("unit") or {}
     unit_text = f"{unit.get('ActiveState', '?')}/{unit.get('UnitFileState') or '-'}"
@@ -77,6 +82,8 @@ def status_row(
     elif unit.get("ActiveState") != "active" or unit.get("UnitFileState") != "enabled":
         drift.append(f"unit: {unit_text}, inventory wants active/enabled")
     wanted_model = model.get("merged_path") if single else model.get("first_shard")
+    if model.get("state") == "folder":
+        wanted_model = model.get("folder")
     expected: tuple[str, ...] = ()
     try:
         config = serve_flags(facts, {**variables, "vllm_model": wanted_model or "?.gguf"})
@@ -130,6 +137,8 @@ def status_row(
 def _model_text(model: Mapping[str, Any], single: bool) -> str:
     if model.get("state") in ("unknown", "invalid"):
         return f"{model['state']}: {model.get('why')}"
+    if model.get("state") == "folder":
+        return f"safetensors folder {model.get('folder')}" + ("" if model.get("ok") else " MISSING")
     text = f"{model.get('shards', '?')} shards"
     if single:
         text += ", merged" if model.get("merged") else ", NOT merged"

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -104,6 +105,8 @@ def run_verify(inventory: Path, pattern: str, as_json: bool, keyword: str | None
     """Run tests/host against the hosts `pattern` selects; exit 0 only when every check passed."""
     import pytest
 
+    if str(PROJECT) not in sys.path:  # tests/host imports `tests.host.conftest` by its full name
+        sys.path.insert(0, str(PROJECT))
     if not HOST_TESTS.is_dir():
         raise InputError(f"host checks not found at {HOST_TESTS} (run from a glmops checkout)")
     names = [h.name for h in load_inventory(inventory).select(pattern)]

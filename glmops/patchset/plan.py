@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from types import ModuleType
 
-from . import backend, gguf, priorities, registry
+from . import backend, gguf, indexer, priorities, registry
 from .common import FileChange, PatchError
 from .profiles import Profile
 
-ITEMS: tuple[ModuleType, ...] = (backend, registry, priorities, gguf)
+ITEMS: tuple[ModuleType, ...] = (backend, registry, priorities, gguf, indexer)
 
 
 def plan_patchset(

@@ -20,12 +20,17 @@ SPARSE_UTILS = "vllm/v1/attention/backends/mla/sparse_utils.py"
 TRITON_DECODE = "vllm/v1/attention/ops/triton_decode_attention.py"
 BACKEND_TARGET = "vllm/v1/attention/backends/mla/triton_mla_sparse.py"
 VERSION_FILE = "vllm/_version.py"
+# The DSA indexer item (2e): the op that calls DeepGEMM, its metadata builder, our fallback.
+SPARSE_INDEXER = "vllm/model_executor/layers/sparse_attn_indexer.py"
+INDEXER_BUILDER = "vllm/v1/attention/backends/mla/indexer.py"
+INDEXER_FALLBACK = "vllm/model_executor/layers/glmops_dsa_indexer.py"
 # Files the GGUF item (2d) edits where the layout has the in-tree loader.
 ITEM_FILES = (
     "vllm/model_executor/model_loader/weight_utils.py",
     "vllm/engine/arg_utils.py",
     "vllm/model_executor/model_loader/gguf_loader.py",
     "vllm/model_executor/model_loader/glmops_glm_dsa_gguf.py",
+    INDEXER_FALLBACK,
 )
 
 
@@ -84,6 +89,17 @@ PROFILES: tuple[Profile, ...] = (
                 FLASHMLA_SPARSE,
                 "triton_convert_req_index_to_global_index",
                 r"^def triton_convert_req_index_to_global_index\(",
+            ),
+            Anchor(
+                SPARSE_INDEXER,
+                "from vllm.utils.deep_gemm import fp8_mqa_logits, fp8_paged_mqa_logits",
+                r"^from vllm\.utils\.deep_gemm import fp8_mqa_logits, fp8_paged_mqa_logits$",
+            ),
+            Anchor(
+                INDEXER_BUILDER,
+                "DeepseekV32IndexerMetadataBuilder._cudagraph_support",
+                r"^class DeepseekV32IndexerMetadataBuilder\(AttentionMetadataBuilder\):\n"
+                r"    _cudagraph_support: ClassVar\[AttentionCGSupport\] = \(\n[^\n]*\n    \)$",
             ),
         ),
         mla_priority_lists=2,

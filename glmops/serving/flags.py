@@ -38,6 +38,8 @@ DEFAULTS: dict[str, Any] = {
     "vllm_env": {},
     "vllm_ready_timeout_s": 7200,
     "deploy_state_dir": "/var/lib/glmops/deploy",
+    # CPU hosts (vllm_device: cpu): GiB of RAM vLLM's CPU build reserves for the KV cache.
+    "vllm_cpu_kvcache_space_gib": 1,
 }
 
 #: Flags glmops sets itself; giving them in vllm_extra_args would contradict the facts.
@@ -77,6 +79,7 @@ class ServeConfig:
     compute_capability: tuple[int, int] | None
     expectation: Expectation
     warnings: list[str] = field(default_factory=list)
+    device: str = "cuda"
 
     @property
     def exec_start(self) -> str:
@@ -101,6 +104,10 @@ class ServeConfig:
             "expected_backends": list(self.expectation.names),
             "expected_backend_why": self.expectation.why,
             "warnings": self.warnings,
+            "device": self.device,
+            # Where the selected backend can be read: vLLM's CPU platform logs no selection
+            # line, so there the deploy asks vLLM's own selector (hosthelpers/vllm_backend_probe).
+            "backend_source": "selector" if self.device == "cpu" else "journal",
         }
 
 
@@ -139,6 +146,18 @@ def needs_single_file(facts: HostFacts, variables: Mapping[str, Any]) -> tuple[b
     return True, f"profile {source}; a merged file loads on every vLLM, so merge to be safe"
 
 
+def serving_device(variables: Mapping[str, Any]) -> tuple[str, str]:
+    """'cuda' or 'cpu' (vLLM's CPU build, package vllm-cpu), and why."""
+    if variables.get("vllm_device"):
+        device = str(variables["vllm_device"]).lower()
+        if device not in ("cuda", "cpu"):
+            raise ServeError(f"vllm_device must be cuda or cpu, not {device!r}")
+        return device, "inventory variable vllm_device"
+    if str(variables.get("vllm_package") or "") == "vllm-cpu":
+        return "cpu", "inventory variable vllm_package is vllm-cpu"
+    return "cuda", "default"
+
+
 def serve_flags(facts: HostFacts, variables: Mapping[str, Any]) -> ServeConfig:
     """The `vllm serve` argv, environment and unit settings for this host.
 
@@ -151,12 +170,22 @@ def serve_flags(facts: HostFacts, variables: Mapping[str, Any]) -> ServeConfig:
     reasons: dict[str, str] = {}
     warnings: list[str] = []
 
+    device, device_why = serving_device(variables)
     gpus = facts.gpu_count
-    if gpus < 1:
+    if device == "cpu":
+        gpus = 1  # one CPU worker; tensor parallelism is a GPU notion here
+        reasons["--tensor-parallel-size"] = (
+            f"omitted (TP 1): device cpu ({device_why}); vLLM's CPU build runs one worker"
+        )
+    elif gpus < 1:
         why = facts.reason("gpus") or "the facts list no GPU"
         raise ServeError(f"no GPU to serve on: {why}")
     tp = variables.get("vllm_tensor_parallel_size")
-    if tp is None:
+    if device == "cpu":
+        tp = int(tp or 1)
+        if tp != 1:
+            raise ServeError(f"vllm_tensor_parallel_size {tp} on a CPU host: only 1 is supported")
+    elif tp is None:
         tp = gpus
         reasons["--tensor-parallel-size"] = f"{gpus} GPU(s) in the facts"
     else:
@@ -176,6 +205,12 @@ def serve_flags(facts: HostFacts, variables: Mapping[str, Any]) -> ServeConfig:
     dtype = variables.get("vllm_dtype")
     if dtype:
         reasons["--dtype"] = "inventory variable vllm_dtype"
+    elif device == "cpu":
+        dtype = "float32"
+        reasons["--dtype"] = (
+            "CPU host: float32 runs on every x86 CPU (bf16 needs AVX512-BF16/AMX to be fast; "
+            "set vllm_dtype: bfloat16 there)"
+        )
     elif is_gguf and cc is not None and cc >= (10, 0):
         dtype = "float16"
         reasons["--dtype"] = (
@@ -189,7 +224,9 @@ def serve_flags(facts: HostFacts, variables: Mapping[str, Any]) -> ServeConfig:
     profile, _source = vllm_profile(facts, variables)
     forced = variables.get("vllm_attention_backend")
     override = variables.get("vllm_expected_backend")
-    expectation = expected_backends(cc, effective, profile, forced=forced, override=override)
+    expectation = expected_backends(
+        cc, effective, profile, forced=forced, override=override, device=device
+    )
 
     settings = {key: setting(variables, key) for key in DEFAULTS}
     settings["vllm_venv"] = venv
@@ -203,14 +240,28 @@ def serve_flags(facts: HostFacts, variables: Mapping[str, Any]) -> ServeConfig:
     settings["inputs_path"] = f"{settings['deploy_state_dir']}/{unit}.inputs.json"
     settings["record_path"] = f"{settings['deploy_state_dir']}/{unit}.last-deploy.json"
 
-    argv = [f"{venv}/bin/vllm", "serve", str(model)]
+    settings["device"] = device
+    if device == "cpu":
+        # vllm-cpu's `vllm` script asks importlib.metadata for the distribution "vllm", which
+        # the CPU build is not (it is vllm-cpu): the script dies before parsing its arguments.
+        # The API server module takes the same flags.
+        argv = [f"{venv}/bin/python", "-m", "vllm.entrypoints.openai.api_server"]
+        argv += ["--model", str(model)]
+        reasons["--model"] = "vllm-cpu's `vllm` CLI cannot start (it looks up package 'vllm')"
+    else:
+        argv = [f"{venv}/bin/vllm", "serve", str(model)]
     argv += ["--served-model-name", str(settings["vllm_served_model_name"])]
     argv += ["--host", str(settings["vllm_host"]), "--port", str(int(settings["vllm_port"]))]
-    argv += ["--tensor-parallel-size", str(tp)]
+    if device != "cpu":
+        argv += ["--tensor-parallel-size", str(tp)]
     if dtype:
         argv += ["--dtype", str(dtype)]
     argv += ["--hf-config-path", str(config_dir), "--tokenizer", str(tokenizer)]
-    reasons["--hf-config-path"] = "GGUF carries no HF config; a local copy keeps boots off the Hub"
+    reasons["--hf-config-path"] = (
+        "GGUF carries no HF config; a local copy keeps boots off the Hub"
+        if is_gguf
+        else "the model folder's own config, named so boots never ask the Hub"
+    )
     argv += ["--max-model-len", str(settings["vllm_max_model_len"])]
     if forced:
         argv += ["--attention-backend", str(forced)]
@@ -224,9 +275,13 @@ def serve_flags(facts: HostFacts, variables: Mapping[str, Any]) -> ServeConfig:
         "HF_HUB_OFFLINE": "1",
         "VLLM_NO_USAGE_STATS": "1",
         "DO_NOT_TRACK": "1",
-        "CUDA_DEVICE_ORDER": "PCI_BUS_ID",
-        "HOME": str(settings["vllm_home"]),
     }
+    if device == "cpu":
+        # vLLM's CPU build sizes its KV cache from this (GiB of RAM), not from a GPU's memory.
+        env["VLLM_CPU_KVCACHE_SPACE"] = str(int(settings["vllm_cpu_kvcache_space_gib"]))
+    else:
+        env["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID"
+    env["HOME"] = str(settings["vllm_home"])
     extra_env = settings["vllm_env"]
     if not isinstance(extra_env, Mapping):
         raise ServeError("vllm_env must be a mapping of environment variables")
@@ -246,6 +301,7 @@ def serve_flags(facts: HostFacts, variables: Mapping[str, Any]) -> ServeConfig:
         compute_capability=cc,
         expectation=expectation,
         warnings=warnings,
+        device=device,
     )
 
 

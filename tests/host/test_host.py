@@ -8,14 +8,23 @@ from __future__ import annotations
 import os
 from typing import Any
 
+import pytest
+
 from glmops.facts import HostFacts
 from glmops.serving import expected_backends, parse_backend, vllm_profile
-from glmops.serving.flags import setting
+from glmops.serving.flags import serving_device, setting
 from glmops.serving.patches import manifest_files, patch_state
 from tests.host.conftest import run_helper
 
 
-def test_driver_loaded(host: Any, facts: HostFacts) -> None:
+def cpu_host(hostvars: dict[str, Any]) -> bool:
+    """A host the inventory serves with vLLM's CPU build (vllm_device: cpu): no GPU checks."""
+    return serving_device(hostvars)[0] == "cpu"
+
+
+def test_driver_loaded(host: Any, facts: HostFacts, hostvars: dict[str, Any]) -> None:
+    if cpu_host(hostvars):
+        pytest.skip("vllm_device: cpu (served by vLLM's CPU build, no NVIDIA driver wanted)")
     version = host.file("/proc/driver/nvidia/version")
     assert version.exists, "nvidia kernel module not loaded (/proc/driver/nvidia/version absent)"
     cc = facts.compute_capability
@@ -26,6 +35,8 @@ def test_driver_loaded(host: Any, facts: HostFacts) -> None:
 
 
 def test_gpu_count(facts: HostFacts, hostvars: dict[str, Any], exec_start: list[str]) -> None:
+    if cpu_host(hostvars):
+        pytest.skip("vllm_device: cpu (no GPU wanted)")
     assert facts.gpus, f"no GPU reported: {facts.reason('gpus')}"
     wanted = hostvars.get("expected_gpu_count")
     if wanted is None and "--tensor-parallel-size" in exec_start:
@@ -46,7 +57,11 @@ def test_vllm_version_and_profile(facts: HostFacts, hostvars: dict[str, Any]) ->
         assert manifest["profile"] == profile, f"manifest profile {manifest['profile']}, {source}"
 
 
-def test_patch_manifest_matches_files(host: Any, facts: HostFacts) -> None:
+def test_patch_manifest_matches_files(
+    host: Any, facts: HostFacts, hostvars: dict[str, Any]
+) -> None:
+    if cpu_host(hostvars) and not facts.patch_manifest:
+        pytest.skip("vllm_device: cpu: the patch set adds a CUDA attention backend, none wanted")
     base = facts.venv.vllm_path if facts.venv else None
     wanted = manifest_files(facts.patch_manifest, os.path.dirname(base) if base else None)
     digests = run_helper(host, "file_digests", {"paths": sorted(wanted)})["digests"]
@@ -82,6 +97,15 @@ def test_health_200(host: Any, hostvars: dict[str, Any], unit: str) -> None:
 def test_selected_backend_as_expected(
     host: Any, facts: HostFacts, hostvars: dict[str, Any], unit: str, exec_start: list[str]
 ) -> None:
+    dtype = exec_start[exec_start.index("--dtype") + 1] if "--dtype" in exec_start else "bfloat16"
+    if cpu_host(hostvars):  # vLLM's CPU platform logs no selection: ask its selector
+        config = str(hostvars.get("glm5_hf_config_dir") or hostvars.get("vllm_model_dir"))
+        python = f"{setting(hostvars, 'vllm_venv') or '/opt/vllm'}/bin/python"
+        asked = run_helper(host, "vllm_backend_probe", {"config": config, "dtype": dtype}, python)
+        assert not asked.get("failed"), f"vLLM's selector: {asked.get('msg')}"
+        wanted = expected_backends(None, dtype, None, device="cpu")
+        assert wanted.accepts(asked.get("backend")), f"{asked.get('msg')}; expected {wanted.why}"
+        return
     reply = run_helper(
         host,
         "vllm_probe",
@@ -90,7 +114,6 @@ def test_selected_backend_as_expected(
     selection = parse_backend(reply.get("journal_matches") or [])
     assert not selection.failed, f"vLLM found no valid attention backend: {selection.reasons}"
     assert selection.backend, "no backend selection in the journal of the current run"
-    dtype = exec_start[exec_start.index("--dtype") + 1] if "--dtype" in exec_start else "bfloat16"
     profile, _ = vllm_profile(facts, hostvars)
     expected = expected_backends(
         facts.compute_capability,

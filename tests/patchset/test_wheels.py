@@ -23,6 +23,7 @@ from glmops.patchset import (
 pytestmark = pytest.mark.wheels
 EXPECTED_PROFILE = {"0.16.0": "v0_16", "0.33.0": "v0_33"}
 GGUF_STATUS = {"0.16.0": "apply", "0.33.0": "ok"}  # 0.33 has no in-tree GGUF loader
+INDEXER_STATUS = {"0.16.0": "apply", "0.33.0": "ok"}  # 0.33: DeepGEMM supports SM120
 
 
 def read(sp: Path) -> dict[str, str | None]:
@@ -55,6 +56,7 @@ def test_patch_cycle(vllm_version, vllm_tree, vllm_scratch, cpu_preflight, tmp_p
         ("registry", "apply"),
         ("priorities", "apply"),
         *[("gguf", GGUF_STATUS[vllm_version])] * 4,
+        *[("indexer", INDEXER_STATUS[vllm_version])] * 3,
     ]
     changes = [c for c in changes if c.changed]
     assert all(c.diff().startswith(("--- a/", "--- /dev/null")) for c in changes)
@@ -92,9 +94,9 @@ def test_patch_cycle(vllm_version, vllm_tree, vllm_scratch, cpu_preflight, tmp_p
     # second round: plan says ok, apply is a no-op
     again = plan_patchset(profile, read(sp))
     assert {c.status for c in again} == {"ok"}
-    assert {c.reason for c in again if c.item != "gguf" or vllm_version == "0.16.0"} == {
-        "already applied"
-    }
+    assert {
+        c.reason for c in again if c.item not in ("gguf", "indexer") or vllm_version == "0.16.0"
+    } == {"already applied"}
     patched_hashes = tree_hashes(root)
     out = apply(sp, tmp_path, again, profile)
     assert not out["failed"] and not out["changed"]

@@ -211,7 +211,7 @@ def test_preflight_refusal_stops_before_any_restart(
     )
     assert refused.exit_code == 2
     event = next(e for e in refused.results() if e["task"].startswith("selection preflight"))
-    assert event["status"] == "failed" and "would select no attention backend" in event["msg"]
+    assert event["status"] == "failed" and "could not ask vLLM" in event["msg"]
     assert "restart vllm" not in {e["task"] for e in refused.results()}
     assert main_pid(bed) == pid and "--max-model-len 32768" in (host_read(bed, HOST, UNIT) or "")
 

@@ -1,0 +1,450 @@
+"""Item 2e: the DSA indexer logits fallback (CPU). The rendered module against a plain
+reference (fp8 inputs with scales, as vLLM 0.16 passes them), tiling that changes nothing and
+bounds its temporaries, the dispatch decision, and on the real wheels: plan / compile /
+re-plan per profile and the patched vLLM module dispatching by capability."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import py_compile
+import shutil
+import subprocess
+import sys
+import weakref
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_flatten
+
+from glmops.patchset import ANCHOR_FILES, UnsupportedLayout, detect_profile, plan_patchset
+from glmops.patchset.indexer import FILES, render_fallback
+from glmops.patchset.profiles import (
+    INDEXER_BUILDER,
+    INDEXER_FALLBACK,
+    SPARSE_INDEXER,
+    profile_by_name,
+)
+
+FP8 = torch.float8_e4m3fn
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="module")
+def fb(tmp_path_factory) -> ModuleType:
+    """The fallback module exactly as rendered onto a 0.16 host."""
+    path = tmp_path_factory.mktemp("fb") / "glmops_dsa_indexer.py"
+    path.write_text(render_fallback(profile_by_name("v0_16"), {}))
+    spec = importlib.util.spec_from_file_location("glmops_dsa_indexer_test", path)
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+# ---- inputs and straightforward references (float64, one row at a time) ----
+
+
+def fp8(x: torch.Tensor) -> torch.Tensor:
+    return x.to(FP8)
+
+
+def prefill_inputs(m=37, heads=8, dim=64, n=90, exact=False, seed=0):
+    """Rows of three requests laid out as vLLM's chunk does (ks = request start, ke grows
+    causally), plus one row with an empty range. exact: small integers and powers of two,
+    so every sum is exact in fp32 and any tiling must give the same bits."""
+    g = torch.Generator().manual_seed(seed)
+    if exact:
+        q = fp8(torch.randint(-3, 4, (m, heads, dim), generator=g).float())
+        k = fp8(torch.randint(-3, 4, (n, dim), generator=g).float())
+        scale = 2.0 ** torch.randint(-3, 3, (n,), generator=g).float()
+        w = torch.randint(-4, 5, (m, heads), generator=g).float() / 8
+    else:
+        q = fp8(torch.randn(m, heads, dim, generator=g) * 2)
+        k = fp8(torch.randn(n, dim, generator=g) * 2)
+        scale = torch.rand(n, generator=g) * 0.1 + 0.01
+        w = torch.randn(m, heads, generator=g)
+    starts, ks, ke = [0, 30, 55], [], []
+    lens = [30, 25, n - 55]
+    per_req = [m // 3, m // 3, m - 2 * (m // 3)]
+    for s, length, rows in zip(starts, lens, per_req, strict=True):
+        for r in range(rows):
+            ks.append(s)
+            ke.append(s + max(1, length - rows + 1 + r))
+    ks[5], ke[5] = 10, 10  # empty range
+    i32 = torch.int32
+    return q, k, scale, w, torch.tensor(ks, dtype=i32), torch.tensor(ke, dtype=i32)
+
+
+def prefill_reference(q, k, scale, w, ks, ke) -> torch.Tensor:
+    qd, kd = q.double(), k.double()
+    out = torch.full((q.shape[0], k.shape[0]), float("-inf"), dtype=torch.float64)
+    for i in range(q.shape[0]):
+        lo, hi = int(ks[i]), int(ke[i])
+        if hi > lo:
+            s = (qd[i] @ kd[lo:hi].t()) * scale[lo:hi].double()  # [H, n]
+            out[i, lo:hi] = (s.relu() * w[i].double()[:, None]).sum(0)
+    return out
+
+
+def pack_indexer_cache(k: torch.Tensor, scale: torch.Tensor, block_size: int) -> torch.Tensor:
+    """vLLM's indexer K cache: per block, block_size*D fp8 values then block_size fp32
+    scales (csrc indexer_k_quant_and_cache), viewed as [blocks, block_size, 1, D+4] uint8."""
+    blocks, dim = k.shape[0] // block_size, k.shape[1]
+    raw = torch.empty(blocks, block_size * (dim + 4), dtype=torch.uint8)
+    raw[:, : block_size * dim] = k.view(torch.uint8).reshape(blocks, -1)
+    raw[:, block_size * dim :] = scale.float().reshape(blocks, block_size).view(torch.uint8)
+    return raw.view(blocks, block_size, 1, dim + 4)
+
+
+def decode_inputs(batch=5, next_n=2, heads=8, dim=64, block_size=16, exact=False, seed=1):
+    """Requests of different lengths whose logical blocks sit at shuffled physical blocks;
+    a row for a 1-token context and one spanning many blocks."""
+    g = torch.Generator().manual_seed(seed)
+    lens = torch.tensor([1 + next_n, 17, 64, 100, 5][:batch], dtype=torch.int32)
+    max_blocks = 8
+    phys = 1 + batch * max_blocks
+    if exact:
+        q = fp8(torch.randint(-3, 4, (batch, next_n, heads, dim), generator=g).float())
+        kv = fp8(torch.randint(-3, 4, (phys * block_size, dim), generator=g).float())
+        scale = 2.0 ** torch.randint(-3, 3, (phys * block_size,), generator=g).float()
+        w = torch.randint(-4, 5, (batch * next_n, heads), generator=g).float() / 8
+    else:
+        q = fp8(torch.randn(batch, next_n, heads, dim, generator=g) * 2)
+        kv = fp8(torch.randn(phys * block_size, dim, generator=g) * 2)
+        scale = torch.rand(phys * block_size, generator=g) * 0.1 + 0.01
+        w = torch.randn(batch * next_n, heads, generator=g)
+    perm = torch.randperm(phys - 1, generator=g)[: batch * max_blocks] + 1
+    table = perm.view(batch, max_blocks).to(torch.int32)
+    return q, kv, scale, w, lens, table, block_size
+
+
+def decode_reference(q, kv, scale, w, lens, table, block_size, max_model_len):
+    batch, next_n, heads, _ = q.shape
+    out = torch.full((batch * next_n, max_model_len), float("-inf"), dtype=torch.float64)
+    for b in range(batch):
+        ctx = int(lens[b])
+        slots = [int(table[b, p // block_size]) * block_size + p % block_size for p in range(ctx)]
+        kd, sd = kv[slots].double(), scale[slots].double()
+        for j in range(next_n):
+            qpos = ctx - next_n + j
+            s = (q[b, j].double() @ kd[: qpos + 1].t()) * sd[: qpos + 1]
+            out[b * next_n + j, : qpos + 1] = (s.relu() * w[b * next_n + j].double()[:, None]).sum(
+                0
+            )
+    return out
+
+
+class PeakTemporaries(TorchDispatchMode):
+    """Peak bytes of the tensor storages ops allocate inside the mode (views of their inputs
+    excluded), each counted until it is freed, as the allocator sees them."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.live: dict[int, int] = {}
+        self.current = self.peak = 0
+
+    def _free(self, key: int) -> None:
+        self.current -= self.live.pop(key, 0)
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001
+        out = func(*args, **(kwargs or {}))
+        inputs = {
+            id(t.untyped_storage())
+            for t in tree_flatten((args, kwargs))[0]
+            if isinstance(t, torch.Tensor)
+        }
+        for t in tree_flatten(out)[0]:
+            if isinstance(t, torch.Tensor) and t.device.type == "cpu":
+                st = t.untyped_storage()
+                key = id(st)
+                if key not in self.live and key not in inputs and st.nbytes() > 0:
+                    self.live[key] = st.nbytes()
+                    self.current += st.nbytes()
+                    self.peak = max(self.peak, self.current)
+                    weakref.finalize(st, self._free, key)
+        return out
+
+
+# ---- numerics ----
+
+
+@pytest.mark.parametrize("exact", [False, True])
+def test_prefill_logits_match_reference(fb, exact):
+    q, k, scale, w, ks, ke = prefill_inputs(exact=exact)
+    got = fb.mqa_logits_torch(q, (k, scale), w, ks, ke)
+    ref = prefill_reference(q, k, scale, w, ks, ke)
+    assert got.dtype == torch.float32 and got.shape == ref.shape
+    assert torch.equal(torch.isinf(got), torch.isinf(ref))
+    if exact:
+        assert torch.equal(got.double(), ref)
+    else:
+        torch.testing.assert_close(got.double(), ref, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("exact", [False, True])
+def test_paged_logits_match_reference(fb, exact):
+    q, kv, scale, w, lens, table, bs = decode_inputs(exact=exact)
+    cache = pack_indexer_cache(kv, scale, bs)
+    max_model_len = 120  # not a multiple of the block size: the last tile is cut
+    got = fb.paged_mqa_logits_torch(q, cache, w, lens, table, max_model_len)
+    ref = decode_reference(q, kv, scale, w, lens, table, bs, max_model_len)
+    assert got.shape == (q.shape[0] * q.shape[1], max_model_len)
+    assert torch.equal(torch.isinf(got), torch.isinf(ref))
+    if exact:
+        assert torch.equal(got.double(), ref)
+    else:
+        torch.testing.assert_close(got.double(), ref, rtol=1e-5, atol=1e-5)
+
+
+def test_prefill_chunking_changes_nothing_and_bounds_memory(fb):
+    q, k, scale, w, ks, ke = prefill_inputs(exact=True)
+    heads, dim, n = q.shape[1], q.shape[2], k.shape[0]
+    whole = fb.mqa_logits_torch(q, (k, scale), w, ks, ke, max_tile_bytes=1 << 40)
+    assert len(fb.plan_prefill_tiles(ks, ke, n, heads, dim, 1 << 40)) == 1
+    full = fb.prefill_tile_bytes(q.shape[0], n, heads, dim)
+    for budget in (full // 2, full // 7, fb.prefill_tile_bytes(1, 1, heads, dim)):
+        tiles = fb.plan_prefill_tiles(ks, ke, n, heads, dim, budget)
+        assert len(tiles) > 1
+        assert all(
+            fb.prefill_tile_bytes(r1 - r0, c1 - c0, heads, dim) <= budget
+            for r0, r1, c0, c1 in tiles
+        )
+        with PeakTemporaries() as mem:
+            got = fb.mqa_logits_torch(q, (k, scale), w, ks, ke, max_tile_bytes=budget)
+        assert torch.equal(got, whole)
+        # temporaries: one tile, plus the planner's O(M) int64 copies of ks/ke on the host
+        assert mem.peak - got.untyped_storage().nbytes() <= budget + 8 * 8 * q.shape[0]
+    with pytest.raises(ValueError, match="cannot hold one row"):
+        fb.plan_prefill_tiles(ks, ke, n, heads, dim, 100)
+
+
+def test_paged_chunking_changes_nothing_and_bounds_memory(fb):
+    q, kv, scale, w, lens, table, bs = decode_inputs(exact=True)
+    cache = pack_indexer_cache(kv, scale, bs)
+    _, next_n, heads, dim = q.shape
+    whole = fb.paged_mqa_logits_torch(q, cache, w, lens, table, 128, max_tile_bytes=1 << 40)
+    full = fb.decode_tile_bytes(q.shape[0], 8 * bs, next_n, heads, dim)
+    for budget in (full // 3, fb.decode_tile_bytes(1, bs, next_n, heads, dim)):
+        tiles = fb.plan_decode_tiles(q.shape[0], 7, bs, next_n, heads, dim, budget)
+        assert len(tiles) > 1
+        assert all(
+            fb.decode_tile_bytes(b1 - b0, (j1 - j0) * bs, next_n, heads, dim) <= budget
+            for b0, b1, j0, j1 in tiles
+        )
+        with PeakTemporaries() as mem:
+            got = fb.paged_mqa_logits_torch(q, cache, w, lens, table, 128, max_tile_bytes=budget)
+        assert torch.equal(got, whole)
+        assert mem.peak - got.untyped_storage().nbytes() <= budget
+    with pytest.raises(ValueError, match="cannot hold one cache block"):
+        fb.plan_decode_tiles(2, 4, bs, next_n, heads, dim, 1000)
+
+
+def test_glm5_shapes_stay_bounded(fb):
+    """GLM-5 indexer (32 heads, dim 128) at 8k-token prefill chunks and 200k contexts: the
+    default budget holds, with tiles still large enough to be efficient."""
+    budget = fb.MAX_TILE_BYTES
+    m, n = 8192, 8192
+    ks = torch.zeros(m, dtype=torch.int32)
+    ke = torch.arange(1, m + 1, dtype=torch.int32)
+    tiles = fb.plan_prefill_tiles(ks, ke, n, 32, 128, budget)
+    assert all(
+        fb.prefill_tile_bytes(r1 - r0, c1 - c0, 32, 128) <= budget for r0, r1, c0, c1 in tiles
+    )
+    assert len(tiles) <= 64
+    dec = fb.plan_decode_tiles(64, 200_000 // 64, 64, 2, 32, 128, budget)
+    assert all(
+        fb.decode_tile_bytes(b1 - b0, (j1 - j0) * 64, 2, 32, 128) <= budget
+        for b0, b1, j0, j1 in dec
+    )
+
+
+# ---- dispatch decision ----
+
+
+@pytest.mark.parametrize(
+    "capability,available,override,expected",
+    [
+        ((12, 0), True, "auto", "torch"),
+        ((12, 1), True, "auto", "torch"),
+        ((8, 0), True, "auto", "torch"),
+        ((8, 9), True, "auto", "torch"),
+        ((9, 0), True, "auto", "deepgemm"),
+        ((10, 0), True, "auto", "deepgemm"),
+        ((10, 3), True, "auto", "deepgemm"),
+        ((9, 0), False, "auto", "torch"),
+        ((10, 0), False, "auto", "torch"),
+        (None, True, "auto", "torch"),
+        ((9, 0), True, "torch", "torch"),
+        ((12, 0), True, "deepgemm", "deepgemm"),
+    ],
+)
+def test_choose_logits_backend(fb, capability, available, override, expected):
+    assert fb.choose_logits_backend(capability, available, override) == expected
+
+
+def test_choose_logits_backend_rejects_unknown(fb):
+    with pytest.raises(ValueError, match="GLMOPS_INDEXER_LOGITS"):
+        fb.choose_logits_backend((12, 0), True, "cutlass")
+
+
+# ---- on the real wheels ----
+
+
+def _sources(site: Path) -> dict[str, str | None]:
+    return {f: (site / f).read_text() if (site / f).is_file() else None for f in ANCHOR_FILES}
+
+
+@pytest.mark.wheels
+def test_plan_per_profile(vllm_version, vllm_scratch, tmp_path):
+    sp = vllm_scratch
+    sources = _sources(sp)
+    profile = detect_profile(sources)
+    changes = plan_patchset(profile, sources, {"items": ["indexer"]})
+    assert [c.path for c in changes] == list(FILES)
+    if vllm_version == "0.33.0":
+        assert {c.status for c in changes} == {"ok"}
+        assert all(
+            "support_deep_gemm() includes capability family 120" in c.reason for c in changes
+        )
+        return
+    assert [c.status for c in changes] == ["apply"] * 3
+    for c in changes:
+        (sp / c.path).write_text(c.after)
+        py_compile.compile(str(sp / c.path), doraise=True, cfile=str(tmp_path / "x.pyc"))
+    again = plan_patchset(profile, _sources(sp), {"items": ["indexer"]})
+    assert [(c.status, c.reason) for c in again] == [("ok", "already applied")] * 3
+    # the insertions are small: one line in the op, one method in the builder
+    for path, added in ((SPARSE_INDEXER, 1), (INDEXER_BUILDER, 5)):
+        before, after = sources[path] or "", (sp / path).read_text()
+        assert len(after.splitlines()) - len(before.splitlines()) == added
+
+
+@pytest.mark.wheels
+@pytest.mark.parametrize(
+    "path,old,new",
+    [
+        (SPARSE_INDEXER, "import fp8_mqa_logits, fp8_paged_mqa_logits", "import fp8_mqa_logits"),
+        (INDEXER_BUILDER, "    _cudagraph_support: ClassVar", "    _cg_support: ClassVar"),
+    ],
+)
+def test_016_anchor_missing_refused(path, old, new, tmp_path):
+    """A 0.16-line tree without the indexer anchors is refused by detection, naming them."""
+    import vllm_wheels
+
+    sp = tmp_path / "site-packages"
+    shutil.copytree(vllm_wheels.fetch_vllm_source("0.16.0") / "vllm", sp / "vllm")
+    target = sp / path
+    text = target.read_text()
+    assert old in text
+    target.write_text(text.replace(old, new))
+    with pytest.raises(UnsupportedLayout) as err:
+        detect_profile(_sources(sp))
+    assert path in str(err.value)
+
+
+PROBE = r"""
+import json, sys, types
+from importlib.machinery import ModuleSpec
+import torch
+
+args = json.loads(sys.argv[1])
+calls = []
+if args["fake_deep_gemm"]:  # importable deep_gemm whose kernels record their calls
+    dg = types.ModuleType("deep_gemm")
+    dg.__spec__ = ModuleSpec("deep_gemm", None)
+    dg.fp8_mqa_logits = lambda *a, **k: calls.append("fp8_mqa_logits") or "deepgemm"
+    dg.fp8_paged_mqa_logits = lambda *a, **k: calls.append("fp8_paged_mqa_logits") or "deepgemm"
+    sys.modules["deep_gemm"] = dg
+
+import vllm.platforms as platforms
+from vllm.platforms.cuda import CudaPlatform
+from vllm.platforms.interface import DeviceCapability
+
+def use(cap):
+    major, minor = (int(x) for x in cap.split("."))
+    class Probe(CudaPlatform):
+        @classmethod
+        def get_device_capability(cls, device_id=0):
+            return DeviceCapability(major, minor)
+    platforms._current_platform = Probe()
+
+use("12.0")
+import vllm.model_executor.layers.sparse_attn_indexer as op
+from vllm.model_executor.layers import glmops_dsa_indexer as fb
+from vllm.v1.attention.backends.mla.indexer import DeepseekV32IndexerMetadataBuilder as B
+
+g = torch.Generator().manual_seed(0)
+q = torch.randn(4, 2, 8, generator=g).to(torch.float8_e4m3fn)
+k = torch.randn(6, 8, generator=g).to(torch.float8_e4m3fn)
+sc, w = torch.rand(6, generator=g) + 0.1, torch.randn(4, 2, generator=g)
+ks = torch.zeros(4, dtype=torch.int32)
+ke = torch.tensor([3, 4, 5, 6], dtype=torch.int32)
+result = {"bound": [op.fp8_mqa_logits.__module__, op.fp8_paged_mqa_logits.__module__]}
+for cap in args["caps"]:
+    use(cap)
+    fb.use_torch_fallback.cache_clear()
+    calls.clear()
+    out = op.fp8_mqa_logits(q, (k, sc), w, ks, ke, clean_logits=False)
+    torch_path = isinstance(out, torch.Tensor)
+    if torch_path:
+        assert torch.equal(out, fb.mqa_logits_torch(q, (k, sc), w, ks, ke))
+    result[cap] = {
+        "logits": "torch" if torch_path else "deepgemm",
+        "deep_gemm_calls": list(calls),
+        "cudagraph": B.get_cudagraph_support(None, None).name,
+    }
+print(json.dumps(result))
+"""
+
+
+@pytest.mark.wheels
+@pytest.mark.parametrize("fake_deep_gemm", [False, True], ids=["no-deep_gemm", "deep_gemm"])
+def test_patched_016_dispatch(fake_deep_gemm, tmp_path):
+    """Through vLLM's own module: the op's names are rebound to the dispatch, capability 12.0
+    takes the torch fallback (and the builder reports NEVER), 9.0 / 10.0 still reach
+    vllm.utils.deep_gemm's kernels when deep_gemm is importable; absent, torch everywhere."""
+    import vllm_wheels
+
+    sp = vllm_wheels.scratch_copy("0.16.0", tmp_path / "venv")
+    sources = _sources(sp)
+    for c in plan_patchset(detect_profile(sources), sources, {"items": ["indexer"]}):
+        (sp / c.path).write_text(c.after)
+    probe = tmp_path / "probe.py"
+    probe.write_text(PROBE)
+    caps = ["12.0", "9.0", "10.0"]
+    env = dict(
+        os.environ,
+        PYTHONPATH=f"{sp}{os.pathsep}{vllm_wheels.fetch_vllm_deps('0.16.0')}",
+        VLLM_LOGGING_LEVEL="WARNING",
+        PYTHONDONTWRITEBYTECODE="1",
+    )
+    env.pop("GLMOPS_INDEXER_LOGITS", None)
+    stub = ROOT / "tests" / "patchset" / "cpu_stub.py"
+    compiled = json.dumps(vllm_wheels.compiled_modules("0.16.0"))
+    args = json.dumps({"caps": caps, "fake_deep_gemm": fake_deep_gemm})
+    proc = subprocess.run(
+        [sys.executable, str(stub), compiled, str(probe), args],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=600,
+    )
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    module = INDEXER_FALLBACK.removesuffix(".py").replace("/", ".")
+    assert out["bound"] == [module, module]
+    assert out["12.0"] == {"logits": "torch", "deep_gemm_calls": [], "cudagraph": "NEVER"}
+    for cap in ("9.0", "10.0"):
+        if fake_deep_gemm:
+            assert out[cap] == {
+                "logits": "deepgemm",
+                "deep_gemm_calls": ["fp8_mqa_logits"],
+                "cudagraph": "UNIFORM_SINGLE_TOKEN_DECODE",
+            }
+        else:
+            assert out[cap]["logits"] == "torch" and out[cap]["cudagraph"] == "NEVER"
