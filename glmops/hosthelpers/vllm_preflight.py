@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import importlib.abc
 import importlib.machinery
+import importlib.util
 import inspect
 import json
 import os
@@ -23,6 +24,7 @@ import re
 import sys
 import time
 import types
+from pathlib import Path
 
 
 def _capability(args: dict, cuda_cls):  # vLLM classes are imported lazily
@@ -47,11 +49,12 @@ class _CompiledStubs(importlib.abc.MetaPathFinder, importlib.abc.Loader):
     cannot load; selection only needs them importable. They become empty modules, so code that
     probes for an op still finds it missing, as on a build that lacks the arch."""
 
-    def __init__(self) -> None:
+    def __init__(self, names: set[str]) -> None:
+        self.names = names
         self.stubbed: list[str] = []
 
     def find_spec(self, name, path=None, target=None):  # noqa: ANN001
-        if not _COMPILED.match(name):
+        if name not in self.names and not _COMPILED.match(name):
             return None
         return importlib.machinery.ModuleSpec(name, self)
 
@@ -63,13 +66,24 @@ class _CompiledStubs(importlib.abc.MetaPathFinder, importlib.abc.Loader):
         return None
 
 
-def _without_gpu() -> list[str]:
+def compiled_modules() -> set[str]:
+    """Dotted names of the extension modules (*.so) in the installed vllm package."""
+    spec = importlib.util.find_spec("vllm")
+    names: set[str] = set()
+    for root in (spec.submodule_search_locations or []) if spec else []:
+        for path in Path(root).rglob("*.so"):
+            parts = path.relative_to(root).with_suffix("").parts
+            names.add(".".join(("vllm", *parts[:-1], parts[-1].split(".")[0])))
+    return names
+
+
+def without_gpu(extra: list[str] = ()) -> list[str]:
     """Let vLLM's selection code import on a host with no usable CUDA device; returns the
     compiled modules that were stubbed (reported in the reply)."""
     import torch
     from torch.overrides import TorchFunctionMode
 
-    stubs = _CompiledStubs()
+    stubs = _CompiledStubs(compiled_modules() | set(extra))
     sys.meta_path.insert(0, stubs)
 
     class CudaToMeta(TorchFunctionMode):  # import-time CUDA workspaces go to the meta device
@@ -92,7 +106,7 @@ def preflight(args: dict) -> dict:
 
     stubbed = None
     if args.get("without_gpu") or (args.get("capability") and not torch.cuda.is_available()):
-        stubbed = _without_gpu()
+        stubbed = without_gpu()
     import vllm.platforms as platforms
     from vllm.platforms.cuda import CudaPlatform
     from vllm.v1.attention.selector import AttentionSelectorConfig

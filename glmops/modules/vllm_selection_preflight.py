@@ -72,7 +72,8 @@ class VllmSelectionPreflight(Module):
                 f"preflight: vLLM would select {result.backend}, expected {' or '.join(expected)}"
                 f" ({p['why']}); others rejected: {result.rejected}"
             )
-        return Plan(False, f"preflight: vLLM would select {result.backend} ({p['why']})", data=data)
+        why = f" ({p['why']})" if p["why"] else ""
+        return Plan(False, f"preflight: vLLM would select {result.backend}{why}", data=data)
 
     def apply(self, ctx: TaskContext, plan: Plan) -> TaskResult:  # pragma: no cover
         raise AssertionError("the preflight never plans a change")

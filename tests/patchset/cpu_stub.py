@@ -1,16 +1,13 @@
-"""Run a host helper against an unpacked vLLM wheel on a machine without a GPU.
+"""Run a script against an unpacked vLLM wheel on a machine without a GPU.
 
     python cpu_stub.py '<json list of compiled module names>' SCRIPT '<json args>'
 
-The smallest stub that lets vLLM's real selection code run on CPU:
-  1. the wheel's compiled extension modules (vllm._C, vllm._flashmla_C, ...) become empty
-     modules: importing them only registers CUDA ops, which selection never calls; code that
-     probes for an op still sees it missing (e.g. FLASHMLA reports "_flashmla_C is not
-     available"), as on a host whose build lacks the arch;
-  2. tensors that backend modules allocate on "cuda" at import time (CUTLASS_MLA's workspace)
-     go to the meta device, and torch.cuda.get_device_properties answers with a fixed SM
-     count, because a CPU torch cannot create CUDA tensors.
-Everything else (priorities, validate_configuration, supports_*) is vLLM's unmodified code.
+Uses the preflight helper's own no-GPU mode (glmops/hosthelpers/vllm_preflight.py,
+`without_gpu`): vLLM's compiled extension modules become empty modules (selection never calls
+a kernel; code that probes for an op still finds it missing), tensors allocated on "cuda" at
+import time go to the meta device, and torch.cuda.get_device_properties answers with a fixed
+SM count. Everything else is vLLM's unmodified code. The wheel's own list of compiled modules
+is passed too, since an unpacked tree without its .so files cannot be scanned for them.
 """
 
 from __future__ import annotations
@@ -18,34 +15,13 @@ from __future__ import annotations
 import json
 import runpy
 import sys
-import types
-from importlib.machinery import ModuleSpec
+from pathlib import Path
 
-
-def install(compiled: list[str]) -> None:
-    for name in compiled:
-        module = types.ModuleType(name)
-        module.__spec__ = ModuleSpec(name, None)
-        sys.modules[name] = module
-
-    import torch
-    from torch.overrides import TorchFunctionMode
-
-    class CudaToMeta(TorchFunctionMode):
-        def __torch_function__(self, func, types_, args=(), kwargs=None):  # noqa: ANN001
-            kwargs = dict(kwargs or {})
-            if str(kwargs.get("device", "")).startswith("cuda"):
-                kwargs["device"] = "meta"
-            return func(*args, **kwargs)
-
-    torch.cuda.get_device_properties = lambda *a, **k: types.SimpleNamespace(
-        multi_processor_count=132, total_memory=80 << 30, name="cpu-stub", major=0, minor=0
-    )
-    CudaToMeta().__enter__()
-
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "glmops" / "hosthelpers"))
+from vllm_preflight import without_gpu  # noqa: E402
 
 if __name__ == "__main__":
-    install(json.loads(sys.argv[1]))
+    without_gpu(json.loads(sys.argv[1]))
     script = sys.argv[2]
     sys.argv = [script, *sys.argv[3:]]
     runpy.run_path(script, run_name="__main__")
