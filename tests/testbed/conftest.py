@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import shutil
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -14,27 +15,44 @@ from glmops.testbed import Testbed
 ENGINE_FIRST_INDEX = 11  # tb11..: clear of the CLI's tb1.. and the testbed's own tests (tb101..)
 
 
-def _skip_reason() -> str | None:
+def require_testbed() -> None:
+    """Skip, saying why, where test hosts cannot be booted."""
     if os.geteuid() != 0:
-        return "testbed tests need root (network namespaces, systemd-nspawn)"
+        pytest.skip("testbed tests need root (network namespaces, systemd-nspawn)")
     if shutil.which("systemd-nspawn") is None or shutil.which("debootstrap") is None:
-        return "testbed tools missing: apt-get install debootstrap systemd-container"
-    return None
+        pytest.skip("testbed tools missing: apt-get install debootstrap systemd-container")
+
+
+@contextmanager
+def booted(
+    state_dir: Path,
+    first_index: int,
+    n: int = 1,
+    gpu_profile: str | None = None,
+    *,
+    internet: bool = False,
+) -> Iterator[Testbed]:
+    """A testbed of its own (tb<first_index>.. in state_dir), always taken down afterwards.
+
+    Each test module picks its own first_index so that modules never share a host name.
+    """
+    require_testbed()
+    bed = Testbed(state_dir, first_index=first_index)
+    try:
+        bed.up(n, gpu_profile, internet=internet)
+        yield bed
+    finally:
+        bed.down()
 
 
 @pytest.fixture(scope="session")
 def testbed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Testbed]:
-    reason = _skip_reason()
-    if reason:
-        pytest.skip(reason)
-    bed = Testbed(tmp_path_factory.mktemp("engine-testbed"), first_index=ENGINE_FIRST_INDEX)
     # internet: NAT and forwarding, so hosts reach Debian's mirror (apt tests) and each other
     # (jump-host tests); test traffic itself only ever goes to the test hosts.
-    bed.up(3, internet=True)
-    try:
+    with booted(
+        tmp_path_factory.mktemp("engine-testbed"), ENGINE_FIRST_INDEX, 3, internet=True
+    ) as bed:
         yield bed
-    finally:
-        bed.down()
 
 
 @pytest.fixture(scope="session")

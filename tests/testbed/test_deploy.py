@@ -20,7 +20,7 @@ import yaml
 
 from glmops.testbed import Testbed
 from tests.conftest import Runner
-from tests.testbed.conftest import _skip_reason, host_read
+from tests.testbed.conftest import booted, host_read
 
 gguf = pytest.importorskip("gguf", reason="gguf is in the test extras")
 from tests.unit.test_gguf_split import split_set, write_model  # noqa: E402
@@ -40,15 +40,8 @@ ENV = "/etc/glmops/vllm-glm5.env"
 
 @pytest.fixture(scope="module")
 def bed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Testbed]:
-    reason = _skip_reason()
-    if reason:
-        pytest.skip(reason)
-    bed = Testbed(tmp_path_factory.mktemp("deploy-testbed"), first_index=FIRST_INDEX)
-    bed.up(1, "rtx-pro-6000-x8")
-    try:
-        yield bed
-    finally:
-        bed.down()
+    with booted(tmp_path_factory.mktemp("deploy-testbed"), FIRST_INDEX, 1, "rtx-pro-6000-x8") as b:
+        yield b
 
 
 @pytest.fixture(scope="module")

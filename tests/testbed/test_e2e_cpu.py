@@ -24,7 +24,7 @@ import yaml
 
 from glmops.testbed import Testbed
 from glmops.testbed.inventory import host_address
-from tests.testbed.conftest import _skip_reason, host_read
+from tests.testbed.conftest import booted, host_read
 
 pytestmark = pytest.mark.testbed
 
@@ -47,15 +47,9 @@ def wheelhouse() -> Path:
 
 @pytest.fixture(scope="module")
 def bed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Testbed]:
-    reason = _skip_reason()
-    if reason:
-        pytest.skip(reason)
-    bed = Testbed(tmp_path_factory.mktemp("e2e-cpu-testbed"), first_index=FIRST_INDEX)
-    bed.up(1)  # no GPU profile, no internet: everything comes from the controller
-    try:
-        yield bed
-    finally:
-        bed.down()
+    # no GPU profile, no internet: everything comes from the controller
+    with booted(tmp_path_factory.mktemp("e2e-cpu-testbed"), FIRST_INDEX) as b:
+        yield b
 
 
 @pytest.fixture(scope="module")
@@ -238,3 +232,18 @@ def test_patch_refuses_a_layout_it_does_not_know(env: dict[str, str], bed: Testb
     msg = task(events, "vLLM patch set")["msg"]
     assert "unsupported vLLM layout" in msg and "_forward_mqa_kernel" in msg
     assert bed.exec(HOST, listing).stdout == before
+
+
+def test_deploy_stops_when_the_preflight_finds_no_backend(
+    env: dict[str, str], bed: Testbed
+) -> None:
+    """Asked as if for an SM120 GPU, the host's real vLLM selection code finds no backend for
+    GLM-5's attention: the deploy stops at the preflight, before the unit is touched."""
+    pid = main_pid(bed)
+    rc, events = glmops(env, "deploy", "-e", "vllm_preflight=true",
+                        "-e", "vllm_preflight_capability=12.0")  # fmt: skip
+    assert rc == 2
+    refused = task(events, "selection preflight")
+    assert refused["status"] == "failed" and "No valid attention backend found" in refused["msg"]
+    assert not [e for e in events if e.get("task", "").startswith("vllm serve unit")]
+    assert main_pid(bed) == pid

@@ -274,8 +274,9 @@ def test_jump_host(run_playbook: Runner, inventory: Path, hosts: list[str]) -> N
     assert outcome.exit_code == 0, outcome.results()
 
 
-def test_apt_installs_and_removes(run_playbook: Runner, inventory: Path, testbed: Testbed,
-                                  hosts: list[str]) -> None:
+def test_apt_installs_and_removes(
+    run_playbook: Runner, inventory: Path, testbed: Testbed, hosts: list[str]
+) -> None:
     """apt against Debian's real mirror: a stale (never updated) cache is refreshed first."""
     host = hosts[2]
     play = f"""

@@ -7,8 +7,6 @@ tests/patchset, which imports vLLM's real selection code on this machine's CPU t
 
 from __future__ import annotations
 
-import os
-import shutil
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -16,6 +14,7 @@ import pytest
 
 from glmops.testbed import Testbed
 from tests.conftest import Runner
+from tests.testbed.conftest import booted
 from tests.vllm_wheels import fetch_vllm_wheel
 
 pytestmark = [pytest.mark.testbed, pytest.mark.wheels]
@@ -27,14 +26,8 @@ PATCHED = ("vllm/v1/attention/backends/registry.py", "vllm/platforms/cuda.py")
 
 @pytest.fixture(scope="module")
 def bed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Testbed]:
-    if os.geteuid() != 0 or shutil.which("systemd-nspawn") is None:
-        pytest.skip("testbed tests need root and systemd-nspawn")
-    testbed = Testbed(tmp_path_factory.mktemp("patch-testbed"), first_index=41)
-    testbed.up(1)
-    try:
+    with booted(tmp_path_factory.mktemp("patch-testbed"), 41) as testbed:
         yield testbed
-    finally:
-        testbed.down()
 
 
 def install(run_playbook: Runner, inventory: Path, version: str) -> str:

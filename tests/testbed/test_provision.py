@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -29,6 +28,7 @@ import pytest
 from glmops.facts import parse_facts
 from glmops.testbed import Testbed
 from glmops.testbed.inventory import host_address
+from tests.testbed.conftest import require_testbed
 
 pytestmark = pytest.mark.testbed
 
@@ -45,14 +45,6 @@ OFFLINE = [
     "vllm_no_deps=true",
     f"uv_version={UV}",
 ]
-
-
-def _skip_reason() -> str | None:
-    if os.geteuid() != 0:
-        return "testbed tests need root (network namespaces, systemd-nspawn)"
-    if shutil.which("systemd-nspawn") is None or shutil.which("debootstrap") is None:
-        return "testbed tools missing: apt-get install debootstrap systemd-container"
-    return None
 
 
 @pytest.fixture(scope="module")
@@ -77,9 +69,7 @@ def wheelhouse() -> Path:
 
 @pytest.fixture(scope="module")
 def beds(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Testbed]]:
-    reason = _skip_reason()
-    if reason:
-        pytest.skip(reason)
+    require_testbed()
     out: dict[str, Testbed] = {}
     try:
         for profile, index in PROFILES.items():

@@ -21,8 +21,10 @@ from glmops.testbed import Testbed, TestbedError
 pytestmark = [
     pytest.mark.testbed,
     pytest.mark.skipif(os.geteuid() != 0, reason="testbed needs root"),
-    pytest.mark.skipif(shutil.which("systemd-nspawn") is None,
-                       reason="systemd-nspawn missing (apt-get install systemd-container)"),
+    pytest.mark.skipif(
+        shutil.which("systemd-nspawn") is None,
+        reason="systemd-nspawn missing (apt-get install systemd-container)",
+    ),
 ]
 FIRST = 101
 PROFILE = "rtx-pro-6000-x8"
@@ -48,13 +50,29 @@ def tb() -> Iterator[Testbed]:
     shutil.rmtree(state, ignore_errors=True)
 
 
-def ssh(tb: Testbed, name: str, command: str, user: str = "root",
-        input: str | None = None) -> subprocess.CompletedProcess:
-    argv = ["ssh", "-i", str(tb.key_path), "-o", "UserKnownHostsFile=/dev/null",
-            "-o", "StrictHostKeyChecking=no", "-o", "BatchMode=yes", "-o", "LogLevel=ERROR",
-            "-o", "ConnectTimeout=10", f"{user}@{tb.host(name).address}", command]
-    return subprocess.run(argv, input=input, capture_output=True, text=True, timeout=60,
-                          check=False)
+def ssh(
+    tb: Testbed, name: str, command: str, user: str = "root", input: str | None = None
+) -> subprocess.CompletedProcess:
+    argv = [
+        "ssh",
+        "-i",
+        str(tb.key_path),
+        "-o",
+        "UserKnownHostsFile=/dev/null",
+        "-o",
+        "StrictHostKeyChecking=no",
+        "-o",
+        "BatchMode=yes",
+        "-o",
+        "LogLevel=ERROR",
+        "-o",
+        "ConnectTimeout=10",
+        f"{user}@{tb.host(name).address}",
+        command,
+    ]
+    return subprocess.run(
+        argv, input=input, capture_output=True, text=True, timeout=60, check=False
+    )
 
 
 def names(tb: Testbed) -> list[str]:
@@ -89,8 +107,12 @@ def host_key(tb: Testbed, name: str) -> str:
 
 
 def scanned_key(tb: Testbed, name: str) -> str:
-    out = subprocess.run(["ssh-keyscan", "-t", "ed25519", tb.host(name).address],
-                         capture_output=True, text=True, timeout=30).stdout
+    out = subprocess.run(
+        ["ssh-keyscan", "-t", "ed25519", tb.host(name).address],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    ).stdout
     return out.split()[2]
 
 
@@ -108,17 +130,27 @@ def test_host_keys_differ_and_can_be_regenerated(tb):
 
 def test_simulated_gpus_answer(tb):
     name = names(tb)[0]
-    out = ssh(tb, name, "nvidia-smi --query-gpu=index,name,compute_cap,memory.total,"
-                        "driver_version --format=csv,noheader,nounits").stdout
+    out = ssh(
+        tb,
+        name,
+        "nvidia-smi --query-gpu=index,name,compute_cap,memory.total,"
+        "driver_version --format=csv,noheader,nounits",
+    ).stdout
     rows = [r.split(", ") for r in out.splitlines()]
     assert len(rows) == 8
-    assert rows[7] == ["7", "NVIDIA RTX PRO 6000 Blackwell Workstation Edition", "12.0",
-                       "97887", "580.95.05"]
+    assert rows[7] == [
+        "7",
+        "NVIDIA RTX PRO 6000 Blackwell Workstation Edition",
+        "12.0",
+        "97887",
+        "580.95.05",
+    ]
     assert "CUDA Version: 13.0" in ssh(tb, name, "nvidia-smi").stdout
     link = tb.exec(name, ["readlink", "/usr/local/bin/nvidia-smi"]).stdout.strip()
     assert link == "/usr/local/lib/glmops-testbed/simulated-nvidia-smi"
-    assert '"simulated": true' in tb.exec(name, ["cat", "/etc/glmops-testbed/gpu-profile.json"]
-                                          ).stdout
+    assert (
+        '"simulated": true' in tb.exec(name, ["cat", "/etc/glmops-testbed/gpu-profile.json"]).stdout
+    )
 
 
 def test_deploy_user_sudo_needs_the_password(tb):
