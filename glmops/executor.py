@@ -8,7 +8,6 @@ anything else happens, so a later failure cannot lose it: the next run replays i
 from __future__ import annotations
 
 import functools
-import json
 import threading
 import time
 import traceback
@@ -17,19 +16,19 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from glmops.connection import Connection, ConnectionSettings, open_connection, quote
+from glmops.connection import Connection, ConnectionSettings, open_connection
 from glmops.context import RemoteCommandError, RemoteInfo, TaskContext
 from glmops.errors import CommandTimeout, ExitCode, GlmopsError, HostUnreachable, TemplateError
 from glmops.inventory import Host, Inventory
 from glmops.modules import REGISTRY
 from glmops.modules.base import check_types
+from glmops.notifications import read_pending, write_pending
 from glmops.output import Reporter
 from glmops.playbook import Play, Task
 from glmops.results import HostTally, Status, TaskResult
 from glmops.runlog import Masker, RunLog
 from glmops.templating import evaluate_condition, render_value, resolve_variables
 
-PENDING_FILE = "pending-handlers.json"
 HEARTBEAT_SECONDS = 30
 
 
@@ -148,7 +147,10 @@ class Executor:
         name = session.host.name
         try:
             self._ensure_connected(session)
-            pending = self._read_pending(play, session)
+            handler_names = {h.name for h in play.handlers} | {
+                n for h in play.handlers for n in h.listen
+            }
+            pending = read_pending(self._context(play, session, None), handler_names)
             if pending:
                 self.reporter.note(
                     f"replaying notifications kept from an earlier run: "
@@ -170,7 +172,7 @@ class Executor:
                     new = set(task.notify) - pending
                     pending |= set(task.notify)
                     if new and not self.options.check:
-                        self._write_pending(play, session, pending)
+                        write_pending(self._context(play, session, None), pending)
                 if result.failed and not result.ignored:
                     session.dead = True
                     return
@@ -402,35 +404,8 @@ class Executor:
                 break
             done |= names
         if not self.options.check:
-            self._write_pending(play, session, pending - done)
+            write_pending(self._context(play, session, None), pending - done)
         return pending - done
-
-    def _pending_path(self, play: Play, session: HostSession) -> str:
-        return f"{self._context(play, session, None).state_dir}/{PENDING_FILE}"
-
-    def _read_pending(self, play: Play, session: HostSession) -> set[str]:
-        ctx = self._context(play, session, None)
-        result = ctx.run(f"cat {quote(self._pending_path(play, session))} 2>/dev/null")
-        try:
-            names = set(json.loads(result.stdout)) if result.ok and result.stdout.strip() else set()
-        except (json.JSONDecodeError, TypeError):
-            names = set()
-        known = {h.name for h in play.handlers} | {n for h in play.handlers for n in h.listen}
-        return names & known
-
-    def _write_pending(self, play: Play, session: HostSession, pending: set[str]) -> None:
-        ctx = self._context(play, session, None)
-        path = self._pending_path(play, session)
-        if not pending:
-            ctx.run(f"rm -f {quote(path)}")
-            return
-        folder = path.rsplit("/", 1)[0]
-        ctx.run(
-            f"mkdir -p {quote(folder)} && printf '%s' {quote(json.dumps(sorted(pending)))} "
-            f"> {quote(path + '.tmp')} && mv -f {quote(path + '.tmp')} {quote(path)}",
-            check=True,
-            what="record pending handlers",
-        )
 
     # -- facts -------------------------------------------------------------------------------
     def _gather_task(self, play: Play, session: HostSession) -> bool:
