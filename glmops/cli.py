@@ -117,7 +117,6 @@ def run_playbook(
         skip_tags=_tag_set(opts.get("skip_tags")),
         extra_vars=extra_vars,
         sudo_password=password,
-        run_root=Path(os.environ.get("GLMOPS_RUN_DIR", ".glmops/runs")),
         connection=ConnectionSettings(strict_host_keys=opts.get("strict_host_keys", False)),
     )
     reporter = Reporter(
@@ -143,7 +142,9 @@ def _resolve_limit(limit: str | None) -> str | None:
     if not limit or not limit.startswith("@"):
         return limit
     name = limit[1:]
-    path = Path(os.environ.get("GLMOPS_RUN_DIR", ".glmops/runs")).parent / name
+    from glmops.executor import default_run_root
+
+    path = default_run_root().parent / name
     path = path if name == "last-failed" else Path(name)
     try:
         hosts = [line.strip() for line in path.read_text().splitlines() if line.strip()]

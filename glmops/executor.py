@@ -8,6 +8,8 @@ anything else happens, so a later failure cannot lose it: the next run replays i
 from __future__ import annotations
 
 import functools
+import os
+import sys
 import threading
 import time
 import traceback
@@ -19,7 +21,7 @@ from typing import Any
 from glmops.connection import Connection, ConnectionSettings, open_connection
 from glmops.context import RemoteCommandError, RemoteInfo, TaskContext
 from glmops.errors import CommandTimeout, ExitCode, GlmopsError, HostUnreachable, TemplateError
-from glmops.inventory import Host, Inventory
+from glmops.inventory import Host, Inventory, load_inventory
 from glmops.modules import REGISTRY
 from glmops.modules.base import check_types
 from glmops.notifications import read_pending, write_pending
@@ -32,6 +34,11 @@ from glmops.templating import evaluate_condition, render_value, resolve_variable
 HEARTBEAT_SECONDS = 30
 
 
+def default_run_root() -> Path:
+    """Where run directories go: $GLMOPS_RUN_DIR, else .glmops/runs."""
+    return Path(os.environ.get("GLMOPS_RUN_DIR", ".glmops/runs"))
+
+
 @dataclass
 class RunOptions:
     check: bool = False
@@ -42,7 +49,7 @@ class RunOptions:
     skip_tags: set[str] = field(default_factory=set)
     extra_vars: dict[str, Any] = field(default_factory=dict)
     sudo_password: str | None = None
-    run_root: Path = Path(".glmops/runs")
+    run_root: Path = field(default_factory=default_run_root)
     connection: ConnectionSettings = field(default_factory=ConnectionSettings)
 
 
@@ -441,3 +448,17 @@ def _search_paths(playbook: Path) -> list[Path]:
     """Where `src:` of copy/template is looked up: beside the playbook, then the project's."""
     project = Path(__file__).resolve().parent.parent
     return [playbook.parent, playbook.parent.parent, project]
+
+
+def observe(
+    inventory_path: Path, plays: list[Play], *, check: bool = False
+) -> tuple[ExitCode, Executor]:
+    """Run read-only plays for a report (`glmops facts`, `glmops status`): task lines go to
+    stderr, so stdout stays free for the report; returns the executor to read sessions from."""
+    masker = Masker()
+    options = RunOptions(check=check)
+    reporter = Reporter(masker, stdout=sys.stderr)
+    executor = Executor(
+        load_inventory(inventory_path), options, reporter, masker, RunLog(options.run_root, masker)
+    )
+    return executor.run(plays, inventory_path), executor

@@ -3,34 +3,20 @@
 from __future__ import annotations
 
 import json
-import os
-import sys
 from pathlib import Path
 
 from rich.console import Console
 from rich.table import Table
 
-from glmops.connection import ConnectionSettings
 from glmops.errors import ExitCode
-from glmops.executor import Executor, RunOptions
+from glmops.executor import observe
 from glmops.facts import parse_facts
-from glmops.inventory import load_inventory
-from glmops.output import Reporter
 from glmops.playbook import Play
-from glmops.runlog import Masker, RunLog
 
 
 def print_facts(inventory_path: Path, pattern: str, as_json: bool) -> ExitCode:
-    inventory = load_inventory(inventory_path)
-    masker = Masker()
-    options = RunOptions(
-        connection=ConnectionSettings(),
-        run_root=Path(os.environ.get("GLMOPS_RUN_DIR", ".glmops/runs")),
-    )
-    reporter = Reporter(masker, stdout=sys.stderr)
-    executor = Executor(inventory, options, reporter, masker, RunLog(options.run_root, masker))
     play = Play(name="gather facts", hosts=pattern, source=str(inventory_path), line=0)
-    code = executor.run([play], inventory_path)
+    code, executor = observe(inventory_path, [play])
     gathered = {name: s.facts for name, s in executor.sessions.items() if s.facts is not None}
     if as_json:
         print(json.dumps(gathered, indent=2, sort_keys=True))

@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
-import sys
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -18,14 +16,10 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from glmops.connection import ConnectionSettings
 from glmops.errors import ExitCode
-from glmops.executor import Executor, RunOptions
+from glmops.executor import observe
 from glmops.facts import parse_facts
-from glmops.inventory import load_inventory
-from glmops.output import Reporter
 from glmops.playbook import Play, Task
-from glmops.runlog import Masker, RunLog
 from glmops.serving import ServeError, needs_single_file, serve_flags, vllm_profile
 from glmops.serving.patches import patch_state
 
@@ -157,16 +151,6 @@ def _flag_diff(on_host: str, wanted: str) -> str:
 
 def collect(inventory_path: Path, pattern: str) -> tuple[ExitCode, list[dict[str, Any]]]:
     """Run the read-only status play and build the rows."""
-    inventory = load_inventory(inventory_path)
-    masker = Masker()
-    options = RunOptions(
-        check=True,
-        run_root=Path(os.environ.get("GLMOPS_RUN_DIR", ".glmops/runs")),
-        connection=ConnectionSettings(),
-    )
-    reporter = Reporter(masker, stdout=sys.stderr)
-    runlog = RunLog(options.run_root, masker)
-    executor = Executor(inventory, options, reporter, masker, runlog)
     task = Task(
         name="deploy status",
         module="deploy_status",
@@ -178,7 +162,7 @@ def collect(inventory_path: Path, pattern: str) -> tuple[ExitCode, list[dict[str
     play = Play(
         name="status", hosts=pattern, source=str(inventory_path), line=0, tasks=[task], become=True
     )  # the journal and /etc/glmops need root
-    code = executor.run([play], inventory_path)
+    code, executor = observe(inventory_path, [play], check=True)
     rows = []
     for name, session in executor.sessions.items():
         observed = session.registered.get("deploy_status")

