@@ -12,8 +12,11 @@ Design, because the problem is a gather (H <= 64 is memory-bound on H200):
   * one program owns (token, top-k split, head block of up to 64 heads); each gathered row is
     loaded once as a [BLOCK_N, 512] + [BLOCK_N, 64] tile and used for both Q.K^T and P.V;
   * heads are the M dimension of both dots (padded to 16); online softmax in fp32 base 2;
-  * the top-k is split across programs only until the grid fills the GPU; split partials
-    (fp32, bounded by T * splits * H * 513 floats) are merged by a second small kernel.
+  * the top-k is split across programs only until the grid fills the GPU (and, once every SM
+    has a program, no further than keeps the partials under a quarter of the gathered bytes);
+    split partials (fp32, bounded by T * splits * H * 513 floats) are merged by a second small
+    kernel, launched as a programmatic dependent on SM90+ so its launch overlaps the split
+    kernel's tail.
 Only torch and triton are imported, so this file can be embedded verbatim elsewhere.
 """
 
@@ -24,6 +27,7 @@ import functools
 import torch
 import triton
 import triton.language as tl
+from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
 
 _D_V = 512  # latent (V) width; K uses the whole 576-wide row
 _D_PE = 64  # rope part of K
@@ -61,7 +65,12 @@ def _sparse_mla_split_kernel(
     D_PE: tl.constexpr,
     DV_SPLIT: tl.constexpr,  # 1, or 2: two programs own the two V halves (smaller accumulator)
     IS_SPLIT: tl.constexpr,
+    USE_PDL: tl.constexpr,  # the merge is launched as a programmatic dependent (SM90+)
 ):
+    if USE_PDL:
+        # Lets the merge kernel's programs launch (and wait) while this grid runs; the merge
+        # still reads nothing before this grid has finished (gdc_wait there).
+        gdc_launch_dependents()
     # Head block (then V half) varies fastest, so the programs that share a (token, split)
     # run together and all but the first find the gathered rows in L2.
     pid = tl.program_id(0)
@@ -154,7 +163,10 @@ def _sparse_mla_combine_kernel(
     BLOCK_S: tl.constexpr,
     D_V: tl.constexpr,
     BLOCK_DV: tl.constexpr,
+    USE_PDL: tl.constexpr,
 ):
+    if USE_PDL:
+        gdc_wait()  # the split kernel's partials are complete and visible after this
     # One program per (token, head, V chunk). All split partials of the chunk are loaded as one
     # [BLOCK_S, BLOCK_DV] tile, so the whole merge is a single round trip to L2.
     NUM_DV: tl.constexpr = D_V // BLOCK_DV
@@ -186,6 +198,12 @@ def _num_sms(device_index: int) -> int:
     return torch.cuda.get_device_properties(device_index).multi_processor_count
 
 
+@functools.lru_cache(maxsize=16)
+def _has_pdl(device_index: int) -> bool:
+    """Programmatic dependent launch (griddepcontrol) exists from SM90 on."""
+    return torch.cuda.get_device_capability(device_index)[0] >= 9
+
+
 def _default_config(num_heads: int) -> dict[str, int]:
     """Tile shape by head count, from the H200 sweeps in backend/NOTES.md.
 
@@ -202,18 +220,37 @@ def _default_config(num_heads: int) -> dict[str, int]:
 
 
 def _choose_splits(
-    num_tokens: int, programs_per_token: int, topk: int, block_n: int, num_sms: int, waves: int
+    num_tokens: int,
+    programs_per_token: int,
+    topk: int,
+    num_heads: int,
+    block_n: int,
+    num_sms: int,
+    waves: int,
 ) -> int:
-    """Largest power-of-two split count that keeps the grid within ``waves`` programs per SM.
+    """Power-of-two split count: enough programs for ``waves`` per SM, but no more partial
+    traffic than a quarter of the gathered bytes once every SM has a program.
 
-    Splitting further only adds partial traffic (H x 2 KB per split and token) and combine
-    work once the grid already fills the GPU; a split keeps at least one BLOCK_N tile.
+    Each split writes (and the merge reads back) H x 2 KB of fp32 partials per token against
+    topk x 1152 B of KV; at B=8, H=8 the 64 splits that fill four waves cost more in partials
+    than the extra parallelism buys (H200: 17.6 us vs 15.4 us at 32 splits, NOTES.md round 3).
     """
     per_split = max(1, num_tokens * programs_per_token)
-    want = max(1, (waves * num_sms) // per_split)
-    splits = 1 << (want.bit_length() - 1)  # round down to a power of two
-    max_splits = max(1, topk // block_n)
-    return max(1, min(splits, 1 << (max_splits.bit_length() - 1)))
+    splits = _pow2_floor(max(1, (waves * num_sms) // per_split))
+    partial_cap = _pow2_floor(max(1, topk * _D_QK * 2 // (4 * num_heads * _D_V * 4)))
+    if splits > partial_cap:
+        one_per_sm = _pow2_ceil(-(-num_sms // per_split))
+        splits = min(splits, max(partial_cap, one_per_sm))
+    max_splits = _pow2_floor(max(1, topk // block_n))  # a split keeps >= one BLOCK_N tile
+    return max(1, min(splits, max_splits))
+
+
+def _pow2_floor(n: int) -> int:
+    return 1 << (n.bit_length() - 1)
+
+
+def _pow2_ceil(n: int) -> int:
+    return 1 << (max(1, n) - 1).bit_length()
 
 
 def _plan(
@@ -232,7 +269,13 @@ def _plan(
     if num_splits is None:
         dev = device.index if device.index is not None else torch.cuda.current_device()
         num_splits = _choose_splits(
-            num_tokens, num_hb, topk, cfg["BLOCK_N"], _num_sms(dev), cfg.get("WAVES", 2)
+            num_tokens,
+            num_hb,
+            topk,
+            num_heads,
+            cfg["BLOCK_N"],
+            _num_sms(dev),
+            cfg.get("WAVES", 2),
         )
     return cfg, max(1, min(int(num_splits), max(1, triton.cdiv(topk, cfg["BLOCK_N"]))))
 
@@ -305,6 +348,8 @@ def sparse_mla_decode(
         part_o, part_lse = lse, lse  # unused placeholders
 
     dv_split = cfg.get("DV_SPLIT", 1)
+    dev = q.device.index if q.device.index is not None else torch.cuda.current_device()
+    use_pdl = is_split and bool(cfg.get("PDL", 1)) and _has_pdl(dev)
     grid = (num_tokens * num_splits * num_hb * dv_split,)
     _sparse_mla_split_kernel[grid](
         q,
@@ -335,6 +380,7 @@ def sparse_mla_decode(
         D_PE=_D_PE,
         DV_SPLIT=dv_split,
         IS_SPLIT=is_split,
+        USE_PDL=use_pdl,
         num_warps=cfg["num_warps"],
         num_stages=cfg["num_stages"],
     )
@@ -357,7 +403,9 @@ def sparse_mla_decode(
             BLOCK_S=block_s,
             D_V=_D_V,
             BLOCK_DV=block_dv,
+            USE_PDL=use_pdl,
             num_warps=4,
+            launch_pdl=use_pdl,
         )
     return out, lse
 

@@ -125,26 +125,43 @@ def main() -> None:
                     _, rss, _ = timed(["cp", "--reflink=never", *map(str, shards), str(cpdir)])
                     subprocess.run(["sync", *map(str, cpdir.iterdir())], check=True)
                     s = time.perf_counter() - t
-                runs[kind].append({"seconds": round(s, 3), "mb_s": round(nbytes / s / 1e6, 1),
-                                   "peak_rss_mb": round(rss / 1024, 1)})
+                runs[kind].append(
+                    {
+                        "seconds": round(s, 3),
+                        "mb_s": round(nbytes / s / 1e6, 1),
+                        "peak_rss_mb": round(rss / 1024, 1),
+                    }
+                )
         med = {k: statistics.median(r["seconds"] for r in v) for k, v in runs.items()}
         rss = max(r["peak_rss_mb"] for r in runs["merge"])
         ratio = med["cp"] / med["merge"]
         st = os.statvfs(work)
-        dev = subprocess.run(["df", "--output=source,fstype", str(work)], capture_output=True,
-                             text=True).stdout.split()[-2:]
+        dev = subprocess.run(
+            ["df", "--output=source,fstype", str(work)], capture_output=True, text=True
+        ).stdout.split()[-2:]
         result = {
             "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
-            "machine": {"platform": platform.platform(), "cpus": os.cpu_count(),
-                        "mem_gb": round(os.sysconf("SC_PAGE_SIZE")
-                                        * os.sysconf("SC_PHYS_PAGES") / 2**30, 1)},
-            "disk": {"device": dev[0], "fstype": dev[1], "path": str(Path(a.dir)),
-                     "free_gb_before": round(st.f_bavail * st.f_frsize / 1e9, 1)},
+            "machine": {
+                "platform": platform.platform(),
+                "cpus": os.cpu_count(),
+                "mem_gb": round(
+                    os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30, 1
+                ),
+            },
+            "disk": {
+                "device": dev[0],
+                "fstype": dev[1],
+                "path": str(Path(a.dir)),
+                "free_gb_before": round(st.f_bavail * st.f_frsize / 1e9, 1),
+            },
             "input": {"bytes": nbytes, "shards": len(shards), "generate_s": round(gen_s, 1)},
-            "cache_drop": cache, "copy_mode": mode, "runs": runs,
+            "cache_drop": cache,
+            "copy_mode": mode,
+            "runs": runs,
             "median_s": {k: round(v, 3) for k, v in med.items()},
             "median_mb_s": {k: round(nbytes / v / 1e6, 1) for k, v in med.items()},
-            "merge_vs_cp": round(ratio, 3), "merge_peak_rss_mb": rss,
+            "merge_vs_cp": round(ratio, 3),
+            "merge_peak_rss_mb": rss,
             "targets": {"merge_vs_cp_min": 0.9, "peak_rss_mb_max": 512},
             "pass": {"throughput": ratio >= 0.9, "rss": rss <= 512},
         }
@@ -160,25 +177,26 @@ def report(r: dict) -> str:
     rows = "\n".join(
         f"| {i + 1} | {m['seconds']} s ({m['mb_s']} MB/s, {m['peak_rss_mb']} MB RSS) | "
         f"{c['seconds']} s ({c['mb_s']} MB/s) |"
-        for i, (m, c) in enumerate(zip(r["runs"]["merge"], r["runs"]["cp"], strict=True)))
+        for i, (m, c) in enumerate(zip(r["runs"]["merge"], r["runs"]["cp"], strict=True))
+    )
     ok = {True: "met", False: "MISSED"}
     return f"""# GGUF merge benchmark
 
-Date: {r['date']}. Machine: {r['machine']['platform']}, {r['machine']['cpus']} CPUs,
-{r['machine']['mem_gb']} GiB RAM. Disk: {r['disk']['device']} ({r['disk']['fstype']}).
-Input: {r['input']['shards']} synthetic shards, {r['input']['bytes'] / 1e9:.2f} GB (random F16
+Date: {r["date"]}. Machine: {r["machine"]["platform"]}, {r["machine"]["cpus"]} CPUs,
+{r["machine"]["mem_gb"]} GiB RAM. Disk: {r["disk"]["device"]} ({r["disk"]["fstype"]}).
+Input: {r["input"]["shards"]} synthetic shards, {r["input"]["bytes"] / 1e9:.2f} GB (random F16
 tensors of ~64 MiB with odd sizes, a 160k-token vocab in shard 1).
-Cache between runs: {r['cache_drop']}. Run order alternates. Merge copy mode: {r['copy_mode']}.
+Cache between runs: {r["cache_drop"]}. Run order alternates. Merge copy mode: {r["copy_mode"]}.
 Both sides end with their data fsync'd (merge: fsync + rename; cp: `sync FILES`).
 
 | run | merge (gguf_split.py) | cp --reflink=never + sync |
 |---|---|---|
 {rows}
 
-Median: merge {r['median_s']['merge']} s ({r['median_mb_s']['merge']} MB/s), cp
-{r['median_s']['cp']} s ({r['median_mb_s']['cp']} MB/s): merge = **{r['merge_vs_cp']}x cp**
-(target >= 0.9: {ok[r['pass']['throughput']]}). Peak RSS of the merge process:
-**{r['merge_peak_rss_mb']} MB** (target <= 512: {ok[r['pass']['rss']]}).
+Median: merge {r["median_s"]["merge"]} s ({r["median_mb_s"]["merge"]} MB/s), cp
+{r["median_s"]["cp"]} s ({r["median_mb_s"]["cp"]} MB/s): merge = **{r["merge_vs_cp"]}x cp**
+(target >= 0.9: {ok[r["pass"]["throughput"]]}). Peak RSS of the merge process:
+**{r["merge_peak_rss_mb"]} MB** (target <= 512: {ok[r["pass"]["rss"]]}).
 
 Reproduce: `python3 benchmarks/gguf_merge/bench.py --gb 4 --shards 4` (needs gguf and numpy; about
 3x the input size of free space, removed afterwards).

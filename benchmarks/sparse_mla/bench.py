@@ -12,6 +12,8 @@ divided by the number of calls, and the reported value is the median over replay
 Modes:
   bench  the issue's grid (B x H x dtype), ours vs baseline, JSON + Markdown results
   sweep  tile/split search for ours (bf16), JSON of every point, prints the best per case
+  sweep2 a named point list (--plan): v2 (round 2's large-H and merge points), r3 (round 3,
+         small heads: PDL merge, wider/deeper gather tiles)
 """
 
 from __future__ import annotations
@@ -445,13 +447,47 @@ def plan_v2() -> list[tuple[int, int, dict[str, int], int]]:
     return pts
 
 
+def plan_r3() -> list[tuple[int, int, dict[str, int], int]]:
+    """Round 3, small heads (the TP=8 regime): the merge launched as a programmatic dependent
+    (PDL), and wider or deeper gather tiles that keep more bytes in flight per program."""
+    base = {"BLOCK_H": 16, "BLOCK_N": 32, "num_warps": 4, "num_stages": 2}
+    configs = [
+        {**base, "PDL": 0},
+        {**base, "PDL": 1},
+        {**base, "num_stages": 4, "PDL": 1},
+        {**base, "BLOCK_N": 64, "PDL": 1},
+        {**base, "BLOCK_N": 64, "num_stages": 3, "PDL": 1},
+        {**base, "BLOCK_N": 64, "num_warps": 8, "PDL": 1},
+        {**base, "BLOCK_N": 128, "num_warps": 8, "num_stages": 1, "PDL": 1},
+        {**base, "BLOCK_N": 16, "PDL": 1},
+    ]
+    cases = [
+        (8, 8, (8, 16, 32, 64)),
+        (8, 16, (8, 16, 32, 64)),
+        (128, 8, (1, 2, 4)),
+        (128, 16, (1, 2, 4)),
+        (1, 8, (32, 64)),
+        (32, 8, (4, 8, 16)),
+    ]
+    return [
+        (batch, heads, cfg, sp)
+        for batch, heads, splits in cases
+        for cfg in configs
+        for sp in splits
+        if TOPK // sp >= cfg["BLOCK_N"]
+    ]
+
+
+PLANS = {"v2": plan_v2, "r3": plan_r3}
+
+
 def run_sweep_v2(
     args: argparse.Namespace, kmod: types.ModuleType, kv: dict[str, torch.Tensor]
 ) -> None:
     points = []
     cases: dict[tuple[int, int], Case] = {}
     combine = kmod._sparse_mla_combine_kernel
-    for batch, heads, cfg, splits in plan_v2():
+    for batch, heads, cfg, splits in PLANS[args.plan]():
         key = (batch, heads)
         if key not in cases:
             cases.clear()
@@ -460,8 +496,10 @@ def run_sweep_v2(
         case = cases[key]
         try:
             us, _ = graph_time_us(case.ours(kmod, num_splits=splits, config=cfg), 7)
-            kmod._sparse_mla_combine_kernel = _NoLaunch()
-            us_split, _ = graph_time_us(case.ours(kmod, num_splits=splits, config=cfg), 7)
+            us_split = None
+            if args.split_alone and splits > 1:
+                kmod._sparse_mla_combine_kernel = _NoLaunch()
+                us_split, _ = graph_time_us(case.ours(kmod, num_splits=splits, config=cfg), 7)
         except Exception as exc:  # noqa: BLE001 - out-of-resources configs are data
             points.append(
                 {"B": batch, "H": heads, "cfg": cfg, "splits": splits, "error": str(exc)[:200]}
@@ -482,7 +520,7 @@ def run_sweep_v2(
         )
         print(
             f"B={batch:4d} H={heads:4d} S={splits:4d} {us:8.1f} us (split kernel alone "
-            f"{us_split:8.1f}) {cfg}",
+            f"{us_split or float('nan'):8.1f}) {cfg}",
             flush=True,
         )
     Path(args.json).write_text(json.dumps({"info": gpu_info(), "points": points}, indent=1))
@@ -496,6 +534,12 @@ def main() -> None:
     ap.add_argument("--heads", default="8,16,64,128")
     ap.add_argument("--dtypes", default="bf16,fp16")
     ap.add_argument("--reps", type=int, default=30)
+    ap.add_argument("--plan", choices=sorted(PLANS), default="r3", help="sweep2's point list")
+    ap.add_argument(
+        "--split-alone",
+        action="store_true",
+        help="sweep2: also time the split kernel without the merge",
+    )
     # 3.5 Mi rows keeps row * 576 below 2^31: the baseline kernel computes offsets in int32.
     ap.add_argument("--cache-rows", type=int, default=3_670_016)
     ap.add_argument("--json", default="sparse_mla_h200.json")

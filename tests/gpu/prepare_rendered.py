@@ -4,12 +4,16 @@ The GPU machine has neither vLLM (nor its dependencies) nor glmops' renderer dep
 everything the test needs from them is produced here, at test-preparation time, and carried:
 
 * the backend file exactly as `glmops patch` would place it on a host, rendered by glmops' own
-  renderer (`glmops.patchset.backend.render_backend`) for each profile and kernel mode;
+  renderer (`glmops.patchset.backend.render_backend`) for each profile and kernel mode, and the
+  DSA indexer logits fallback (`glmops.patchset.indexer.render_fallback`, profile v0_16) for
+  tests/gpu/test_indexer_fallback.py;
 * from the real vLLM wheels on PyPI (tests/vllm_wheels.py, cached under ~/.cache/glmops), the
   code the rendered forward path calls, copied byte for byte:
     - 0.16.0: `_convert_req_index_to_global_index_kernel` and
       `triton_convert_req_index_to_global_index` (flashmla_sparse.py, extracted as source
-      segments), and the whole `vllm/v1/attention/ops/triton_decode_attention.py`;
+      segments), and the whole `vllm/v1/attention/ops/triton_decode_attention.py`; for
+      benchmarks/indexer_fallback/bench.py, vLLM's own torch indexer references
+      `fp8_mqa_logits_torch` and `fp8_paged_mqa_logits_torch` (rocm_aiter_mla_sparse.py);
     - 0.33.0: the whole `vllm/v1/attention/backends/mla/sparse_utils.py` (`flat_kv_row_view`
       and `triton_convert_req_index_to_global_index` with its remap kernel), the whole
       `triton_decode_attention.py`, and from the JIT-warmup helpers the launch glue that the
@@ -40,13 +44,15 @@ import vllm_wheels  # noqa: E402
 
 from glmops.patchset.backend import KERNELS, render_backend  # noqa: E402
 from glmops.patchset.common import TEMPLATE_VERSION  # noqa: E402
-from glmops.patchset.profiles import PROFILES  # noqa: E402
+from glmops.patchset.indexer import render_fallback  # noqa: E402
+from glmops.patchset.profiles import PROFILES, profile_by_name  # noqa: E402
 
 DEFAULT_OUT = ROOT / ".thirdparty" / "rendered"
 PROFILE_VLLM = {"v0_16": "0.16.0", "v0_33": "0.33.0"}
 DECODE = "vllm/v1/attention/ops/triton_decode_attention.py"
 FLASHMLA_SPARSE = "vllm/v1/attention/backends/mla/flashmla_sparse.py"
 SPARSE_UTILS = "vllm/v1/attention/backends/mla/sparse_utils.py"
+AITER_SPARSE = "vllm/v1/attention/ops/rocm_aiter_mla_sparse.py"
 JIT_WARMUP = "vllm/model_executor/warmup/jit_warmup.py"
 JIT_TRITON = "vllm/model_executor/warmup/jit_warmup_triton_helper.py"
 
@@ -90,6 +96,11 @@ def prepare(out: Path) -> dict:
             (out / rel).parent.mkdir(parents=True)
             (out / rel).write_text(text)
             manifest["rendered"][f"{profile.name}/{kernel}"] = {"file": rel, "sha256": _sha(text)}
+    fallback = render_fallback(profile_by_name("v0_16"), {})
+    rel = "v0_16-indexer/glmops_dsa_indexer.py"
+    (out / rel).parent.mkdir(parents=True)
+    (out / rel).write_text(fallback)
+    manifest["rendered"]["v0_16/indexer_fallback"] = {"file": rel, "sha256": _sha(fallback)}
 
     for profile_name, version in PROFILE_VLLM.items():
         src = vllm_wheels.fetch_vllm_source(version)
@@ -124,6 +135,12 @@ def prepare(out: Path) -> dict:
                 header, FLASHMLA_SPARSE, version, (src / FLASHMLA_SPARSE).read_text(), names
             )
             put("flashmla_sparse_convert.py", text, FLASHMLA_SPARSE)
+            names = ["fp8_mqa_logits_torch", "fp8_paged_mqa_logits_torch"]
+            header = "import torch\n\nfrom vllm.platforms import current_platform"
+            text = extracted_file(
+                header, AITER_SPARSE, version, (src / AITER_SPARSE).read_text(), names
+            )
+            put("indexer_torch_refs.py", text, AITER_SPARSE)
         else:
             put("sparse_utils.py", (src / SPARSE_UTILS).read_text(), SPARSE_UTILS)
             launcher = extracted_file(

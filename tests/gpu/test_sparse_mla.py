@@ -162,6 +162,22 @@ def test_explicit_splits(kmod: ModuleType, num_heads: int, num_splits: int) -> N
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("num_heads", [8, 64])
+def test_dependent_launch_changes_nothing(kmod: ModuleType, num_heads: int) -> None:
+    """The merge launched as a programmatic dependent (PDL) gives the same bits as a plain
+    launch: it reads the partials only after the split kernel has finished."""
+    gen = torch.Generator(device="cuda").manual_seed(5 + num_heads)
+    q, kv, idx = _make_inputs(gen, 3, num_heads, 2048, torch.bfloat16, "mixed")
+    results = []
+    for pdl in (0, 1):
+        cfg = {**kmod._default_config(num_heads), "PDL": pdl}
+        results.append(kmod.sparse_mla_decode(q, kv, idx, _SM_SCALE, num_splits=16, config=cfg))
+    (o0, l0), (o1, l1) = results
+    assert torch.equal(o0, o1) and torch.equal(l0, l1)
+    _check(kmod, q, kv, idx, num_splits=16)
+
+
+@pytest.mark.gpu
 @pytest.mark.parametrize("dtype", ["fp16", "bf16"])
 def test_duplicates_count_twice(kmod: ModuleType, dtype: str) -> None:
     """Listing the same set twice keeps the output and adds ln 2 to the LSE."""

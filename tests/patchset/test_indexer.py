@@ -18,6 +18,13 @@ from types import ModuleType
 
 import pytest
 import torch
+from indexer_cases import (
+    decode_inputs,
+    decode_reference,
+    pack_indexer_cache,
+    prefill_inputs,
+    prefill_reference,
+)
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 
@@ -30,7 +37,6 @@ from glmops.patchset.profiles import (
     profile_by_name,
 )
 
-FP8 = torch.float8_e4m3fn
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -44,99 +50,6 @@ def fb(tmp_path_factory) -> ModuleType:
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
-
-
-# ---- inputs and straightforward references (float64, one row at a time) ----
-
-
-def fp8(x: torch.Tensor) -> torch.Tensor:
-    return x.to(FP8)
-
-
-def prefill_inputs(m=37, heads=8, dim=64, n=90, exact=False, seed=0):
-    """Rows of three requests laid out as vLLM's chunk does (ks = request start, ke grows
-    causally), plus one row with an empty range. exact: small integers and powers of two,
-    so every sum is exact in fp32 and any tiling must give the same bits."""
-    g = torch.Generator().manual_seed(seed)
-    if exact:
-        q = fp8(torch.randint(-3, 4, (m, heads, dim), generator=g).float())
-        k = fp8(torch.randint(-3, 4, (n, dim), generator=g).float())
-        scale = 2.0 ** torch.randint(-3, 3, (n,), generator=g).float()
-        w = torch.randint(-4, 5, (m, heads), generator=g).float() / 8
-    else:
-        q = fp8(torch.randn(m, heads, dim, generator=g) * 2)
-        k = fp8(torch.randn(n, dim, generator=g) * 2)
-        scale = torch.rand(n, generator=g) * 0.1 + 0.01
-        w = torch.randn(m, heads, generator=g)
-    starts, ks, ke = [0, 30, 55], [], []
-    lens = [30, 25, n - 55]
-    per_req = [m // 3, m // 3, m - 2 * (m // 3)]
-    for s, length, rows in zip(starts, lens, per_req, strict=True):
-        for r in range(rows):
-            ks.append(s)
-            ke.append(s + max(1, length - rows + 1 + r))
-    ks[5], ke[5] = 10, 10  # empty range
-    i32 = torch.int32
-    return q, k, scale, w, torch.tensor(ks, dtype=i32), torch.tensor(ke, dtype=i32)
-
-
-def prefill_reference(q, k, scale, w, ks, ke) -> torch.Tensor:
-    qd, kd = q.double(), k.double()
-    out = torch.full((q.shape[0], k.shape[0]), float("-inf"), dtype=torch.float64)
-    for i in range(q.shape[0]):
-        lo, hi = int(ks[i]), int(ke[i])
-        if hi > lo:
-            s = (qd[i] @ kd[lo:hi].t()) * scale[lo:hi].double()  # [H, n]
-            out[i, lo:hi] = (s.relu() * w[i].double()[:, None]).sum(0)
-    return out
-
-
-def pack_indexer_cache(k: torch.Tensor, scale: torch.Tensor, block_size: int) -> torch.Tensor:
-    """vLLM's indexer K cache: per block, block_size*D fp8 values then block_size fp32
-    scales (csrc indexer_k_quant_and_cache), viewed as [blocks, block_size, 1, D+4] uint8."""
-    blocks, dim = k.shape[0] // block_size, k.shape[1]
-    raw = torch.empty(blocks, block_size * (dim + 4), dtype=torch.uint8)
-    raw[:, : block_size * dim] = k.view(torch.uint8).reshape(blocks, -1)
-    raw[:, block_size * dim :] = scale.float().reshape(blocks, block_size).view(torch.uint8)
-    return raw.view(blocks, block_size, 1, dim + 4)
-
-
-def decode_inputs(batch=5, next_n=2, heads=8, dim=64, block_size=16, exact=False, seed=1):
-    """Requests of different lengths whose logical blocks sit at shuffled physical blocks;
-    a row for a 1-token context and one spanning many blocks."""
-    g = torch.Generator().manual_seed(seed)
-    lens = torch.tensor([1 + next_n, 17, 64, 100, 5][:batch], dtype=torch.int32)
-    max_blocks = 8
-    phys = 1 + batch * max_blocks
-    if exact:
-        q = fp8(torch.randint(-3, 4, (batch, next_n, heads, dim), generator=g).float())
-        kv = fp8(torch.randint(-3, 4, (phys * block_size, dim), generator=g).float())
-        scale = 2.0 ** torch.randint(-3, 3, (phys * block_size,), generator=g).float()
-        w = torch.randint(-4, 5, (batch * next_n, heads), generator=g).float() / 8
-    else:
-        q = fp8(torch.randn(batch, next_n, heads, dim, generator=g) * 2)
-        kv = fp8(torch.randn(phys * block_size, dim, generator=g) * 2)
-        scale = torch.rand(phys * block_size, generator=g) * 0.1 + 0.01
-        w = torch.randn(batch * next_n, heads, generator=g)
-    perm = torch.randperm(phys - 1, generator=g)[: batch * max_blocks] + 1
-    table = perm.view(batch, max_blocks).to(torch.int32)
-    return q, kv, scale, w, lens, table, block_size
-
-
-def decode_reference(q, kv, scale, w, lens, table, block_size, max_model_len):
-    batch, next_n, heads, _ = q.shape
-    out = torch.full((batch * next_n, max_model_len), float("-inf"), dtype=torch.float64)
-    for b in range(batch):
-        ctx = int(lens[b])
-        slots = [int(table[b, p // block_size]) * block_size + p % block_size for p in range(ctx)]
-        kd, sd = kv[slots].double(), scale[slots].double()
-        for j in range(next_n):
-            qpos = ctx - next_n + j
-            s = (q[b, j].double() @ kd[: qpos + 1].t()) * sd[: qpos + 1]
-            out[b * next_n + j, : qpos + 1] = (s.relu() * w[b * next_n + j].double()[:, None]).sum(
-                0
-            )
-    return out
 
 
 class PeakTemporaries(TorchDispatchMode):

@@ -1,0 +1,192 @@
+"""The DSA indexer logits fallback (issue 3, item 2e) on a real GPU.
+
+The module is the file `glmops patch` writes onto a vLLM 0.16 host, rendered beforehand by
+tests/gpu/prepare_rendered.py into .thirdparty/rendered/ (git-ignored, carried to the GPU
+machine, which has no vLLM). Its torch functions run here on CUDA tensors laid out as vLLM
+passes them to DeepGEMM's fp8_mqa_logits / fp8_paged_mqa_logits (fp8 e4m3 values, fp32
+scales, the packed indexer cache), against float64 references computed on the CPU.
+
+Shown: the logits match the reference (bit for bit where every sum is exact); at GLM-5's
+indexer shapes (32 heads, dim 128, 8k-row prefill chunks, 32k-token contexts) the tiled result
+equals the untiled one and the CUDA caching allocator's peak stays within the output plus
+MAX_TILE_BYTES; capture into a CUDA graph is refused. Not shown here: DeepGEMM is not installed
+on this machine, so the two paths are not compared with each other, and the GPU is an H200
+(SM90), not SM120; the fallback has no capability-specific code besides the dispatch decision
+(tested on CPU in tests/patchset/test_indexer.py).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+torch = pytest.importorskip("torch", reason="torch is not installed (GPU tests need it)")
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from indexer_cases import (  # noqa: E402
+    FP8,
+    decode_inputs,
+    decode_reference,
+    pack_indexer_cache,
+    prefill_inputs,
+    prefill_reference,
+)
+
+RENDERED = (
+    Path(__file__).resolve().parents[2] / ".thirdparty/rendered/v0_16-indexer/glmops_dsa_indexer.py"
+)
+
+pytestmark = [
+    pytest.mark.gpu,
+    pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device"),
+    pytest.mark.skipif(
+        not RENDERED.is_file(),
+        reason="run tests/gpu/prepare_rendered.py first (.thirdparty/rendered missing)",
+    ),
+]
+CUDA = torch.device("cuda")
+
+
+@pytest.fixture(scope="module")
+def fb() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("glmops_dsa_indexer_gpu", RENDERED)
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    torch.ones(64, 64, device=CUDA) @ torch.ones(64, 64, device=CUDA)  # cuBLAS workspace now
+    return module
+
+
+def on_gpu(*tensors):
+    return [t.to(CUDA) if isinstance(t, torch.Tensor) else t for t in tensors]
+
+
+def assert_logits(got: torch.Tensor, ref: torch.Tensor, exact: bool) -> None:
+    got = got.cpu()
+    assert got.dtype == torch.float32 and got.shape == ref.shape
+    assert torch.equal(torch.isinf(got), torch.isinf(ref))
+    if exact:
+        assert torch.equal(got.double(), ref)
+    else:
+        torch.testing.assert_close(got.double(), ref, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("exact", [False, True])
+def test_prefill_logits_on_gpu(fb: ModuleType, exact: bool) -> None:
+    q, k, scale, w, ks, ke = prefill_inputs(exact=exact)
+    ref = prefill_reference(q, k, scale, w, ks, ke)
+    qd, kd, sd, wd, ksd, ked = on_gpu(q, k, scale, w, ks, ke)
+    got = fb.mqa_logits_torch(qd, (kd, sd), wd, ksd, ked)
+    assert got.device.type == "cuda"
+    assert_logits(got, ref, exact)
+
+
+@pytest.mark.parametrize("exact", [False, True])
+def test_paged_logits_on_gpu(fb: ModuleType, exact: bool) -> None:
+    q, kv, scale, w, lens, table, bs = decode_inputs(exact=exact)
+    ref = decode_reference(q, kv, scale, w, lens, table, bs, 120)
+    cache = pack_indexer_cache(kv, scale, bs)
+    qd, cd, wd, ld, td = on_gpu(q, cache, w, lens, table)
+    got = fb.paged_mqa_logits_torch(qd, cd, wd, ld, td, 120)
+    assert_logits(got, ref, exact)
+
+
+def exact_fp8(shape: tuple[int, ...], gen: torch.Generator) -> torch.Tensor:
+    """Small integers in fp8: with power-of-two scales and weights in 1/8 steps every dot
+    product and head sum below is exact in fp32, so any tiling must give the same bits."""
+    return torch.randint(-3, 4, shape, generator=gen, device=CUDA).float().to(FP8)
+
+
+def peak_extra_bytes(fn) -> tuple[torch.Tensor, int]:
+    """fn's result and the allocator's peak above what was allocated before the call."""
+    torch.cuda.synchronize()
+    torch.cuda.reset_peak_memory_stats()
+    before = torch.cuda.memory_allocated()
+    out = fn()
+    torch.cuda.synchronize()
+    return out, torch.cuda.max_memory_allocated() - before
+
+
+def test_glm5_prefill_chunk_tiled_and_bounded(fb: ModuleType) -> None:
+    """One 8k-token prefill chunk of a request (causal rows), GLM-5's indexer: 32 x 128."""
+    gen = torch.Generator(device=CUDA).manual_seed(3)
+    m = n = 8192
+    heads, dim = 32, 128
+    q, k = exact_fp8((m, heads, dim), gen), exact_fp8((n, dim), gen)
+    scale = 2.0 ** torch.randint(-3, 3, (n,), generator=gen, device=CUDA).float()
+    w = torch.randint(-4, 5, (m, heads), generator=gen, device=CUDA).float() / 8
+    ks = torch.zeros(m, dtype=torch.int32, device=CUDA)
+    ke = torch.arange(1, m + 1, dtype=torch.int32, device=CUDA)
+    budget = fb.MAX_TILE_BYTES
+    assert len(fb.plan_prefill_tiles(ks.cpu(), ke.cpu(), n, heads, dim, budget)) > 1
+
+    tiled, extra = peak_extra_bytes(lambda: fb.mqa_logits_torch(q, (k, scale), w, ks, ke))
+    out_bytes = tiled.numel() * 4
+    assert extra <= out_bytes + budget, (extra, out_bytes, budget)
+    whole, whole_extra = peak_extra_bytes(
+        lambda: fb.mqa_logits_torch(q, (k, scale), w, ks, ke, max_tile_bytes=1 << 40)
+    )
+    assert whole_extra > out_bytes + budget  # the bound above is not vacuous
+    assert torch.equal(tiled, whole)
+    rows = [0, 1, 4095, m - 1]  # spot rows against the float64 reference
+    ref = prefill_reference(q[rows].cpu(), k.cpu(), scale.cpu(), w[rows].cpu(), ks[rows], ke[rows])
+    assert torch.equal(tiled[rows].cpu().double(), ref)
+
+
+def test_glm5_decode_tiled_and_bounded(fb: ModuleType) -> None:
+    """64 requests decoding (next_n 2: one speculative token) over contexts up to 32k tokens
+    in 64-token cache blocks at shuffled physical positions."""
+    gen = torch.Generator(device=CUDA).manual_seed(4)
+    batch, next_n, heads, dim, bs = 64, 2, 32, 128, 64
+    max_model_len = 32768
+    lens = torch.randint(next_n, max_model_len + 1, (batch,), generator=gen, device=CUDA)
+    lens[0], lens[1] = next_n, max_model_len
+    lens = lens.to(torch.int32)
+    blocks_per_req = max_model_len // bs
+    phys = batch * blocks_per_req + 1
+    perm = torch.randperm(phys - 1, generator=gen, device=CUDA)[: batch * blocks_per_req] + 1
+    table = perm.view(batch, blocks_per_req).to(torch.int32)
+    kv = exact_fp8((phys * bs, dim), gen)
+    scale = 2.0 ** torch.randint(-3, 3, (phys * bs,), generator=gen, device=CUDA).float()
+    cache = pack_indexer_cache(kv, scale, bs)
+    q = exact_fp8((batch, next_n, heads, dim), gen)
+    w = torch.randint(-4, 5, (batch * next_n, heads), generator=gen, device=CUDA).float() / 8
+    budget = fb.MAX_TILE_BYTES
+
+    def call(tile_bytes: int) -> torch.Tensor:
+        return fb.paged_mqa_logits_torch(
+            q, cache, w, lens, table, max_model_len, max_tile_bytes=tile_bytes
+        )
+
+    tiled, extra = peak_extra_bytes(lambda: call(budget))
+    out_bytes = tiled.numel() * 4
+    assert extra <= out_bytes + budget, (extra, out_bytes, budget)
+    whole, _ = peak_extra_bytes(lambda: call(1 << 40))
+    assert torch.equal(tiled, whole)
+    # request 0 (a context of next_n tokens) and 1 (the longest) against the reference
+    sub = [0, 1]
+    ref = decode_reference(
+        q[sub].cpu(), kv.cpu(), scale.cpu(), w[: 2 * next_n].cpu(), lens[sub].cpu(),
+        table[sub].cpu(), bs, max_model_len,
+    )  # fmt: skip
+    assert torch.equal(tiled[: 2 * next_n].cpu().double(), ref)
+
+
+def test_capture_is_refused(fb: ModuleType) -> None:
+    """The fallback reads lengths on the host, so a CUDA graph of it would replay stale
+    shapes: it raises instead of being captured."""
+    q, k, scale, w, ks, ke = on_gpu(*prefill_inputs())
+    graph = torch.cuda.CUDAGraph()
+    stream = torch.cuda.Stream()
+    with (
+        pytest.raises(RuntimeError, match="cannot be captured"),
+        torch.cuda.stream(stream),
+        torch.cuda.graph(graph, stream=stream),
+    ):
+        fb.mqa_logits_torch(q, (k, scale), w, ks, ke)
+    torch.cuda.synchronize()
+    assert fb.mqa_logits_torch(q, (k, scale), w, ks, ke).isfinite().any()

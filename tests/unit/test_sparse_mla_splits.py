@@ -1,0 +1,48 @@
+"""The split-count rule of backend/sparse_mla.py (pure Python, no GPU): it reproduces the
+split counts that measured fastest on the H200 (backend/NOTES.md, rounds 1 and 3)."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+pytest.importorskip("triton", reason="the kernel module imports triton")
+KERNEL = Path(__file__).resolve().parents[2] / "backend" / "sparse_mla.py"
+H200_SMS = 132
+
+
+@pytest.fixture(scope="module")
+def kmod() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("sparse_mla_splits", KERNEL)
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+# (B, H) -> fastest split count measured on the H200 at topk 2048 (bf16)
+MEASURED_BEST = {
+    (1, 8): 64, (1, 16): 64, (1, 64): 32, (1, 128): 32,
+    (8, 8): 32, (8, 16): 32, (8, 64): 16, (8, 128): 8,
+    (32, 8): 16, (32, 16): 16, (32, 64): 4, (32, 128): 2,
+    (128, 8): 4, (128, 16): 4, (128, 64): 1, (128, 128): 1,
+}  # fmt: skip
+
+
+@pytest.mark.parametrize(("batch", "heads"), sorted(MEASURED_BEST))
+def test_split_rule_matches_the_measured_best(kmod: ModuleType, batch: int, heads: int) -> None:
+    cfg = kmod._default_config(heads)
+    head_blocks = -(-heads // cfg["BLOCK_H"])
+    got = kmod._choose_splits(
+        batch, head_blocks, 2048, heads, cfg["BLOCK_N"], H200_SMS, cfg["WAVES"]
+    )
+    assert got == MEASURED_BEST[(batch, heads)]
+
+
+@pytest.mark.parametrize("topk", [1, 31, 32, 64, 100])
+def test_a_split_keeps_at_least_one_tile(kmod: ModuleType, topk: int) -> None:
+    splits = kmod._choose_splits(1, 1, topk, 8, 32, H200_SMS, 4)
+    assert splits >= 1 and (splits == 1 or topk // splits >= 32)
