@@ -5,6 +5,8 @@ fetch_vllm_source(v)   -> ~/.cache/glmops/vllm-src/<v>/ holding the wheel's `vll
 fetch_vllm_deps(v)     -> ~/.cache/glmops/vllm-deps/<v>/: the pure-Python packages vLLM's
                           selection code imports, at the versions the wheel's METADATA pins
 compiled_modules(v)    -> the dotted names of the wheel's compiled extension modules
+fetch_plugin_source()  -> ~/.cache/glmops/plugin-src/<v>/ holding vllm-gguf-plugin's package
+                          (the same way; install_plugin copies it into a scratch site-packages)
 Torch is not installed here: the test environment's CPU torch is used.
 """
 
@@ -23,6 +25,9 @@ CACHE = Path(os.environ.get("GLMOPS_CACHE", Path.home() / ".cache" / "glmops"))
 WHEELS = CACHE / "wheels"
 SOURCES = CACHE / "vllm-src"
 DEPS = CACHE / "vllm-deps"
+PLUGIN_SOURCES = CACHE / "plugin-src"
+# vLLM 0.24+ loads GGUF through this out-of-tree package (item 2d patches it too).
+PLUGIN, PLUGIN_PACKAGE, PLUGIN_VERSION = "vllm-gguf-plugin", "vllm_gguf_plugin", "0.0.5"
 
 # Imported (transitively) by vllm.platforms.cuda, vllm.v1.attention.selector and the MLA
 # backend modules; found by importing them on a CPU machine until nothing was missing.
@@ -55,9 +60,10 @@ IMPORT_DEPS = (
 NO_DEPS = ("xgrammar", "apache-tvm-ffi", "flashinfer-python")
 
 
-def fetch_vllm_wheel(version: str) -> Path:
-    """The PyPI wheel itself (downloaded once into the cache)."""
-    found = sorted(WHEELS.glob(f"vllm-{version}-*.whl"))
+def fetch_wheel(project: str, version: str) -> Path:
+    """A PyPI wheel of project==version (downloaded once into the cache)."""
+    pattern = f"{project.replace('-', '_')}-{version}-*.whl"
+    found = sorted(WHEELS.glob(pattern))
     if found:
         return found[0]
     WHEELS.mkdir(parents=True, exist_ok=True)
@@ -69,34 +75,32 @@ def fetch_vllm_wheel(version: str) -> Path:
             "download",
             "--no-deps",
             "-q",
-            f"vllm=={version}",
+            f"{project}=={version}",
             "-d",
             str(WHEELS),
         ],
         check=True,
     )
-    return sorted(WHEELS.glob(f"vllm-{version}-*.whl"))[0]
+    return sorted(WHEELS.glob(pattern))[0]
 
 
-def fetch_vllm_source(version: str) -> Path:
-    """Unpacked `vllm/` package of the PyPI wheel (cached); the returned dir is the
-    site-packages-like root that contains `vllm/`."""
-    dest = SOURCES / version
-    if (dest / ".complete").is_file():
-        return dest
-    whl = fetch_vllm_wheel(version)
+def fetch_vllm_wheel(version: str) -> Path:
+    return fetch_wheel("vllm", version)
+
+
+def _unpack(whl: Path, package: str, dest: Path, skip: tuple[str, ...] = ()) -> Path:
+    """The wheel's `package/` under dest (cached), without its compiled .so files, whose
+    dotted names go to dest/compiled_modules.json; the wheel's METADATA beside it."""
     tmp = dest.with_name(dest.name + ".tmp")
     shutil.rmtree(tmp, ignore_errors=True)
     compiled = []
     with zipfile.ZipFile(whl) as zf:
         for info in zf.infolist():
             name = info.filename
-            if not name.startswith("vllm/") or name.endswith("/"):
+            if not name.startswith(f"{package}/") or name.endswith("/") or name in skip:
                 continue
             if name.endswith(".so"):
                 compiled.append(name[: -len(".so")].split(".")[0].replace("/", "."))
-                continue
-            if name == "vllm/vllm-rs":  # a native binary, not importable code
                 continue
             zf.extract(info, tmp)
         meta = next(n for n in zf.namelist() if n.endswith(".dist-info/METADATA"))
@@ -106,6 +110,34 @@ def fetch_vllm_source(version: str) -> Path:
     tmp.rename(dest)
     (dest / ".complete").write_text(whl.name)
     return dest
+
+
+def fetch_vllm_source(version: str) -> Path:
+    """Unpacked `vllm/` package of the PyPI wheel (cached); the returned dir is the
+    site-packages-like root that contains `vllm/`."""
+    dest = SOURCES / version
+    if (dest / ".complete").is_file():
+        return dest
+    # vllm/vllm-rs is a native binary, not importable code
+    return _unpack(fetch_vllm_wheel(version), "vllm", dest, skip=("vllm/vllm-rs",))
+
+
+def fetch_plugin_source(version: str = PLUGIN_VERSION) -> Path:
+    """Unpacked `vllm_gguf_plugin/` of the PyPI wheel (cached), like fetch_vllm_source."""
+    dest = PLUGIN_SOURCES / version
+    if (dest / ".complete").is_file():
+        return dest
+    return _unpack(fetch_wheel(PLUGIN, version), PLUGIN_PACKAGE, dest)
+
+
+def plugin_compiled_modules(version: str = PLUGIN_VERSION) -> list[str]:
+    return json.loads((fetch_plugin_source(version) / "compiled_modules.json").read_text())
+
+
+def install_plugin(site_packages: Path, version: str = PLUGIN_VERSION) -> Path:
+    """Copy the plugin package into a scratch site-packages, as pip would put it there."""
+    shutil.copytree(fetch_plugin_source(version) / PLUGIN_PACKAGE, site_packages / PLUGIN_PACKAGE)
+    return site_packages / PLUGIN_PACKAGE
 
 
 def compiled_modules(version: str) -> list[str]:

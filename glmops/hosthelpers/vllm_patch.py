@@ -9,7 +9,9 @@
 Prints one JSON object {"failed", "changed", "msg", ...} and exits 0; non-zero means a crash.
 Originals are backed up once under <site-packages>/../.glmops-patch/backup/ and a manifest
 (profile, sha256 before/after, template version) sits beside them, so restore is byte-exact.
-Every check happens before the first write: a refused apply changes nothing.
+Every check happens before the first write: a refused apply changes nothing. Only files of the
+PACKAGE_ROOTS (vllm/, and vllm_gguf_plugin/ where GGUF loading lives from vLLM 0.24) are read
+or written.
 """
 
 from __future__ import annotations
@@ -25,6 +27,8 @@ import time
 from pathlib import Path
 
 STATE_DIR = ".glmops-patch"
+# The packages the patch set reads and writes: vLLM, and the GGUF loader that left its tree.
+PACKAGE_ROOTS = ("vllm", "vllm_gguf_plugin")
 
 
 def _sha(data: bytes) -> str:
@@ -46,9 +50,12 @@ def _state(sp: Path, args: dict) -> Path:
 
 
 def _target(sp: Path, rel: str) -> Path:
+    """A file inside one of PACKAGE_ROOTS, named and resolved there (no `..` or link out)."""
     path = (sp / rel).resolve()
-    if sp not in path.parents or not rel.startswith("vllm/"):
-        raise ValueError(f"refusing a path outside site-packages/vllm: {rel}")
+    root = rel.split("/", 1)[0]
+    if root not in PACKAGE_ROOTS or (sp / root).resolve() not in path.parents:
+        roots = ", ".join(f"site-packages/{r}/" for r in PACKAGE_ROOTS)
+        raise ValueError(f"refusing a path outside {roots}: {rel}")
     return path
 
 
@@ -171,6 +178,13 @@ def mode_apply(args: dict) -> dict:
     }
 
 
+def _remove_bytecode(source: Path) -> None:
+    """Python's cached bytecode of a file glmops created (written when vLLM imported it), so an
+    unpatched tree holds nothing of the patch set."""
+    for cached in source.parent.glob(f"__pycache__/{source.stem}.*.pyc"):
+        cached.unlink()
+
+
 def mode_restore(args: dict) -> dict:
     sp = _site_packages(args)
     state = _state(sp, args)
@@ -202,6 +216,7 @@ def mode_restore(args: dict) -> dict:
         if entry["created"]:
             if current is not None:
                 path.unlink()
+            _remove_bytecode(path)
         else:
             _atomic_write(path, (state / entry["backup"]).read_bytes(), entry.get("mode"))
     shutil.rmtree(state)

