@@ -5,4 +5,5 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 ruff check .
+ruff format --check .
 python3 -m pytest "$@"

@@ -8,5 +8,12 @@ from glmops.testbed.errors import TestbedError
 from glmops.testbed.hosts import HostStatus
 from glmops.testbed.profiles import GPU_PROFILES, GpuProfile
 
-__all__ = ["APT_PACKAGES", "GPU_PROFILES", "GpuProfile", "HostStatus", "Testbed",
-           "TestbedError", "preflight"]
+__all__ = [
+    "APT_PACKAGES",
+    "GPU_PROFILES",
+    "GpuProfile",
+    "HostStatus",
+    "Testbed",
+    "TestbedError",
+    "preflight",
+]

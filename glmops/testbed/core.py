@@ -22,8 +22,12 @@ from glmops.testbed.profiles import get_profile
 DEFAULT_STATE_DIR = Path("/var/lib/glmops-testbed")
 KEY_NAME = "id_ed25519"
 TOOLS = {  # command -> Debian package that provides it
-    "systemd-nspawn": "systemd-container", "debootstrap": "debootstrap", "ip": "iproute2",
-    "iptables": "iptables", "ssh-keygen": "openssh-client", "nsenter": "util-linux",
+    "systemd-nspawn": "systemd-container",
+    "debootstrap": "debootstrap",
+    "ip": "iproute2",
+    "iptables": "iptables",
+    "ssh-keygen": "openssh-client",
+    "nsenter": "util-linux",
 }
 APT_PACKAGES = "debootstrap systemd-container iproute2 iptables openssh-client"
 LAST_INDEX = 254  # 10.231.N.0/24 per host
@@ -32,12 +36,17 @@ LAST_INDEX = 254  # 10.231.N.0/24 per host
 def preflight() -> None:
     """Fail early with the fix, rather than halfway through building hosts."""
     if os.geteuid() != 0:
-        raise TestbedError("the testbed needs root (network namespaces, systemd-nspawn); "
-                           "run as root, e.g. sudo glmops testbed up")
+        raise TestbedError(
+            "the testbed needs root (network namespaces, systemd-nspawn); "
+            "run as root, e.g. sudo glmops testbed up"
+        )
     missing = [f"{t} (package {p})" for t, p in TOOLS.items() if shutil.which(t) is None]
     if missing:
-        raise TestbedError("testbed tools missing: " + ", ".join(missing)
-                           + f"; install with: apt-get install -y {APT_PACKAGES}")
+        raise TestbedError(
+            "testbed tools missing: "
+            + ", ".join(missing)
+            + f"; install with: apt-get install -y {APT_PACKAGES}"
+        )
 
 
 class Testbed:
@@ -45,8 +54,14 @@ class Testbed:
 
     __test__ = False
 
-    def __init__(self, state_dir: Path | None = None, *, first_index: int = 1, log=None,
-                 known_hosts: Path | None = None) -> None:
+    def __init__(
+        self,
+        state_dir: Path | None = None,
+        *,
+        first_index: int = 1,
+        log=None,
+        known_hosts: Path | None = None,
+    ) -> None:
         """first_index: hosts are tb<first_index>.. (10.231.<i>.2); a second testbed on the
         same machine (e.g. the testbed's own tests) picks a range that does not collide."""
         env = os.environ.get("GLMOPS_TESTBED_DIR")
@@ -69,8 +84,11 @@ class Testbed:
 
     def _host_dirs(self) -> list[HostDir]:
         root = self.state_dir / "hosts"
-        found = [int(p.name[2:]) for p in root.glob("tb*") if p.name[2:].isdigit()] \
-            if root.is_dir() else []
+        found = (
+            [int(p.name[2:]) for p in root.glob("tb*") if p.name[2:].isdigit()]
+            if root.is_dir()
+            else []
+        )
         return [self._hd(i) for i in sorted(found)]
 
     def _meta(self) -> dict:
@@ -92,19 +110,39 @@ class Testbed:
 
     def _ensure_key(self) -> bytes:
         if not self.key_path.exists():
-            subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C",
-                            "glmops-testbed", "-f", str(self.key_path)], check=True,
-                           stdin=subprocess.DEVNULL)
+            subprocess.run(
+                [
+                    "ssh-keygen",
+                    "-q",
+                    "-t",
+                    "ed25519",
+                    "-N",
+                    "",
+                    "-C",
+                    "glmops-testbed",
+                    "-f",
+                    str(self.key_path),
+                ],
+                check=True,
+                stdin=subprocess.DEVNULL,
+            )
         return self.key_path.with_suffix(".pub").read_bytes()
 
     # -- lifecycle ---------------------------------------------------------------------------
-    def up(self, n: int = 2, gpu_profile: str | None = None, *, internet: bool = False,
-           timeout: float = 120.0) -> Path:
+    def up(
+        self,
+        n: int = 2,
+        gpu_profile: str | None = None,
+        *,
+        internet: bool = False,
+        timeout: float = 120.0,
+    ) -> Path:
         """Converge to hosts tb1..tbN (running ones stay up), write the inventory, return it."""
         first = self.first_index
         if n < 1 or not 1 <= first <= first + n - 1 <= LAST_INDEX:
-            raise TestbedError(f"cannot make {n} hosts from tb{first}: indexes stop at "
-                               f"{LAST_INDEX}")
+            raise TestbedError(
+                f"cannot make {n} hosts from tb{first}: indexes stop at {LAST_INDEX}"
+            )
         profile = get_profile(gpu_profile) if gpu_profile else None
         preflight()
         with self._locked():
@@ -133,22 +171,27 @@ class Testbed:
             hosts.wait_ssh([(hd, inventory.host_address(hd.index)) for hd in all_hosts], timeout)
             for hd in online:
                 self._install_profile_online(hd, profile.to_json(hd.name) if profile else None)
-            meta.update(n=n, first_index=first, gpu_profile=gpu_profile, internet=internet,
-                        base=str(base))
+            meta.update(
+                n=n, first_index=first, gpu_profile=gpu_profile, internet=internet, base=str(base)
+            )
             self._save_meta(meta)
-            text = inventory.render([(hd.name, inventory.host_address(hd.index), gpu_profile)
-                                     for hd in all_hosts], self.key_path)
+            text = inventory.render(
+                [(hd.name, inventory.host_address(hd.index), gpu_profile) for hd in all_hosts],
+                self.key_path,
+            )
             return inventory.write(self.inventory_path, text)
 
-    def _boot_new(self, hd: HostDir, base: Path, pubkey: bytes, pjson: str | None,
-                  internet: bool) -> None:
+    def _boot_new(
+        self, hd: HostDir, base: Path, pubkey: bytes, pjson: str | None, internet: bool
+    ) -> None:
         """(Re)start a host that is not running, cleaning up whatever a crashed run left."""
         others = hosts.foreign_nspawns(hd)
         if others:
             raise TestbedError(
                 f"testbed host name {hd.name} is in use by another testbed (nspawn pid "
                 f"{others[0]}: {' '.join(procs.cmdline(others[0]))[:200]}); run `down` for "
-                "that state dir, or use another first_index")
+                "that state dir, or use another first_index"
+            )
         hosts.stop(hd)
         network.remove(hd.name, hd.index)
         try:
@@ -174,16 +217,17 @@ class Testbed:
 
     def _install_profile_online(self, hd: HostDir, pjson: str | None) -> None:
         """Change the simulated GPUs of a running host without rebooting it."""
-        script = (f"rm -f /{hosts.SIMULATOR_DST} /{hosts.PROFILE_DST} /{hosts.NVIDIA_SMI_LINK}"
-                  "; rmdir /usr/local/lib/glmops-testbed /etc/glmops-testbed 2>/dev/null; true")
+        script = (
+            f"rm -f /{hosts.SIMULATOR_DST} /{hosts.PROFILE_DST} /{hosts.NVIDIA_SMI_LINK}"
+            "; rmdir /usr/local/lib/glmops-testbed /etc/glmops-testbed 2>/dev/null; true"
+        )
         self._check(hd.name, ["sh", "-c", script])
         if pjson is None:
             return
         write = 'mkdir -p "$(dirname "$1")" && cat > "$1" && chmod "$2" "$1"'
         for rel, (data, mode) in hosts.profile_files(pjson).items():
             self._check(hd.name, ["sh", "-c", write, "sh", "/" + rel, f"{mode:o}"], input=data)
-        self._check(hd.name, ["ln", "-sfn", "/" + hosts.SIMULATOR_DST,
-                              "/" + hosts.NVIDIA_SMI_LINK])
+        self._check(hd.name, ["ln", "-sfn", "/" + hosts.SIMULATOR_DST, "/" + hosts.NVIDIA_SMI_LINK])
 
     def _converge_nat(self, meta: dict, internet: bool) -> None:
         if internet and not meta.get("nat"):
@@ -223,9 +267,16 @@ class Testbed:
         sup, init = hd.supervisor_pid(), hd.init_pid()
         address = inventory.host_address(hd.index)
         running = sup is not None and init is not None
-        return HostStatus(hd.name, address, sup, running,
-                          running and hosts.ssh_banner(address), hd.recorded_profile(),
-                          init, hd.log)
+        return HostStatus(
+            hd.name,
+            address,
+            sup,
+            running,
+            running and hosts.ssh_banner(address),
+            hd.recorded_profile(),
+            init,
+            hd.log,
+        )
 
     def _by_name(self, name: str) -> HostDir:
         for hd in self._host_dirs():
@@ -236,13 +287,19 @@ class Testbed:
     def host(self, name: str) -> HostStatus:
         return self._status(self._by_name(name))
 
-    def exec(self, name: str, argv: list[str], *, input: str | bytes | None = None,
-             timeout: float | None = None, text: bool = True) -> subprocess.CompletedProcess:
+    def exec(
+        self,
+        name: str,
+        argv: list[str],
+        *,
+        input: str | bytes | None = None,
+        timeout: float | None = None,
+        text: bool = True,
+    ) -> subprocess.CompletedProcess:
         """Run argv inside host `name` via nsenter (no SSH), to read its state independently."""
         if isinstance(input, bytes):
             text = False
-        return hosts.run_inside(self._by_name(name), argv, input=input, timeout=timeout,
-                                text=text)
+        return hosts.run_inside(self._by_name(name), argv, input=input, timeout=timeout, text=text)
 
     def _check(self, name: str, argv: list[str], **kw) -> subprocess.CompletedProcess:
         proc = self.exec(name, argv, **kw)
@@ -279,5 +336,7 @@ class Testbed:
                 if new != old and hosts.ssh_banner(inventory.host_address(hd.index)):
                     return new
             time.sleep(0.3)
-        raise TestbedError(f"testbed host {name} did not come back from reboot within "
-                           f"{timeout:.0f}s; see {self._by_name(name).log}")
+        raise TestbedError(
+            f"testbed host {name} did not come back from reboot within "
+            f"{timeout:.0f}s; see {self._by_name(name).log}"
+        )

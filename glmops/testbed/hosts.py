@@ -21,8 +21,12 @@ SIMULATOR_SRC = Path(__file__).with_name("simulated_nvidia_smi.py")
 SIMULATOR_DST = "usr/local/lib/glmops-testbed/simulated-nvidia-smi"
 NVIDIA_SMI_LINK = "usr/local/bin/nvidia-smi"
 PROFILE_DST = "etc/glmops-testbed/gpu-profile.json"
-GUEST_ENV = {"PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
-             "HOME": "/root", "LANG": "C.UTF-8", "TERM": "dumb"}
+GUEST_ENV = {
+    "PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+    "HOME": "/root",
+    "LANG": "C.UTF-8",
+    "TERM": "dumb",
+}
 
 
 @dataclass
@@ -106,8 +110,11 @@ def prepare_upper(hd: HostDir, base: Path, pubkey: bytes) -> None:
     for kind in ("rsa", "ecdsa", "ed25519"):
         key = ssh_dir / f"ssh_host_{kind}_key"
         if not key.exists():
-            subprocess.run(["ssh-keygen", "-q", "-t", kind, "-N", "", "-C", f"root@{hd.name}",
-                            "-f", str(key)], check=True, stdin=subprocess.DEVNULL)
+            subprocess.run(
+                ["ssh-keygen", "-q", "-t", kind, "-N", "", "-C", f"root@{hd.name}", "-f", str(key)],
+                check=True,
+                stdin=subprocess.DEVNULL,
+            )
     _put(base, upper, "root/.ssh/authorized_keys", pubkey, 0o600)
     home = base / "home" / DEPLOY_USER
     ids = (home.stat().st_uid, home.stat().st_gid)
@@ -127,8 +134,10 @@ def prepare_upper(hd: HostDir, base: Path, pubkey: bytes) -> None:
 
 def profile_files(profile_json: str) -> dict[str, tuple[bytes, int]]:
     """Files that make a host look like it has the declared GPUs (simulator, profile)."""
-    return {SIMULATOR_DST: (SIMULATOR_SRC.read_bytes(), 0o755),
-            PROFILE_DST: (profile_json.encode(), 0o644)}
+    return {
+        SIMULATOR_DST: (SIMULATOR_SRC.read_bytes(), 0o755),
+        PROFILE_DST: (profile_json.encode(), 0o644),
+    }
 
 
 def install_profile_offline(hd: HostDir, base: Path, profile_json: str | None) -> None:
@@ -147,20 +156,35 @@ def install_profile_offline(hd: HostDir, base: Path, profile_json: str | None) -
 
 
 def nspawn_argv(hd: HostDir, base: Path) -> list[str]:
-    return ["systemd-nspawn", "-D", str(base), f"--overlay={base}:{hd.upper}:/",
-            "--boot", "--register=no", "--keep-unit", f"--machine={hd.name}",
-            f"--hostname={hd.name}", f"--network-namespace-path=/run/netns/{hd.name}",
-            "--console=read-only"]
+    return [
+        "systemd-nspawn",
+        "-D",
+        str(base),
+        f"--overlay={base}:{hd.upper}:/",
+        "--boot",
+        "--register=no",
+        "--keep-unit",
+        f"--machine={hd.name}",
+        f"--hostname={hd.name}",
+        f"--network-namespace-path=/run/netns/{hd.name}",
+        "--console=read-only",
+    ]
 
 
 def start(hd: HostDir, base: Path) -> int:
     """Launch the detached supervisor (which launches nspawn); return its pid."""
     hd.supervisor_pidfile.unlink(missing_ok=True)
-    argv = [sys.executable, str(Path(__file__).with_name("supervisor.py")), str(hd.root), "--",
-            *nspawn_argv(hd, base)]
+    argv = [
+        sys.executable,
+        str(Path(__file__).with_name("supervisor.py")),
+        str(hd.root),
+        "--",
+        *nspawn_argv(hd, base),
+    ]
     with open(hd.root / "supervisor.log", "ab") as out:
-        subprocess.run(argv, stdin=subprocess.DEVNULL, stdout=out, stderr=out, check=True,
-                       close_fds=True)
+        subprocess.run(
+            argv, stdin=subprocess.DEVNULL, stdout=out, stderr=out, check=True, close_fds=True
+        )
     pid = procs.read_pid(hd.supervisor_pidfile)
     if pid is None:
         raise TestbedError(f"supervisor for {hd.name} did not start; see {hd.root}")
@@ -184,16 +208,26 @@ def stop(hd: HostDir, timeout: float = 30.0) -> None:
 def stray_nspawns(hd: HostDir) -> list[int]:
     """nspawns for this host's upper dir that no supervisor owns (a crashed run)."""
     marker = f":{hd.upper}:/"
-    return procs.find(lambda argv: bool(argv) and argv[0].endswith("systemd-nspawn")
-                      and any(a.endswith(marker) for a in argv))
+    return procs.find(
+        lambda argv: (
+            bool(argv)
+            and argv[0].endswith("systemd-nspawn")
+            and any(a.endswith(marker) for a in argv)
+        )
+    )
 
 
 def foreign_nspawns(hd: HostDir) -> list[int]:
     """nspawns using this host's name for another state dir: sharing netns tbN would break both."""
     marker = f":{hd.upper}:/"
-    return procs.find(lambda argv: bool(argv) and argv[0].endswith("systemd-nspawn")
-                      and f"--machine={hd.name}" in argv
-                      and not any(a.endswith(marker) for a in argv))
+    return procs.find(
+        lambda argv: (
+            bool(argv)
+            and argv[0].endswith("systemd-nspawn")
+            and f"--machine={hd.name}" in argv
+            and not any(a.endswith(marker) for a in argv)
+        )
+    )
 
 
 def ssh_banner(address: str, timeout: float = 1.0) -> bool:
@@ -206,15 +240,28 @@ def ssh_banner(address: str, timeout: float = 1.0) -> bool:
         return False
 
 
-def run_inside(hd: HostDir, argv: list[str], *, input: str | bytes | None = None,
-               timeout: float | None = None, text: bool = True) -> subprocess.CompletedProcess:
+def run_inside(
+    hd: HostDir,
+    argv: list[str],
+    *,
+    input: str | bytes | None = None,
+    timeout: float | None = None,
+    text: bool = True,
+) -> subprocess.CompletedProcess:
     """Run argv in the guest's namespaces (nsenter), independent of sshd and of glmops."""
     init = hd.init_pid()
     if init is None:
         raise TestbedError(f"testbed host {hd.name} is not running (log: {hd.log})")
     cmd = ["nsenter", "-t", str(init), "-a", "-r", "-w", "--", *argv]
-    return subprocess.run(cmd, input=input, capture_output=True, timeout=timeout, text=text,
-                          env=GUEST_ENV, check=False)
+    return subprocess.run(
+        cmd,
+        input=input,
+        capture_output=True,
+        timeout=timeout,
+        text=text,
+        env=GUEST_ENV,
+        check=False,
+    )
 
 
 def wipe(hd: HostDir) -> None:
@@ -232,12 +279,16 @@ def wait_ssh(names_addrs: list[tuple[HostDir, str]], timeout: float) -> None:
             if ssh_banner(addr, timeout=0.5):
                 pending.remove((hd, addr))
             elif hd.supervisor_pid() is None:
-                raise TestbedError(f"testbed host {hd.name} ({addr}): systemd-nspawn exited "
-                                   f"before sshd answered; see {hd.log}\n{_tail(hd.log)}")
+                raise TestbedError(
+                    f"testbed host {hd.name} ({addr}): systemd-nspawn exited "
+                    f"before sshd answered; see {hd.log}\n{_tail(hd.log)}"
+                )
         if pending and time.monotonic() > deadline:
             hd, addr = pending[0]
-            raise TestbedError(f"testbed host {hd.name} ({addr}): sshd did not answer within "
-                               f"{timeout:.0f}s; see {hd.log}\n{_tail(hd.log)}")
+            raise TestbedError(
+                f"testbed host {hd.name} ({addr}): sshd did not answer within "
+                f"{timeout:.0f}s; see {hd.log}\n{_tail(hd.log)}"
+            )
         if pending:
             time.sleep(0.2)
 

@@ -67,8 +67,9 @@ def set_default_route(name: str, index: int, enabled: bool) -> None:
 
 
 def _iptables(op: str) -> subprocess.CompletedProcess:
-    return subprocess.run(["iptables", "-t", "nat", op, *NAT_RULE],
-                          capture_output=True, text=True, check=False)
+    return subprocess.run(
+        ["iptables", "-t", "nat", op, *NAT_RULE], capture_output=True, text=True, check=False
+    )
 
 
 def nat_present() -> bool:

@@ -51,8 +51,16 @@ def _uuid(host: str, profile: str, index: int) -> str:
 GPU_PROFILES: dict[str, GpuProfile] = {
     p.name: p
     for p in (
-        GpuProfile("rtx-pro-6000-x8", "NVIDIA RTX PRO 6000 Blackwell Workstation Edition", 8,
-                   "12.0", 97887, "580.95.05", "13.0", 600),
+        GpuProfile(
+            "rtx-pro-6000-x8",
+            "NVIDIA RTX PRO 6000 Blackwell Workstation Edition",
+            8,
+            "12.0",
+            97887,
+            "580.95.05",
+            "13.0",
+            600,
+        ),
         GpuProfile("h200", "NVIDIA H200", 1, "9.0", 143771, "580.159.04", "13.0", 700),
         GpuProfile("b200-x8", "NVIDIA B200", 8, "10.0", 183359, "580.95.05", "13.0", 1000),
     )

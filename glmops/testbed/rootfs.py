@@ -19,8 +19,18 @@ from glmops.testbed.errors import TestbedError
 SUITE = "bookworm"
 VARIANT = "minbase"
 PACKAGES: tuple[str, ...] = (
-    "apt-utils", "ca-certificates", "curl", "dbus", "iproute2", "openssh-server", "procps",
-    "python3", "python3-venv", "sudo", "systemd", "systemd-sysv",
+    "apt-utils",
+    "ca-certificates",
+    "curl",
+    "dbus",
+    "iproute2",
+    "openssh-server",
+    "procps",
+    "python3",
+    "python3-venv",
+    "sudo",
+    "systemd",
+    "systemd-sysv",
 )
 DEPLOY_USER = "deploy"
 DEPLOY_PASSWORD = "testbed-sudo"  # noqa: S105 - throwaway password of a local test host
@@ -85,8 +95,13 @@ def _run_logged(argv: list[str], logfile: Path, what: str, **kw) -> None:
 
 def _debootstrap(target: Path, logfile: Path) -> None:
     logfile.write_text("")
-    argv = ["debootstrap", f"--variant={VARIANT}", f"--include={','.join(PACKAGES)}",
-            SUITE, str(target)]
+    argv = [
+        "debootstrap",
+        f"--variant={VARIANT}",
+        f"--include={','.join(PACKAGES)}",
+        SUITE,
+        str(target),
+    ]
     _run_logged(argv, logfile, "debootstrap of the testbed base")
 
 
@@ -97,8 +112,11 @@ def _customise(root: Path, logfile: Path) -> None:
         f"echo '{DEPLOY_USER}:{DEPLOY_PASSWORD}' | chpasswd\n"
         "apt-get clean\n"
     )
-    _run_logged(["chroot", str(root), "/bin/sh", "-ec", user_script], logfile,
-                "customising the testbed base")
+    _run_logged(
+        ["chroot", str(root), "/bin/sh", "-ec", user_script],
+        logfile,
+        "customising the testbed base",
+    )
     # Every host gets its own host keys and machine id in its upper layer before first boot.
     for key in (root / "etc/ssh").glob("ssh_host_*"):
         key.unlink()

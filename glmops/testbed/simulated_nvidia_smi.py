@@ -49,8 +49,12 @@ def _fields(p, g):
         "clocks.max.sm": ("2430", "MHz"),
         "timestamp": (time.strftime("%Y/%m/%d %H:%M:%S.000"), None),
     }
-    for alias, real in (("gpu_name", "name"), ("gpu_uuid", "uuid"), ("gpu_bus_id", "pci.bus_id"),
-                        ("memory.total", "memory.total")):
+    for alias, real in (
+        ("gpu_name", "name"),
+        ("gpu_uuid", "uuid"),
+        ("gpu_bus_id", "pci.bus_id"),
+        ("memory.total", "memory.total"),
+    ):
         vals[alias] = vals[real]
     return vals
 
@@ -72,8 +76,11 @@ def _selected(p, argv):
     if ids is None:
         return gpus
     wanted = ids.split(",")
-    return [g for g in gpus if str(g["index"]) in wanted or g["uuid"] in wanted
-            or g["pci_bus_id"] in wanted]
+    return [
+        g
+        for g in gpus
+        if str(g["index"]) in wanted or g["uuid"] in wanted or g["pci_bus_id"] in wanted
+    ]
 
 
 def query(p, argv, out):
@@ -91,13 +98,25 @@ def query(p, argv, out):
             if f not in vals:
                 out.write(f'Field "{f}" is not a valid field to query.\n\n')
                 return 2
-        rows.append([vals[f][0] + ("" if "nounits" in opts or not vals[f][1]
-                                   or vals[f][0].startswith("[") else f" {vals[f][1]}")
-                     for f in fields])
+        rows.append(
+            [
+                vals[f][0]
+                + (
+                    ""
+                    if "nounits" in opts or not vals[f][1] or vals[f][0].startswith("[")
+                    else f" {vals[f][1]}"
+                )
+                for f in fields
+            ]
+        )
     if "noheader" not in opts:
         sample = _fields(p, p["gpus"][0]) if p["gpus"] else {}
-        out.write(", ".join(f + (f" [{sample[f][1]}]" if sample.get(f, ("", None))[1] else "")
-                            for f in fields) + "\n")
+        out.write(
+            ", ".join(
+                f + (f" [{sample[f][1]}]" if sample.get(f, ("", None))[1] else "") for f in fields
+            )
+            + "\n"
+        )
     for r in rows:
         out.write(", ".join(r) + "\n")
     return 0
@@ -111,8 +130,10 @@ def summary(p, out):
     out.write(f"| {head:<85} |\n")
     out.write(f"| {'SIMULATED by the glmops testbed: no real GPU on this host':<85} |\n{bar}\n")
     for g in p["gpus"]:
-        line = (f"{g['index']:>3}  {p['gpu_name'][:44]:<44} On | {g['pci_bus_id']} Off |"
-                f" 0MiB / {p['memory_total_mib']}MiB")
+        line = (
+            f"{g['index']:>3}  {p['gpu_name'][:44]:<44} On | {g['pci_bus_id']} Off |"
+            f" 0MiB / {p['memory_total_mib']}MiB"
+        )
         out.write(f"| {line:<85} |\n")
     out.write(bar + "\n")
     out.write("| Processes:" + " " * 76 + "|\n| No running processes found" + " " * 60 + "|\n")
@@ -134,9 +155,11 @@ def main(argv, out=sys.stdout):
             out.write(f"GPU {g['index']}: {p['gpu_name']} (UUID: {g['uuid']})\n")
         return 0
     if "--version" in argv:
-        out.write(f"NVIDIA-SMI version  : {p['driver_version']}\n"
-                  f"DRIVER version      : {p['driver_version']}\n"
-                  f"CUDA Version        : {p['cuda_version']}\n")
+        out.write(
+            f"NVIDIA-SMI version  : {p['driver_version']}\n"
+            f"DRIVER version      : {p['driver_version']}\n"
+            f"CUDA Version        : {p['cuda_version']}\n"
+        )
         return 0
     if not argv:
         return summary(p, out)

@@ -47,8 +47,9 @@ def supervise(host_dir, argv):
         while not state["stop"]:
             boots += 1
             _log(logf, f"starting nspawn (boot {boots})")
-            child = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=logf,
-                                     stderr=subprocess.STDOUT)
+            child = subprocess.Popen(
+                argv, stdin=subprocess.DEVNULL, stdout=logf, stderr=subprocess.STDOUT
+            )
             state["child"] = child
             _write(os.path.join(host_dir, "nspawn.pid"), f"{child.pid}\n")
             _write(os.path.join(host_dir, "boots"), f"{boots}\n")
@@ -67,7 +68,7 @@ def supervise(host_dir, argv):
 
 def main():
     host_dir = sys.argv[1]
-    argv = sys.argv[sys.argv.index("--") + 1:]
+    argv = sys.argv[sys.argv.index("--") + 1 :]
     ready_r, ready_w = os.pipe()
     pid = os.fork()
     if pid:  # the launcher returns once the supervisor is detached; it is re-parented away

@@ -30,8 +30,17 @@ def invoke(*args: str):
 
 def test_help_lists_the_verbs() -> None:
     result = invoke("--help")
-    for verb in ("run", "provision", "deploy", "status", "verify", "facts", "patch", "unpatch",
-                 "testbed"):
+    for verb in (
+        "run",
+        "provision",
+        "deploy",
+        "status",
+        "verify",
+        "facts",
+        "patch",
+        "unpatch",
+        "testbed",
+    ):
         assert verb in result.output
 
 

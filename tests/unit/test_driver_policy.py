@@ -14,20 +14,37 @@ from glmops.facts import parse_facts
 FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "facts" / "h200.json"
 
 
-def host(cc: str | None = "12.0", n: int = 8, driver: str | None = "580.95.05",
-         flavour: str | None = "open", **over: Any):
+def host(
+    cc: str | None = "12.0",
+    n: int = 8,
+    driver: str | None = "580.95.05",
+    flavour: str | None = "open",
+    **over: Any,
+):
     """Facts JSON as the probe prints it, derived from the real H200 fixture."""
     d = json.loads(FIXTURE.read_text())
     if cc is None:
         d.update(gpus=[], pci_gpus=[], driver_version=None, cuda_version=None)
         d["kernel_module"] = {"nvidia_loaded": False, "nouveau_loaded": False, "flavour": None}
     else:
-        d["gpus"] = [{"index": i, "name": "GPU", "compute_cap": cc, "memory_total_mib": 1,
-                      "driver_version": driver, "persistence_mode": True} for i in range(n)]
+        d["gpus"] = [
+            {
+                "index": i,
+                "name": "GPU",
+                "compute_cap": cc,
+                "memory_total_mib": 1,
+                "driver_version": driver,
+                "persistence_mode": True,
+            }
+            for i in range(n)
+        ]
         d["pci_gpus"] = [{"bus_id": str(i)} for i in range(n)]
         d["driver_version"] = driver
-        d["kernel_module"] = {"nvidia_loaded": driver is not None, "nouveau_loaded": False,
-                              "flavour": flavour}
+        d["kernel_module"] = {
+            "nvidia_loaded": driver is not None,
+            "nouveau_loaded": False,
+            "flavour": flavour,
+        }
     for k, v in over.items():
         if k in ("nouveau_loaded", "nvidia_loaded"):
             d["kernel_module"][k] = v
@@ -168,13 +185,16 @@ def test_torch_without_kernels_for_the_gpu_is_flagged() -> None:
     assert ta and ta.required and "sm_120 not in" in ta.fact
 
 
-@pytest.mark.parametrize("cc, machine, name, modules", [
-    ((12, 1), "aarch64", "Blackwell", "open-required"),
-    ((10, 3), "x86_64", "Blackwell", "open-required"),
-    ((8, 9), "x86_64", "Ada Lovelace", "open-recommended"),
-    ((7, 5), "x86_64", "Turing", "open-recommended"),
-    ((6, 1), "x86_64", "Pascal", "proprietary-required"),
-])
+@pytest.mark.parametrize(
+    "cc, machine, name, modules",
+    [
+        ((12, 1), "aarch64", "Blackwell", "open-required"),
+        ((10, 3), "x86_64", "Blackwell", "open-required"),
+        ((8, 9), "x86_64", "Ada Lovelace", "open-recommended"),
+        ((7, 5), "x86_64", "Turing", "open-recommended"),
+        ((6, 1), "x86_64", "Pascal", "proprietary-required"),
+    ],
+)
 def test_arch_table(cc: tuple[int, int], machine: str, name: str, modules: str) -> None:
     a = arch_for(cc, machine)
     assert (a.name, a.modules) == (name, modules)

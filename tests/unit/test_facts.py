@@ -23,8 +23,13 @@ PROBE = Path(facts_probe.__file__)
 
 
 def probe(args: dict, env: dict | None = None) -> dict:
-    p = subprocess.run([sys.executable, str(PROBE), json.dumps(args)], capture_output=True,
-                       text=True, timeout=120, env=env)
+    p = subprocess.run(
+        [sys.executable, str(PROBE), json.dumps(args)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+    )
     assert p.returncode == 0, p.stderr
     lines = p.stdout.strip().splitlines()
     assert len(lines) == 1, p.stdout
@@ -45,12 +50,28 @@ def rtx_like() -> dict:
     """The H200 fixture reshaped into an 8x RTX PRO 6000 Blackwell host (nvidia-smi source)."""
     d = json.loads((FIXTURES / "h200.json").read_text())
     name = "NVIDIA RTX PRO 6000 Blackwell Workstation Edition"
-    d["gpus"] = [{"index": i, "name": name, "compute_cap": "12.0", "memory_total_mib": 97887,
-                  "driver_version": "580.95.05", "persistence_mode": True,
-                  "pci_bus_id": f"00000000:{0x18 + 16 * i:02X}:00.0", "uuid": f"GPU-{i}"}
-                 for i in range(8)]
-    d["pci_gpus"] = [{"bus_id": f"0000:{0x18 + 16 * i:02x}:00.0", "device_id": "0x2bb1",
-                      "class": "0x030000", "driver": "nvidia"} for i in range(8)]
+    d["gpus"] = [
+        {
+            "index": i,
+            "name": name,
+            "compute_cap": "12.0",
+            "memory_total_mib": 97887,
+            "driver_version": "580.95.05",
+            "persistence_mode": True,
+            "pci_bus_id": f"00000000:{0x18 + 16 * i:02X}:00.0",
+            "uuid": f"GPU-{i}",
+        }
+        for i in range(8)
+    ]
+    d["pci_gpus"] = [
+        {
+            "bus_id": f"0000:{0x18 + 16 * i:02x}:00.0",
+            "device_id": "0x2bb1",
+            "class": "0x030000",
+            "driver": "nvidia",
+        }
+        for i in range(8)
+    ]
     d.update(driver_version="580.95.05", cuda_version="13.0", gpu_source="nvidia-smi")
     return d
 
@@ -109,8 +130,10 @@ def test_driverless_host_counts_pci_gpus() -> None:
     assert f.gpus is None and f.gpu_count == 8 and f.has_nvidia_gpu
 
 
-@pytest.mark.parametrize("text, want", [("12.0", (12, 0)), ("9.0", (9, 0)), ("10", (10, 0)),
-                                        ("", None), (None, None), ("x.y", None)])
+@pytest.mark.parametrize(
+    "text, want",
+    [("12.0", (12, 0)), ("9.0", (9, 0)), ("10", (10, 0)), ("", None), (None, None), ("x.y", None)],
+)
 def test_parse_cc(text: str | None, want: tuple[int, int] | None) -> None:
     assert parse_cc(text) == want
 
@@ -150,10 +173,11 @@ def test_probe_against_the_testbed_nvidia_smi(tmp_path: Path) -> None:
     bindir = tmp_path / "bin"
     bindir.mkdir()
     smi = bindir / "nvidia-smi"
-    smi.write_text(f"#!/bin/sh\nexec {sys.executable} {simulated_nvidia_smi.__file__} \"$@\"\n")
+    smi.write_text(f'#!/bin/sh\nexec {sys.executable} {simulated_nvidia_smi.__file__} "$@"\n')
     smi.chmod(0o755)
-    env = dict(os.environ, PATH=f"{bindir}:{os.environ['PATH']}",
-               GLMOPS_TESTBED_GPU_PROFILE=str(profile))
+    env = dict(
+        os.environ, PATH=f"{bindir}:{os.environ['PATH']}", GLMOPS_TESTBED_GPU_PROFILE=str(profile)
+    )
     out = probe({"model_dir": str(tmp_path), "gpu_source": "nvidia-smi"}, env=env)
     f = parse_facts(out)
     assert f.gpu_source == "nvidia-smi" and f.gpu_count == 8

@@ -83,19 +83,24 @@ def split_set(d: Path, **split) -> Path:
 
 
 def run_cli(args: dict) -> tuple[dict, str]:
-    p = subprocess.run([sys.executable, str(SCRIPT), json.dumps(args)], capture_output=True,
-                       text=True, timeout=60)
+    p = subprocess.run(
+        [sys.executable, str(SCRIPT), json.dumps(args)], capture_output=True, text=True, timeout=60
+    )
     assert p.returncode == 0, p.stderr
     lines = p.stdout.strip().splitlines()
     assert len(lines) == 1, p.stdout
     return json.loads(lines[0]), p.stderr
 
 
-@pytest.mark.parametrize("split", [
-    {"split_max_tensors": 12},
-    {"split_max_tensors": 7},
-    {"split_max_tensors": 1, "small_first_shard": True},
-], ids=["2-shards", "3-shards", "metadata-only-first"])
+@pytest.mark.parametrize(
+    "split",
+    [
+        {"split_max_tensors": 12},
+        {"split_max_tensors": 7},
+        {"split_max_tensors": 1, "small_first_shard": True},
+    ],
+    ids=["2-shards", "3-shards", "metadata-only-first"],
+)
 def test_merge_is_byte_identical_to_one_file_write(tmp_path: Path, ref: Path, split) -> None:
     first = split_set(tmp_path / "in", **split)
     out = tmp_path / "merged.gguf"
@@ -105,7 +110,8 @@ def test_merge_is_byte_identical_to_one_file_write(tmp_path: Path, ref: Path, sp
     events = [json.loads(x)["event"] for x in err.splitlines()]
     assert events[0] == "start" and events[-1] == "progress"
     assert json.loads((tmp_path / "merged.gguf.glmops.json").read_text())["output"]["size"] == (
-        out.stat().st_size)
+        out.stat().st_size
+    )
     assert not [p for p in tmp_path.iterdir() if p.name.endswith(".part")]
 
 
@@ -149,8 +155,9 @@ def test_check_mode_writes_nothing(tmp_path: Path) -> None:
 
 def test_free_space_is_checked_first(tmp_path: Path) -> None:
     first = split_set(tmp_path / "in", split_max_tensors=7)
-    res = gguf_split.merge({"path": str(first), "output": str(tmp_path / "m.gguf"),
-                            "free_margin_bytes": 1 << 62})
+    res = gguf_split.merge(
+        {"path": str(first), "output": str(tmp_path / "m.gguf"), "free_margin_bytes": 1 << 62}
+    )
     assert res["failed"] and "not enough free space" in res["msg"]
     assert not (tmp_path / "m.gguf").exists()
 
@@ -193,11 +200,14 @@ def test_validate_wrong_shard_in_slot(tmp_path: Path) -> None:
     assert "model-00002-of-00003.gguf: split.no = 2, expected 1" in errs
 
 
-@pytest.mark.parametrize("name, why", [
-    ("model-00002-of-00003.gguf", "not the first shard"),
-    ("model-1-of-3.gguf", "name is not"),
-    ("model.gguf", "name is not"),
-])
+@pytest.mark.parametrize(
+    "name, why",
+    [
+        ("model-00002-of-00003.gguf", "not the first shard"),
+        ("model-1-of-3.gguf", "name is not"),
+        ("model.gguf", "name is not"),
+    ],
+)
 def test_validate_bad_names(tmp_path: Path, name: str, why: str) -> None:
     (tmp_path / name).write_bytes(b"GGUF")
     res, _ = run_cli({"mode": "validate", "path": str(tmp_path / name)})
@@ -235,4 +245,5 @@ def test_header_reader_reads_every_kv_type(ref: Path) -> None:
     assert h.get("test.i32") == -7 and h.get("test.u64") == 1 << 40 and h.get("test.bool")
     assert h.get("tokenizer.ggml.tokens") == ("array", 8, 1000)
     assert [(t[0], t[3], t[4]) for t in h.tensors] == [
-        (t.name, t.data_offset - want.data_offset, t.n_bytes) for t in want.tensors]
+        (t.name, t.data_offset - want.data_offset, t.n_bytes) for t in want.tensors
+    ]

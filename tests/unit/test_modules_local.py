@@ -250,18 +250,22 @@ def test_helper_runs_from_stdin_and_leaves_nothing(
     assert "not ready" in outcome.results()[-1]["msg"]
 
 
-def test_heartbeat_names_the_busy_host(run_playbook: Runner, local_inventory: Path,
-                                       monkeypatch) -> None:
+def test_heartbeat_names_the_busy_host(
+    run_playbook: Runner, local_inventory: Path, monkeypatch
+) -> None:
     import glmops.executor
 
     monkeypatch.setattr(glmops.executor, "HEARTBEAT_SECONDS", 0.3)
-    outcome = run_playbook("""
+    outcome = run_playbook(
+        """
     - hosts: all
       gather_facts: false
       tasks:
         - name: slow step
           command: sleep 1
-    """, local_inventory)
+    """,
+        local_inventory,
+    )
     assert outcome.exit_code == 0
     assert "still running: here 'slow step'" in outcome.stderr
 
@@ -269,7 +273,8 @@ def test_heartbeat_names_the_busy_host(run_playbook: Runner, local_inventory: Pa
 def test_play_defaults_yield_to_the_inventory(run_playbook: Runner, tmp_path: Path) -> None:
     inventory = tmp_path / "inv.yml"
     inventory.write_text("all:\n  hosts:\n    here: {connection: local, from_inventory: inv}\n")
-    outcome = run_playbook("""
+    outcome = run_playbook(
+        """
     - hosts: all
       gather_facts: false
       defaults: {from_inventory: default, only_default: default}
@@ -279,12 +284,15 @@ def test_play_defaults_yield_to_the_inventory(run_playbook: Runner, tmp_path: Pa
           command: echo {{ from_inventory }} {{ only_default }} {{ from_play }}
           register: shown
           failed_when: shown.stdout.strip() != "inv default play"
-    """, inventory)
+    """,
+        inventory,
+    )
     assert outcome.exit_code == 0, outcome.results()
 
 
-def test_flush_handlers_runs_them_where_it_stands(run_playbook: Runner, local_inventory: Path,
-                                                  tmp_path: Path) -> None:
+def test_flush_handlers_runs_them_where_it_stands(
+    run_playbook: Runner, local_inventory: Path, tmp_path: Path
+) -> None:
     log = tmp_path / "root" / "order"
     play = f"""
     - hosts: all

@@ -99,8 +99,13 @@ def test_variables_refer_to_variables_and_broken_ones_fail_only_when_used() -> N
     from glmops.templating import resolve_variables
 
     scope = resolve_variables(
-        {"root": "/srv", "models": "{{ root }}/models", "gguf": "{{ models }}/glm5.gguf",
-         "broken": "{{ nope }}", "n": "{{ 2 * 4 }}"},
+        {
+            "root": "/srv",
+            "models": "{{ root }}/models",
+            "gguf": "{{ models }}/glm5.gguf",
+            "broken": "{{ nope }}",
+            "n": "{{ 2 * 4 }}",
+        },
         where="w",
     )
     assert scope["gguf"] == "/srv/models/glm5.gguf" and scope["n"] == 8

@@ -25,15 +25,23 @@ def smi(tmp_path: Path, profile: str, *args: str) -> subprocess.CompletedProcess
     pfile = tmp_path / f"{profile}.json"
     pfile.write_text(GPU_PROFILES[profile].to_json("tb1"))
     env = {**os.environ, "GLMOPS_TESTBED_GPU_PROFILE": str(pfile)}
-    return subprocess.run([sys.executable, str(SIMULATOR_SRC), *args], env=env,
-                          capture_output=True, text=True, check=False)
+    return subprocess.run(
+        [sys.executable, str(SIMULATOR_SRC), *args],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
 
 
-@pytest.mark.parametrize(("profile", "count", "name", "cap", "mem"), [
-    ("rtx-pro-6000-x8", 8, "NVIDIA RTX PRO 6000 Blackwell Workstation Edition", "12.0", 97887),
-    ("h200", 1, "NVIDIA H200", "9.0", 143771),
-    ("b200-x8", 8, "NVIDIA B200", "10.0", 183359),
-])
+@pytest.mark.parametrize(
+    ("profile", "count", "name", "cap", "mem"),
+    [
+        ("rtx-pro-6000-x8", 8, "NVIDIA RTX PRO 6000 Blackwell Workstation Edition", "12.0", 97887),
+        ("h200", 1, "NVIDIA H200", "9.0", 143771),
+        ("b200-x8", 8, "NVIDIA B200", "10.0", 183359),
+    ],
+)
 def test_simulated_query_gpu_parses(tmp_path, profile, count, name, cap, mem):
     fields = "index,name,uuid,compute_cap,memory.total,driver_version,pci.bus_id,persistence_mode"
     proc = smi(tmp_path, profile, f"--query-gpu={fields}", "--format=csv,noheader,nounits")
@@ -49,14 +57,22 @@ def test_simulated_query_gpu_parses(tmp_path, profile, count, name, cap, mem):
 
 
 def test_simulated_header_units_and_selection(tmp_path):
-    proc = smi(tmp_path, "h200", "--query-gpu=name,compute_cap,driver_version,memory.total",
-               "--format=csv")
+    proc = smi(
+        tmp_path, "h200", "--query-gpu=name,compute_cap,driver_version,memory.total", "--format=csv"
+    )
     assert proc.stdout.splitlines() == [
         "name, compute_cap, driver_version, memory.total [MiB]",
         "NVIDIA H200, 9.0, 580.159.04, 143771 MiB",
     ]
-    one = smi(tmp_path, "rtx-pro-6000-x8", "-i", "3", "--query-gpu", "index,count",
-              "--format=csv,noheader")
+    one = smi(
+        tmp_path,
+        "rtx-pro-6000-x8",
+        "-i",
+        "3",
+        "--query-gpu",
+        "index,count",
+        "--format=csv,noheader",
+    )
     assert one.stdout == "3, 8\n"
 
 
@@ -87,8 +103,10 @@ def test_profile_json_and_lookup():
 
 
 def test_inventory_layout_and_canonical_keys(tmp_path):
-    text = inventory.render([("tb1", "10.231.1.2", None),
-                             ("tb2", "10.231.2.2", "rtx-pro-6000-x8")], tmp_path / "id_ed25519")
+    text = inventory.render(
+        [("tb1", "10.231.1.2", None), ("tb2", "10.231.2.2", "rtx-pro-6000-x8")],
+        tmp_path / "id_ed25519",
+    )
     assert text.startswith("# glmops testbed inventory")
     assert "NOT real GPU hosts" in text.splitlines()[0]
     assert "`deploy`" in text and "testbed-sudo" in text
@@ -112,8 +130,15 @@ def test_names_and_paths(tmp_path, monkeypatch):
     assert inventory.host_address(7) == "10.231.7.2"
     hd = HostDir(tmp_path / "hosts" / "tb3", "tb3", 3)
     argv = nspawn_argv(hd, Path("/base"))
-    for flag in ("--boot", "--register=no", "--keep-unit", "--machine=tb3", "--hostname=tb3",
-                 "--network-namespace-path=/run/netns/tb3", f"--overlay=/base:{hd.upper}:/"):
+    for flag in (
+        "--boot",
+        "--register=no",
+        "--keep-unit",
+        "--machine=tb3",
+        "--hostname=tb3",
+        "--network-namespace-path=/run/netns/tb3",
+        f"--overlay=/base:{hd.upper}:/",
+    ):
         assert flag in argv
 
 
@@ -135,13 +160,16 @@ def test_preflight_names_the_fix(monkeypatch):
     with pytest.raises(TestbedError) as err:
         core.preflight()
     assert "systemd-nspawn (package systemd-container)" in str(err.value)
-    assert "apt-get install -y debootstrap systemd-container iproute2 iptables openssh-client" \
+    assert (
+        "apt-get install -y debootstrap systemd-container iproute2 iptables openssh-client"
         in str(err.value)
+    )
 
 
 def _run_supervisor(host_dir: Path, script: str) -> int:
-    subprocess.run([sys.executable, str(SUPERVISOR), str(host_dir), "--", "sh", "-c", script],
-                   check=True)
+    subprocess.run(
+        [sys.executable, str(SUPERVISOR), str(host_dir), "--", "sh", "-c", script], check=True
+    )
     pid = procs.read_pid(host_dir / "supervisor.pid")
     assert pid is not None
     return pid
@@ -157,7 +185,7 @@ def _wait_gone(pid: int, timeout: float = 10.0) -> None:
 def test_supervisor_relaunches_on_reboot_exit_code(tmp_path):
     # Stand-in for nspawn: "reboots" (exit 133) twice, then powers off (exit 0).
     counter = tmp_path / "n"
-    script = f'echo x >> {counter}; [ $(wc -l < {counter}) -ge 3 ] && exit 0; exit 133'
+    script = f"echo x >> {counter}; [ $(wc -l < {counter}) -ge 3 ] && exit 0; exit 133"
     pid = _run_supervisor(tmp_path, script)
     _wait_gone(pid)
     assert (tmp_path / "boots").read_text().strip() == "3"
