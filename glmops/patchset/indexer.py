@@ -4,7 +4,8 @@
 fp8_mqa_logits / fp8_paged_mqa_logits with no capability check, while DeepGEMM runs only on
 SM90/SM100 (is_deep_gemm_supported). The item renders a fallback module next to the op and
 inserts two marked pieces: one import line after the DeepGEMM import that rebinds both names
-to dispatchers (DeepGEMM where it runs, chunked torch elsewhere), and a
+to dispatchers (DeepGEMM where it runs; elsewhere a Triton kernel for the paged decode
+logits, backend/indexer_logits.py embedded, and chunked torch for prefill), and a
 get_cudagraph_support override on DeepseekV32IndexerMetadataBuilder that reports NEVER while
 the fallback is active, so vLLM keeps the indexer out of FULL CUDA graphs (PIECEWISE, where
 vllm::sparse_attn_indexer is a splitting op and runs eagerly).
@@ -19,7 +20,7 @@ import re
 
 from .common import MARKER, TEMPLATE_VERSION, FileChange, PatchError, marker, strip_marked
 from .profiles import CUDA, INDEXER_BUILDER, INDEXER_FALLBACK, SPARSE_INDEXER, Profile
-from .render import render
+from .render import kernel_source, render
 
 NAME = "indexer"
 FILES = (SPARSE_INDEXER, INDEXER_BUILDER, INDEXER_FALLBACK)
@@ -48,8 +49,11 @@ def upstream_reason(sources: dict[str, str | None]) -> str | None:
 
 
 def render_fallback(profile: Profile, options: dict) -> str:
+    """The fallback module, with backend/indexer_logits.py (the paged-logits Triton kernel)
+    embedded verbatim."""
     return render(
         "indexer_fallback.py.j2",
+        kernel_source=kernel_source("indexer_logits.py"),
         marker=f"{marker(NAME)} profile={profile.name}",
         template_version=TEMPLATE_VERSION,
         profile=profile.name,

@@ -10,7 +10,7 @@ from typing import Any
 import jinja2
 
 TEMPLATE_DIR = Path(__file__).resolve().parents[2] / "templates" / "vllm"
-KERNEL_SOURCE = Path(__file__).resolve().parents[2] / "backend" / "sparse_mla.py"
+KERNEL_DIR = Path(__file__).resolve().parents[2] / "backend"
 
 
 @cache
@@ -29,11 +29,12 @@ def render(name: str, **variables: Any) -> str:
     return environment().get_template(name).render(**variables)
 
 
-def kernel_source() -> str:
-    """backend/sparse_mla.py without its `from __future__` line (the rendered file has its
+def kernel_source(name: str = "sparse_mla.py") -> str:
+    """A kernel file of backend/ without its `from __future__` line (the rendered file has its
     own at the top, where Python requires it)."""
-    if not KERNEL_SOURCE.is_file():
-        raise FileNotFoundError(f"kernel source missing: {KERNEL_SOURCE}")
-    lines = KERNEL_SOURCE.read_text().splitlines()
+    path = KERNEL_DIR / name
+    if not path.is_file():
+        raise FileNotFoundError(f"kernel source missing: {path}")
+    lines = path.read_text().splitlines()
     kept = [ln for ln in lines if not ln.startswith("from __future__ import")]
     return "\n".join(kept).strip("\n")

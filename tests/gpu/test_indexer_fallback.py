@@ -137,30 +137,44 @@ def test_glm5_prefill_chunk_tiled_and_bounded(fb: ModuleType) -> None:
     assert torch.equal(tiled[rows].cpu().double(), ref)
 
 
-def test_glm5_decode_tiled_and_bounded(fb: ModuleType) -> None:
+@pytest.fixture(scope="module")
+def glm5_decode() -> dict:
     """64 requests decoding (next_n 2: one speculative token) over contexts up to 32k tokens
-    in 64-token cache blocks at shuffled physical positions."""
+    in 64-token cache blocks at shuffled physical positions; exact inputs."""
     gen = torch.Generator(device=CUDA).manual_seed(4)
     batch, next_n, heads, dim, bs = 64, 2, 32, 128, 64
     max_model_len = 32768
     lens = torch.randint(next_n, max_model_len + 1, (batch,), generator=gen, device=CUDA)
     lens[0], lens[1] = next_n, max_model_len
-    lens = lens.to(torch.int32)
     blocks_per_req = max_model_len // bs
     phys = batch * blocks_per_req + 1
     perm = torch.randperm(phys - 1, generator=gen, device=CUDA)[: batch * blocks_per_req] + 1
-    table = perm.view(batch, blocks_per_req).to(torch.int32)
     kv = exact_fp8((phys * bs, dim), gen)
     scale = 2.0 ** torch.randint(-3, 3, (phys * bs,), generator=gen, device=CUDA).float()
-    cache = pack_indexer_cache(kv, scale, bs)
-    q = exact_fp8((batch, next_n, heads, dim), gen)
-    w = torch.randint(-4, 5, (batch * next_n, heads), generator=gen, device=CUDA).float() / 8
-    budget = fb.MAX_TILE_BYTES
+    return {
+        "q": exact_fp8((batch, next_n, heads, dim), gen),
+        "kv": kv,
+        "scale": scale,
+        "cache": pack_indexer_cache(kv, scale, bs),
+        "w": torch.randint(-4, 5, (batch * next_n, heads), generator=gen, device=CUDA).float() / 8,
+        "lens": lens.to(torch.int32),
+        "table": perm.view(batch, blocks_per_req).to(torch.int32),
+        "bs": bs,
+        "max_model_len": max_model_len,
+    }
+
+
+def decode_args(case: dict) -> tuple:
+    return (case["q"], case["cache"], case["w"], case["lens"], case["table"])
+
+
+def test_glm5_decode_tiled_and_bounded(fb: ModuleType, glm5_decode: dict) -> None:
+    """The torch path: tiles change nothing and bound the temporaries; spot rows exact."""
+    case, budget = glm5_decode, fb.MAX_TILE_BYTES
+    mml, next_n = case["max_model_len"], case["q"].shape[1]
 
     def call(tile_bytes: int) -> torch.Tensor:
-        return fb.paged_mqa_logits_torch(
-            q, cache, w, lens, table, max_model_len, max_tile_bytes=tile_bytes
-        )
+        return fb.paged_mqa_logits_torch(*decode_args(case), mml, max_tile_bytes=tile_bytes)
 
     tiled, extra = peak_extra_bytes(lambda: call(budget))
     out_bytes = tiled.numel() * 4
@@ -170,10 +184,50 @@ def test_glm5_decode_tiled_and_bounded(fb: ModuleType) -> None:
     # request 0 (a context of next_n tokens) and 1 (the longest) against the reference
     sub = [0, 1]
     ref = decode_reference(
-        q[sub].cpu(), kv.cpu(), scale.cpu(), w[: 2 * next_n].cpu(), lens[sub].cpu(),
-        table[sub].cpu(), bs, max_model_len,
+        case["q"][sub].cpu(), case["kv"].cpu(), case["scale"].cpu(),
+        case["w"][: 2 * next_n].cpu(), case["lens"][sub].cpu(), case["table"][sub].cpu(),
+        case["bs"], mml,
     )  # fmt: skip
     assert torch.equal(tiled[: 2 * next_n].cpu().double(), ref)
+
+
+@pytest.mark.parametrize("exact", [False, True])
+def test_triton_paged_logits_match_reference(fb: ModuleType, exact: bool) -> None:
+    for next_n in (1, 2, 3):
+        q, kv, scale, w, lens, table, bs = decode_inputs(exact=exact, next_n=next_n)
+        for max_model_len in (120, 200):
+            ref = decode_reference(q, kv, scale, w, lens, table, bs, max_model_len)
+            cache = pack_indexer_cache(kv, scale, bs)
+            got = fb.paged_mqa_logits(*on_gpu(q, cache, w, lens, table), max_model_len)
+            assert_logits(got, ref, exact)
+
+
+def test_triton_paged_logits_equal_torch_at_glm5_shapes(
+    fb: ModuleType, glm5_decode: dict, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Bit for bit (exact inputs) the torch path's logits; reached through the name vLLM
+    calls (fp8_paged_mqa_logits) whenever the fallback is active, unless
+    GLMOPS_INDEXER_PAGED=torch; and capturable in a CUDA graph (no host synchronisation)."""
+    case, mml = glm5_decode, glm5_decode["max_model_len"]
+    expected = fb.paged_mqa_logits_torch(*decode_args(case), mml)
+    assert torch.equal(fb.paged_mqa_logits(*decode_args(case), mml), expected)
+
+    monkeypatch.setattr(fb, "use_torch_fallback", lambda: True)
+    calls = []
+    monkeypatch.setattr(fb, "paged_mqa_logits_torch", lambda *a: calls.append(a) or expected)
+    got = fb.fp8_paged_mqa_logits(*decode_args(case), None, mml, False)
+    assert torch.equal(got, expected) and not calls  # the kernel ran, not the torch code
+    monkeypatch.setenv("GLMOPS_INDEXER_PAGED", "torch")
+    fb.fp8_paged_mqa_logits(*decode_args(case), None, mml, False)
+    assert len(calls) == 1
+
+    graph, stream = torch.cuda.CUDAGraph(), torch.cuda.Stream()
+    with torch.cuda.stream(stream), torch.cuda.graph(graph, stream=stream):
+        captured = fb.paged_mqa_logits(*decode_args(case), mml)
+    captured.fill_(0.0)
+    graph.replay()
+    torch.cuda.synchronize()
+    assert torch.equal(captured, expected)
 
 
 def test_capture_is_refused(fb: ModuleType) -> None:

@@ -114,6 +114,38 @@ def test_paged_logits_match_reference(fb, exact):
         torch.testing.assert_close(got.double(), ref, rtol=1e-5, atol=1e-5)
 
 
+def test_paged_triton_kernel_matches_reference(tmp_path):
+    """The embedded Triton kernel, run by Triton's interpreter on the CPU (a fresh process, see
+    indexer_kernel_probe.py), against the float64 reference: exact inputs bit for bit, next_n
+    1-3, positions past the block table and a cut last block. On a GPU it runs compiled in
+    tests/gpu/test_indexer_fallback.py."""
+    module = tmp_path / "glmops_dsa_indexer.py"
+    module.write_text(render_fallback(profile_by_name("v0_16"), {}))
+    probe = Path(__file__).with_name("indexer_kernel_probe.py")
+    env = dict(os.environ, TRITON_INTERPRET="1", PYTHONDONTWRITEBYTECODE="1")
+    proc = subprocess.run(
+        [sys.executable, str(probe), json.dumps({"module": str(module)})],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=600,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = json.loads(proc.stdout.splitlines()[-1])
+    assert len(out["checked"]) == 12 and out["problems"] == [], out
+
+
+def test_paged_triton_kernel_refuses_other_layouts(fb):
+    """Checked before any launch, so this runs without a GPU."""
+    q, kv, scale, w, lens, table, bs = decode_inputs()
+    cache = pack_indexer_cache(kv, scale, bs)
+    with pytest.raises(ValueError, match="kv_cache must be uint8"):
+        fb.paged_mqa_logits(q, cache[..., :-1], w, lens, table, 64)
+    odd = cache.view(-1)[: 10 * 12 * (64 + 4)].view(10, 12, 1, 68)  # block size 12
+    with pytest.raises(ValueError, match="powers of two"):
+        fb.paged_mqa_logits(q, odd, w, lens, table, 64)
+
+
 def test_prefill_chunking_changes_nothing_and_bounds_memory(fb):
     q, k, scale, w, ks, ke = prefill_inputs(exact=True)
     heads, dim, n = q.shape[1], q.shape[2], k.shape[0]

@@ -1,5 +1,6 @@
 """Fast checks (no wheels): the rendered backend compiles for every profile and kernel mode,
-and embeds backend/sparse_mla.py verbatim (one home for the kernel source)."""
+and embeds backend/sparse_mla.py verbatim (one home for the kernel source); the indexer
+fallback embeds backend/indexer_logits.py the same way."""
 
 from __future__ import annotations
 
@@ -7,14 +8,14 @@ import pytest
 
 from glmops.patchset import PROFILES, TEMPLATE_VERSION
 from glmops.patchset.backend import render_backend
-from glmops.patchset.render import KERNEL_SOURCE, kernel_source
+from glmops.patchset.indexer import render_fallback
+from glmops.patchset.profiles import profile_by_name
+from glmops.patchset.render import kernel_source
 
 
 @pytest.mark.parametrize("kernel", ["sparse_mla", "dense_reuse"])
 @pytest.mark.parametrize("profile", PROFILES, ids=lambda p: p.name)
 def test_backend_renders_and_compiles(profile, kernel):
-    if kernel == "sparse_mla" and not KERNEL_SOURCE.is_file():
-        pytest.skip("backend/sparse_mla.py not written yet")
     text = render_backend(profile, {"kernel": kernel})
     compile(text, "triton_mla_sparse.py", "exec")
     assert f"template {TEMPLATE_VERSION}, profile {profile.name}, kernel {kernel}" in text
@@ -24,12 +25,23 @@ def test_backend_renders_and_compiles(profile, kernel):
 
 
 def test_kernel_embedded_verbatim():
-    if not KERNEL_SOURCE.is_file():
-        pytest.skip("backend/sparse_mla.py not written yet")
     text = render_backend(PROFILES[0], {"kernel": "sparse_mla"})
     assert kernel_source() in text
     assert text.count("from __future__ import annotations") == 1
     assert "def sparse_mla_decode(" in text
+
+
+def test_indexer_kernel_embedded_verbatim():
+    text = render_fallback(profile_by_name("v0_16"), {})
+    compile(text, "glmops_dsa_indexer.py", "exec")
+    assert kernel_source("indexer_logits.py") in text
+    assert text.count("from __future__ import annotations") == 1
+    assert "def paged_mqa_logits(" in text and "def paged_mqa_logits_torch(" in text
+
+
+def test_missing_kernel_named():
+    with pytest.raises(FileNotFoundError, match="no_such_kernel.py"):
+        kernel_source("no_such_kernel.py")
 
 
 def test_unknown_kernel_refused():
