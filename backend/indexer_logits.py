@@ -101,6 +101,10 @@ def paged_mqa_logits(
     num_blocks, block = kv_cache.shape[0], kv_cache.shape[1]
     if kv_cache.shape[-1] != dim + 4 or kv_cache.dtype != torch.uint8:
         raise ValueError(f"kv_cache must be uint8 [..., {dim + 4}], got {tuple(kv_cache.shape)}")
+    if q.element_size() != 1:
+        raise TypeError(f"q must hold fp8 e4m3 bytes (float8_e4m3fn or uint8), got {q.dtype}")
+    if tuple(weights.shape) != (batch * next_n, heads):
+        raise ValueError(f"weights must be [{batch * next_n}, {heads}], got {tuple(weights.shape)}")
     if block < 16 or block & (block - 1) or dim < 16 or dim & (dim - 1):
         raise ValueError(f"block size {block} and head dim {dim} must be powers of two >= 16")
     out = torch.empty((batch * next_n, max_model_len), dtype=torch.float32, device=q.device)

@@ -228,12 +228,13 @@ def _choose_splits(
     num_sms: int,
     waves: int,
 ) -> int:
-    """Power-of-two split count: enough programs for ``waves`` per SM, but no more partial
-    traffic than a quarter of the gathered bytes once every SM has a program.
+    """Power-of-two split count: about ``waves`` programs per SM, but once every SM has a
+    program, no more splits than keep the partials written under a quarter of the KV bytes
+    gathered (the merge reads them back, so partial traffic stays under half).
 
-    Each split writes (and the merge reads back) H x 2 KB of fp32 partials per token against
-    topk x 1152 B of KV; at B=8, H=8 the 64 splits that fill four waves cost more in partials
-    than the extra parallelism buys (H200: 17.6 us vs 15.4 us at 32 splits, NOTES.md round 3).
+    Each split writes H x 2 KB of fp32 partials per token against topk x 1152 B of KV; at B=8,
+    H=8 the 64 splits of four programs per SM cost more in partials than the extra parallelism
+    buys (H200, both without PDL: 17.6 us at 64 splits, 15.8 us at 32; NOTES.md round 3).
     """
     per_split = max(1, num_tokens * programs_per_token)
     splits = _pow2_floor(max(1, (waves * num_sms) // per_split))
@@ -348,8 +349,10 @@ def sparse_mla_decode(
         part_o, part_lse = lse, lse  # unused placeholders
 
     dv_split = cfg.get("DV_SPLIT", 1)
-    dev = q.device.index if q.device.index is not None else torch.cuda.current_device()
-    use_pdl = is_split and bool(cfg.get("PDL", 1)) and _has_pdl(dev)
+    use_pdl = is_split and bool(cfg.get("PDL", 1))
+    if use_pdl:
+        dev = q.device.index if q.device.index is not None else torch.cuda.current_device()
+        use_pdl = _has_pdl(dev)
     grid = (num_tokens * num_splits * num_hb * dv_split,)
     _sparse_mla_split_kernel[grid](
         q,

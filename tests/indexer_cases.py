@@ -62,11 +62,12 @@ def pack_indexer_cache(k: torch.Tensor, scale: torch.Tensor, block_size: int) ->
     return raw.view(blocks, block_size, 1, dim + 4)
 
 
-def decode_inputs(batch=5, next_n=2, heads=8, dim=64, block_size=16, exact=False, seed=1):
-    """Requests of different lengths whose logical blocks sit at shuffled physical blocks;
-    a row for a 1-token context and one spanning many blocks."""
+def decode_inputs(batch=6, next_n=2, heads=8, dim=64, block_size=16, exact=False, seed=1):
+    """Requests of different lengths whose logical blocks sit at shuffled physical blocks:
+    a context of next_n tokens, one spanning many blocks, and one (150) longer than its block
+    table holds (8 x 16), whose positions past the table are -inf."""
     g = torch.Generator().manual_seed(seed)
-    lens = torch.tensor([1 + next_n, 17, 64, 100, 5][:batch], dtype=torch.int32)
+    lens = torch.tensor([1 + next_n, 17, 64, 100, 5, 150][:batch], dtype=torch.int32)
     max_blocks = 8
     phys = 1 + batch * max_blocks
     if exact:
@@ -85,16 +86,17 @@ def decode_inputs(batch=5, next_n=2, heads=8, dim=64, block_size=16, exact=False
 
 
 def decode_reference(q, kv, scale, w, lens, table, block_size, max_model_len):
+    """Query row j of request b sees positions p <= ctx - next_n + j that its block table
+    holds and max_model_len keeps; everything else is -inf."""
     batch, next_n, heads, _ = q.shape
     out = torch.full((batch * next_n, max_model_len), float("-inf"), dtype=torch.float64)
     for b in range(batch):
         ctx = int(lens[b])
-        slots = [int(table[b, p // block_size]) * block_size + p % block_size for p in range(ctx)]
+        held = min(ctx, table.shape[1] * block_size, max_model_len)
+        slots = [int(table[b, p // block_size]) * block_size + p % block_size for p in range(held)]
         kd, sd = kv[slots].double(), scale[slots].double()
         for j in range(next_n):
-            qpos = ctx - next_n + j
-            s = (q[b, j].double() @ kd[: qpos + 1].t()) * sd[: qpos + 1]
-            out[b * next_n + j, : qpos + 1] = (s.relu() * w[b * next_n + j].double()[:, None]).sum(
-                0
-            )
+            n = max(0, min(ctx - next_n + j + 1, held))
+            s = (q[b, j].double() @ kd[:n].t()) * sd[:n]
+            out[b * next_n + j, :n] = (s.relu() * w[b * next_n + j].double()[:, None]).sum(0)
     return out

@@ -53,7 +53,8 @@ def _target(sp: Path, rel: str) -> Path:
     """A file inside one of PACKAGE_ROOTS, named and resolved there (no `..` or link out)."""
     path = (sp / rel).resolve()
     root = rel.split("/", 1)[0]
-    if root not in PACKAGE_ROOTS or (sp / root).resolve() not in path.parents:
+    inside = sp in path.parents and (sp / root).resolve() in path.parents
+    if root not in PACKAGE_ROOTS or not inside:
         roots = ", ".join(f"site-packages/{r}/" for r in PACKAGE_ROOTS)
         raise ValueError(f"refusing a path outside {roots}: {rel}")
     return path
@@ -195,6 +196,10 @@ def mode_restore(args: dict) -> dict:
     for rel, entry in manifest["files"].items():
         path = _target(sp, rel)
         current = path.read_bytes() if path.is_file() else None
+        if current is None and not entry["created"]:
+            # The package was uninstalled since (e.g. vllm-gguf-plugin): nothing to restore.
+            skipped.append(rel)
+            continue
         if current is not None and _sha(current) != entry.get("sha256_after"):
             # vLLM was reinstalled or the file edited since: leave the newer file alone.
             skipped.append(rel)

@@ -159,8 +159,8 @@ def gguf_loader_problem(facts: HostFacts, variables: Mapping[str, Any]) -> str |
     venv = facts.venv.path if facts.venv else "the venv"
     return (
         f"{venv} cannot load GGUF: profile 0.33 ({source}) has no in-tree GGUF loader and "
-        "vllm-gguf-plugin is not installed; add it to vllm_extra_packages and run "
-        "`glmops provision` (the patch set's GGUF item then patches it)"
+        "vllm-gguf-plugin is not installed; set vllm_gguf_plugin: true and run "
+        "`glmops provision`, then `glmops patch` (its GGUF item fixes the plugin for glm-dsa)"
     )
 
 

@@ -2,17 +2,20 @@
 
 The module is the file `glmops patch` writes onto a vLLM 0.16 host, rendered beforehand by
 tests/gpu/prepare_rendered.py into .thirdparty/rendered/ (git-ignored, carried to the GPU
-machine, which has no vLLM). Its torch functions run here on CUDA tensors laid out as vLLM
-passes them to DeepGEMM's fp8_mqa_logits / fp8_paged_mqa_logits (fp8 e4m3 values, fp32
-scales, the packed indexer cache), against float64 references computed on the CPU.
+machine, which has no vLLM). Its functions run here on CUDA tensors laid out as vLLM passes
+them to DeepGEMM's fp8_mqa_logits / fp8_paged_mqa_logits (fp8 e4m3 values, fp32 scales, the
+packed indexer cache), against float64 references computed on the CPU.
 
-Shown: the logits match the reference (bit for bit where every sum is exact); at GLM-5's
-indexer shapes (32 heads, dim 128, 8k-row prefill chunks, 32k-token contexts) the tiled result
-equals the untiled one and the CUDA caching allocator's peak stays within the output plus
-MAX_TILE_BYTES; capture into a CUDA graph is refused. Not shown here: DeepGEMM is not installed
-on this machine, so the two paths are not compared with each other, and the GPU is an H200
-(SM90), not SM120; the fallback has no capability-specific code besides the dispatch decision
-(tested on CPU in tests/patchset/test_indexer.py).
+Shown: the torch code's logits match the reference (bit for bit where every sum is exact); at
+GLM-5's indexer shapes (32 heads, dim 128, 8k-row prefill chunks, 32k-token contexts) its tiled
+result equals the untiled one and the CUDA caching allocator's peak stays within the output plus
+MAX_TILE_BYTES; it refuses capture into a CUDA graph. The embedded decode kernel
+(backend/indexer_logits.py) matches the reference, equals the torch code bit for bit at GLM-5's
+shapes, is what fp8_paged_mqa_logits runs on a CUDA device (GLMOPS_INDEXER_PAGED=torch: the
+torch code), and replays correctly from a CUDA graph. Not shown here: DeepGEMM is not installed
+on this machine, so the fallback is not compared with it, and the GPU is an H200 (SM90), not
+SM120; the fallback has no capability-specific code besides the dispatch decision (tested on
+CPU in tests/patchset/test_indexer.py).
 """
 
 from __future__ import annotations

@@ -165,15 +165,21 @@ def test_explicit_splits(kmod: ModuleType, num_heads: int, num_splits: int) -> N
 @pytest.mark.parametrize("num_heads", [8, 64])
 def test_dependent_launch_changes_nothing(kmod: ModuleType, num_heads: int) -> None:
     """The merge launched as a programmatic dependent (PDL) gives the same bits as a plain
-    launch: it reads the partials only after the split kernel has finished."""
+    launch. Each run gets its own NaN-filled workspace, so a merge that read the partials
+    before the split kernel wrote them would show NaN instead of a stale correct copy."""
     gen = torch.Generator(device="cuda").manual_seed(5 + num_heads)
     q, kv, idx = _make_inputs(gen, 3, num_heads, 2048, torch.bfloat16, "mixed")
+    numel = kmod.sparse_mla_workspace_numel(3, num_heads, 16)
     results = []
-    for pdl in (0, 1):
+    for pdl in (1, 0):
+        workspace = torch.full((numel,), float("nan"), device="cuda")
         cfg = {**kmod._default_config(num_heads), "PDL": pdl}
-        results.append(kmod.sparse_mla_decode(q, kv, idx, _SM_SCALE, num_splits=16, config=cfg))
-    (o0, l0), (o1, l1) = results
-    assert torch.equal(o0, o1) and torch.equal(l0, l1)
+        out = kmod.sparse_mla_decode(
+            q, kv, idx, _SM_SCALE, num_splits=16, config=cfg, workspace=workspace
+        )
+        results.append(out)
+    (o1, l1), (o0, l0) = results
+    assert not o1.isnan().any() and torch.equal(o0, o1) and torch.equal(l0, l1)
     _check(kmod, q, kv, idx, num_splits=16)
 
 

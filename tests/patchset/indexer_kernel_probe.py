@@ -28,7 +28,7 @@ def main() -> None:
         for next_n in (1, 2, 3):
             q, kv, scale, w, lens, table, bs = decode_inputs(exact=exact, next_n=next_n)
             cache = pack_indexer_cache(kv, scale, bs)
-            # 200 > 8 blocks x 16: positions past the block table; 120 cuts the last block
+            # one request outgrows its 8 x 16 block table; 120 cuts the last block, 200 does not
             for max_model_len in (120, 200):
                 got = fb.paged_mqa_logits(q, cache, w, lens, table, max_model_len).double()
                 ref = decode_reference(q, kv, scale, w, lens, table, bs, max_model_len)

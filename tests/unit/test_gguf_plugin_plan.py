@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
 from pathlib import Path
 
 import pytest
@@ -174,6 +175,27 @@ def test_helper_writes_and_restores_plugin_files(tmp_path: Path):
     assert [p.name for p in cache.iterdir()] == ["default.cpython-311.pyc"]
 
 
+def test_restore_after_the_plugin_was_uninstalled(tmp_path: Path):
+    """Unpatch after `pip uninstall vllm-gguf-plugin`: the plugin is not brought back, the
+    rest is restored, and the state is cleared (a second unpatch has nothing to do)."""
+    sp = tmp_path / "site-packages"
+    for rel, text in PLUGIN.items():
+        (sp / rel).parent.mkdir(parents=True, exist_ok=True)
+        (sp / rel).write_text(text)
+    read = vllm_patch.mode_read({"files": list(ANCHOR_FILES), "site_packages": str(sp)})
+    body = payload(profile_by_name("v0_33"), item.plan(None, read["files"], {}), str(sp))
+    (tmp_path / "payload.json").write_text(json.dumps(body))
+    assert not vllm_patch.mode_apply({"payload_file": str(tmp_path / "payload.json")})["failed"]
+    shutil.rmtree(sp / "vllm_gguf_plugin")
+
+    out = vllm_patch.mode_restore({"site_packages": str(sp)})
+    assert not out["failed"], out["msg"]
+    assert not (sp / "vllm_gguf_plugin").exists()
+    assert set(out["skipped"]) == {item.PLUGIN_WEIGHT_UTILS, item.PLUGIN_REGISTRY}
+    again = vllm_patch.mode_restore({"site_packages": str(sp)})
+    assert not again["changed"] and "nothing to restore" in again["msg"]
+
+
 @pytest.mark.parametrize(
     "rel", ["vllm/platforms/cuda.py", "vllm_gguf_plugin/weight_utils.py", "vllm/x/new.py"]
 )
@@ -197,3 +219,12 @@ def test_helper_allows_package_roots(tmp_path: Path, rel: str):
 def test_helper_refuses_other_paths(tmp_path: Path, rel: str):
     with pytest.raises(ValueError, match="refusing a path outside"):
         vllm_patch._target(tmp_path.resolve(), rel)
+
+
+def test_helper_refuses_a_package_linked_out_of_site_packages(tmp_path: Path):
+    sp, elsewhere = tmp_path / "site-packages", tmp_path / "elsewhere"
+    sp.mkdir()
+    elsewhere.mkdir()
+    (sp / "vllm_gguf_plugin").symlink_to(elsewhere, target_is_directory=True)
+    with pytest.raises(ValueError, match="refusing a path outside"):
+        vllm_patch._target(sp.resolve(), "vllm_gguf_plugin/weight_utils.py")

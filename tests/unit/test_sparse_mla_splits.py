@@ -1,5 +1,8 @@
-"""The split-count rule of backend/sparse_mla.py (pure Python, no GPU): it reproduces the
-split counts that measured fastest on the H200 (backend/NOTES.md, rounds 1 and 3)."""
+"""The split-count rule of backend/sparse_mla.py (pure Python, no GPU), pinned on the
+benchmark's grid: the split counts the committed H200 benchmark ran with. Where a sweep compared
+split counts at the default tile (backend/NOTES.md: round 1 for B=8/32/128, round 3 for
+B=8/H<=16, B=32/H=8, B=128/H<=16), these were the fastest; the other entries are regression pins
+of the rule's own choice."""
 
 from __future__ import annotations
 
@@ -23,8 +26,8 @@ def kmod() -> ModuleType:
     return module
 
 
-# (B, H) -> fastest split count measured on the H200 at topk 2048 (bf16)
-MEASURED_BEST = {
+# (B, H) -> split count at topk 2048 on 132 SMs (see the module docstring)
+SPLITS = {
     (1, 8): 64, (1, 16): 64, (1, 64): 32, (1, 128): 32,
     (8, 8): 32, (8, 16): 32, (8, 64): 16, (8, 128): 8,
     (32, 8): 16, (32, 16): 16, (32, 64): 4, (32, 128): 2,
@@ -32,14 +35,14 @@ MEASURED_BEST = {
 }  # fmt: skip
 
 
-@pytest.mark.parametrize(("batch", "heads"), sorted(MEASURED_BEST))
-def test_split_rule_matches_the_measured_best(kmod: ModuleType, batch: int, heads: int) -> None:
+@pytest.mark.parametrize(("batch", "heads"), sorted(SPLITS))
+def test_split_rule_on_the_benchmark_grid(kmod: ModuleType, batch: int, heads: int) -> None:
     cfg = kmod._default_config(heads)
     head_blocks = -(-heads // cfg["BLOCK_H"])
     got = kmod._choose_splits(
         batch, head_blocks, 2048, heads, cfg["BLOCK_N"], H200_SMS, cfg["WAVES"]
     )
-    assert got == MEASURED_BEST[(batch, heads)]
+    assert got == SPLITS[(batch, heads)]
 
 
 @pytest.mark.parametrize("topk", [1, 31, 32, 64, 100])
