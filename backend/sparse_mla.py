@@ -389,9 +389,9 @@ def sparse_mla_decode(
     )
     if is_split:
         block_s = max(2, triton.next_power_of_2(num_splits))
-        # Keep the partial tile at <= 64 fp32 per thread (4 warps) while giving small batches
-        # enough programs: narrower V chunks when there are many splits.
-        block_dv = cfg.get("COMBINE_DV", max(64, min(256, 8192 // block_s)))
+        # Whole 512-column rows per program while the partial tile stays at <= 64 fp32 per
+        # thread (4 warps); narrower V chunks only when there are many splits (NOTES.md 3d).
+        block_dv = cfg.get("COMBINE_DV", max(64, min(512, 8192 // block_s)))
         _sparse_mla_combine_kernel[(num_tokens * num_heads * (_D_V // block_dv),)](
             part_o,
             part_lse,
