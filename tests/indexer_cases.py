@@ -100,3 +100,15 @@ def decode_reference(q, kv, scale, w, lens, table, block_size, max_model_len):
             s = (q[b, j].double() @ kd[:n].t()) * sd[:n]
             out[b * next_n + j, :n] = (s.relu() * w[b * next_n + j].double()[:, None]).sum(0)
     return out
+
+
+def assert_logits(got: torch.Tensor, ref: torch.Tensor, exact: bool) -> None:
+    """got (fp32, any device) against a float64 reference: the same -inf mask, and equal bits
+    where every sum is exact, else within 1e-5."""
+    got = got.cpu()
+    assert got.dtype == torch.float32 and got.shape == ref.shape
+    assert torch.equal(torch.isinf(got), torch.isinf(ref)), "different -inf masks"
+    if exact:
+        assert torch.equal(got.double(), ref), float((got.double() - ref).abs().nan_to_num().max())
+    else:
+        torch.testing.assert_close(got.double(), ref, rtol=1e-5, atol=1e-5)

@@ -20,7 +20,6 @@ CPU in tests/patchset/test_indexer.py).
 
 from __future__ import annotations
 
-import importlib.util
 import sys
 from pathlib import Path
 from types import ModuleType
@@ -32,12 +31,14 @@ torch = pytest.importorskip("torch", reason="torch is not installed (GPU tests n
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from indexer_cases import (  # noqa: E402
     FP8,
+    assert_logits,
     decode_inputs,
     decode_reference,
     pack_indexer_cache,
     prefill_inputs,
     prefill_reference,
 )
+from module_file import load_module_file  # noqa: E402
 
 RENDERED = (
     Path(__file__).resolve().parents[2] / ".thirdparty/rendered/v0_16-indexer/glmops_dsa_indexer.py"
@@ -56,26 +57,13 @@ CUDA = torch.device("cuda")
 
 @pytest.fixture(scope="module")
 def fb() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("glmops_dsa_indexer_gpu", RENDERED)
-    assert spec and spec.loader
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    module = load_module_file(RENDERED, "glmops_dsa_indexer_gpu")
     torch.ones(64, 64, device=CUDA) @ torch.ones(64, 64, device=CUDA)  # cuBLAS workspace now
     return module
 
 
 def on_gpu(*tensors):
     return [t.to(CUDA) if isinstance(t, torch.Tensor) else t for t in tensors]
-
-
-def assert_logits(got: torch.Tensor, ref: torch.Tensor, exact: bool) -> None:
-    got = got.cpu()
-    assert got.dtype == torch.float32 and got.shape == ref.shape
-    assert torch.equal(torch.isinf(got), torch.isinf(ref))
-    if exact:
-        assert torch.equal(got.double(), ref)
-    else:
-        torch.testing.assert_close(got.double(), ref, rtol=1e-5, atol=1e-5)
 
 
 @pytest.mark.parametrize("exact", [False, True])

@@ -7,7 +7,6 @@ shows up as NaN). Skipped where torch, triton or a CUDA device is missing (CI ha
 
 from __future__ import annotations
 
-import importlib.util
 import itertools
 import math
 import zlib
@@ -15,6 +14,7 @@ from pathlib import Path
 from types import ModuleType
 
 import pytest
+from module_file import load_module_file
 
 torch = pytest.importorskip("torch", reason="torch is not installed (GPU tests need it)")
 pytest.importorskip("triton", reason="triton is not installed (GPU tests need it)")
@@ -32,11 +32,7 @@ _SM_SCALE = 1.0 / 16.0  # GLM-5's scale
 @pytest.fixture(scope="module")
 def kmod() -> ModuleType:
     """Load the kernel by file path: backend/ need not be a package, nor glmops importable."""
-    spec = importlib.util.spec_from_file_location("glmops_backend_sparse_mla", _KERNEL_PATH)
-    assert spec is not None and spec.loader is not None
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_module_file(_KERNEL_PATH, "glmops_backend_sparse_mla")
 
 
 def _make_inputs(

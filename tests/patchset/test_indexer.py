@@ -5,7 +5,6 @@ re-plan per profile and the patched vLLM module dispatching by capability."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import py_compile
@@ -19,12 +18,14 @@ from types import ModuleType
 import pytest
 import torch
 from indexer_cases import (
+    assert_logits,
     decode_inputs,
     decode_reference,
     pack_indexer_cache,
     prefill_inputs,
     prefill_reference,
 )
+from module_file import load_module_file
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 
@@ -45,11 +46,7 @@ def fb(tmp_path_factory) -> ModuleType:
     """The fallback module exactly as rendered onto a 0.16 host."""
     path = tmp_path_factory.mktemp("fb") / "glmops_dsa_indexer.py"
     path.write_text(render_fallback(profile_by_name("v0_16"), {}))
-    spec = importlib.util.spec_from_file_location("glmops_dsa_indexer_test", path)
-    assert spec and spec.loader
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_module_file(path, "glmops_dsa_indexer_test")
 
 
 class PeakTemporaries(TorchDispatchMode):
@@ -90,13 +87,7 @@ class PeakTemporaries(TorchDispatchMode):
 def test_prefill_logits_match_reference(fb, exact):
     q, k, scale, w, ks, ke = prefill_inputs(exact=exact)
     got = fb.mqa_logits_torch(q, (k, scale), w, ks, ke)
-    ref = prefill_reference(q, k, scale, w, ks, ke)
-    assert got.dtype == torch.float32 and got.shape == ref.shape
-    assert torch.equal(torch.isinf(got), torch.isinf(ref))
-    if exact:
-        assert torch.equal(got.double(), ref)
-    else:
-        torch.testing.assert_close(got.double(), ref, rtol=1e-5, atol=1e-5)
+    assert_logits(got, prefill_reference(q, k, scale, w, ks, ke), exact)
 
 
 @pytest.mark.parametrize("exact", [False, True])
@@ -107,11 +98,7 @@ def test_paged_logits_match_reference(fb, exact):
     got = fb.paged_mqa_logits_torch(q, cache, w, lens, table, max_model_len)
     ref = decode_reference(q, kv, scale, w, lens, table, bs, max_model_len)
     assert got.shape == (q.shape[0] * q.shape[1], max_model_len)
-    assert torch.equal(torch.isinf(got), torch.isinf(ref))
-    if exact:
-        assert torch.equal(got.double(), ref)
-    else:
-        torch.testing.assert_close(got.double(), ref, rtol=1e-5, atol=1e-5)
+    assert_logits(got, ref, exact)
 
 
 def test_paged_triton_kernel_matches_reference(tmp_path):

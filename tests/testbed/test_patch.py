@@ -49,14 +49,6 @@ def bed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Testbed]:
         yield testbed
 
 
-@pytest.fixture(scope="module")
-def cpu_wheelhouse() -> Path:
-    try:
-        return wheelcache.cpu_wheelhouse()
-    except RuntimeError as error:
-        pytest.skip(f"no CPU wheelhouse: {error}")
-
-
 def install(run_playbook: Runner, inventory: Path, version: str) -> str:
     """Push the PyPI wheel and pip-install it (no deps) into a fresh venv; returns the venv."""
     wheel = fetch_vllm_wheel(version)

@@ -6,11 +6,11 @@ of the rule's own choice."""
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
 from types import ModuleType
 
 import pytest
+from module_file import load_module_file
 
 pytest.importorskip("triton", reason="the kernel module imports triton")
 KERNEL = Path(__file__).resolve().parents[2] / "backend" / "sparse_mla.py"
@@ -19,11 +19,7 @@ H200_SMS = 132
 
 @pytest.fixture(scope="module")
 def kmod() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("sparse_mla_splits", KERNEL)
-    assert spec and spec.loader
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_module_file(KERNEL, "sparse_mla_splits")
 
 
 # (B, H) -> split count at topk 2048 on 132 SMs (see the module docstring)
