@@ -13,7 +13,7 @@ Design, because the problem is a gather (H <= 64 is memory-bound on H200):
     loaded once as a [BLOCK_N, 512] + [BLOCK_N, 64] tile and used for both Q.K^T and P.V;
   * heads are the M dimension of both dots (padded to 16); online softmax in fp32 base 2;
   * the top-k is split across programs only until the grid fills the GPU (and, once every SM
-    has a program, no further than keeps the partials under a quarter of the gathered bytes);
+    has a program, no further than keeps the partials under an eighth of the gathered bytes);
     split partials (fp32, bounded by T * splits * H * 513 floats) are merged by a second small
     kernel, launched as a programmatic dependent on SM90+ so its launch overlaps the split
     kernel's tail.
@@ -66,6 +66,7 @@ def _sparse_mla_split_kernel(
     DV_SPLIT: tl.constexpr,  # 1, or 2: two programs own the two V halves (smaller accumulator)
     IS_SPLIT: tl.constexpr,
     USE_PDL: tl.constexpr,  # the merge is launched as a programmatic dependent (SM90+)
+    PREFETCH_IDX: tl.constexpr,  # load the next tile's indices one iteration ahead
 ):
     if USE_PDL:
         # Lets the merge kernel's programs launch (and wait) while this grid runs; the merge
@@ -102,9 +103,21 @@ def _sparse_mla_split_kernel(
     start = split * chunk
     end = tl.minimum(start + chunk, topk)
     idx_base = IDX + t.to(tl.int64) * stride_it
+    if PREFETCH_IDX:
+        # Indices one tile ahead, carried in registers: with the index load inside the loop,
+        # Triton's pipeliner chains it to the gather and waits for every copy at the top of each
+        # iteration, so no gather overlaps the dots; this way num_stages=3 keeps the next gather
+        # in flight (NOTES.md round 4). It costs registers, which the 64-head tile lacks.
+        offs_first = start + tl.arange(0, BLOCK_N)
+        idx_next = tl.load(idx_base + offs_first, mask=offs_first < end, other=-1)
     for n0 in range(start, end, BLOCK_N):
-        offs_n = n0 + tl.arange(0, BLOCK_N)
-        idx = tl.load(idx_base + offs_n, mask=offs_n < end, other=-1)
+        if PREFETCH_IDX:
+            idx = idx_next
+            offs_next = n0 + BLOCK_N + tl.arange(0, BLOCK_N)
+            idx_next = tl.load(idx_base + offs_next, mask=offs_next < end, other=-1)
+        else:
+            offs_n = n0 + tl.arange(0, BLOCK_N)
+            idx = tl.load(idx_base + offs_n, mask=offs_n < end, other=-1)
         valid = (idx >= 0) & (idx < num_rows)
         # int64 row offsets: caches beyond 2^31 elements are normal.
         row = KV + idx.to(tl.int64) * stride_kv
@@ -207,13 +220,20 @@ def _has_pdl(device_index: int) -> bool:
 def _default_config(num_heads: int) -> dict[str, int]:
     """Tile shape by head count, from the H200 sweeps in backend/NOTES.md.
 
-    ``WAVES`` is how many programs per SM the split count aims for: small-head tiles use
-    ~56 KB of shared memory and co-reside 4 per SM; 64-head tiles use ~216 KB (Q + two
-    64-row KV stages) and run one per SM.
+    ``WAVES`` is how many programs per SM the split count aims for: small-head tiles keep two
+    gathers in flight (indices prefetched, 3 stages, ~93 KB of shared memory) and co-reside 2 per
+    SM; 64-head tiles use ~216 KB (Q + two 64-row KV stages) and run one per SM.
     """
     block_h = min(64, max(16, triton.next_power_of_2(num_heads)))
     if block_h <= 16:
-        return {"BLOCK_H": 16, "BLOCK_N": 32, "num_warps": 4, "num_stages": 2, "WAVES": 4}
+        return {
+            "BLOCK_H": 16,
+            "BLOCK_N": 32,
+            "num_warps": 4,
+            "num_stages": 3,
+            "PREFETCH_IDX": 1,
+            "WAVES": 2,
+        }
     if block_h == 32:
         return {"BLOCK_H": 32, "BLOCK_N": 32, "num_warps": 4, "num_stages": 2, "WAVES": 2}
     return {"BLOCK_H": 64, "BLOCK_N": 64, "num_warps": 8, "num_stages": 2, "WAVES": 1}
@@ -228,30 +248,26 @@ def _choose_splits(
     num_sms: int,
     waves: int,
 ) -> int:
-    """Power-of-two split count: about ``waves`` programs per SM, but once every SM has a
-    program, no more splits than keep the partials written under a quarter of the KV bytes
-    gathered (the merge reads them back, so partial traffic stays under half).
+    """Power-of-two split count: about ``waves`` programs per SM, but once about every SM has
+    a program, no more splits than keep the partials written under an eighth of the KV bytes
+    gathered (the merge reads them back, so partial traffic stays under a quarter).
 
-    Each split writes H x 2 KB of fp32 partials per token against topk x 1152 B of KV; at B=8,
-    H=8 the 64 splits of four programs per SM cost more in partials than the extra parallelism
-    buys (H200, both without PDL: 17.6 us at 64 splits, 15.8 us at 32; NOTES.md round 3).
+    Each split writes H x 2 KB of fp32 partials per token against topk x 1152 B of KV; at B=8
+    the extra parallelism of a second program per SM costs more in partials than it buys
+    (H200: H=8 14.1 us at 16 splits, 15.3 at 32; H=16 14.4 vs 17.0; NOTES.md round 4).
     """
     per_split = max(1, num_tokens * programs_per_token)
     splits = _pow2_floor(max(1, (waves * num_sms) // per_split))
-    partial_cap = _pow2_floor(max(1, topk * _D_QK * 2 // (4 * num_heads * _D_V * 4)))
+    partial_cap = _pow2_floor(max(1, topk * _D_QK * 2 // (8 * num_heads * _D_V * 4)))
     if splits > partial_cap:
-        one_per_sm = _pow2_ceil(-(-num_sms // per_split))
-        splits = min(splits, max(partial_cap, one_per_sm))
+        about_one_per_sm = _pow2_floor(max(1, num_sms // per_split))
+        splits = min(splits, max(partial_cap, about_one_per_sm))
     max_splits = _pow2_floor(max(1, topk // block_n))  # a split keeps >= one BLOCK_N tile
     return max(1, min(splits, max_splits))
 
 
 def _pow2_floor(n: int) -> int:
     return 1 << (n.bit_length() - 1)
-
-
-def _pow2_ceil(n: int) -> int:
-    return 1 << (max(1, n) - 1).bit_length()
 
 
 def _plan(
@@ -384,6 +400,7 @@ def sparse_mla_decode(
         DV_SPLIT=dv_split,
         IS_SPLIT=is_split,
         USE_PDL=use_pdl,
+        PREFETCH_IDX=bool(cfg.get("PREFETCH_IDX", 0)),
         num_warps=cfg["num_warps"],
         num_stages=cfg["num_stages"],
     )

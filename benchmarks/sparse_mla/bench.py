@@ -13,7 +13,8 @@ Modes:
   bench  the issue's grid (B x H x dtype), ours vs baseline, JSON + Markdown results
   sweep  tile/split search for ours (bf16), JSON of every point, prints the best per case
   sweep2 a named point list (--plan): v2 (round 2's large-H and merge points), r3 (round 3,
-         small heads: PDL merge, wider/deeper gather tiles)
+         small heads: PDL merge, wider/deeper gather tiles), r4 (round 4: indices prefetched
+         by hand, deeper pipelines)
 """
 
 from __future__ import annotations
@@ -478,7 +479,38 @@ def plan_r3() -> list[tuple[int, int, dict[str, int], int]]:
     ]
 
 
-PLANS = {"v2": plan_v2, "r3": plan_r3}
+def plan_r4() -> list[tuple[int, int, dict[str, int], int]]:
+    """Round 4: the next tile's indices prefetched by hand (``PREFETCH_IDX``) so that 3-4
+    pipeline stages keep gathers in flight across the dot products; small and large heads."""
+    small = [
+        {"BLOCK_H": 16, "BLOCK_N": n, "num_warps": w, "num_stages": s, "PREFETCH_IDX": 1}
+        for n, w, s in [(32, 4, 2), (32, 4, 3), (32, 4, 4), (16, 4, 3), (64, 4, 3), (64, 8, 3)]
+    ]
+    large = [
+        {"BLOCK_H": 64, "BLOCK_N": n, "num_warps": 8, "num_stages": s, "PREFETCH_IDX": 1}
+        for n, s in [(64, 2), (32, 3), (32, 4), (16, 4)]
+    ]
+    cases = [
+        (1, 8, (32, 64), small),
+        (8, 8, (8, 16, 32), small),
+        (8, 16, (16, 32), small),
+        (32, 8, (8, 16), small),
+        (128, 8, (2, 4), small),
+        (128, 16, (2, 4), small),
+        (8, 64, (8, 16), large),
+        (32, 64, (2, 4), large),
+        (128, 64, (1, 2), large),
+        (128, 128, (1, 2), large),
+    ]
+    return [
+        (batch, heads, cfg, sp)
+        for batch, heads, splits, cfgs in cases
+        for cfg in cfgs
+        for sp in splits
+    ]
+
+
+PLANS = {"v2": plan_v2, "r3": plan_r3, "r4": plan_r4}
 
 
 def run_sweep_v2(

@@ -138,6 +138,20 @@ def test_grid_mixed_patterns(
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("prefetch", [0, 1])
+@pytest.mark.parametrize("num_heads", [8, 64])
+def test_both_index_schedules(kmod: ModuleType, num_heads: int, prefetch: int) -> None:
+    """The index load inside the loop and the one prefetched a tile ahead (each tile's default
+    uses one of them) agree with the reference on both tiles, with splits whose chunks end in
+    the middle of a tile (topk 2000 over 3 splits) and with no split at all."""
+    gen = torch.Generator(device="cuda").manual_seed(4321 + num_heads + prefetch)
+    q, kv, idx = _make_inputs(gen, 5, num_heads, 2000, torch.bfloat16, "mixed")
+    cfg = {**kmod._default_config(num_heads), "PREFETCH_IDX": prefetch}
+    for splits in (1, 3):
+        _check(kmod, q, kv, idx, num_splits=splits, config=cfg)
+
+
+@pytest.mark.gpu
 @pytest.mark.parametrize("dtype", ["fp16", "bf16"])
 @pytest.mark.parametrize("pattern", ["plain", "tail", "scattered", "empty", "dups"])
 @pytest.mark.parametrize("num_heads", [8, 64, 128])

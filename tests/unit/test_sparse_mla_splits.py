@@ -1,8 +1,8 @@
 """The split-count rule of backend/sparse_mla.py (pure Python, no GPU), pinned on the
 benchmark's grid: the split counts the committed H200 benchmark ran with. Where a sweep compared
-split counts at the default tile (backend/NOTES.md: round 1 for B=8/32/128, round 3 for
-B=8/H<=16, B=32/H=8, B=128/H<=16), these were the fastest; the other entries are regression pins
-of the rule's own choice."""
+split counts at the default tile (backend/NOTES.md: round 1 for B=8/32/128 with 64+ heads,
+round 4 for B=1/8/32/128 with H=8 and B=8/128 with H=16), these were the fastest; the other
+entries are regression pins of the rule's own choice."""
 
 from __future__ import annotations
 
@@ -25,9 +25,9 @@ def kmod() -> ModuleType:
 # (B, H) -> split count at topk 2048 on 132 SMs (see the module docstring)
 SPLITS = {
     (1, 8): 64, (1, 16): 64, (1, 64): 32, (1, 128): 32,
-    (8, 8): 32, (8, 16): 32, (8, 64): 16, (8, 128): 8,
-    (32, 8): 16, (32, 16): 16, (32, 64): 4, (32, 128): 2,
-    (128, 8): 4, (128, 16): 4, (128, 64): 1, (128, 128): 1,
+    (8, 8): 16, (8, 16): 16, (8, 64): 16, (8, 128): 8,
+    (32, 8): 8, (32, 16): 8, (32, 64): 4, (32, 128): 2,
+    (128, 8): 2, (128, 16): 2, (128, 64): 1, (128, 128): 1,
 }  # fmt: skip
 
 
