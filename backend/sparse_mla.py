@@ -3,6 +3,7 @@
 Contract (one query token per row of ``q``):
     q        [T, H, 576]   512 latent ("nope", absorbed) + 64 rope dims, fp16/bf16
     kv_rows  [N, 576]      the latent KV cache viewed as rows; V is the first 512 columns
+                           (or uint8 [N, 656]: fp8_ds_mla rows, vLLM's fp8 sparse MLA cache)
     indices  [T, topk]     int32 physical row numbers; any negative value (or >= N) is invalid
     sm_scale float         softmax scale, passed explicitly (GLM-5: 1/16)
     -> out [T, H, 512] in q's dtype, lse [T, H] fp32 (natural log).
@@ -32,7 +33,31 @@ from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
 _D_V = 512  # latent (V) width; K uses the whole 576-wide row
 _D_PE = 64  # rope part of K
 _D_QK = _D_V + _D_PE
+_FP8_ROW_BYTES = _D_V + 4 * 4 + _D_PE * 2  # fp8_ds_mla: fp8 latent, 4 fp32 scales, bf16 rope
+_FP8_GROUP = 128  # latent columns per fp8_ds_mla scale
 _LOG2E = 1.4426950408889634
+
+
+@triton.jit
+def _gather_fp8_ds_mla(row, valid, offs_v, offs_pe, out_ty: tl.constexpr, D_V: tl.constexpr):
+    """Gather fp8_ds_mla rows (656 B each, vLLM's FlashMLA sparse format): bytes [0, 512) are
+    the latent as fp8 e4m3 with one fp32 scale per 128 columns at bytes [512, 528), and bytes
+    [528, 656) the rope part as 64 bf16. Returns the latent columns ``offs_v`` (scaled) and the
+    rope part, both as ``out_ty``, like the 16-bit path's tiles."""
+    mask = valid[:, None]
+    raw = tl.load(row[:, None] + offs_v[None, :], mask=mask, other=0)
+    latent = raw.to(tl.float8e4nv, bitcast=True).to(tl.float32)
+    scales = (row + D_V).to(tl.pointer_type(tl.float32))
+    group = offs_v[None, :] // 128
+    # One fp32 scale per row and group, picked per column without a second [N, 512] gather.
+    s0 = tl.load(scales + 0, mask=valid, other=0.0)[:, None]
+    s1 = tl.load(scales + 1, mask=valid, other=0.0)[:, None]
+    s2 = tl.load(scales + 2, mask=valid, other=0.0)[:, None]
+    s3 = tl.load(scales + 3, mask=valid, other=0.0)[:, None]
+    scale = tl.where(group == 0, s0, tl.where(group == 1, s1, tl.where(group == 2, s2, s3)))
+    rope = (row + D_V + 16).to(tl.pointer_type(tl.bfloat16))
+    k_pe = tl.load(rope[:, None] + offs_pe[None, :], mask=mask, other=0.0)
+    return (latent * scale).to(out_ty), k_pe.to(out_ty)
 
 
 @triton.jit
@@ -64,6 +89,7 @@ def _sparse_mla_split_kernel(
     D_V: tl.constexpr,
     D_PE: tl.constexpr,
     DV_SPLIT: tl.constexpr,  # 1, or 2: two programs own the two V halves (smaller accumulator)
+    KV_FP8: tl.constexpr,  # KV rows are fp8_ds_mla bytes (see _gather_fp8_ds_mla), else fp16/bf16
     IS_SPLIT: tl.constexpr,
     USE_PDL: tl.constexpr,  # the merge is launched as a programmatic dependent (SM90+)
     PREFETCH_IDX: tl.constexpr,  # load the next tile's indices one iteration ahead
@@ -88,7 +114,8 @@ def _sparse_mla_split_kernel(
     offs_v = dvh * DV_BLOCK + tl.arange(0, DV_BLOCK)  # the V columns this program owns
     offs_o = (DV_BLOCK - dvh * DV_BLOCK) + tl.arange(0, DV_BLOCK)  # the other half (K only)
     offs_pe = tl.arange(0, D_PE)
-    kv_ty = KV.dtype.element_ty
+    # The dots run in the cache's 16-bit type; fp8_ds_mla rows are widened to q's (bf16).
+    kv_ty = Q.dtype.element_ty if KV_FP8 else KV.dtype.element_ty
 
     q_base = Q + t.to(tl.int64) * stride_qt + offs_h[:, None] * stride_qh
     q_v = tl.load(q_base + offs_v[None, :], mask=mask_h[:, None], other=0.0).to(kv_ty)
@@ -122,8 +149,11 @@ def _sparse_mla_split_kernel(
         # int64 row offsets: caches beyond 2^31 elements are normal.
         row = KV + idx.to(tl.int64) * stride_kv
         # Invalid rows are never read (masked), so garbage/NaN there cannot leak in.
-        kv = tl.load(row[:, None] + offs_v[None, :], mask=valid[:, None], other=0.0)
-        k_pe = tl.load(row[:, None] + D_V + offs_pe[None, :], mask=valid[:, None], other=0.0)
+        if KV_FP8:
+            kv, k_pe = _gather_fp8_ds_mla(row, valid, offs_v, offs_pe, kv_ty, D_V)
+        else:
+            kv = tl.load(row[:, None] + offs_v[None, :], mask=valid[:, None], other=0.0)
+            k_pe = tl.load(row[:, None] + D_V + offs_pe[None, :], mask=valid[:, None], other=0.0)
 
         s = tl.dot(q_pe, tl.trans(k_pe))
         if DV_SPLIT == 2:
@@ -217,7 +247,7 @@ def _has_pdl(device_index: int) -> bool:
     return torch.cuda.get_device_capability(device_index)[0] >= 9
 
 
-def _default_config(num_heads: int) -> dict[str, int]:
+def _default_config(num_heads: int, kv_fp8: bool = False) -> dict[str, int]:
     """Tile shape by head count, from the H200 sweeps in backend/NOTES.md.
 
     ``WAVES`` is how many programs per SM the split count aims for: small-head tiles keep two
@@ -225,6 +255,9 @@ def _default_config(num_heads: int) -> dict[str, int]:
     SM; 64-head tiles use ~216 KB (Q + two 64-row KV stages) and run one per SM.
     """
     block_h = min(64, max(16, triton.next_power_of_2(num_heads)))
+    if block_h <= 16 and kv_fp8:
+        # Widening fp8 rows takes the registers that prefetched indices would need.
+        return {"BLOCK_H": 16, "BLOCK_N": 32, "num_warps": 4, "num_stages": 2, "WAVES": 2}
     if block_h <= 16:
         return {
             "BLOCK_H": 16,
@@ -247,6 +280,7 @@ def _choose_splits(
     block_n: int,
     num_sms: int,
     waves: int,
+    row_bytes: int = _D_QK * 2,
 ) -> int:
     """Power-of-two split count: about ``waves`` programs per SM, but once about every SM has
     a program, no more splits than keep the partials written under an eighth of the KV bytes
@@ -258,7 +292,7 @@ def _choose_splits(
     """
     per_split = max(1, num_tokens * programs_per_token)
     splits = _pow2_floor(max(1, (waves * num_sms) // per_split))
-    partial_cap = _pow2_floor(max(1, topk * _D_QK * 2 // (8 * num_heads * _D_V * 4)))
+    partial_cap = _pow2_floor(max(1, topk * row_bytes // (8 * num_heads * _D_V * 4)))
     if splits > partial_cap:
         about_one_per_sm = _pow2_floor(max(1, num_sms // per_split))
         splits = min(splits, max(partial_cap, about_one_per_sm))
@@ -277,9 +311,10 @@ def _plan(
     device: torch.device,
     num_splits: int | None = None,
     config: dict[str, int] | None = None,
+    kv_fp8: bool = False,
 ) -> tuple[dict[str, int], int]:
     """Tile config and split count for a call (also used by the benchmark to report them)."""
-    cfg = dict(_default_config(num_heads))
+    cfg = dict(_default_config(num_heads, kv_fp8))
     if config:
         cfg.update(config)
     num_hb = triton.cdiv(num_heads, cfg["BLOCK_H"]) * cfg.get("DV_SPLIT", 1)
@@ -293,6 +328,7 @@ def _plan(
             cfg["BLOCK_N"],
             _num_sms(dev),
             cfg.get("WAVES", 2),
+            _FP8_ROW_BYTES if kv_fp8 else _D_QK * 2,
         )
     return cfg, max(1, min(int(num_splits), max(1, triton.cdiv(topk, cfg["BLOCK_N"]))))
 
@@ -325,10 +361,19 @@ def sparse_mla_decode(
     """
     if q.dim() != 3 or q.shape[-1] != _D_QK:
         raise ValueError(f"q must be [T, H, {_D_QK}], got {tuple(q.shape)}")
-    if kv_rows.dim() != 2 or kv_rows.shape[-1] != _D_QK:
-        raise ValueError(f"kv_rows must be [N, {_D_QK}], got {tuple(kv_rows.shape)}")
-    if kv_rows.dtype not in (torch.float16, torch.bfloat16):
-        raise TypeError(f"kv_rows must be fp16 or bf16, got {kv_rows.dtype}")
+    kv_fp8 = kv_rows.dtype == torch.uint8
+    row_width = _FP8_ROW_BYTES if kv_fp8 else _D_QK
+    if kv_rows.dim() != 2 or kv_rows.shape[-1] != row_width:
+        raise ValueError(
+            f"kv_rows must be [N, {_D_QK}] fp16/bf16 or [N, {_FP8_ROW_BYTES}] uint8 "
+            f"(fp8_ds_mla), got {tuple(kv_rows.shape)} {kv_rows.dtype}"
+        )
+    if kv_rows.dtype not in (torch.float16, torch.bfloat16, torch.uint8):
+        raise TypeError(f"kv_rows must be fp16, bf16 or uint8 (fp8_ds_mla), got {kv_rows.dtype}")
+    if kv_fp8 and q.dtype != torch.bfloat16:
+        raise TypeError(f"fp8_ds_mla rows need a bf16 q (their rope part is bf16), got {q.dtype}")
+    if kv_fp8 and kv_rows.stride(0) % 16:
+        raise ValueError("fp8_ds_mla rows must start 16-byte aligned (row stride % 16 == 0)")
     if indices.dim() != 2 or indices.shape[0] != q.shape[0] or indices.dtype != torch.int32:
         raise ValueError("indices must be int32 [T, topk] with T = q.shape[0]")
     if q.stride(-1) != 1 or kv_rows.stride(-1) != 1 or indices.stride(-1) != 1:
@@ -347,7 +392,7 @@ def sparse_mla_decode(
     if num_tokens == 0 or num_heads == 0:
         return out, lse
 
-    cfg, num_splits = _plan(num_tokens, num_heads, topk, q.device, num_splits, config)
+    cfg, num_splits = _plan(num_tokens, num_heads, topk, q.device, num_splits, config, kv_fp8)
     block_h, block_n = cfg["BLOCK_H"], cfg["BLOCK_N"]
     num_hb = triton.cdiv(num_heads, block_h)
     chunk = triton.cdiv(triton.cdiv(max(topk, 1), num_splits), block_n) * block_n
@@ -365,6 +410,8 @@ def sparse_mla_decode(
         part_o, part_lse = lse, lse  # unused placeholders
 
     dv_split = cfg.get("DV_SPLIT", 1)
+    if kv_fp8 and dv_split != 1:
+        raise ValueError("DV_SPLIT is a 16-bit-cache tuning option; fp8_ds_mla needs 1")
     use_pdl = is_split and bool(cfg.get("PDL", 1))
     if use_pdl:
         dev = q.device.index if q.device.index is not None else torch.cuda.current_device()
@@ -398,6 +445,7 @@ def sparse_mla_decode(
         D_V=_D_V,
         D_PE=_D_PE,
         DV_SPLIT=dv_split,
+        KV_FP8=kv_fp8,
         IS_SPLIT=is_split,
         USE_PDL=use_pdl,
         PREFETCH_IDX=bool(cfg.get("PREFETCH_IDX", 0)),
@@ -438,6 +486,8 @@ def reference_sparse_mla(
     Invalid slots are replaced by row 0 *after* masking is decided and their values zeroed, so
     NaN in unselected rows cannot reach the result. Returns fp32 (out [T, H, 512], lse [T, H]).
     """
+    if kv_rows.dtype == torch.uint8:
+        kv_rows = dequantize_fp8_ds_mla(kv_rows)
     num_rows = kv_rows.shape[0]
     idx = indices.long()
     valid = (idx >= 0) & (idx < num_rows)
@@ -450,3 +500,24 @@ def reference_sparse_mla(
     probs = torch.where(valid[:, None, :], probs, torch.zeros((), device=probs.device))
     out = torch.einsum("thk,tkd->thd", probs, rows[..., :_D_V])
     return out, lse
+
+
+def quantize_fp8_ds_mla(rows: torch.Tensor) -> torch.Tensor:
+    """[N, 576] rows -> uint8 [N, 656] fp8_ds_mla rows: per 128 latent columns one fp32 scale
+    (amax / 448, e4m3's largest finite value), the latent divided by it in fp8 e4m3, the rope
+    part as bf16 (tests and benchmarks; vLLM writes its cache with its own kernel)."""
+    latent = rows[:, :_D_V].float().reshape(rows.shape[0], _D_V // _FP8_GROUP, _FP8_GROUP)
+    scale = latent.abs().amax(dim=-1).clamp_min(1e-12) / 448.0  # [N, 4]
+    fp8 = (latent / scale[..., None]).to(torch.float8_e4m3fn).reshape(rows.shape[0], _D_V)
+    rope = rows[:, _D_V:].to(torch.bfloat16).contiguous()
+    return torch.cat([fp8.view(torch.uint8), scale.view(torch.uint8), rope.view(torch.uint8)], 1)
+
+
+def dequantize_fp8_ds_mla(rows: torch.Tensor) -> torch.Tensor:
+    """uint8 [N, 656] fp8_ds_mla rows -> float32 [N, 576] (latent times its group's scale)."""
+    n = rows.shape[0]
+    latent = rows[:, :_D_V].contiguous().view(torch.float8_e4m3fn).float()
+    scale = rows[:, _D_V : _D_V + 16].contiguous().view(torch.float32)  # [N, 4]
+    latent = (latent.reshape(n, _D_V // _FP8_GROUP, _FP8_GROUP) * scale[..., None]).reshape(n, _D_V)
+    rope = rows[:, _D_V + 16 :].contiguous().view(torch.bfloat16).float()
+    return torch.cat([latent, rope], dim=1)

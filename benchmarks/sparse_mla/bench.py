@@ -10,11 +10,12 @@ Timing: each case captures one CUDA graph that runs the kernel over enough rotat
 divided by the number of calls, and the reported value is the median over replays.
 
 Modes:
-  bench  the issue's grid (B x H x dtype), ours vs baseline, JSON + Markdown results
+  bench  the issue's grid (B x H x dtype), ours vs baseline, JSON + Markdown results (dtype
+         fp8: fp8_ds_mla cache rows, ours only)
   sweep  tile/split search for ours (bf16), JSON of every point, prints the best per case
   sweep2 a named point list (--plan): v2 (round 2's large-H and merge points), r3 (round 3,
          small heads: PDL merge, wider/deeper gather tiles), r4 (round 4: indices prefetched
-         by hand, deeper pipelines)
+         by hand, deeper pipelines), fp8 (fp8_ds_mla rows; run with --dtypes fp8)
 """
 
 from __future__ import annotations
@@ -40,7 +41,8 @@ KERNEL_PATH = ROOT / "backend" / "sparse_mla.py"
 BASELINE_PATH = ROOT / ".thirdparty/vllm/v1/attention/ops/triton_decode_attention.py"
 
 TOPK = 2048
-ROW_BYTES = 576 * 2
+# q dtype per --dtypes name; "fp8" runs fp8_ds_mla cache rows (656 B) under a bf16 q.
+Q_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp8": torch.bfloat16}
 MEM_BW = 4.3e12  # measured device-to-device copy rate on this H200 kind (KINDS.md)
 MMA_RATE = 790e12  # measured bf16 matmul rate on random data (KINDS.md)
 L2_BYTES = 60 * 2**20
@@ -103,7 +105,8 @@ class Case:
 
     def __init__(self, kv: torch.Tensor, batch: int, heads: int, dtype: torch.dtype) -> None:
         self.batch, self.heads, self.dtype = batch, heads, dtype
-        per_call = batch * TOPK * ROW_BYTES
+        self.row_bytes = kv.shape[1] * kv.element_size()
+        per_call = batch * TOPK * self.row_bytes
         self.n_sets = int(min(128, max(2, math.ceil(4 * L2_BYTES / per_call))))
         n = kv.shape[0]
         self.kv = kv
@@ -174,8 +177,8 @@ class Case:
         ]
 
 
-def floors_us(batch: int, heads: int) -> tuple[float, float]:
-    kv_bytes = batch * TOPK * ROW_BYTES
+def floors_us(batch: int, heads: int, row_bytes: int) -> tuple[float, float]:
+    kv_bytes = batch * TOPK * row_bytes
     io_bytes = batch * heads * (576 + 512) * 2
     flops = 2.0 * batch * heads * TOPK * (576 + 512)
     return (kv_bytes + io_bytes) / MEM_BW * 1e6, flops / MMA_RATE * 1e6
@@ -213,22 +216,24 @@ def run_bench(
         print(f"baseline file missing: {BASELINE_PATH}", file=sys.stderr)
     rows = []
     for dname in args.dtypes.split(","):
-        dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}[dname]
+        dtype = Q_DTYPES[dname]
         for batch in [int(x) for x in args.batches.split(",")]:
             for heads in [int(x) for x in args.heads.split(",")]:
                 case = Case(kv[dname], batch, heads, dtype)
                 ours, ours_s = graph_time_us(case.ours(kmod), args.reps)
                 ours2, _ = graph_time_us(case.ours(kmod), args.reps)  # spread check
                 base = base_err = None
-                if bmod is not None:
+                if bmod is not None and dname != "fp8":  # vLLM's Triton MLA has no fp8_ds_mla
                     base, _ = graph_time_us(case.baseline(bmod), args.reps)
                     ref = case.outs[0].float()
                     diff = (case.base_out[0].float() - ref).norm() / ref.norm()
                     base_err = float(diff)
-                t_mem, t_comp = floors_us(batch, heads)
+                t_mem, t_comp = floors_us(batch, heads, case.row_bytes)
                 flops = 2.0 * batch * heads * TOPK * (576 + 512)
-                target = TARGET_US.get((batch, heads))
-                cfg, splits = kmod._plan(batch, heads, TOPK, torch.device("cuda"))
+                target = TARGET_US.get((batch, heads)) if dname != "fp8" else None
+                cfg, splits = kmod._plan(
+                    batch, heads, TOPK, torch.device("cuda"), kv_fp8=dname == "fp8"
+                )
                 row = {
                     "dtype": dname,
                     "B": batch,
@@ -242,7 +247,7 @@ def run_bench(
                     "ours_us_max": max(ours_s),
                     "baseline_us": base,
                     "speedup": (base / ours) if base else None,
-                    "gathered_GBps": batch * TOPK * ROW_BYTES / ours / 1e3,
+                    "gathered_GBps": batch * TOPK * case.row_bytes / ours / 1e3,
                     "TFLOPs": flops / ours / 1e6,
                     "floor_us": max(t_mem, t_comp),
                     "bound": "mem" if t_mem >= t_comp else "compute",
@@ -289,7 +294,9 @@ def render_md(result: dict[str, Any]) -> str:
         f"index sets (touched KV > 4x L2), median of {result['reps']} replays.",
         f"- Floors: memory at {MEM_BW / 1e12:.1f} TB/s (KV + q + out), compute at "
         f"{MMA_RATE / 1e12:.0f} TFLOP/s; baseline = `decode_attention_fwd`, 4 KV splits, "
-        "page_size 1, its o/lse preallocated.",
+        "page_size 1, its o/lse preallocated. dtype fp8: fp8_ds_mla cache rows (656 B: fp8 "
+        "latent, 4 fp32 scales, bf16 rope) under a bf16 q; vLLM's Triton MLA has no such path, "
+        "so no baseline, and the issue's targets are for 16-bit caches.",
         "",
         "| dtype | B | H | splits | ours µs | baseline µs | speedup | GB/s gathered | TFLOP/s "
         "| floor µs | frac of floor | target µs | met |",
@@ -510,7 +517,42 @@ def plan_r4() -> list[tuple[int, int, dict[str, int], int]]:
     ]
 
 
-PLANS = {"v2": plan_v2, "r3": plan_r3, "r4": plan_r4}
+def plan_fp8() -> list[tuple[int, int, dict[str, int], int]]:
+    """fp8_ds_mla rows (run with --dtypes fp8): tiles and splits for the 656-byte rows, whose
+    dequantization holds the tile in fp32 registers before the dots."""
+    small = [
+        {"BLOCK_H": 16, "BLOCK_N": n, "num_warps": w, "num_stages": st, "PREFETCH_IDX": pf}
+        for n, w, st, pf in [
+            (32, 4, 3, 1),
+            (32, 4, 2, 0),
+            (16, 4, 3, 1),
+            (32, 8, 3, 1),
+            (64, 8, 2, 0),
+        ]
+    ]
+    large = [
+        {"BLOCK_H": 64, "BLOCK_N": n, "num_warps": 8, "num_stages": st}
+        for n, st in [(64, 2), (32, 2), (32, 3)]
+    ]
+    cases = [
+        (1, 8, (32, 64), small),
+        (8, 8, (8, 16, 32), small),
+        (32, 8, (4, 8, 16), small),
+        (128, 8, (1, 2, 4), small),
+        (128, 16, (1, 2, 4), small),
+        (8, 64, (8, 16), large),
+        (128, 64, (1, 2), large),
+        (128, 128, (1, 2), large),
+    ]
+    return [
+        (batch, heads, cfg, sp)
+        for batch, heads, splits, cfgs in cases
+        for cfg in cfgs
+        for sp in splits
+    ]
+
+
+PLANS = {"v2": plan_v2, "r3": plan_r3, "r4": plan_r4, "fp8": plan_fp8}
 
 
 def run_sweep_v2(
@@ -524,7 +566,8 @@ def run_sweep_v2(
         if key not in cases:
             cases.clear()
             torch.cuda.empty_cache()
-            cases[key] = Case(kv["bf16"], batch, heads, torch.bfloat16)
+            name = args.dtypes.split(",")[0]
+            cases[key] = Case(kv[name], batch, heads, Q_DTYPES[name])
         case = cases[key]
         try:
             us, _ = graph_time_us(case.ours(kmod, num_splits=splits, config=cfg), 7)
@@ -564,7 +607,7 @@ def main() -> None:
     ap.add_argument("--mode", choices=["bench", "sweep", "sweep2"], default="bench")
     ap.add_argument("--batches", default="1,8,32,128")
     ap.add_argument("--heads", default="8,16,64,128")
-    ap.add_argument("--dtypes", default="bf16,fp16")
+    ap.add_argument("--dtypes", default="bf16,fp16,fp8", help="fp8: fp8_ds_mla cache rows")
     ap.add_argument("--reps", type=int, default=30)
     ap.add_argument("--plan", choices=sorted(PLANS), default="r3", help="sweep2's point list")
     ap.add_argument(
@@ -581,8 +624,8 @@ def main() -> None:
     kmod = load_module(KERNEL_PATH, "sparse_mla")
     kv = {}
     for dname in args.dtypes.split(","):
-        dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}[dname]
-        kv[dname] = (torch.randn(args.cache_rows, 576, device="cuda") * 0.5).to(dtype)
+        rows = (torch.randn(args.cache_rows, 576, device="cuda") * 0.5).to(Q_DTYPES[dname])
+        kv[dname] = kmod.quantize_fp8_ds_mla(rows) if dname == "fp8" else rows
     if args.mode == "sweep":
         run_sweep(args, kmod, kv)
     elif args.mode == "sweep2":

@@ -223,6 +223,43 @@ def test_strided_views_and_peaked_softmax(kmod: ModuleType, num_heads: int) -> N
     _check(kmod, wide_q[..., :576], wide_kv[:, :576], idx, sm_scale=0.12)
 
 
+_FP8_GRID = [
+    pytest.param(h, t, k, id=f"H{h}-T{t}-k{k}")
+    for h, t, k in itertools.product((8, 16, 64, 128), (1, 3, 64), (64, 2000, 2048))
+]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize(("num_heads", "num_tokens", "topk"), _FP8_GRID)
+def test_fp8_ds_mla_rows(kmod: ModuleType, num_heads: int, num_tokens: int, topk: int) -> None:
+    """fp8_ds_mla cache rows (uint8 [N, 656]) against the reference on their dequantized
+    values. The rows no index selects come from NaN rows, so their fp8 bytes, scales and rope
+    are NaN too: a wrong gather shows up as NaN."""
+    seed = zlib.crc32(f"fp8-{num_heads}-{num_tokens}-{topk}".encode())
+    gen = torch.Generator(device="cuda").manual_seed(seed)
+    pattern = "mixed" if num_tokens > 1 else ("tail", "scattered", "plain")[topk % 3]
+    q, kv, idx = _make_inputs(gen, num_tokens, num_heads, topk, torch.bfloat16, pattern)
+    rows = kmod.quantize_fp8_ds_mla(kv)
+    unselected = kv[:, 0].isnan()
+    assert kmod.dequantize_fp8_ds_mla(rows[unselected]).isnan().all()
+    _check(kmod, q, rows, idx)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("num_heads", [16, 128])
+def test_fp8_ds_mla_strided_rows_and_splits(kmod: ModuleType, num_heads: int) -> None:
+    """fp8_ds_mla rows inside a wider, NaN-padded buffer (row stride 672 bytes), over split
+    counts that leave splits empty, and with every index listed twice."""
+    gen = torch.Generator(device="cuda").manual_seed(77 + num_heads)
+    q, kv, idx = _make_inputs(gen, 5, num_heads, 1000, torch.bfloat16, "mixed")
+    rows = kmod.quantize_fp8_ds_mla(kv)
+    wide = torch.full((rows.shape[0], 672), 0xFF, dtype=torch.uint8, device="cuda")
+    wide[:, :656] = rows
+    for splits in (1, 3, 16):
+        _check(kmod, q, wide[:, :656], idx, num_splits=splits)
+    _check(kmod, q, wide[:, :656], torch.cat([idx, idx], dim=1))
+
+
 @pytest.mark.gpu
 def test_out_of_range_rows_are_invalid(kmod: ModuleType) -> None:
     gen = torch.Generator(device="cuda").manual_seed(5)
