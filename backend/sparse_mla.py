@@ -14,7 +14,8 @@ Design, because the problem is a gather (H <= 64 is memory-bound on H200):
     loaded once as a [BLOCK_N, 512] + [BLOCK_N, 64] tile and used for both Q.K^T and P.V;
   * heads are the M dimension of both dots (padded to 16); online softmax in fp32 base 2;
   * the top-k is split across programs only until the grid fills the GPU (and, once every SM
-    has a program, no further than keeps the partials under an eighth of the gathered bytes);
+    has about one program, no further than keeps the partials under an eighth of the bytes a
+    16-bit row gathers);
     split partials (fp32, bounded by T * splits * H * 513 floats) are merged by a second small
     kernel, launched as a programmatic dependent on SM90+ so its launch overlaps the split
     kernel's tail.
@@ -280,7 +281,6 @@ def _choose_splits(
     block_n: int,
     num_sms: int,
     waves: int,
-    row_bytes: int = _D_QK * 2,
 ) -> int:
     """Power-of-two split count: about ``waves`` programs per SM, but once about every SM has
     a program, no more splits than keep the partials written under an eighth of the KV bytes
@@ -288,11 +288,13 @@ def _choose_splits(
 
     Each split writes H x 2 KB of fp32 partials per token against topk x 1152 B of KV; at B=8
     the extra parallelism of a second program per SM costs more in partials than it buys
-    (H200: H=8 14.1 us at 16 splits, 15.3 at 32; H=16 14.4 vs 17.0; NOTES.md round 4).
+    (H200: H=8 14.1 us at 16 splits, 15.3 at 32; H=16 14.4 vs 17.0; NOTES.md round 4). The
+    cap counts 16-bit rows for fp8_ds_mla rows too: their widening, not their bytes, sets the
+    pace (fp8 B=32/H=8: 55.9 us at 8 splits, 75.9 at 4; NOTES.md round 5).
     """
     per_split = max(1, num_tokens * programs_per_token)
     splits = _pow2_floor(max(1, (waves * num_sms) // per_split))
-    partial_cap = _pow2_floor(max(1, topk * row_bytes // (8 * num_heads * _D_V * 4)))
+    partial_cap = _pow2_floor(max(1, topk * _D_QK * 2 // (8 * num_heads * _D_V * 4)))
     if splits > partial_cap:
         about_one_per_sm = _pow2_floor(max(1, num_sms // per_split))
         splits = min(splits, max(partial_cap, about_one_per_sm))
@@ -328,7 +330,6 @@ def _plan(
             cfg["BLOCK_N"],
             _num_sms(dev),
             cfg.get("WAVES", 2),
-            _FP8_ROW_BYTES if kv_fp8 else _D_QK * 2,
         )
     return cfg, max(1, min(int(num_splits), max(1, triton.cdiv(topk, cfg["BLOCK_N"]))))
 
@@ -372,8 +373,8 @@ def sparse_mla_decode(
         raise TypeError(f"kv_rows must be fp16, bf16 or uint8 (fp8_ds_mla), got {kv_rows.dtype}")
     if kv_fp8 and q.dtype != torch.bfloat16:
         raise TypeError(f"fp8_ds_mla rows need a bf16 q (their rope part is bf16), got {q.dtype}")
-    if kv_fp8 and kv_rows.stride(0) % 16:
-        raise ValueError("fp8_ds_mla rows must start 16-byte aligned (row stride % 16 == 0)")
+    if kv_fp8 and (kv_rows.stride(0) % 16 or kv_rows.data_ptr() % 16):
+        raise ValueError("fp8_ds_mla rows must start 16-byte aligned (buffer and row stride)")
     if indices.dim() != 2 or indices.shape[0] != q.shape[0] or indices.dtype != torch.int32:
         raise ValueError("indices must be int32 [T, topk] with T = q.shape[0]")
     if q.stride(-1) != 1 or kv_rows.stride(-1) != 1 or indices.stride(-1) != 1:

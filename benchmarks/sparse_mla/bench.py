@@ -561,12 +561,14 @@ def run_sweep_v2(
     points = []
     cases: dict[tuple[int, int], Case] = {}
     combine = kmod._sparse_mla_combine_kernel
+    name = args.dtypes.split(",")[0]  # the rows every point runs on
+    if (args.plan == "fp8") != (name == "fp8"):
+        raise SystemExit("--plan fp8 goes with --dtypes fp8 (and only it)")
     for batch, heads, cfg, splits in PLANS[args.plan]():
         key = (batch, heads)
         if key not in cases:
             cases.clear()
             torch.cuda.empty_cache()
-            name = args.dtypes.split(",")[0]
             cases[key] = Case(kv[name], batch, heads, Q_DTYPES[name])
         case = cases[key]
         try:
@@ -598,7 +600,8 @@ def run_sweep_v2(
             f"{us_split or float('nan'):8.1f}) {cfg}",
             flush=True,
         )
-    Path(args.json).write_text(json.dumps({"info": gpu_info(), "points": points}, indent=1))
+    result = {"info": gpu_info(), "dtype": name, "plan": args.plan, "points": points}
+    Path(args.json).write_text(json.dumps(result, indent=1))
     report_compiled(kmod)
 
 

@@ -142,8 +142,8 @@ def test_grid_mixed_patterns(
 @pytest.mark.parametrize("num_heads", [8, 64])
 def test_both_index_schedules(kmod: ModuleType, num_heads: int, prefetch: int) -> None:
     """The index load inside the loop and the one prefetched a tile ahead (each tile's default
-    uses one of them) agree with the reference on both tiles, with splits whose chunks end in
-    the middle of a tile (topk 2000 over 3 splits) and with no split at all."""
+    uses one of them) agree with the reference on both tiles, over 3 splits (topk 2000: the
+    last split's chunk ends in the middle of a tile) and with no split at all."""
     gen = torch.Generator(device="cuda").manual_seed(4321 + num_heads + prefetch)
     q, kv, idx = _make_inputs(gen, 5, num_heads, 2000, torch.bfloat16, "mixed")
     cfg = {**kmod._default_config(num_heads), "PREFETCH_IDX": prefetch}
@@ -225,7 +225,8 @@ def test_strided_views_and_peaked_softmax(kmod: ModuleType, num_heads: int) -> N
 
 _FP8_GRID = [
     pytest.param(h, t, k, id=f"H{h}-T{t}-k{k}")
-    for h, t, k in itertools.product((8, 16, 64, 128), (1, 3, 64), (64, 2000, 2048))
+    for h, t, k in itertools.product((8, 16, 32, 64, 128), (1, 3, 64, 257), (64, 2000, 2048))
+    if t < 257 or k == 2048
 ]
 
 
@@ -248,8 +249,8 @@ def test_fp8_ds_mla_rows(kmod: ModuleType, num_heads: int, num_tokens: int, topk
 @pytest.mark.gpu
 @pytest.mark.parametrize("num_heads", [16, 128])
 def test_fp8_ds_mla_strided_rows_and_splits(kmod: ModuleType, num_heads: int) -> None:
-    """fp8_ds_mla rows inside a wider, NaN-padded buffer (row stride 672 bytes), over split
-    counts that leave splits empty, and with every index listed twice."""
+    """fp8_ds_mla rows inside a wider, NaN-padded buffer (row stride 672 bytes), over 1, 3 and
+    16 splits, with the index prefetch on, and with every index listed twice."""
     gen = torch.Generator(device="cuda").manual_seed(77 + num_heads)
     q, kv, idx = _make_inputs(gen, 5, num_heads, 1000, torch.bfloat16, "mixed")
     rows = kmod.quantize_fp8_ds_mla(kv)
@@ -257,6 +258,8 @@ def test_fp8_ds_mla_strided_rows_and_splits(kmod: ModuleType, num_heads: int) ->
     wide[:, :656] = rows
     for splits in (1, 3, 16):
         _check(kmod, q, wide[:, :656], idx, num_splits=splits)
+    prefetch = {**kmod._default_config(num_heads, kv_fp8=True), "PREFETCH_IDX": 1, "num_stages": 3}
+    _check(kmod, q, wide[:, :656], idx, num_splits=3, config=prefetch)
     _check(kmod, q, wide[:, :656], torch.cat([idx, idx], dim=1))
 
 
