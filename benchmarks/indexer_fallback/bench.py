@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
-import importlib.util
 import json
 import math
 import statistics
@@ -34,18 +33,13 @@ from typing import Any
 import torch
 
 ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "tests"))
+from module_file import load_module_file  # noqa: E402  (stdlib only; runs without glmops)
+
 RENDERED = ROOT / ".thirdparty" / "rendered"
 HEADS, DIM, BLOCK = 32, 128, 64
 MEM_BW = 4.3e12
 FP8 = torch.float8_e4m3fn
-
-
-def load(path: Path, name: str) -> types.ModuleType:
-    spec = importlib.util.spec_from_file_location(name, path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def load_baseline() -> types.ModuleType:
@@ -61,7 +55,9 @@ def load_baseline() -> types.ModuleType:
         "vllm.utils.math_utils": math_utils,
     }.items():
         sys.modules.setdefault(name, module)
-    return load(RENDERED / "vllm-0.16.0" / "indexer_torch_refs.py", "vllm_indexer_refs_0_16")
+    return load_module_file(
+        RENDERED / "vllm-0.16.0" / "indexer_torch_refs.py", "vllm_indexer_refs_0_16"
+    )
 
 
 def time_ms(fn: Callable[[], Any], reps: int) -> float:
@@ -124,7 +120,9 @@ def agree(ours: torch.Tensor, base: torch.Tensor) -> float:
 
 
 def run(reps: int) -> list[dict[str, Any]]:
-    ours = load(RENDERED / "v0_16-indexer" / "glmops_dsa_indexer.py", "glmops_dsa_indexer")
+    ours = load_module_file(
+        RENDERED / "v0_16-indexer" / "glmops_dsa_indexer.py", "glmops_dsa_indexer"
+    )
     base = load_baseline()
     rows: list[dict[str, Any]] = []
     for batch, ctx in [(1, 4096), (1, 32768), (8, 4096), (8, 32768), (32, 4096), (32, 32768)]:

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
-import importlib.util
 import json
 import math
 import statistics
@@ -37,6 +36,9 @@ import torch
 import triton
 
 ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "tests"))
+from module_file import load_module_file  # noqa: E402  (stdlib only; runs without glmops)
+
 KERNEL_PATH = ROOT / "backend" / "sparse_mla.py"
 BASELINE_PATH = ROOT / ".thirdparty/vllm/v1/attention/ops/triton_decode_attention.py"
 
@@ -50,14 +52,6 @@ SM_SCALE = 1.0 / 16.0
 # Issue 4's per-case latency targets (µs) on the H200; every case also needs >= 3x the baseline.
 TARGET_US = {(8, 8): 12.0, (128, 8): 95.0, (128, 16): 95.0, (128, 64): 120.0, (128, 128): 250.0}
 MIN_SPEEDUP = 3.0
-
-
-def load_module(path: Path, name: str) -> types.ModuleType:
-    spec = importlib.util.spec_from_file_location(name, path)
-    assert spec is not None and spec.loader is not None
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
 
 
 def load_baseline() -> types.ModuleType | None:
@@ -74,7 +68,7 @@ def load_baseline() -> types.ModuleType | None:
         sys.modules.update(
             {"vllm": vllm, "vllm.platforms": platforms, "vllm.triton_utils": triton_utils}
         )
-    return load_module(BASELINE_PATH, "vllm_triton_decode_attention_0_16")
+    return load_module_file(BASELINE_PATH, "vllm_triton_decode_attention_0_16")
 
 
 def graph_time_us(calls: list[Callable[[], Any]], reps: int) -> tuple[float, list[float]]:
@@ -486,6 +480,15 @@ def plan_r3() -> list[tuple[int, int, dict[str, int], int]]:
     ]
 
 
+CaseRow = tuple[int, int, tuple[int, ...], list[dict[str, int]]]
+Point = tuple[int, int, dict[str, int], int]
+
+
+def _expand(cases: list[CaseRow]) -> list[Point]:
+    """(B, H, split counts, configs) rows -> one sweep point per config and split count."""
+    return [(b, h, cfg, sp) for b, h, splits, cfgs in cases for cfg in cfgs for sp in splits]
+
+
 def plan_r4() -> list[tuple[int, int, dict[str, int], int]]:
     """Round 4: the next tile's indices prefetched by hand (``PREFETCH_IDX``) so that 3-4
     pipeline stages keep gathers in flight across the dot products; small and large heads."""
@@ -509,12 +512,7 @@ def plan_r4() -> list[tuple[int, int, dict[str, int], int]]:
         (128, 64, (1, 2), large),
         (128, 128, (1, 2), large),
     ]
-    return [
-        (batch, heads, cfg, sp)
-        for batch, heads, splits, cfgs in cases
-        for cfg in cfgs
-        for sp in splits
-    ]
+    return _expand(cases)
 
 
 def plan_fp8() -> list[tuple[int, int, dict[str, int], int]]:
@@ -544,12 +542,7 @@ def plan_fp8() -> list[tuple[int, int, dict[str, int], int]]:
         (128, 64, (1, 2), large),
         (128, 128, (1, 2), large),
     ]
-    return [
-        (batch, heads, cfg, sp)
-        for batch, heads, splits, cfgs in cases
-        for cfg in cfgs
-        for sp in splits
-    ]
+    return _expand(cases)
 
 
 PLANS = {"v2": plan_v2, "r3": plan_r3, "r4": plan_r4, "fp8": plan_fp8}
@@ -624,7 +617,7 @@ def main() -> None:
     ap.add_argument("--md", default="sparse_mla_h200.md")
     args = ap.parse_args()
     torch.manual_seed(0)
-    kmod = load_module(KERNEL_PATH, "sparse_mla")
+    kmod = load_module_file(KERNEL_PATH, "sparse_mla")
     kv = {}
     for dname in args.dtypes.split(","):
         rows = (torch.randn(args.cache_rows, 576, device="cuda") * 0.5).to(Q_DTYPES[dname])

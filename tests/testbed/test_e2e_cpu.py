@@ -12,8 +12,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
@@ -24,6 +22,7 @@ import yaml
 
 from glmops.testbed import Testbed
 from glmops.testbed.inventory import host_address
+from tests.glmops_cli import run_cli, tasks_named
 from tests.testbed.conftest import booted, host_read
 
 pytestmark = pytest.mark.testbed
@@ -64,28 +63,13 @@ def env(
 
 
 def glmops(env: dict[str, str], *args: str, timeout: float = 1200) -> tuple[int, list[dict]]:
-    """Run the CLI with --json; returns its exit code and its events."""
-    proc = subprocess.run(
-        [sys.executable, "-m", "glmops.cli", *args, "--json"],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-    )
-    if proc.stdout.startswith("["):  # `glmops status --json`: one JSON list of rows
-        events = json.loads(proc.stdout)
-    else:
-        events = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
-    if proc.returncode not in (0, 3):
-        print(proc.stdout[-4000:], proc.stderr[-4000:])
-    return proc.returncode, events
+    """Run the CLI with --json; returns its exit code and its events (3: status drift)."""
+    rc, events, _ = run_cli(*args, env=env, cwd=ROOT, timeout=timeout, ok=(0, 3))
+    return rc, events
 
 
 def task(events: list[dict], prefix: str) -> dict[str, Any]:
-    found = [
-        e for e in events if e.get("event") in ("task", "handler") and e["task"].startswith(prefix)
-    ]
+    found = tasks_named(events, prefix)
     assert found, f"no task {prefix!r} in {[e.get('task') for e in events]}"
     return found[-1]
 

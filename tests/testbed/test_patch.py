@@ -15,8 +15,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -28,6 +26,7 @@ from glmops import wheelcache
 from glmops.modules.python_venv import UV_DIR
 from glmops.testbed import Testbed
 from tests.conftest import Runner
+from tests.glmops_cli import run_cli, tasks_named
 from tests.testbed.conftest import booted
 from tests.vllm_wheels import fetch_vllm_wheel
 
@@ -188,22 +187,13 @@ def install_with_torch(
 
 
 def glmops(env: dict[str, str], *args: str) -> tuple[int, list[dict[str, Any]]]:
-    """The CLI a user runs, with --json: its exit code and its events."""
-    proc = subprocess.run(
-        [sys.executable, "-m", "glmops.cli", *args, "--json"],
-        cwd=PROJECT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=900,
-    )
-    if proc.returncode not in (0, 2):
-        print(proc.stdout[-4000:], proc.stderr[-4000:])
-    return proc.returncode, [json.loads(x) for x in proc.stdout.splitlines() if x.startswith("{")]
+    """The CLI a user runs, with --json: its exit code and its events (2 is a refusal)."""
+    rc, events, _ = run_cli(*args, env=env, cwd=PROJECT, ok=(0, 2))
+    return rc, events
 
 
 def task(events: list[dict[str, Any]], prefix: str) -> dict[str, Any]:
-    found = [e for e in events if e.get("event") == "task" and e["task"].startswith(prefix)]
+    found = tasks_named(events, prefix)
     assert len(found) == 1, f"task {prefix!r} in {events}"
     return found[0]
 

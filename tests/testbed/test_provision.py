@@ -28,6 +28,7 @@ import pytest
 from glmops.facts import parse_facts
 from glmops.testbed import Testbed
 from glmops.testbed.inventory import host_address
+from tests.glmops_cli import run_cli
 from tests.testbed.conftest import require_testbed
 
 pytestmark = pytest.mark.testbed
@@ -104,12 +105,8 @@ def glmops(inventory: Path, *args: str, extra: list[str] = ()) -> tuple[int, lis
     """The real CLI in a subprocess: (exit code, JSON events, human output with --explain)."""
     workdir = inventory.parent
     env = {**os.environ, "GLMOPS_HOME": str(workdir / "home"), "GLMOPS_RUN_DIR": str(workdir)}
-    argv = [sys.executable, "-m", "glmops.cli", *args, "-i", str(inventory), "--json"]
-    for item in extra:
-        argv += ["-e", item]
-    proc = subprocess.run(argv, capture_output=True, text=True, cwd=workdir, env=env, timeout=600)
-    events = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith('{"')]
-    return proc.returncode, events, proc.stderr
+    extras = [arg for item in extra for arg in ("-e", item)]
+    return run_cli(*args, "-i", str(inventory), *extras, env=env, cwd=workdir, timeout=600)
 
 
 def facts(inventory: Path, name: str) -> dict:
