@@ -18,7 +18,11 @@ Design, because the problem is a gather (H <= 64 is memory-bound on H200):
     16-bit row gathers);
     split partials (fp32, bounded by T * splits * H * 513 floats) are merged by a second small
     kernel, launched as a programmatic dependent on SM90+ so its launch overlaps the split
-    kernel's tail.
+    kernel's tail;
+  * two split kernels: ``_sparse_mla_split_kernel`` (tl.dot, every GPU and both row formats)
+    and, for 64-head blocks of 16-bit rows on Hopper, ``_sparse_mla_wgmma_kernel`` (Gluon:
+    cp.async gathers into shared memory that warpgroup MMAs read, and a layout that gives each
+    warpgroup a whole softmax; 1.3x faster at B=128 with 64 and 128 heads, NOTES.md round 6).
 Only torch and triton are imported, so this file can be embedded verbatim elsewhere.
 """
 
@@ -30,6 +34,18 @@ import torch
 import triton
 import triton.language as tl
 from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
+
+try:  # Gluon (Triton >= 3.5): explicit layouts and Hopper warpgroup MMA for the 64-head tile
+    from triton.experimental import gluon
+    from triton.experimental.gluon import language as gl
+    from triton.experimental.gluon.language.nvidia.hopper import (
+        async_copy,
+        fence_async_shared,
+        warpgroup_mma,
+        warpgroup_mma_wait,
+    )
+except ImportError:  # older Triton: the tl.dot kernel serves every GPU
+    gluon = None
 
 _D_V = 512  # latent (V) width; K uses the whole 576-wide row
 _D_PE = 64  # rope part of K
@@ -237,9 +253,251 @@ def _sparse_mla_combine_kernel(
         tl.store(LSE + t.to(tl.int64) * stride_lt + h * stride_lh, lse * 0.6931471805599453)
 
 
+if gluon is not None:
+
+    @gluon.jit
+    def _wg_load_indices(idx_base, n0, end, BLOCK_N: gl.constexpr, layout: gl.constexpr):
+        offs = n0 + gl.arange(0, BLOCK_N, layout=layout)
+        return gl.load(idx_base + offs, mask=offs < end, other=-1)
+
+    @gluon.jit
+    def _wg_launch_dependents():
+        """griddepcontrol.launch_dependents (PTX, SM90+), which Gluon does not wrap."""
+        gl.inline_asm_elementwise(
+            "griddepcontrol.launch_dependents;\n mov.u32 $0, 0;",
+            "=r",
+            [],
+            dtype=gl.int32,
+            is_pure=False,
+            pack=1,
+        )
+
+    @gluon.jit
+    def _wg_issue_gather(
+        stage_nope,
+        stage_pe,
+        KV,
+        idx_n,
+        idx_p,
+        num_rows,
+        stride_kv,
+        nope_layout: gl.constexpr,
+        pe_layout: gl.constexpr,
+    ):
+        """cp.async one tile of rows (latent and rope parts) into a shared-memory stage. Each
+        part takes the tile's indices in its own layout (``idx_n``, ``idx_p``: two loads of the
+        same 256 bytes are cheaper than a layout conversion); invalid rows are not read, their
+        stage rows are zero-filled."""
+        ok_n = (idx_n >= 0) & (idx_n < num_rows)
+        row_n = KV + idx_n.to(gl.int64) * stride_kv
+        cols = gl.arange(0, 512, layout=gl.SliceLayout(0, nope_layout))
+        async_copy.async_copy_global_to_shared(
+            stage_nope, row_n[:, None] + cols[None, :], mask=ok_n[:, None]
+        )
+        ok_p = (idx_p >= 0) & (idx_p < num_rows)
+        row_p = KV + idx_p.to(gl.int64) * stride_kv
+        cols_p = 512 + gl.arange(0, 64, layout=gl.SliceLayout(0, pe_layout))
+        async_copy.async_copy_global_to_shared(
+            stage_pe, row_p[:, None] + cols_p[None, :], mask=ok_p[:, None]
+        )
+
+    @gluon.jit
+    def _sparse_mla_wgmma_kernel(
+        Q,
+        KV,
+        IDX,
+        Out,
+        LSE,
+        PO,
+        PLSE,
+        qk_scale,
+        num_rows,
+        topk,
+        chunk,
+        num_heads,
+        num_hb,
+        num_splits,
+        stride_qt,
+        stride_qh,
+        stride_kv,
+        stride_it,
+        stride_ot,
+        stride_oh,
+        stride_lt,
+        stride_lh,
+        BLOCK_N: gl.constexpr,
+        NUM_STAGES: gl.constexpr,
+        IS_SPLIT: gl.constexpr,
+        USE_PDL: gl.constexpr,
+    ):
+        """The 64-head tile on Hopper, 8 warps: both warpgroups compute the whole Q.K^T of a tile
+        (its layout repeats across them), so each runs its own softmax with no cross-warpgroup
+        exchange, and each owns half of the V columns in P.V. The repeated Q.K^T costs MMA and
+        shared-memory work (1.5x the minimum) but no barrier inside the softmax, which is what
+        held the tl.dot 64-head tile back (NOTES.md round 4b). Gathers are cp.async copies
+        NUM_STAGES - 1 tiles ahead into shared memory that the warpgroup MMAs read directly."""
+        BLOCK_H: gl.constexpr = 64
+        D_V: gl.constexpr = 512
+        D_PE: gl.constexpr = 64
+        dtype: gl.constexpr = KV.dtype.element_ty
+        acc_layout: gl.constexpr = gl.NVMMADistributedLayout(
+            version=[3, 0], warps_per_cta=[4, 2], instr_shape=[16, 256, 16]
+        )
+        # N = BLOCK_N fits one instruction, so the second warpgroup repeats the first's S.
+        s_layout: gl.constexpr = gl.NVMMADistributedLayout(
+            version=[3, 0], warps_per_cta=[4, 2], instr_shape=[16, BLOCK_N, 16]
+        )
+        p_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=acc_layout, k_width=2)
+        nope_layout: gl.constexpr = gl.BlockedLayout([1, 8], [1, 32], [8, 1], [1, 0])
+        pe_layout: gl.constexpr = gl.BlockedLayout([1, 8], [4, 8], [8, 1], [1, 0])
+        nope_smem: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_N, D_V], dtype)
+        pe_smem: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_N, D_PE], dtype)
+        qn_smem: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_H, D_V], dtype)
+        qp_smem: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_H, D_PE], dtype)
+
+        if USE_PDL:
+            _wg_launch_dependents()  # as in the tl.dot kernel: the merge may launch early
+        pid = gl.program_id(0)
+        hb = pid % num_hb
+        rest = pid // num_hb
+        split = rest % num_splits
+        t = rest // num_splits
+        q_tok = Q + t.to(gl.int64) * stride_qt
+
+        offs_hn = hb * BLOCK_H + gl.arange(0, BLOCK_H, layout=gl.SliceLayout(1, nope_layout))
+        cols_n = gl.arange(0, D_V, layout=gl.SliceLayout(0, nope_layout))
+        q_n = gl.load(
+            q_tok + offs_hn[:, None] * stride_qh + cols_n[None, :],
+            mask=(offs_hn < num_heads)[:, None],
+            other=0.0,
+        )
+        q_nope = gl.allocate_shared_memory(dtype, [BLOCK_H, D_V], qn_smem, q_n.to(dtype))
+        offs_hp = hb * BLOCK_H + gl.arange(0, BLOCK_H, layout=gl.SliceLayout(1, pe_layout))
+        cols_p = D_V + gl.arange(0, D_PE, layout=gl.SliceLayout(0, pe_layout))
+        q_p = gl.load(
+            q_tok + offs_hp[:, None] * stride_qh + cols_p[None, :],
+            mask=(offs_hp < num_heads)[:, None],
+            other=0.0,
+        )
+        q_pe = gl.allocate_shared_memory(dtype, [BLOCK_H, D_PE], qp_smem, q_p.to(dtype))
+        kv_tiles = gl.allocate_shared_memory(dtype, [NUM_STAGES, BLOCK_N, D_V], nope_smem)
+        pe_tiles = gl.allocate_shared_memory(dtype, [NUM_STAGES, BLOCK_N, D_PE], pe_smem)
+
+        start = split * chunk
+        end = gl.minimum(start + chunk, topk)
+        n_tiles = gl.cdiv(end - start, BLOCK_N)
+        idx_base = IDX + t.to(gl.int64) * stride_it
+        n_layout: gl.constexpr = gl.SliceLayout(1, nope_layout)
+        p_layout_rows: gl.constexpr = gl.SliceLayout(1, pe_layout)
+        for st in gl.static_range(NUM_STAGES - 1):
+            n0 = start + st * BLOCK_N
+            _wg_issue_gather(
+                kv_tiles.index(st),
+                pe_tiles.index(st),
+                KV,
+                _wg_load_indices(idx_base, n0, end, BLOCK_N, n_layout),
+                _wg_load_indices(idx_base, n0, end, BLOCK_N, p_layout_rows),
+                num_rows,
+                stride_kv,
+                nope_layout,
+                pe_layout,
+            )
+            async_copy.commit_group()
+        # The next gather's indices ride in registers, loaded one iteration ahead, so that
+        # issuing a gather never waits for its index load.
+        n0 = start + (NUM_STAGES - 1) * BLOCK_N
+        idx_next_n = _wg_load_indices(idx_base, n0, end, BLOCK_N, n_layout)
+        idx_next_p = _wg_load_indices(idx_base, n0, end, BLOCK_N, p_layout_rows)
+
+        m_i = gl.full([BLOCK_H], float("-inf"), gl.float32, layout=gl.SliceLayout(1, s_layout))
+        l_i = gl.zeros([BLOCK_H], gl.float32, layout=gl.SliceLayout(1, s_layout))
+        acc = gl.zeros([BLOCK_H, D_V], gl.float32, layout=acc_layout)
+        s_zero = gl.zeros([BLOCK_H, BLOCK_N], gl.float32, layout=s_layout)
+        for i in range(n_tiles):
+            # Every warpgroup is done with tile i - 1, so its stage takes the next gather before
+            # tile i is waited for: two tiles are in flight during that wait.
+            gl.thread_barrier()
+            nxt = (i + NUM_STAGES - 1) % NUM_STAGES
+            _wg_issue_gather(
+                kv_tiles.index(nxt),
+                pe_tiles.index(nxt),
+                KV,
+                idx_next_n,
+                idx_next_p,
+                num_rows,
+                stride_kv,
+                nope_layout,
+                pe_layout,
+            )
+            async_copy.commit_group()
+            n0 = start + (i + NUM_STAGES) * BLOCK_N
+            idx_next_n = _wg_load_indices(idx_base, n0, end, BLOCK_N, n_layout)
+            idx_next_p = _wg_load_indices(idx_base, n0, end, BLOCK_N, p_layout_rows)
+            async_copy.wait_group(NUM_STAGES - 1)  # tile i has landed for this thread...
+            fence_async_shared()  # ...is visible to the MMAs (async proxy)...
+            gl.thread_barrier()  # ...and has landed for every thread
+
+            stage = i % NUM_STAGES
+            k_n = kv_tiles.index(stage)
+            k_p = pe_tiles.index(stage)
+            s = warpgroup_mma(q_nope, k_n.permute((1, 0)), s_zero, use_acc=False, is_async=True)
+            s = warpgroup_mma(q_pe, k_p.permute((1, 0)), s, is_async=True)
+            idx_c = _wg_load_indices(
+                idx_base, start + i * BLOCK_N, end, BLOCK_N, gl.SliceLayout(0, s_layout)
+            )
+            valid = (idx_c >= 0) & (idx_c < num_rows)
+            s = warpgroup_mma_wait(0, deps=(s,))
+            s = gl.where(valid[None, :], s * qk_scale, float("-inf"))
+            m_new = gl.maximum(m_i, gl.max(s, 1))
+            m_safe = gl.where(m_new == float("-inf"), 0.0, m_new)
+            alpha = gl.exp2(m_i - m_safe)
+            p = gl.exp2(s - m_safe[:, None])
+            l_i = l_i * alpha + gl.sum(p, 1)
+            m_i = m_new
+            p_op = gl.convert_layout(p.to(dtype), p_layout)
+            acc = acc * gl.convert_layout(alpha, gl.SliceLayout(1, acc_layout))[:, None]
+            acc = warpgroup_mma(p_op, k_n, acc, is_async=True)
+            acc = warpgroup_mma_wait(0, deps=(acc,))
+        async_copy.wait_group(0)
+
+        empty = l_i == 0.0
+        l_acc = gl.convert_layout(gl.where(empty, 1.0, l_i), gl.SliceLayout(1, acc_layout))
+        out = acc / l_acc[:, None]
+        lse2 = gl.where(empty, float("-inf"), m_i + gl.log2(gl.where(empty, 1.0, l_i)))
+        offs_h = hb * BLOCK_H + gl.arange(0, BLOCK_H, layout=gl.SliceLayout(1, acc_layout))
+        offs_v = gl.arange(0, D_V, layout=gl.SliceLayout(0, acc_layout))
+        mask_h = (offs_h < num_heads)[:, None]
+        offs_hl = hb * BLOCK_H + gl.arange(0, BLOCK_H, layout=gl.SliceLayout(1, s_layout))
+        mask_hl = offs_hl < num_heads
+        if IS_SPLIT:
+            row0 = (t * num_splits + split).to(gl.int64) * num_heads
+            gl.store(PO + (row0 + offs_h)[:, None] * D_V + offs_v[None, :], out, mask=mask_h)
+            gl.store(PLSE + row0 + offs_hl, lse2, mask=mask_hl)
+        else:
+            o_tok = Out + t.to(gl.int64) * stride_ot
+            o_ptr = o_tok + offs_h[:, None] * stride_oh + offs_v[None, :]
+            gl.store(o_ptr, out.to(Out.dtype.element_ty), mask=mask_h)
+            l_ptr = LSE + t.to(gl.int64) * stride_lt + offs_hl * stride_lh
+            gl.store(l_ptr, lse2 * 0.6931471805599453, mask=mask_hl)
+
+
 @functools.lru_cache(maxsize=16)
 def _num_sms(device_index: int) -> int:
     return torch.cuda.get_device_properties(device_index).multi_processor_count
+
+
+@functools.lru_cache(maxsize=16)
+def _has_wgmma(device_index: int) -> bool:
+    """The Gluon kernel: Hopper's warpgroup MMA (SM90 only: Blackwell has none), written
+    against Triton 3.6's Gluon API, which is experimental and changes between releases."""
+    tested = triton.__version__.split(".")[:2] == ["3", "6"]
+    return gluon is not None and tested and torch.cuda.get_device_capability(device_index)[0] == 9
+
+
+def _rows_fit_cp_async(kv_rows: torch.Tensor) -> bool:
+    """The Gluon kernel gathers rows with 16-byte copies: buffer and row stride 16-B aligned."""
+    row_bytes = kv_rows.stride(0) * kv_rows.element_size()
+    return kv_rows.data_ptr() % 16 == 0 and row_bytes % 16 == 0
 
 
 @functools.lru_cache(maxsize=16)
@@ -248,14 +506,24 @@ def _has_pdl(device_index: int) -> bool:
     return torch.cuda.get_device_capability(device_index)[0] >= 9
 
 
-def _default_config(num_heads: int, kv_fp8: bool = False) -> dict[str, int]:
+def _default_config(num_heads: int, kv_fp8: bool = False, wgmma: bool = False) -> dict[str, int]:
     """Tile shape by head count, from the H200 sweeps in backend/NOTES.md.
 
     ``WAVES`` is how many programs per SM the split count aims for: small-head tiles keep two
     gathers in flight (indices prefetched, 3 stages, ~93 KB of shared memory) and co-reside 2 per
-    SM; 64-head tiles use ~216 KB (Q + two 64-row KV stages) and run one per SM.
+    SM; 64-head tiles use ~216 KB (Q + two 64-row KV stages) and run one per SM. ``wgmma``
+    (Hopper, 16-bit rows) picks the Gluon kernel for the 64-head tile (NOTES.md round 6).
     """
     block_h = min(64, max(16, triton.next_power_of_2(num_heads)))
+    if block_h == 64 and wgmma and not kv_fp8:
+        return {
+            "BLOCK_H": 64,
+            "BLOCK_N": 64,
+            "num_warps": 8,
+            "num_stages": 2,
+            "WAVES": 1,
+            "WGMMA": 1,
+        }
     if block_h <= 16 and kv_fp8:
         # Widening fp8 rows takes the registers that prefetched indices would need.
         return {"BLOCK_H": 16, "BLOCK_N": 32, "num_warps": 4, "num_stages": 2, "WAVES": 2}
@@ -314,14 +582,18 @@ def _plan(
     num_splits: int | None = None,
     config: dict[str, int] | None = None,
     kv_fp8: bool = False,
+    wgmma: bool | None = None,
 ) -> tuple[dict[str, int], int]:
-    """Tile config and split count for a call (also used by the benchmark to report them)."""
-    cfg = dict(_default_config(num_heads, kv_fp8))
+    """Tile config and split count for a call (also used by the benchmark to report them).
+    ``wgmma``: whether the Gluon kernel may run (``None``: whenever the device has it)."""
+    dev = device.index if device.index is not None else torch.cuda.current_device()
+    if wgmma is None:
+        wgmma = _has_wgmma(dev)
+    cfg = dict(_default_config(num_heads, kv_fp8, wgmma))
     if config:
         cfg.update(config)
     num_hb = triton.cdiv(num_heads, cfg["BLOCK_H"]) * cfg.get("DV_SPLIT", 1)
     if num_splits is None:
-        dev = device.index if device.index is not None else torch.cuda.current_device()
         num_splits = _choose_splits(
             num_tokens,
             num_hb,
@@ -379,6 +651,8 @@ def sparse_mla_decode(
         raise ValueError("indices must be int32 [T, topk] with T = q.shape[0]")
     if q.stride(-1) != 1 or kv_rows.stride(-1) != 1 or indices.stride(-1) != 1:
         raise ValueError("the last dimension of q, kv_rows and indices must be contiguous")
+    if kv_fp8 and (config or {}).get("DV_SPLIT", 1) != 1:
+        raise ValueError("DV_SPLIT is a 16-bit-cache tuning option; fp8_ds_mla needs 1")
 
     num_tokens, num_heads, _ = q.shape
     topk = indices.shape[1]
@@ -393,7 +667,11 @@ def sparse_mla_decode(
     if num_tokens == 0 or num_heads == 0:
         return out, lse
 
-    cfg, num_splits = _plan(num_tokens, num_heads, topk, q.device, num_splits, config, kv_fp8)
+    dev = q.device.index if q.device.index is not None else torch.cuda.current_device()
+    wgmma = not kv_fp8 and _has_wgmma(dev) and _rows_fit_cp_async(kv_rows)
+    cfg, num_splits = _plan(
+        num_tokens, num_heads, topk, q.device, num_splits, config, kv_fp8, wgmma
+    )
     block_h, block_n = cfg["BLOCK_H"], cfg["BLOCK_N"]
     num_hb = triton.cdiv(num_heads, block_h)
     chunk = triton.cdiv(triton.cdiv(max(topk, 1), num_splits), block_n) * block_n
@@ -411,14 +689,10 @@ def sparse_mla_decode(
         part_o, part_lse = lse, lse  # unused placeholders
 
     dv_split = cfg.get("DV_SPLIT", 1)
-    if kv_fp8 and dv_split != 1:
-        raise ValueError("DV_SPLIT is a 16-bit-cache tuning option; fp8_ds_mla needs 1")
     use_pdl = is_split and bool(cfg.get("PDL", 1))
     if use_pdl:
-        dev = q.device.index if q.device.index is not None else torch.cuda.current_device()
         use_pdl = _has_pdl(dev)
-    grid = (num_tokens * num_splits * num_hb * dv_split,)
-    _sparse_mla_split_kernel[grid](
+    args = (
         q,
         kv_rows,
         indices,
@@ -441,18 +715,36 @@ def sparse_mla_decode(
         out.stride(1),
         lse.stride(0),
         lse.stride(1),
-        BLOCK_H=block_h,
-        BLOCK_N=block_n,
-        D_V=_D_V,
-        D_PE=_D_PE,
-        DV_SPLIT=dv_split,
-        KV_FP8=kv_fp8,
-        IS_SPLIT=is_split,
-        USE_PDL=use_pdl,
-        PREFETCH_IDX=bool(cfg.get("PREFETCH_IDX", 0)),
-        num_warps=cfg["num_warps"],
-        num_stages=cfg["num_stages"],
     )
+    if cfg.get("WGMMA"):
+        if block_h != 64 or dv_split != 1 or not wgmma:
+            raise ValueError(
+                "WGMMA needs BLOCK_H 64, DV_SPLIT 1, 16-byte-aligned 16-bit rows, "
+                "Triton 3.6's Gluon and a Hopper GPU"
+            )
+        _sparse_mla_wgmma_kernel[(num_tokens * num_splits * num_hb,)](
+            *args,
+            BLOCK_N=block_n,
+            NUM_STAGES=cfg["num_stages"],
+            IS_SPLIT=is_split,
+            USE_PDL=use_pdl,
+            num_warps=8,
+        )
+    else:
+        _sparse_mla_split_kernel[(num_tokens * num_splits * num_hb * dv_split,)](
+            *args,
+            BLOCK_H=block_h,
+            BLOCK_N=block_n,
+            D_V=_D_V,
+            D_PE=_D_PE,
+            DV_SPLIT=dv_split,
+            KV_FP8=kv_fp8,
+            IS_SPLIT=is_split,
+            USE_PDL=use_pdl,
+            PREFETCH_IDX=bool(cfg.get("PREFETCH_IDX", 0)),
+            num_warps=cfg["num_warps"],
+            num_stages=cfg["num_stages"],
+        )
     if is_split:
         block_s = max(2, triton.next_power_of_2(num_splits))
         # Whole 512-column rows per program while the partial tile stays at <= 64 fp32 per

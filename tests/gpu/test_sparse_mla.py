@@ -183,7 +183,7 @@ def test_dependent_launch_changes_nothing(kmod: ModuleType, num_heads: int) -> N
     results = []
     for pdl in (1, 0):
         workspace = torch.full((numel,), float("nan"), device="cuda")
-        cfg = {**kmod._default_config(num_heads), "PDL": pdl}
+        cfg = {**kmod._plan(3, num_heads, 2048, q.device)[0], "PDL": pdl}  # Gluon tile on H200
         out = kmod.sparse_mla_decode(
             q, kv, idx, _SM_SCALE, num_splits=16, config=cfg, workspace=workspace
         )
@@ -221,6 +221,52 @@ def test_strided_views_and_peaked_softmax(kmod: ModuleType, num_heads: int) -> N
     wide_kv = torch.full((kv.shape[0], 640), float("nan"), dtype=kv.dtype, device="cuda")
     wide_kv[:, :576] = kv
     _check(kmod, wide_q[..., :576], wide_kv[:, :576], idx, sm_scale=0.12)
+
+
+def _64_head_tiles(kmod: ModuleType) -> list[dict[str, int]]:
+    """The tl.dot 64-head tile (every GPU but Hopper) and, on Hopper with Triton 3.6, the Gluon
+    tile at each shape it offers: the default (64 rows, 2 stages) and two deeper pipelines."""
+    tiles = [kmod._default_config(64, wgmma=False)]
+    if kmod._has_wgmma(torch.cuda.current_device()):
+        wgmma = kmod._default_config(64, wgmma=True)
+        tiles += [wgmma] + [
+            {**wgmma, "BLOCK_N": n, "num_stages": st} for n, st in ((32, 3), (16, 4))
+        ]
+    return tiles
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", ["fp16", "bf16"])
+@pytest.mark.parametrize(
+    ("num_heads", "num_tokens", "topk"), [(64, 5, 2000), (128, 3, 2048), (40, 4, 64), (96, 2, 300)]
+)
+def test_64_head_tiles(
+    kmod: ModuleType, num_heads: int, num_tokens: int, topk: int, dtype: str
+) -> None:
+    """Both 64-head tiles, over 1, 3 and 16 splits (topk 2000 and 300: the last chunk ends
+    inside a tile; 40 and 96 heads: a padded head block)."""
+    gen = torch.Generator(device="cuda").manual_seed(zlib.crc32(f"wg-{num_heads}-{dtype}".encode()))
+    q, kv, idx = _make_inputs(gen, num_tokens, num_heads, topk, _DTYPES[dtype], "mixed")
+    for cfg in _64_head_tiles(kmod):
+        for splits in (1, 3, 16):
+            _check(kmod, q, kv, idx, num_splits=splits, config=cfg)
+
+
+@pytest.mark.gpu
+def test_rows_the_gluon_kernel_cannot_copy_fall_back(kmod: ModuleType) -> None:
+    """Rows whose stride is not a multiple of 16 bytes (577 bf16) cannot take the Gluon
+    kernel's 16-byte copies: the default plan uses the tl.dot tile for them, and asking for
+    the Gluon tile explicitly is refused."""
+    gen = torch.Generator(device="cuda").manual_seed(577)
+    q, kv, idx = _make_inputs(gen, 3, 64, 2048, torch.bfloat16, "mixed")
+    odd = torch.full((kv.shape[0], 577), float("nan"), dtype=kv.dtype, device="cuda")
+    odd[:, :576] = kv
+    _check(kmod, q, odd[:, :576], idx)
+    if kmod._has_wgmma(torch.cuda.current_device()):
+        with pytest.raises(ValueError, match="WGMMA needs"):
+            kmod.sparse_mla_decode(
+                q, odd[:, :576], idx, _SM_SCALE, config=kmod._default_config(64, wgmma=True)
+            )
 
 
 _FP8_GRID = [

@@ -31,9 +31,14 @@ SPLITS = {
 }  # fmt: skip
 
 
+@pytest.mark.parametrize("wgmma", [False, True])
 @pytest.mark.parametrize(("batch", "heads"), sorted(SPLITS))
-def test_split_rule_on_the_benchmark_grid(kmod: ModuleType, batch: int, heads: int) -> None:
-    cfg = kmod._default_config(heads)
+def test_split_rule_on_the_benchmark_grid(
+    kmod: ModuleType, batch: int, heads: int, wgmma: bool
+) -> None:
+    """Both 64-head tiles (tl.dot, and Gluon on Hopper) take the same split counts; for the
+    Gluon tile these were the fastest of round 6's sweep at every B with 64 and 128 heads."""
+    cfg = kmod._default_config(heads, wgmma=wgmma)
     head_blocks = -(-heads // cfg["BLOCK_H"])
     got = kmod._choose_splits(
         batch, head_blocks, 2048, heads, cfg["BLOCK_N"], H200_SMS, cfg["WAVES"]
@@ -58,3 +63,25 @@ def test_split_rule_for_fp8_rows(kmod: ModuleType, batch: int, heads: int) -> No
     assert cfg["num_stages"] == 2 and not cfg.get("PREFETCH_IDX")  # the fp8 small-head tile
     got = kmod._choose_splits(batch, 1, 2048, heads, cfg["BLOCK_N"], H200_SMS, cfg["WAVES"])
     assert got == FP8_SPLITS[(batch, heads)]
+
+
+def test_the_gluon_tile_serves_64_head_blocks_of_16_bit_rows_only(kmod: ModuleType) -> None:
+    assert kmod._default_config(64, wgmma=True).get("WGMMA") == 1
+    assert kmod._default_config(128, wgmma=True).get("WGMMA") == 1
+    assert kmod._default_config(33, wgmma=True).get("WGMMA") == 1  # padded to 64 rows
+    assert not kmod._default_config(32, wgmma=True).get("WGMMA")
+    assert not kmod._default_config(16, wgmma=True).get("WGMMA")
+    assert not kmod._default_config(64, kv_fp8=True, wgmma=True).get("WGMMA")
+    assert not kmod._default_config(64, wgmma=False).get("WGMMA")
+
+
+def test_rows_fit_cp_async_needs_16_byte_rows(kmod: ModuleType) -> None:
+    import torch
+
+    rows = torch.zeros(8, 640, dtype=torch.bfloat16)
+    assert kmod._rows_fit_cp_async(rows[:, :576])  # 1280-byte stride
+    assert kmod._rows_fit_cp_async(rows[2:, :576])  # starts a whole row further
+    odd = torch.zeros(8, 577, dtype=torch.bfloat16)
+    assert not kmod._rows_fit_cp_async(odd[:, :576])  # 1154-byte stride
+    flat = torch.zeros(8 * 576 + 1, dtype=torch.bfloat16)
+    assert not kmod._rows_fit_cp_async(flat[1:].view(8, 576))  # starts 2 bytes in
