@@ -274,31 +274,32 @@ if gluon is not None:
 
     @gluon.jit
     def _wg_issue_gather(
-        stage_nope,
-        stage_pe,
-        KV,
-        idx_n,
-        idx_p,
+        dst_nope,
+        dst_pe,
+        base,
+        rows_n,
+        rows_p,
         num_rows,
-        stride_kv,
+        row_stride,
         nope_layout: gl.constexpr,
         pe_layout: gl.constexpr,
     ):
-        """cp.async one tile of rows (latent and rope parts) into a shared-memory stage. Each
-        part takes the tile's indices in its own layout (``idx_n``, ``idx_p``: two loads of the
-        same 256 bytes are cheaper than a layout conversion); invalid rows are not read, their
-        stage rows are zero-filled."""
-        ok_n = (idx_n >= 0) & (idx_n < num_rows)
-        row_n = KV + idx_n.to(gl.int64) * stride_kv
+        """cp.async rows of 576 (KV rows by index, or the program's query heads) into shared
+        memory: columns [0, 512) to ``dst_nope``, [512, 576) to ``dst_pe``. Each part takes the
+        row numbers in its own layout (``rows_n``, ``rows_p``: two loads of the same 256 bytes
+        are cheaper than a layout conversion). Rows outside [0, num_rows) are not read; their
+        destination rows are zero-filled."""
+        ok_n = (rows_n >= 0) & (rows_n < num_rows)
+        ptr_n = base + rows_n.to(gl.int64) * row_stride
         cols = gl.arange(0, 512, layout=gl.SliceLayout(0, nope_layout))
         async_copy.async_copy_global_to_shared(
-            stage_nope, row_n[:, None] + cols[None, :], mask=ok_n[:, None]
+            dst_nope, ptr_n[:, None] + cols[None, :], mask=ok_n[:, None]
         )
-        ok_p = (idx_p >= 0) & (idx_p < num_rows)
-        row_p = KV + idx_p.to(gl.int64) * stride_kv
+        ok_p = (rows_p >= 0) & (rows_p < num_rows)
+        ptr_p = base + rows_p.to(gl.int64) * row_stride
         cols_p = 512 + gl.arange(0, 64, layout=gl.SliceLayout(0, pe_layout))
         async_copy.async_copy_global_to_shared(
-            stage_pe, row_p[:, None] + cols_p[None, :], mask=ok_p[:, None]
+            dst_pe, ptr_p[:, None] + cols_p[None, :], mask=ok_p[:, None]
         )
 
     @gluon.jit
@@ -364,24 +365,17 @@ if gluon is not None:
         t = rest // num_splits
         q_tok = Q + t.to(gl.int64) * stride_qt
 
-        offs_hn = hb * BLOCK_H + gl.arange(0, BLOCK_H, layout=gl.SliceLayout(1, nope_layout))
-        cols_n = gl.arange(0, D_V, layout=gl.SliceLayout(0, nope_layout))
-        q_n = gl.load(
-            q_tok + offs_hn[:, None] * stride_qh + cols_n[None, :],
-            mask=(offs_hn < num_heads)[:, None],
-            other=0.0,
-        )
-        q_nope = gl.allocate_shared_memory(dtype, [BLOCK_H, D_V], qn_smem, q_n.to(dtype))
-        offs_hp = hb * BLOCK_H + gl.arange(0, BLOCK_H, layout=gl.SliceLayout(1, pe_layout))
-        cols_p = D_V + gl.arange(0, D_PE, layout=gl.SliceLayout(0, pe_layout))
-        q_p = gl.load(
-            q_tok + offs_hp[:, None] * stride_qh + cols_p[None, :],
-            mask=(offs_hp < num_heads)[:, None],
-            other=0.0,
-        )
-        q_pe = gl.allocate_shared_memory(dtype, [BLOCK_H, D_PE], qp_smem, q_p.to(dtype))
+        q_nope = gl.allocate_shared_memory(dtype, [BLOCK_H, D_V], qn_smem)
+        q_pe = gl.allocate_shared_memory(dtype, [BLOCK_H, D_PE], qp_smem)
         kv_tiles = gl.allocate_shared_memory(dtype, [NUM_STAGES, BLOCK_N, D_V], nope_smem)
         pe_tiles = gl.allocate_shared_memory(dtype, [NUM_STAGES, BLOCK_N, D_PE], pe_smem)
+        # The query heads are rows too: their copy joins the first tile's group, so its latency
+        # overlaps the first gather instead of preceding it.
+        heads = hb * BLOCK_H + gl.arange(0, BLOCK_H, layout=gl.SliceLayout(1, nope_layout))
+        heads_p = hb * BLOCK_H + gl.arange(0, BLOCK_H, layout=gl.SliceLayout(1, pe_layout))
+        _wg_issue_gather(
+            q_nope, q_pe, q_tok, heads, heads_p, num_heads, stride_qh, nope_layout, pe_layout
+        )
 
         start = split * chunk
         end = gl.minimum(start + chunk, topk)
@@ -494,10 +488,13 @@ def _has_wgmma(device_index: int) -> bool:
     return gluon is not None and tested and torch.cuda.get_device_capability(device_index)[0] == 9
 
 
-def _rows_fit_cp_async(kv_rows: torch.Tensor) -> bool:
-    """The Gluon kernel gathers rows with 16-byte copies: buffer and row stride 16-B aligned."""
-    row_bytes = kv_rows.stride(0) * kv_rows.element_size()
-    return kv_rows.data_ptr() % 16 == 0 and row_bytes % 16 == 0
+def _fits_cp_async(*tensors: torch.Tensor) -> bool:
+    """The Gluon kernel copies q and KV rows with 16-byte copies: every buffer and every
+    stride but the last (contiguous) one must be a multiple of 16 bytes."""
+    return all(
+        t.data_ptr() % 16 == 0 and all(st * t.element_size() % 16 == 0 for st in t.stride()[:-1])
+        for t in tensors
+    )
 
 
 @functools.lru_cache(maxsize=16)
@@ -668,7 +665,9 @@ def sparse_mla_decode(
         return out, lse
 
     dev = q.device.index if q.device.index is not None else torch.cuda.current_device()
-    wgmma = not kv_fp8 and _has_wgmma(dev) and _rows_fit_cp_async(kv_rows)
+    wgmma = (
+        q.dtype == kv_rows.dtype and _has_wgmma(dev) and _fits_cp_async(q, kv_rows)
+    )  # not for fp8_ds_mla rows (uint8), nor for a q that would need a cast
     cfg, num_splits = _plan(
         num_tokens, num_heads, topk, q.device, num_splits, config, kv_fp8, wgmma
     )
@@ -719,8 +718,8 @@ def sparse_mla_decode(
     if cfg.get("WGMMA"):
         if block_h != 64 or dv_split != 1 or not wgmma:
             raise ValueError(
-                "WGMMA needs BLOCK_H 64, DV_SPLIT 1, 16-byte-aligned 16-bit rows, "
-                "Triton 3.6's Gluon and a Hopper GPU"
+                "WGMMA needs BLOCK_H 64, DV_SPLIT 1, q and 16-bit KV rows of one dtype with "
+                "16-byte-aligned buffers and strides, Triton 3.6's Gluon and a Hopper GPU"
             )
         _sparse_mla_wgmma_kernel[(num_tokens * num_splits * num_hb,)](
             *args,

@@ -75,13 +75,16 @@ def test_the_gluon_tile_serves_64_head_blocks_of_16_bit_rows_only(kmod: ModuleTy
     assert not kmod._default_config(64, wgmma=False).get("WGMMA")
 
 
-def test_rows_fit_cp_async_needs_16_byte_rows(kmod: ModuleType) -> None:
+def test_fits_cp_async_needs_16_byte_buffers_and_strides(kmod: ModuleType) -> None:
     import torch
 
     rows = torch.zeros(8, 640, dtype=torch.bfloat16)
-    assert kmod._rows_fit_cp_async(rows[:, :576])  # 1280-byte stride
-    assert kmod._rows_fit_cp_async(rows[2:, :576])  # starts a whole row further
+    assert kmod._fits_cp_async(rows[:, :576])  # 1280-byte stride
+    assert kmod._fits_cp_async(rows[2:, :576])  # starts a whole row further
     odd = torch.zeros(8, 577, dtype=torch.bfloat16)
-    assert not kmod._rows_fit_cp_async(odd[:, :576])  # 1154-byte stride
+    assert not kmod._fits_cp_async(odd[:, :576])  # 1154-byte stride
     flat = torch.zeros(8 * 576 + 1, dtype=torch.bfloat16)
-    assert not kmod._rows_fit_cp_async(flat[1:].view(8, 576))  # starts 2 bytes in
+    assert not kmod._fits_cp_async(flat[1:].view(8, 576))  # starts 2 bytes in
+    q = torch.zeros(2, 3, 580, dtype=torch.bfloat16)
+    assert not kmod._fits_cp_async(rows[:, :576], q[..., :576])  # head stride 1160 bytes
+    assert kmod._fits_cp_async(rows[:, :576], torch.zeros(2, 3, 576, dtype=torch.bfloat16))
