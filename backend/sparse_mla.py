@@ -35,7 +35,7 @@ import triton
 import triton.language as tl
 from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
 
-try:  # Gluon (Triton >= 3.5): explicit layouts and Hopper warpgroup MMA for the 64-head tile
+try:  # Gluon: explicit layouts and Hopper warpgroup MMA for the 64-head tile (used with 3.6)
     from triton.experimental import gluon
     from triton.experimental.gluon import language as gl
     from triton.experimental.gluon.language.nvidia.hopper import (
@@ -199,10 +199,11 @@ def _sparse_mla_split_kernel(
         tl.store(PO + row_id[:, None] * D_V + offs_v[None, :], out, mask=mask_h[:, None])
         tl.store(PLSE + row_id, lse2, mask=lse_mask)
     else:
-        o_ptr = Out + t.to(tl.int64) * stride_ot + offs_h[:, None] * stride_oh + offs_v[None, :]
+        o_tok = Out + t.to(tl.int64) * stride_ot
+        o_ptr = o_tok + offs_h.to(tl.int64)[:, None] * stride_oh + offs_v[None, :]
         tl.store(o_ptr, out.to(Out.dtype.element_ty), mask=mask_h[:, None])
         tl.store(
-            LSE + t.to(tl.int64) * stride_lt + offs_h * stride_lh,
+            LSE + t.to(tl.int64) * stride_lt + offs_h.to(tl.int64) * stride_lh,
             lse2 * 0.6931471805599453,
             mask=lse_mask,
         )
@@ -246,11 +247,13 @@ def _sparse_mla_combine_kernel(
     part = tl.load(PO + rows[:, None] * D_V + offs_d[None, :], mask=mask_s[:, None], other=0.0)
     empty = denom == 0.0
     out = tl.sum(w[:, None] * part, 0) / tl.where(empty, 1.0, denom)
-    o_ptr = Out + t.to(tl.int64) * stride_ot + h * stride_oh + offs_d
+    o_ptr = Out + t.to(tl.int64) * stride_ot + h.to(tl.int64) * stride_oh + offs_d
     tl.store(o_ptr, out.to(Out.dtype.element_ty))
     if dv == 0:
         lse = tl.where(empty, float("-inf"), (m_safe + tl.log2(tl.where(empty, 1.0, denom))))
-        tl.store(LSE + t.to(tl.int64) * stride_lt + h * stride_lh, lse * 0.6931471805599453)
+        tl.store(
+            LSE + t.to(tl.int64) * stride_lt + h.to(tl.int64) * stride_lh, lse * 0.6931471805599453
+        )
 
 
 if gluon is not None:
@@ -469,9 +472,9 @@ if gluon is not None:
             gl.store(PLSE + row0 + offs_hl, lse2, mask=mask_hl)
         else:
             o_tok = Out + t.to(gl.int64) * stride_ot
-            o_ptr = o_tok + offs_h[:, None] * stride_oh + offs_v[None, :]
+            o_ptr = o_tok + offs_h.to(gl.int64)[:, None] * stride_oh + offs_v[None, :]
             gl.store(o_ptr, out.to(Out.dtype.element_ty), mask=mask_h)
-            l_ptr = LSE + t.to(gl.int64) * stride_lt + offs_hl * stride_lh
+            l_ptr = LSE + t.to(gl.int64) * stride_lt + offs_hl.to(gl.int64) * stride_lh
             gl.store(l_ptr, lse2 * 0.6931471805599453, mask=mask_hl)
 
 
@@ -489,11 +492,11 @@ def _has_wgmma(device_index: int) -> bool:
 
 
 def _fits_cp_async(*tensors: torch.Tensor) -> bool:
-    """The Gluon kernel copies q and KV rows with 16-byte copies: every buffer and every
-    stride but the last (contiguous) one must be a multiple of 16 bytes."""
+    """The Gluon kernel copies q and KV rows in 16-byte pieces, which Triton emits only where it
+    can prove the alignment: every buffer 16-byte aligned and every stride but the last
+    (contiguous) one a multiple of 16 elements (its integer specialization)."""
     return all(
-        t.data_ptr() % 16 == 0 and all(st * t.element_size() % 16 == 0 for st in t.stride()[:-1])
-        for t in tensors
+        t.data_ptr() % 16 == 0 and all(st % 16 == 0 for st in t.stride()[:-1]) for t in tensors
     )
 
 
@@ -571,6 +574,13 @@ def _pow2_floor(n: int) -> int:
     return 1 << (n.bit_length() - 1)
 
 
+# Keys that shape the tile: an override that sets any of them without naming WGMMA means the
+# tl.dot kernel (the tuning plans were written for it), whatever the default would have been.
+_TILE_KEYS = frozenset(
+    {"BLOCK_H", "BLOCK_N", "num_warps", "num_stages", "DV_SPLIT", "PREFETCH_IDX"}
+)
+
+
 def _plan(
     num_tokens: int,
     num_heads: int,
@@ -583,11 +593,16 @@ def _plan(
 ) -> tuple[dict[str, int], int]:
     """Tile config and split count for a call (also used by the benchmark to report them).
     ``wgmma``: whether the Gluon kernel may run (``None``: whenever the device has it)."""
-    dev = device.index if device.index is not None else torch.cuda.current_device()
+
+    def device_index() -> int:
+        return device.index if device.index is not None else torch.cuda.current_device()
+
     if wgmma is None:
-        wgmma = _has_wgmma(dev)
+        wgmma = _has_wgmma(device_index())
     cfg = dict(_default_config(num_heads, kv_fp8, wgmma))
     if config:
+        if "WGMMA" not in config and _TILE_KEYS & config.keys():
+            cfg.pop("WGMMA", None)
         cfg.update(config)
     num_hb = triton.cdiv(num_heads, cfg["BLOCK_H"]) * cfg.get("DV_SPLIT", 1)
     if num_splits is None:
@@ -597,7 +612,7 @@ def _plan(
             topk,
             num_heads,
             cfg["BLOCK_N"],
-            _num_sms(dev),
+            _num_sms(device_index()),
             cfg.get("WAVES", 2),
         )
     return cfg, max(1, min(int(num_splits), max(1, triton.cdiv(topk, cfg["BLOCK_N"]))))
@@ -716,10 +731,12 @@ def sparse_mla_decode(
         lse.stride(1),
     )
     if cfg.get("WGMMA"):
-        if block_h != 64 or dv_split != 1 or not wgmma:
+        tile_ok = block_h == 64 and block_n in (16, 32, 64) and cfg["num_warps"] == 8
+        if not (tile_ok and dv_split == 1 and cfg["num_stages"] >= 2 and wgmma):
             raise ValueError(
-                "WGMMA needs BLOCK_H 64, DV_SPLIT 1, q and 16-bit KV rows of one dtype with "
-                "16-byte-aligned buffers and strides, Triton 3.6's Gluon and a Hopper GPU"
+                "WGMMA needs BLOCK_H 64, BLOCK_N 16/32/64, 8 warps, 2+ stages, DV_SPLIT 1, q and "
+                "16-bit KV rows of one dtype with 16-byte-aligned buffers and strides that are "
+                "multiples of 16 elements, Triton 3.6's Gluon and a Hopper GPU"
             )
         _sparse_mla_wgmma_kernel[(num_tokens * num_splits * num_hb,)](
             *args,

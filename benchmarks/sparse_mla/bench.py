@@ -291,6 +291,7 @@ def render_md(result: dict[str, Any]) -> str:
         "page_size 1, its o/lse preallocated. dtype fp8: fp8_ds_mla cache rows (656 B: fp8 "
         "latent, 4 fp32 scales, bf16 rope) under a bf16 q; vLLM's Triton MLA has no such path, "
         "so no baseline, and the issue's targets are for 16-bit caches.",
+        *([f"- {result['note']}"] if result.get("note") else []),
         "",
         "| dtype | B | H | splits | ours µs | baseline µs | speedup | GB/s gathered | TFLOP/s "
         "| floor µs | frac of floor | target µs | met |",

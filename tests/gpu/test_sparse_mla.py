@@ -226,7 +226,7 @@ def test_strided_views_and_peaked_softmax(kmod: ModuleType, num_heads: int) -> N
 def _64_head_tiles(kmod: ModuleType) -> list[dict[str, int]]:
     """The tl.dot 64-head tile (every GPU but Hopper) and, on Hopper with Triton 3.6, the Gluon
     tile at each shape it offers (64 rows x 2 stages is the default)."""
-    tiles = [kmod._default_config(64, wgmma=False)]
+    tiles = [{**kmod._default_config(64, wgmma=False), "WGMMA": 0}]
     if kmod._has_wgmma(torch.cuda.current_device()):
         wgmma = kmod._default_config(64, wgmma=True)
         tiles += [wgmma] + [
@@ -254,16 +254,19 @@ def test_64_head_tiles(
 
 @pytest.mark.gpu
 def test_inputs_the_gluon_kernel_cannot_copy_fall_back(kmod: ModuleType) -> None:
-    """KV rows or q heads whose stride is not a multiple of 16 bytes (577 and 580 bf16), and a
-    q whose dtype differs from the cache's, cannot take the Gluon kernel's 16-byte copies: the
-    default plan uses the tl.dot tile for them, and asking for the Gluon tile is refused."""
+    """KV rows or q heads whose stride is not a multiple of 16 elements (577 and 584 bf16;
+    584 is 16-byte aligned, yet Triton cannot prove it), and a q whose dtype differs from the
+    cache's, cannot take the Gluon kernel's 16-byte copies: the default plan uses the tl.dot
+    tile for them, and asking for the Gluon tile is refused."""
     gen = torch.Generator(device="cuda").manual_seed(577)
     q, kv, idx = _make_inputs(gen, 3, 64, 2048, torch.bfloat16, "mixed")
-    odd = torch.full((kv.shape[0], 577), float("nan"), dtype=kv.dtype, device="cuda")
-    odd[:, :576] = kv
-    wide_q = torch.full((3, 64, 580), float("nan"), dtype=q.dtype, device="cuda")
-    wide_q[..., :576] = q
-    cases = [(q, odd[:, :576]), (wide_q[..., :576], kv), (q, kv.to(torch.float16))]
+    cases = [(q, kv.to(torch.float16))]
+    for width in (577, 584):
+        wide_kv = torch.full((kv.shape[0], width), float("nan"), dtype=kv.dtype, device="cuda")
+        wide_kv[:, :576] = kv
+        wide_q = torch.full((3, 64, width), float("nan"), dtype=q.dtype, device="cuda")
+        wide_q[..., :576] = q
+        cases += [(q, wide_kv[:, :576]), (wide_q[..., :576], kv)]
     for q_in, kv_in in cases:
         _check(kmod, q_in, kv_in, idx)
         if kmod._has_wgmma(torch.cuda.current_device()):
