@@ -549,7 +549,8 @@ def plan_fp8() -> list[tuple[int, int, dict[str, int], int]]:
 def plan_r6() -> list[tuple[int, int, dict[str, int], int]]:
     """Round 6: the Hopper warpgroup-MMA tile (Gluon, ``WGMMA``) for 64+ heads at two tile
     shapes, against the tl.dot 64-head tile in the same run (run with --split-alone to see the
-    merge's share)."""
+    merge's share). Round 6's committed sweeps also name variants since removed from the kernel
+    (EARLY_ISSUE, L2_PREFETCH, OVERLAP_PV, LAZY_RESCALE): NOTES.md round 6 says what each was."""
     wgmma = [
         {"BLOCK_H": 64, "BLOCK_N": n, "num_warps": 8, "num_stages": st, "WGMMA": 1}
         for n, st in [(64, 2), (32, 3)]
