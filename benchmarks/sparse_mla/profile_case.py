@@ -3,21 +3,16 @@
     ncu --kernel-name regex:sparse_mla --launch-skip 2 --launch-count 1 --set full \
         python benchmarks/sparse_mla/profile_case.py --batch 128 --heads 64
 
-Inputs as in bench.py: random bf16 rows in a cache of 3.5 Mi rows, random top-2048 indices.
+Inputs as in bench.py (its cache size, top-k and scale): random bf16 rows, random indices.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import sys
-from pathlib import Path
 
+import bench  # the script's own folder is on sys.path
 import torch
-
-ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "tests"))
-from module_file import load_module_file  # noqa: E402
 
 
 def main() -> None:
@@ -27,16 +22,16 @@ def main() -> None:
     ap.add_argument("--config", default="", help="JSON tile override, e.g. '{\"WGMMA\": 0}'")
     ap.add_argument("--calls", type=int, default=4)
     args = ap.parse_args()
-    kmod = load_module_file(ROOT / "backend" / "sparse_mla.py", "sparse_mla")
+    kmod = bench.load_module_file(bench.KERNEL_PATH, "sparse_mla")
     torch.manual_seed(0)
-    kv = (torch.randn(3_670_016, 576, device="cuda") * 0.5).to(torch.bfloat16)
+    kv = (torch.randn(bench.CACHE_ROWS, 576, device="cuda") * 0.5).to(torch.bfloat16)
     q = (torch.rand(args.batch, args.heads, 576, device="cuda") * 2 - 1).to(torch.bfloat16)
-    idx = torch.randint(0, kv.shape[0], (args.batch, 2048), device="cuda", dtype=torch.int32)
+    idx = torch.randint(0, kv.shape[0], (args.batch, bench.TOPK), device="cuda", dtype=torch.int32)
     config = json.loads(args.config) if args.config else None
     for _ in range(args.calls):
-        kmod.sparse_mla_decode(q, kv, idx, 1.0 / 16.0, config=config)
+        kmod.sparse_mla_decode(q, kv, idx, bench.SM_SCALE, config=config)
     torch.cuda.synchronize()
-    print(kmod._plan(args.batch, args.heads, 2048, q.device, config=config))
+    print(kmod._plan(args.batch, args.heads, bench.TOPK, q.device, config=config))
 
 
 if __name__ == "__main__":
