@@ -492,9 +492,10 @@ def _has_wgmma(device_index: int) -> bool:
 
 
 def _fits_cp_async(*tensors: torch.Tensor) -> bool:
-    """The Gluon kernel copies q and KV rows in 16-byte pieces, which Triton emits only where it
-    can prove the alignment: every buffer 16-byte aligned and every stride but the last
-    (contiguous) one a multiple of 16 elements (its integer specialization)."""
+    """Every buffer 16-byte aligned and every stride but the last (contiguous) one a multiple
+    of 16 elements. The Gluon kernel copies q and KV rows in 16-byte pieces, which Triton emits
+    only where it can prove that alignment (its integer specialization); for fp8_ds_mla rows
+    (uint8) it is the 16-byte row alignment their fp32 scales and bf16 rope part need."""
     return all(
         t.data_ptr() % 16 == 0 and all(st % 16 == 0 for st in t.stride()[:-1]) for t in tensors
     )
@@ -657,7 +658,7 @@ def sparse_mla_decode(
         raise TypeError(f"kv_rows must be fp16, bf16 or uint8 (fp8_ds_mla), got {kv_rows.dtype}")
     if kv_fp8 and q.dtype != torch.bfloat16:
         raise TypeError(f"fp8_ds_mla rows need a bf16 q (their rope part is bf16), got {q.dtype}")
-    if kv_fp8 and (kv_rows.stride(0) % 16 or kv_rows.data_ptr() % 16):
+    if kv_fp8 and not _fits_cp_async(kv_rows):  # the rows' fp32 scales and bf16 rope part
         raise ValueError("fp8_ds_mla rows must start 16-byte aligned (buffer and row stride)")
     if indices.dim() != 2 or indices.shape[0] != q.shape[0] or indices.dtype != torch.int32:
         raise ValueError("indices must be int32 [T, topk] with T = q.shape[0]")
