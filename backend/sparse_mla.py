@@ -334,12 +334,11 @@ if gluon is not None:
         IS_SPLIT: gl.constexpr,
         USE_PDL: gl.constexpr,
     ):
-        """The 64-head tile on Hopper, 8 warps: both warpgroups compute the whole Q.K^T of a tile
-        (its layout repeats across them), so each runs its own softmax with no cross-warpgroup
-        exchange, and each owns half of the V columns in P.V. The repeated Q.K^T costs MMA and
-        shared-memory work (1.5x the minimum) but no barrier inside the softmax, which is what
-        held the tl.dot 64-head tile back (NOTES.md round 4b). Gathers are cp.async copies
-        NUM_STAGES - 1 tiles ahead into shared memory that the warpgroup MMAs read directly."""
+        """The 64-head tile on Hopper, 8 warps. Each warpgroup computes Q.K^T for its own half
+        of a tile's keys and owns half of the V columns in P.V, so no MMA work is repeated; the
+        row max crosses the warpgroups once per tile, P goes through shared memory, and the row
+        sums wait for the end (NOTES.md round 7). Gathers are cp.async copies NUM_STAGES - 1
+        tiles ahead into shared memory that the warpgroup MMAs read directly."""
         BLOCK_H: gl.constexpr = 64
         D_V: gl.constexpr = 512
         D_PE: gl.constexpr = 64
@@ -347,17 +346,17 @@ if gluon is not None:
         acc_layout: gl.constexpr = gl.NVMMADistributedLayout(
             version=[3, 0], warps_per_cta=[4, 2], instr_shape=[16, 256, 16]
         )
-        # N = BLOCK_N fits one instruction, so the second warpgroup repeats the first's S.
+        # Instruction N = BLOCK_N / 2: the two warpgroups split the tile's keys.
         s_layout: gl.constexpr = gl.NVMMADistributedLayout(
-            version=[3, 0], warps_per_cta=[4, 2], instr_shape=[16, BLOCK_N, 16]
+            version=[3, 0], warps_per_cta=[4, 2], instr_shape=[16, BLOCK_N // 2, 16]
         )
-        p_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=acc_layout, k_width=2)
         nope_layout: gl.constexpr = gl.BlockedLayout([1, 8], [1, 32], [8, 1], [1, 0])
         pe_layout: gl.constexpr = gl.BlockedLayout([1, 8], [4, 8], [8, 1], [1, 0])
         nope_smem: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_N, D_V], dtype)
         pe_smem: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_N, D_PE], dtype)
         qn_smem: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_H, D_V], dtype)
         qp_smem: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_H, D_PE], dtype)
+        p_smem: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_H, BLOCK_N], dtype)
 
         if USE_PDL:
             _wg_launch_dependents()  # as in the tl.dot kernel: the merge may launch early
@@ -372,6 +371,7 @@ if gluon is not None:
         q_pe = gl.allocate_shared_memory(dtype, [BLOCK_H, D_PE], qp_smem)
         kv_tiles = gl.allocate_shared_memory(dtype, [NUM_STAGES, BLOCK_N, D_V], nope_smem)
         pe_tiles = gl.allocate_shared_memory(dtype, [NUM_STAGES, BLOCK_N, D_PE], pe_smem)
+        p_tile = gl.allocate_shared_memory(dtype, [BLOCK_H, BLOCK_N], p_smem)
         # The query heads are rows too: their copy joins the first tile's group, so its latency
         # overlaps the first gather instead of preceding it.
         heads = hb * BLOCK_H + gl.arange(0, BLOCK_H, layout=gl.SliceLayout(1, nope_layout))
@@ -407,12 +407,14 @@ if gluon is not None:
         idx_next_p = _wg_load_indices(idx_base, n0, end, BLOCK_N, p_layout_rows)
 
         m_i = gl.full([BLOCK_H], float("-inf"), gl.float32, layout=gl.SliceLayout(1, s_layout))
-        l_i = gl.zeros([BLOCK_H], gl.float32, layout=gl.SliceLayout(1, s_layout))
         acc = gl.zeros([BLOCK_H, D_V], gl.float32, layout=acc_layout)
         s_zero = gl.zeros([BLOCK_H, BLOCK_N], gl.float32, layout=s_layout)
+        # Row sums, kept per element and reduced once after the loop: a per-tile sum would
+        # cross the warpgroups a second time.
+        l_tile = s_zero
         for i in range(n_tiles):
-            # Every warpgroup is done with tile i - 1, so its stage takes the next gather before
-            # tile i is waited for: two tiles are in flight during that wait.
+            # Every warpgroup is done with tile i - 1 (its P included), so its stage takes the
+            # next gather before tile i is waited for: two tiles are in flight during that wait.
             gl.thread_barrier()
             nxt = (i + NUM_STAGES - 1) % NUM_STAGES
             _wg_issue_gather(
@@ -445,35 +447,46 @@ if gluon is not None:
             valid = (idx_c >= 0) & (idx_c < num_rows)
             s = warpgroup_mma_wait(0, deps=(s,))
             s = gl.where(valid[None, :], s * qk_scale, float("-inf"))
-            m_new = gl.maximum(m_i, gl.max(s, 1))
+            m_new = gl.maximum(m_i, gl.max(s, 1))  # across the warpgroups
             m_safe = gl.where(m_new == float("-inf"), 0.0, m_new)
             alpha = gl.exp2(m_i - m_safe)
             p = gl.exp2(s - m_safe[:, None])
-            l_i = l_i * alpha + gl.sum(p, 1)
+            l_tile = l_tile * alpha[:, None] + p
             m_i = m_new
-            p_op = gl.convert_layout(p.to(dtype), p_layout)
             acc = acc * gl.convert_layout(alpha, gl.SliceLayout(1, acc_layout))[:, None]
-            acc = warpgroup_mma(p_op, k_n, acc, is_async=True)
+            # Each warpgroup's P.V needs both halves of P: exchange them in shared memory.
+            p_tile.store(p.to(dtype))
+            fence_async_shared()
+            gl.thread_barrier()
+            acc = warpgroup_mma(p_tile, k_n, acc, is_async=True)
             acc = warpgroup_mma_wait(0, deps=(acc,))
         async_copy.wait_group(0)
 
+        l_i = gl.sum(l_tile, 1)
         empty = l_i == 0.0
         l_acc = gl.convert_layout(gl.where(empty, 1.0, l_i), gl.SliceLayout(1, acc_layout))
         out = acc / l_acc[:, None]
         lse2 = gl.where(empty, float("-inf"), m_i + gl.log2(gl.where(empty, 1.0, l_i)))
-        offs_h = hb * BLOCK_H + gl.arange(0, BLOCK_H, layout=gl.SliceLayout(1, acc_layout))
-        offs_v = gl.arange(0, D_V, layout=gl.SliceLayout(0, acc_layout))
-        mask_h = (offs_h < num_heads)[:, None]
         offs_hl = hb * BLOCK_H + gl.arange(0, BLOCK_H, layout=gl.SliceLayout(1, s_layout))
         mask_hl = offs_hl < num_heads
+        # The output rows, or a split's partial rows (16-bit too, NOTES.md round 7), go through
+        # the query's shared memory, free now, so that the global stores are whole 16-byte
+        # pieces of contiguous rows rather than the accumulator layout's 4-byte ones.
+        gl.thread_barrier()  # both warpgroups are done with Q
+        q_nope.store(out.to(dtype))
+        gl.thread_barrier()
+        out_rows = q_nope.load(nope_layout)
+        offs_h = hb * BLOCK_H + gl.arange(0, BLOCK_H, layout=gl.SliceLayout(1, nope_layout))
+        offs_v = gl.arange(0, D_V, layout=gl.SliceLayout(0, nope_layout))
+        mask_h = (offs_h < num_heads)[:, None]
         if IS_SPLIT:
             row0 = (t * num_splits + split).to(gl.int64) * num_heads
-            gl.store(PO + (row0 + offs_h)[:, None] * D_V + offs_v[None, :], out, mask=mask_h)
+            gl.store(PO + (row0 + offs_h)[:, None] * D_V + offs_v[None, :], out_rows, mask=mask_h)
             gl.store(PLSE + row0 + offs_hl, lse2, mask=mask_hl)
         else:
             o_tok = Out + t.to(gl.int64) * stride_ot
             o_ptr = o_tok + offs_h.to(gl.int64)[:, None] * stride_oh + offs_v[None, :]
-            gl.store(o_ptr, out.to(Out.dtype.element_ty), mask=mask_h)
+            gl.store(o_ptr, out_rows, mask=mask_h)
             l_ptr = LSE + t.to(gl.int64) * stride_lt + offs_hl.to(gl.int64) * stride_lh
             gl.store(l_ptr, lse2 * 0.6931471805599453, mask=mask_hl)
 
@@ -681,9 +694,8 @@ def sparse_mla_decode(
         return out, lse
 
     dev = q.device.index if q.device.index is not None else torch.cuda.current_device()
-    wgmma = (
-        q.dtype == kv_rows.dtype and _has_wgmma(dev) and _fits_cp_async(q, kv_rows)
-    )  # not for fp8_ds_mla rows (uint8), nor for a q that would need a cast
+    # Not for fp8_ds_mla rows (uint8), nor for a q or out that would need a cast.
+    wgmma = q.dtype == kv_rows.dtype == out.dtype and _has_wgmma(dev) and _fits_cp_async(q, kv_rows)
     cfg, num_splits = _plan(
         num_tokens, num_heads, topk, q.device, num_splits, config, kv_fp8, wgmma
     )
@@ -698,15 +710,20 @@ def sparse_mla_decode(
             workspace = torch.empty(need, dtype=torch.float32, device=q.device)
         elif workspace.dtype != torch.float32 or workspace.numel() < need:
             raise ValueError(f"workspace must be fp32 with at least {need} elements")
-        n_po = num_tokens * num_splits * num_heads * _D_V
-        part_o, part_lse = workspace[:n_po], workspace[n_po:need]
+        # The Gluon tile writes 16-bit partials (q's dtype), the tl.dot tiles fp32 ones.
+        part16 = bool(cfg.get("WGMMA"))
+        n_po = num_tokens * num_splits * num_heads * _D_V // (2 if part16 else 1)
+        part_o = workspace[:n_po].view(q.dtype) if part16 else workspace[:n_po]
+        part_lse = workspace[n_po : n_po + num_tokens * num_splits * num_heads]
     else:
         part_o, part_lse = lse, lse  # unused placeholders
 
     dv_split = cfg.get("DV_SPLIT", 1)
-    use_pdl = is_split and bool(cfg.get("PDL", 1))
-    if use_pdl:
-        use_pdl = _has_pdl(dev)
+    use_pdl = is_split and bool(cfg.get("PDL", 1)) and _has_pdl(dev)
+    if use_pdl and cfg.get("WGMMA") and "PDL" not in (config or {}):
+        # A merge launched early piles onto the SMs that the split grid leaves idle and then
+        # finishes last there; it pays only where most SMs are idle (NOTES.md round 7).
+        use_pdl = 2 * num_tokens * num_splits * num_hb <= _num_sms(dev)
     args = (
         q,
         kv_rows,
@@ -735,8 +752,8 @@ def sparse_mla_decode(
         tile_ok = block_h == 64 and block_n in (16, 32, 64) and cfg["num_warps"] == 8
         if not (tile_ok and dv_split == 1 and cfg["num_stages"] >= 2 and wgmma):
             raise ValueError(
-                "WGMMA needs BLOCK_H 64, BLOCK_N 16/32/64, 8 warps, 2+ stages, DV_SPLIT 1, q and "
-                "16-bit KV rows of one dtype with 16-byte-aligned buffers and strides that are "
+                "WGMMA needs BLOCK_H 64, BLOCK_N 16/32/64, 8 warps, 2+ stages, DV_SPLIT 1, q, out "
+                "and 16-bit KV rows of one dtype, 16-byte-aligned buffers and strides that are "
                 "multiples of 16 elements, Triton 3.6's Gluon and a Hopper GPU"
             )
         _sparse_mla_wgmma_kernel[(num_tokens * num_splits * num_hb,)](
@@ -767,6 +784,10 @@ def sparse_mla_decode(
         # Whole 512-column rows per program while the partial tile stays at <= 64 fp32 per
         # thread (4 warps); narrower V chunks only when there are many splits (NOTES.md 3d).
         block_dv = cfg.get("COMBINE_DV", max(64, min(512, 8192 // block_s)))
+        # Every thread holds all splits of its columns (16-byte loads, a warp's 32 lanes side
+        # by side), so that the sum over splits never crosses warps (NOTES.md round 7).
+        lane_cols = 512 // part_o.element_size()
+        combine_warps = cfg.get("COMBINE_WARPS", max(1, min(4, block_dv // lane_cols)))
         _sparse_mla_combine_kernel[(num_tokens * num_heads * (_D_V // block_dv),)](
             part_o,
             part_lse,
@@ -782,7 +803,7 @@ def sparse_mla_decode(
             D_V=_D_V,
             BLOCK_DV=block_dv,
             USE_PDL=use_pdl,
-            num_warps=4,
+            num_warps=combine_warps,
             launch_pdl=use_pdl,
         )
     return out, lse

@@ -571,7 +571,55 @@ def plan_r6() -> list[tuple[int, int, dict[str, int], int]]:
     return _expand(cases)
 
 
-PLANS = {"v2": plan_v2, "r3": plan_r3, "r4": plan_r4, "r6": plan_r6, "fp8": plan_fp8}
+def plan_r7() -> list[tuple[int, int, dict[str, int], int]]:
+    """Round 7: the Gluon tile (keys split across the warpgroups now) tried at 8-16 heads
+    (padded to 64) against the 16-head tl.dot tile, and the defaults at 64+ heads. Round 7's
+    first two committed sweeps name variants since removed from the kernel (SPLIT_S, STAGE_OUT,
+    PART16): NOTES.md round 7 says what each was."""
+    gluon = {"BLOCK_H": 64, "num_warps": 8, "WGMMA": 1}
+    small = [{}] + [{**gluon, "BLOCK_N": n, "num_stages": st} for n, st in GLUON_TILES]
+    large = [{}]
+    cases = [
+        (1, 8, (32, 64), small),
+        (8, 8, (8, 16, 32), small),
+        (8, 16, (8, 16, 32), small),
+        (32, 8, (4, 8), small),
+        (128, 8, (1, 2), small),
+        (8, 64, (16,), large),
+        (128, 64, (1,), large),
+        (8, 128, (8,), large),
+        (128, 128, (1,), large),
+    ]
+    return _expand(cases)
+
+
+def plan_r7s() -> list[tuple[int, int, dict[str, int], int]]:
+    """Round 7: split counts around the default for the Gluon tile with 16-bit partials."""
+    cases = [
+        (1, 64, (16, 32, 64), [{}]),
+        (1, 128, (16, 32), [{}]),
+        (8, 64, (8, 16, 32), [{}]),
+        (8, 128, (4, 8, 16), [{}]),
+        (32, 64, (2, 4, 8), [{}]),
+        (32, 128, (1, 2, 4), [{}]),
+        (128, 64, (1, 2), [{}]),
+        (128, 128, (1, 2), [{}]),
+    ]
+    return _expand(cases)
+
+
+GLUON_TILES = ((64, 2), (32, 3), (32, 4), (16, 4))
+
+
+PLANS = {
+    "v2": plan_v2,
+    "r3": plan_r3,
+    "r4": plan_r4,
+    "r6": plan_r6,
+    "r7": plan_r7,
+    "r7s": plan_r7s,
+    "fp8": plan_fp8,
+}
 
 
 def run_sweep_v2(

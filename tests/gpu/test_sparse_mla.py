@@ -84,11 +84,14 @@ def _check(
     kv: torch.Tensor,
     idx: torch.Tensor,
     sm_scale: float = _SM_SCALE,
+    out_dtype: torch.dtype | None = None,
     **kwargs: object,
 ) -> None:
-    """Run on poisoned outputs and compare with the fp32 reference."""
+    """Run on poisoned outputs (``out_dtype``: q's unless given) and compare with the fp32
+    reference."""
     num_tokens, num_heads, _ = q.shape
-    out = torch.full((num_tokens, num_heads, 512), float("nan"), dtype=q.dtype, device="cuda")
+    out_shape = (num_tokens, num_heads, 512)
+    out = torch.full(out_shape, float("nan"), dtype=out_dtype or q.dtype, device="cuda")
     lse = torch.full((num_tokens, num_heads), float("nan"), dtype=torch.float32, device="cuda")
     o2, l2 = kmod.sparse_mla_decode(q, kv, idx, sm_scale, out=out, lse=lse, **kwargs)
     torch.cuda.synchronize()
@@ -257,7 +260,8 @@ def test_inputs_the_gluon_kernel_cannot_copy_fall_back(kmod: ModuleType) -> None
     """KV rows or q heads whose stride is not a multiple of 16 elements (577 and 584 bf16;
     584 is 16-byte aligned, yet Triton cannot prove it), and a q whose dtype differs from the
     cache's, cannot take the Gluon kernel's 16-byte copies: the default plan uses the tl.dot
-    tile for them, and asking for the Gluon tile is refused."""
+    tile for them, and asking for the Gluon tile is refused. So does an fp32 ``out`` (the
+    Gluon kernel stages 16-bit output rows), which must get the tl.dot tile's fp32 values."""
     gen = torch.Generator(device="cuda").manual_seed(577)
     q, kv, idx = _make_inputs(gen, 3, 64, 2048, torch.bfloat16, "mixed")
     cases = [(q, kv.to(torch.float16))]
@@ -267,12 +271,15 @@ def test_inputs_the_gluon_kernel_cannot_copy_fall_back(kmod: ModuleType) -> None
         wide_q = torch.full((3, 64, width), float("nan"), dtype=q.dtype, device="cuda")
         wide_q[..., :576] = q
         cases += [(q, wide_kv[:, :576]), (wide_q[..., :576], kv)]
-    for q_in, kv_in in cases:
-        _check(kmod, q_in, kv_in, idx)
+    _check(kmod, q, kv, idx, out_dtype=torch.float32)
+    fp32_out = torch.empty(3, 64, 512, dtype=torch.float32, device="cuda")
+    for q_in, kv_in, out in [(q_in, kv_in, None) for q_in, kv_in in cases] + [(q, kv, fp32_out)]:
+        if out is None:
+            _check(kmod, q_in, kv_in, idx)
         if kmod._has_wgmma(torch.cuda.current_device()):
             with pytest.raises(ValueError, match="WGMMA needs"):
                 cfg = kmod._default_config(64, wgmma=True)
-                kmod.sparse_mla_decode(q_in, kv_in, idx, _SM_SCALE, config=cfg)
+                kmod.sparse_mla_decode(q_in, kv_in, idx, _SM_SCALE, out=out, config=cfg)
 
 
 _FP8_GRID = [
