@@ -16,13 +16,14 @@ Design, because the problem is a gather (H <= 64 is memory-bound on H200):
   * the top-k is split across programs only until the grid fills the GPU (and, once every SM
     has about one program, no further than keeps the partials under an eighth of the bytes a
     16-bit row gathers);
-    split partials (fp32, bounded by T * splits * H * 513 floats) are merged by a second small
-    kernel, launched as a programmatic dependent on SM90+ so its launch overlaps the split
-    kernel's tail;
+    split partials (fp32 from the tl.dot kernel, 16-bit from the Gluon one; bounded by
+    T * splits * H * 513 floats) are merged by a second small kernel, launched as a
+    programmatic dependent on SM90+ where that hides its launch;
   * two split kernels: ``_sparse_mla_split_kernel`` (tl.dot, every GPU and both row formats)
     and, for 64-head blocks of 16-bit rows on Hopper, ``_sparse_mla_wgmma_kernel`` (Gluon:
-    cp.async gathers into shared memory that warpgroup MMAs read, and a layout that gives each
-    warpgroup a whole softmax; 1.3x faster at B=128 with 64 and 128 heads, NOTES.md round 6).
+    cp.async gathers into shared memory that warpgroup MMAs read, each warpgroup computing
+    Q.K^T for half of a tile's keys and P.V for half of the V columns; 1.6x faster than the
+    tl.dot tile at B=128 with 64 and 128 heads, NOTES.md rounds 6-7).
 Only torch and triton are imported, so this file can be embedded verbatim elsewhere.
 """
 
@@ -568,7 +569,8 @@ def _choose_splits(
     a program, no more splits than keep the partials written under an eighth of the KV bytes
     gathered (the merge reads them back, so partial traffic stays under a quarter).
 
-    Each split writes H x 2 KB of fp32 partials per token against topk x 1152 B of KV; at B=8
+    Each split writes H x 2 KB of fp32 partials per token (the Gluon tile half as much, the cap
+    is not binding for it) against topk x 1152 B of KV; at B=8
     the extra parallelism of a second program per SM costs more in partials than it buys
     (H200: H=8 14.1 us at 16 splits, 15.3 at 32; H=16 14.4 vs 17.0; NOTES.md round 4). The
     cap counts 16-bit rows for fp8_ds_mla rows too: their widening, not their bytes, sets the
