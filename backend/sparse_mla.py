@@ -526,7 +526,7 @@ def _default_config(num_heads: int, kv_fp8: bool = False, wgmma: bool = False) -
 
     ``WAVES`` is how many programs per SM the split count aims for: small-head tiles keep two
     gathers in flight (indices prefetched, 3 stages, ~93 KB of shared memory) and co-reside 2 per
-    SM; 64-head tiles use ~216 KB (Q + two 64-row KV stages) and run one per SM. ``wgmma``
+    SM; 64-head tiles use ~216-225 KB (Q + two 64-row KV stages) and run one per SM. ``wgmma``
     (Hopper, 16-bit rows) picks the Gluon kernel for the 64-head tile (NOTES.md round 6).
     """
     block_h = min(64, max(16, triton.next_power_of_2(num_heads)))
@@ -710,8 +710,13 @@ def sparse_mla_decode(
         need = sparse_mla_workspace_numel(num_tokens, num_heads, num_splits)
         if workspace is None:
             workspace = torch.empty(need, dtype=torch.float32, device=q.device)
-        elif workspace.dtype != torch.float32 or workspace.numel() < need:
-            raise ValueError(f"workspace must be fp32 with at least {need} elements")
+        elif (
+            workspace.dtype != torch.float32
+            or workspace.dim() != 1
+            or not workspace.is_contiguous()
+            or workspace.numel() < need
+        ):
+            raise ValueError(f"workspace must be flat contiguous fp32, at least {need} elements")
         # The Gluon tile writes 16-bit partials (q's dtype), the tl.dot tiles fp32 ones.
         part16 = bool(cfg.get("WGMMA"))
         n_po = num_tokens * num_splits * num_heads * _D_V // (2 if part16 else 1)
@@ -723,8 +728,9 @@ def sparse_mla_decode(
     dv_split = cfg.get("DV_SPLIT", 1)
     use_pdl = is_split and bool(cfg.get("PDL", 1)) and _has_pdl(dev)
     if use_pdl and cfg.get("WGMMA") and "PDL" not in (config or {}):
-        # A merge launched early piles onto the SMs that the split grid leaves idle and then
-        # finishes last there; it pays only where most SMs are idle (NOTES.md round 7).
+        # Measured: an early merge pays where the split grid leaves most SMs idle and costs
+        # 1-2 µs at about one program per SM (likely piling onto the few idle SMs; a
+        # heuristic from six cases, NOTES.md round 7).
         use_pdl = 2 * num_tokens * num_splits * num_hb <= _num_sms(dev)
     args = (
         q,
@@ -752,11 +758,13 @@ def sparse_mla_decode(
     )
     if cfg.get("WGMMA"):
         tile_ok = block_h == 64 and block_n in (16, 32, 64) and cfg["num_warps"] == 8
-        if not (tile_ok and dv_split == 1 and cfg["num_stages"] >= 2 and wgmma):
+        stages_ok = cfg["num_stages"] >= 2 and block_n * cfg["num_stages"] <= 128  # smem
+        if not (tile_ok and stages_ok and dv_split == 1 and wgmma):
             raise ValueError(
-                "WGMMA needs BLOCK_H 64, BLOCK_N 16/32/64, 8 warps, 2+ stages, DV_SPLIT 1, q, out "
-                "and 16-bit KV rows of one dtype, 16-byte-aligned buffers and strides that are "
-                "multiples of 16 elements, Triton 3.6's Gluon and a Hopper GPU"
+                "WGMMA needs BLOCK_H 64, BLOCK_N 16/32/64, 8 warps, 2 to 128 / BLOCK_N stages, "
+                "DV_SPLIT 1, q, out and 16-bit KV rows of one dtype, 16-byte-aligned buffers "
+                "and strides that are multiples of 16 elements, Triton 3.6's Gluon and a "
+                "Hopper GPU"
             )
         _sparse_mla_wgmma_kernel[(num_tokens * num_splits * num_hb,)](
             *args,
@@ -783,11 +791,12 @@ def sparse_mla_decode(
         )
     if is_split:
         block_s = max(2, triton.next_power_of_2(num_splits))
-        # Whole 512-column rows per program while the partial tile stays at <= 64 fp32 per
-        # thread (4 warps); narrower V chunks only when there are many splits (NOTES.md 3d).
+        # Whole 512-column rows per program up to 16 splits, narrower V chunks beyond
+        # (NOTES.md 3d). Every thread holds all splits of its columns (16-byte loads, a warp's
+        # 32 lanes side by side), so that the sum over splits never crosses warps (NOTES.md
+        # round 7). With 64+ fp32 splits that is 256 values per thread in one warp, which
+        # spills a little and still measured faster than 4 warps (B=1/H=8: 7.95 vs 8.11 µs).
         block_dv = cfg.get("COMBINE_DV", max(64, min(512, 8192 // block_s)))
-        # Every thread holds all splits of its columns (16-byte loads, a warp's 32 lanes side
-        # by side), so that the sum over splits never crosses warps (NOTES.md round 7).
         lane_cols = 512 // part_o.element_size()
         combine_warps = cfg.get("COMBINE_WARPS", max(1, min(4, block_dv // lane_cols)))
         _sparse_mla_combine_kernel[(num_tokens * num_heads * (_D_V // block_dv),)](

@@ -260,8 +260,8 @@ def test_inputs_the_gluon_kernel_cannot_copy_fall_back(kmod: ModuleType) -> None
     """KV rows or q heads whose stride is not a multiple of 16 elements (577 and 584 bf16;
     584 is 16-byte aligned, yet Triton cannot prove it), and a q whose dtype differs from the
     cache's, cannot take the Gluon kernel's 16-byte copies: the default plan uses the tl.dot
-    tile for them, and asking for the Gluon tile is refused. So does an fp32 ``out`` (the
-    Gluon kernel stages 16-bit output rows), which must get the tl.dot tile's fp32 values."""
+    tile for them, and asking for the Gluon tile is refused. So is an fp32 ``out`` (the Gluon
+    kernel stores 16-bit rows): it gets exactly the tl.dot tile's fp32 values."""
     gen = torch.Generator(device="cuda").manual_seed(577)
     q, kv, idx = _make_inputs(gen, 3, 64, 2048, torch.bfloat16, "mixed")
     cases = [(q, kv.to(torch.float16))]
@@ -271,14 +271,23 @@ def test_inputs_the_gluon_kernel_cannot_copy_fall_back(kmod: ModuleType) -> None
         wide_q = torch.full((3, 64, width), float("nan"), dtype=q.dtype, device="cuda")
         wide_q[..., :576] = q
         cases += [(q, wide_kv[:, :576]), (wide_q[..., :576], kv)]
+    for q_in, kv_in in cases:
+        _check(kmod, q_in, kv_in, idx)
+
     _check(kmod, q, kv, idx, out_dtype=torch.float32)
     fp32_out = torch.empty(3, 64, 512, dtype=torch.float32, device="cuda")
-    for q_in, kv_in, out in [(q_in, kv_in, None) for q_in, kv_in in cases] + [(q, kv, fp32_out)]:
-        if out is None:
-            _check(kmod, q_in, kv_in, idx)
-        if kmod._has_wgmma(torch.cuda.current_device()):
+    tl_dot_out = torch.empty_like(fp32_out)
+    tl_dot = {**kmod._default_config(64, wgmma=False), "WGMMA": 0}
+    kmod.sparse_mla_decode(q, kv, idx, _SM_SCALE, out=fp32_out)
+    kmod.sparse_mla_decode(q, kv, idx, _SM_SCALE, out=tl_dot_out, config=tl_dot)
+    assert torch.equal(fp32_out, tl_dot_out), "an fp32 out must take the tl.dot tile"
+
+    if kmod._has_wgmma(torch.cuda.current_device()):
+        gluon = kmod._default_config(64, wgmma=True)
+        refused = [(q_in, kv_in, None, gluon) for q_in, kv_in in cases]
+        refused += [(q, kv, fp32_out, gluon), (q, kv, None, {**gluon, "num_stages": 3})]
+        for q_in, kv_in, out, cfg in refused:  # the last: 3 x 64 rows overflow shared memory
             with pytest.raises(ValueError, match="WGMMA needs"):
-                cfg = kmod._default_config(64, wgmma=True)
                 kmod.sparse_mla_decode(q_in, kv_in, idx, _SM_SCALE, out=out, config=cfg)
 
 
@@ -332,23 +341,27 @@ def test_out_of_range_rows_are_invalid(kmod: ModuleType) -> None:
 
 
 @pytest.mark.gpu
-def test_workspace_and_graph_replay(kmod: ModuleType) -> None:
-    """A caller-owned workspace works, and a captured CUDA graph replays correctly."""
+@pytest.mark.parametrize("num_heads", [8, 64])
+def test_workspace_and_graph_replay(kmod: ModuleType, num_heads: int) -> None:
+    """A caller-owned workspace works (fp32 partials for 8 heads, 16-bit ones in its front for
+    the Gluon tile at 64 heads on Hopper), a captured CUDA graph replays correctly, and a
+    workspace that is not flat is refused."""
     gen = torch.Generator(device="cuda").manual_seed(11)
-    q, kv, idx = _make_inputs(gen, 8, 8, 2048, torch.bfloat16, "tail")
+    q, kv, idx = _make_inputs(gen, 8, num_heads, 2048, torch.bfloat16, "tail")
     splits = 16
-    ws = torch.empty(
-        kmod.sparse_mla_workspace_numel(8, 8, splits), dtype=torch.float32, device="cuda"
-    )
-    out = torch.empty(8, 8, 512, dtype=q.dtype, device="cuda")
-    lse = torch.empty(8, 8, dtype=torch.float32, device="cuda")
+    numel = kmod.sparse_mla_workspace_numel(8, num_heads, splits)
+    ws = torch.empty(numel, dtype=torch.float32, device="cuda")
+    out = torch.empty(8, num_heads, 512, dtype=q.dtype, device="cuda")
+    lse = torch.empty(8, num_heads, dtype=torch.float32, device="cuda")
+    with pytest.raises(ValueError, match="workspace must be flat"):
+        kmod.sparse_mla_decode(q, kv, idx, _SM_SCALE, num_splits=splits, workspace=ws[None])
     kmod.sparse_mla_decode(q, kv, idx, _SM_SCALE, out=out, lse=lse, num_splits=splits, workspace=ws)
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
         kmod.sparse_mla_decode(
             q, kv, idx, _SM_SCALE, out=out, lse=lse, num_splits=splits, workspace=ws
         )
-    q2, kv2, idx2 = _make_inputs(gen, 8, 8, 2048, torch.bfloat16, "scattered")
+    q2, kv2, idx2 = _make_inputs(gen, 8, num_heads, 2048, torch.bfloat16, "scattered")
     n = min(kv.shape[0], kv2.shape[0])
     q.copy_(q2)
     kv[:n].copy_(kv2[:n])
