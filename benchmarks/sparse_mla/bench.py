@@ -577,7 +577,8 @@ def plan_r7() -> list[tuple[int, int, dict[str, int], int]]:
     first two committed sweeps name variants since removed from the kernel (SPLIT_S, STAGE_OUT,
     PART16): NOTES.md round 7 says what each was."""
     gluon = {"BLOCK_H": 64, "num_warps": 8, "WGMMA": 1}
-    small = [{}] + [{**gluon, "BLOCK_N": n, "num_stages": st} for n, st in GLUON_TILES]
+    tiles = ((64, 2), (32, 3), (32, 4), (16, 4))
+    small = [{}] + [{**gluon, "BLOCK_N": n, "num_stages": st} for n, st in tiles]
     large = [{}]
     cases = [
         (1, 8, (32, 64), small),
@@ -606,9 +607,6 @@ def plan_r7s() -> list[tuple[int, int, dict[str, int], int]]:
         (128, 128, (1, 2), [{}]),
     ]
     return _expand(cases)
-
-
-GLUON_TILES = ((64, 2), (32, 3), (32, 4), (16, 4))
 
 
 PLANS = {
