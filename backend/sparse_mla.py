@@ -12,18 +12,21 @@ A token with no valid index gets out = 0 and lse = -inf (what vLLM's merge expec
 Design, because the problem is a gather (H <= 64 is memory-bound on H200):
   * one program owns (token, top-k split, head block of up to 64 heads); each gathered row is
     loaded once as a [BLOCK_N, 512] + [BLOCK_N, 64] tile and used for both Q.K^T and P.V;
-  * heads are the M dimension of both dots (padded to 16); online softmax in fp32 base 2;
+  * heads are the M dimension of both dots (padded to 16; the swapped tile makes them N);
+    online softmax in fp32 base 2;
   * the top-k is split across programs only until the grid fills the GPU (and, once every SM
     has about one program, no further than keeps the partials under an eighth of the bytes a
     16-bit row gathers);
-    split partials (fp32 from the tl.dot kernel, 16-bit from the Gluon one; bounded by
+    split partials (fp32 from the tl.dot kernel, 16-bit from the Gluon ones; bounded by
     T * splits * H * 513 floats) are merged by a second small kernel, launched as a
     programmatic dependent on SM90+ where that hides its launch;
-  * two split kernels: ``_sparse_mla_split_kernel`` (tl.dot, every GPU and both row formats)
-    and, for 64-head blocks of 16-bit rows on Hopper, ``_sparse_mla_wgmma_kernel`` (Gluon:
-    cp.async gathers into shared memory that warpgroup MMAs read, each warpgroup computing
-    Q.K^T for half of a tile's keys and P.V for half of the V columns; 1.6x faster than the
-    tl.dot tile at B=128 with 64 and 128 heads, NOTES.md rounds 6-7).
+  * three split kernels: ``_sparse_mla_split_kernel`` (tl.dot, every GPU and both row
+    formats) and, for 16-bit rows on Hopper, two Gluon kernels whose cp.async gathers land in
+    shared memory that warpgroup MMAs read: ``_sparse_mla_wgmma_kernel`` for 64-head blocks
+    (each warpgroup computes Q.K^T for half of a tile's keys and P.V for half of the V
+    columns; 1.6x faster than the tl.dot tile at B=128 with 64 and 128 heads, NOTES.md rounds
+    6-7) and ``_sparse_mla_wgmma_swapped_kernel`` for 8 or 16 heads (keys as the MMA's M,
+    heads as its N; 1.1-1.5x faster than the 16-head tl.dot tile, NOTES.md round 8).
 Only torch and triton are imported, so this file can be embedded verbatim elsewhere.
 """
 
@@ -491,6 +494,175 @@ if gluon is not None:
             l_ptr = LSE + t.to(gl.int64) * stride_lt + offs_hl.to(gl.int64) * stride_lh
             gl.store(l_ptr, lse2 * 0.6931471805599453, mask=mask_hl)
 
+    @gluon.jit
+    def _sparse_mla_wgmma_swapped_kernel(
+        Q,
+        KV,
+        IDX,
+        Out,
+        LSE,
+        PO,
+        PLSE,
+        qk_scale,
+        num_rows,
+        topk,
+        chunk,
+        num_heads,
+        num_hb,
+        num_splits,
+        stride_qt,
+        stride_qh,
+        stride_kv,
+        stride_it,
+        stride_ot,
+        stride_oh,
+        stride_lt,
+        stride_lh,
+        BLOCK_H: gl.constexpr,
+        NUM_STAGES: gl.constexpr,
+        IS_SPLIT: gl.constexpr,
+        USE_PDL: gl.constexpr,
+    ):
+        """The small-head tile on Hopper (8 or 16 heads), one warpgroup, operands swapped: the
+        keys are the warpgroup MMA's M (64 per tile) and the heads its N, so no MMA row is
+        padding. S^T = K Q^T, then O^T += V^T P^T with V^T read from the gathered tile in
+        shared memory as a transposed operand. Gathers are cp.async copies NUM_STAGES - 1
+        tiles ahead, as in the 64-head tile."""
+        BLOCK_N: gl.constexpr = 64
+        D_V: gl.constexpr = 512
+        D_PE: gl.constexpr = 64
+        dtype: gl.constexpr = KV.dtype.element_ty
+        mma_layout: gl.constexpr = gl.NVMMADistributedLayout(
+            version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, BLOCK_H, 16]
+        )
+        nope_layout: gl.constexpr = gl.BlockedLayout([1, 8], [1, 32], [4, 1], [1, 0])
+        pe_layout: gl.constexpr = gl.BlockedLayout([1, 8], [4, 8], [4, 1], [1, 0])
+        nope_smem: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_N, D_V], dtype)
+        pe_smem: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_N, D_PE], dtype)
+        qn_smem: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_H, D_V], dtype)
+        qp_smem: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_H, D_PE], dtype)
+        p_smem: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_N, BLOCK_H], dtype)
+
+        if USE_PDL:
+            _wg_launch_dependents()
+        pid = gl.program_id(0)
+        hb = pid % num_hb
+        rest = pid // num_hb
+        split = rest % num_splits
+        t = rest // num_splits
+        q_tok = Q + t.to(gl.int64) * stride_qt
+
+        q_nope = gl.allocate_shared_memory(dtype, [BLOCK_H, D_V], qn_smem)
+        q_pe = gl.allocate_shared_memory(dtype, [BLOCK_H, D_PE], qp_smem)
+        kv_tiles = gl.allocate_shared_memory(dtype, [NUM_STAGES, BLOCK_N, D_V], nope_smem)
+        pe_tiles = gl.allocate_shared_memory(dtype, [NUM_STAGES, BLOCK_N, D_PE], pe_smem)
+        p_tile = gl.allocate_shared_memory(dtype, [BLOCK_N, BLOCK_H], p_smem)
+        heads = hb * BLOCK_H + gl.arange(0, BLOCK_H, layout=gl.SliceLayout(1, nope_layout))
+        heads_p = hb * BLOCK_H + gl.arange(0, BLOCK_H, layout=gl.SliceLayout(1, pe_layout))
+        _wg_issue_gather(
+            q_nope, q_pe, q_tok, heads, heads_p, num_heads, stride_qh, nope_layout, pe_layout
+        )
+
+        start = split * chunk
+        end = gl.minimum(start + chunk, topk)
+        n_tiles = gl.cdiv(end - start, BLOCK_N)
+        idx_base = IDX + t.to(gl.int64) * stride_it
+        n_layout: gl.constexpr = gl.SliceLayout(1, nope_layout)
+        p_layout_rows: gl.constexpr = gl.SliceLayout(1, pe_layout)
+        for st in gl.static_range(NUM_STAGES - 1):
+            n0 = start + st * BLOCK_N
+            _wg_issue_gather(
+                kv_tiles.index(st),
+                pe_tiles.index(st),
+                KV,
+                _wg_load_indices(idx_base, n0, end, BLOCK_N, n_layout),
+                _wg_load_indices(idx_base, n0, end, BLOCK_N, p_layout_rows),
+                num_rows,
+                stride_kv,
+                nope_layout,
+                pe_layout,
+            )
+            async_copy.commit_group()
+        n0 = start + (NUM_STAGES - 1) * BLOCK_N
+        idx_next_n = _wg_load_indices(idx_base, n0, end, BLOCK_N, n_layout)
+        idx_next_p = _wg_load_indices(idx_base, n0, end, BLOCK_N, p_layout_rows)
+
+        head_layout: gl.constexpr = gl.SliceLayout(0, mma_layout)
+        m_i = gl.full([BLOCK_H], float("-inf"), gl.float32, layout=head_layout)
+        acc = gl.zeros([D_V, BLOCK_H], gl.float32, layout=mma_layout)  # O^T
+        s_zero = gl.zeros([BLOCK_N, BLOCK_H], gl.float32, layout=mma_layout)
+        l_tile = s_zero  # row sums per element, reduced once after the loop
+        for i in range(n_tiles):
+            gl.thread_barrier()  # tile i - 1 and its P are consumed: its stage is free
+            nxt = (i + NUM_STAGES - 1) % NUM_STAGES
+            _wg_issue_gather(
+                kv_tiles.index(nxt),
+                pe_tiles.index(nxt),
+                KV,
+                idx_next_n,
+                idx_next_p,
+                num_rows,
+                stride_kv,
+                nope_layout,
+                pe_layout,
+            )
+            async_copy.commit_group()
+            n0 = start + (i + NUM_STAGES) * BLOCK_N
+            idx_next_n = _wg_load_indices(idx_base, n0, end, BLOCK_N, n_layout)
+            idx_next_p = _wg_load_indices(idx_base, n0, end, BLOCK_N, p_layout_rows)
+            async_copy.wait_group(NUM_STAGES - 1)
+            fence_async_shared()
+            gl.thread_barrier()
+
+            stage = i % NUM_STAGES
+            k_n = kv_tiles.index(stage)
+            k_p = pe_tiles.index(stage)
+            s = warpgroup_mma(k_n, q_nope.permute((1, 0)), s_zero, use_acc=False, is_async=True)
+            s = warpgroup_mma(k_p, q_pe.permute((1, 0)), s, is_async=True)
+            idx_c = _wg_load_indices(
+                idx_base, start + i * BLOCK_N, end, BLOCK_N, gl.SliceLayout(1, mma_layout)
+            )
+            valid = (idx_c >= 0) & (idx_c < num_rows)
+            s = warpgroup_mma_wait(0, deps=(s,))
+            s = gl.where(valid[:, None], s * qk_scale, float("-inf"))
+            m_new = gl.maximum(m_i, gl.max(s, 0))
+            m_safe = gl.where(m_new == float("-inf"), 0.0, m_new)
+            alpha = gl.exp2(m_i - m_safe)
+            p = gl.exp2(s - m_safe[None, :])
+            l_tile = l_tile * alpha[None, :] + p
+            m_i = m_new
+            acc = acc * alpha[None, :]
+            p_tile.store(p.to(dtype))
+            fence_async_shared()
+            gl.thread_barrier()
+            acc = warpgroup_mma(k_n.permute((1, 0)), p_tile, acc, is_async=True)
+            acc = warpgroup_mma_wait(0, deps=(acc,))
+        async_copy.wait_group(0)
+
+        l_i = gl.sum(l_tile, 0)
+        empty = l_i == 0.0
+        out = acc / gl.where(empty, 1.0, l_i)[None, :]
+        lse2 = gl.where(empty, float("-inf"), m_i + gl.log2(gl.where(empty, 1.0, l_i)))
+        offs_hl = hb * BLOCK_H + gl.arange(0, BLOCK_H, layout=head_layout)
+        mask_hl = offs_hl < num_heads
+        gl.thread_barrier()  # every warp is done with Q
+        q_nope.store(gl.permute(out.to(dtype), (1, 0)))
+        gl.thread_barrier()
+        out_rows = q_nope.load(nope_layout)
+        offs_h = hb * BLOCK_H + gl.arange(0, BLOCK_H, layout=gl.SliceLayout(1, nope_layout))
+        offs_v = gl.arange(0, D_V, layout=gl.SliceLayout(0, nope_layout))
+        mask_h = (offs_h < num_heads)[:, None]
+        if IS_SPLIT:
+            row0 = (t * num_splits + split).to(gl.int64) * num_heads
+            gl.store(PO + (row0 + offs_h)[:, None] * D_V + offs_v[None, :], out_rows, mask=mask_h)
+            gl.store(PLSE + row0 + offs_hl, lse2, mask=mask_hl)
+        else:
+            o_tok = Out + t.to(gl.int64) * stride_ot
+            o_ptr = o_tok + offs_h.to(gl.int64)[:, None] * stride_oh + offs_v[None, :]
+            gl.store(o_ptr, out_rows, mask=mask_h)
+            l_ptr = LSE + t.to(gl.int64) * stride_lt + offs_hl.to(gl.int64) * stride_lh
+            gl.store(l_ptr, lse2 * 0.6931471805599453, mask=mask_hl)
+
 
 @functools.lru_cache(maxsize=16)
 def _num_sms(device_index: int) -> int:
@@ -527,8 +699,20 @@ def _default_config(num_heads: int, kv_fp8: bool = False, wgmma: bool = False) -
     ``WAVES`` is how many programs per SM the split count aims for: small-head tiles keep two
     gathers in flight (indices prefetched, 3 stages, ~93 KB of shared memory) and co-reside 2 per
     SM; 64-head tiles use ~216-225 KB (Q + two 64-row KV stages) and run one per SM. ``wgmma``
-    (Hopper, 16-bit rows) picks the Gluon kernel for the 64-head tile (NOTES.md round 6).
+    (Hopper, 16-bit rows) picks the Gluon kernels: the swapped tile for up to 16 heads (two
+    64-row stages, ~158-168 KB, one per SM; NOTES.md round 8) and the 64-head tile for 33+
+    (NOTES.md round 6); 17-32 heads keep the tl.dot tile.
     """
+    if num_heads <= 16 and wgmma and not kv_fp8:
+        # The swapped tile: 8 or 16 heads are the MMA's N, so H=8 computes no padding rows.
+        return {
+            "BLOCK_H": 8 if num_heads <= 8 else 16,
+            "BLOCK_N": 64,
+            "num_warps": 4,
+            "num_stages": 2,
+            "WAVES": 1,
+            "WGMMA": 1,
+        }
     block_h = min(64, max(16, triton.next_power_of_2(num_heads)))
     if block_h == 64 and wgmma and not kv_fp8:
         return {
@@ -569,8 +753,8 @@ def _choose_splits(
     a program, no more splits than keep the partials written under an eighth of the KV bytes
     gathered (the merge reads them back, so partial traffic stays under a quarter).
 
-    Each split writes H x 2 KB of fp32 partials per token (the Gluon tile half as much, the cap
-    is not binding for it) against topk x 1152 B of KV; at B=8
+    Each split writes H x 2 KB of fp32 partials per token (the Gluon tiles half as much; the cap
+    is not binding for them at one program per SM) against topk x 1152 B of KV; at B=8
     the extra parallelism of a second program per SM costs more in partials than it buys
     (H200: H=8 14.1 us at 16 splits, 15.3 at 32; H=16 14.4 vs 17.0; NOTES.md round 4). The
     cap counts 16-bit rows for fp8_ds_mla rows too: their widening, not their bytes, sets the
@@ -632,6 +816,25 @@ def _plan(
             cfg.get("WAVES", 2),
         )
     return cfg, max(1, min(int(num_splits), max(1, triton.cdiv(topk, cfg["BLOCK_N"]))))
+
+
+def _merge_shape(rows: int, block_s: int, elem_size: int, num_sms: int) -> tuple[int, int]:
+    """V columns per merge program and its warps, for ``rows`` (token, head) rows of
+    ``block_s`` padded splits.
+
+    Whole 512-column rows up to 16 splits, narrower beyond (a program holds at most 8192
+    partial values, NOTES.md 3d), and narrower still until the merge has about two programs
+    per SM: at B=8/H=8, 64 programs of whole rows took 0.8 µs longer than 512 of 64 columns
+    (NOTES.md round 8). Every thread holds all splits of its columns (16-byte loads, a warp's
+    32 lanes side by side), so the sum over splits never crosses warps (NOTES.md round 7).
+    With 64+ fp32 splits that is 256 values per thread in one warp, which spills a little and
+    still measured faster than 4 warps (B=1/H=8: 7.95 vs 8.11 µs).
+    """
+    block_dv = max(64, min(_D_V, 8192 // block_s))
+    while block_dv > 64 and rows * (_D_V // block_dv) < 2 * num_sms:
+        block_dv //= 2
+    lane_cols = 512 // elem_size  # columns that 32 lanes cover with 16-byte pieces
+    return block_dv, max(1, min(4, block_dv // lane_cols))
 
 
 def sparse_mla_workspace_numel(num_tokens: int, num_heads: int, num_splits: int) -> int:
@@ -757,23 +960,39 @@ def sparse_mla_decode(
         lse.stride(1),
     )
     if cfg.get("WGMMA"):
-        tile_ok = block_h == 64 and block_n in (16, 32, 64) and cfg["num_warps"] == 8
-        stages_ok = cfg["num_stages"] >= 2 and block_n * cfg["num_stages"] <= 128  # smem
+        swapped = block_h in (8, 16)
+        if swapped:  # keys as the MMA's M: 64-key tiles, shared memory for 2 (3 at 8 heads)
+            tile_ok = block_n == 64 and cfg["num_warps"] == 4
+            stages_ok = 2 <= cfg["num_stages"] <= (3 if block_h == 8 else 2)
+        else:
+            tile_ok = block_h == 64 and block_n in (16, 32, 64) and cfg["num_warps"] == 8
+            stages_ok = cfg["num_stages"] >= 2 and block_n * cfg["num_stages"] <= 128  # smem
         if not (tile_ok and stages_ok and dv_split == 1 and wgmma):
             raise ValueError(
-                "WGMMA needs BLOCK_H 64, BLOCK_N 16/32/64, 8 warps, 2 to 128 / BLOCK_N stages, "
+                "WGMMA needs BLOCK_H 64 (BLOCK_N 16/32/64, 8 warps, 2 to 128 / BLOCK_N "
+                "stages) or BLOCK_H 8/16 (BLOCK_N 64, 4 warps, 2 stages, 3 at 8 heads), "
                 "DV_SPLIT 1, q, out and 16-bit KV rows of one dtype, 16-byte-aligned buffers "
                 "and strides that are multiples of 16 elements, Triton 3.6's Gluon and a "
                 "Hopper GPU"
             )
-        _sparse_mla_wgmma_kernel[(num_tokens * num_splits * num_hb,)](
-            *args,
-            BLOCK_N=block_n,
-            NUM_STAGES=cfg["num_stages"],
-            IS_SPLIT=is_split,
-            USE_PDL=use_pdl,
-            num_warps=8,
-        )
+        if swapped:
+            _sparse_mla_wgmma_swapped_kernel[(num_tokens * num_splits * num_hb,)](
+                *args,
+                BLOCK_H=block_h,
+                NUM_STAGES=cfg["num_stages"],
+                IS_SPLIT=is_split,
+                USE_PDL=use_pdl,
+                num_warps=4,
+            )
+        else:
+            _sparse_mla_wgmma_kernel[(num_tokens * num_splits * num_hb,)](
+                *args,
+                BLOCK_N=block_n,
+                NUM_STAGES=cfg["num_stages"],
+                IS_SPLIT=is_split,
+                USE_PDL=use_pdl,
+                num_warps=8,
+            )
     else:
         _sparse_mla_split_kernel[(num_tokens * num_splits * num_hb * dv_split,)](
             *args,
@@ -791,14 +1010,11 @@ def sparse_mla_decode(
         )
     if is_split:
         block_s = max(2, triton.next_power_of_2(num_splits))
-        # Whole 512-column rows per program up to 16 splits, narrower V chunks beyond
-        # (NOTES.md 3d). Every thread holds all splits of its columns (16-byte loads, a warp's
-        # 32 lanes side by side), so that the sum over splits never crosses warps (NOTES.md
-        # round 7). With 64+ fp32 splits that is 256 values per thread in one warp, which
-        # spills a little and still measured faster than 4 warps (B=1/H=8: 7.95 vs 8.11 µs).
-        block_dv = cfg.get("COMBINE_DV", max(64, min(512, 8192 // block_s)))
-        lane_cols = 512 // part_o.element_size()
-        combine_warps = cfg.get("COMBINE_WARPS", max(1, min(4, block_dv // lane_cols)))
+        block_dv, combine_warps = _merge_shape(
+            num_tokens * num_heads, block_s, part_o.element_size(), _num_sms(dev)
+        )
+        block_dv = cfg.get("COMBINE_DV", block_dv)
+        combine_warps = cfg.get("COMBINE_WARPS", combine_warps)
         _sparse_mla_combine_kernel[(num_tokens * num_heads * (_D_V // block_dv),)](
             part_o,
             part_lse,

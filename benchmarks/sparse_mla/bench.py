@@ -609,6 +609,27 @@ def plan_r7s() -> list[tuple[int, int, dict[str, int], int]]:
     return _expand(cases)
 
 
+def plan_r8() -> list[tuple[int, int, dict[str, int], int]]:
+    """Round 8: the swapped small-head Gluon tile (keys as the MMA's M, 8 or 16 heads as its
+    N) against the 16-head tl.dot tile, with and without an early (PDL) merge."""
+    swapped = [
+        {"BLOCK_H": bh, "BLOCK_N": 64, "num_warps": 4, "num_stages": st, "WGMMA": 1, "PDL": pdl}
+        for bh, st in ((16, 2), (8, 2), (8, 3))
+        for pdl in (0, 1)
+    ]
+    small = [{}] + swapped
+    cases = [
+        (1, 8, (16, 32), small),
+        (8, 8, (8, 16, 32), small),
+        (8, 16, (8, 16, 32), small),
+        (32, 8, (2, 4, 8), small),
+        (32, 16, (2, 4, 8), small),
+        (128, 8, (1, 2), small),
+        (128, 16, (1, 2), small),
+    ]
+    return _expand(cases)
+
+
 PLANS = {
     "v2": plan_v2,
     "r3": plan_r3,
@@ -616,6 +637,7 @@ PLANS = {
     "r6": plan_r6,
     "r7": plan_r7,
     "r7s": plan_r7s,
+    "r8": plan_r8,
     "fp8": plan_fp8,
 }
 

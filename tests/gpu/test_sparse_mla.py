@@ -255,6 +255,35 @@ def test_64_head_tiles(
             _check(kmod, q, kv, idx, num_splits=splits, config=cfg)
 
 
+def _small_head_tiles(kmod: ModuleType) -> list[dict[str, int]]:
+    """The 16-head tl.dot tile and, on Hopper with Triton 3.6, the swapped Gluon tile at 16 and
+    8 heads per block (2 stages; 3 fit at 8)."""
+    tiles = [{**kmod._default_config(16, wgmma=False), "WGMMA": 0}]
+    if kmod._has_wgmma(torch.cuda.current_device()):
+        swapped = {"BLOCK_N": 64, "num_warps": 4, "WGMMA": 1}
+        tiles += [
+            {**swapped, "BLOCK_H": bh, "num_stages": st} for bh, st in ((16, 2), (8, 2), (8, 3))
+        ]
+    return tiles
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", ["fp16", "bf16"])
+@pytest.mark.parametrize(
+    ("num_heads", "num_tokens", "topk"), [(8, 5, 2000), (16, 3, 2048), (5, 4, 64), (12, 2, 300)]
+)
+def test_small_head_tiles(
+    kmod: ModuleType, num_heads: int, num_tokens: int, topk: int, dtype: str
+) -> None:
+    """Every small-head tile over 1, 3 and 16 splits (topk 2000 and 300: the last chunk ends
+    inside a tile; 5 and 12 heads: padded head blocks, two of them at 8 heads per block)."""
+    gen = torch.Generator(device="cuda").manual_seed(zlib.crc32(f"sh-{num_heads}-{dtype}".encode()))
+    q, kv, idx = _make_inputs(gen, num_tokens, num_heads, topk, _DTYPES[dtype], "mixed")
+    for cfg in _small_head_tiles(kmod):
+        for splits in (1, 3, 16):
+            _check(kmod, q, kv, idx, num_splits=splits, config=cfg)
+
+
 @pytest.mark.gpu
 def test_inputs_the_gluon_kernel_cannot_copy_fall_back(kmod: ModuleType) -> None:
     """KV rows or q heads whose stride is not a multiple of 16 elements (577 and 584 bf16;
@@ -286,7 +315,9 @@ def test_inputs_the_gluon_kernel_cannot_copy_fall_back(kmod: ModuleType) -> None
         gluon = kmod._default_config(64, wgmma=True)
         refused = [(q_in, kv_in, None, gluon) for q_in, kv_in in cases]
         refused += [(q, kv, fp32_out, gluon), (q, kv, None, {**gluon, "num_stages": 3})]
-        for q_in, kv_in, out, cfg in refused:  # the last: 3 x 64 rows overflow shared memory
+        swapped = kmod._default_config(16, wgmma=True)  # 3 stages fit at 8 heads, not at 16
+        refused += [(q, kv, None, {**swapped, "num_stages": 3})]
+        for q_in, kv_in, out, cfg in refused:  # the last two overflow shared memory
             with pytest.raises(ValueError, match="WGMMA needs"):
                 kmod.sparse_mla_decode(q_in, kv_in, idx, _SM_SCALE, out=out, config=cfg)
 
@@ -343,8 +374,8 @@ def test_out_of_range_rows_are_invalid(kmod: ModuleType) -> None:
 @pytest.mark.gpu
 @pytest.mark.parametrize("num_heads", [8, 64])
 def test_workspace_and_graph_replay(kmod: ModuleType, num_heads: int) -> None:
-    """A caller-owned workspace works (fp32 partials for 8 heads, 16-bit ones in its front for
-    the Gluon tile at 64 heads on Hopper), a captured CUDA graph replays correctly, and a
+    """A caller-owned workspace works (16-bit partials in its front from the Gluon tiles on
+    Hopper, fp32 ones from the tl.dot tiles), a captured CUDA graph replays correctly, and a
     workspace that is not flat is refused."""
     gen = torch.Generator(device="cuda").manual_seed(11)
     q, kv, idx = _make_inputs(gen, 8, num_heads, 2048, torch.bfloat16, "tail")

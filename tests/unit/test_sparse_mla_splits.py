@@ -31,19 +31,27 @@ SPLITS = {
 }  # fmt: skip
 
 
+# The swapped small-head Gluon tile (Hopper) runs one program per SM: B=1/8/32/128 at H=8 and
+# B=8/32/128 at H=16 were the fastest of the split counts that round 8's sweep compared.
+SWAPPED_SPLITS = {(1, 8): 32, (1, 16): 32, (8, 8): 16, (8, 16): 16,
+                  (32, 8): 4, (32, 16): 4, (128, 8): 1, (128, 16): 1}  # fmt: skip
+
+
 @pytest.mark.parametrize("wgmma", [False, True])
 @pytest.mark.parametrize(("batch", "heads"), sorted(SPLITS))
 def test_split_rule_on_the_benchmark_grid(
     kmod: ModuleType, batch: int, heads: int, wgmma: bool
 ) -> None:
     """Both 64-head tiles (tl.dot, and Gluon on Hopper) take the same split counts (a pin; round
-    6's sweep compared two split counts per case for the Gluon tile, and these were faster)."""
+    6's sweep compared two split counts per case for the Gluon tile, and these were faster);
+    at 8 and 16 heads, Hopper's swapped tile takes its own."""
     cfg = kmod._default_config(heads, wgmma=wgmma)
     head_blocks = -(-heads // cfg["BLOCK_H"])
     got = kmod._choose_splits(
         batch, head_blocks, 2048, heads, cfg["BLOCK_N"], H200_SMS, cfg["WAVES"]
     )
-    assert got == SPLITS[(batch, heads)]
+    swapped = wgmma and heads <= 16
+    assert got == (SWAPPED_SPLITS if swapped else SPLITS)[(batch, heads)]
 
 
 @pytest.mark.parametrize("topk", [1, 31, 32, 64, 100])
@@ -65,14 +73,41 @@ def test_split_rule_for_fp8_rows(kmod: ModuleType, batch: int, heads: int) -> No
     assert got == FP8_SPLITS[(batch, heads)]
 
 
-def test_the_gluon_tile_serves_64_head_blocks_of_16_bit_rows_only(kmod: ModuleType) -> None:
+def test_the_gluon_tiles_serve_16_bit_rows_at_up_to_16_or_33_plus_heads(kmod: ModuleType) -> None:
+    """64-head blocks (33+ heads, padded) and the swapped tile's 8 or 16 heads; 17-32 heads,
+    fp8_ds_mla rows and GPUs without warpgroup MMA take the tl.dot tiles."""
     assert kmod._default_config(64, wgmma=True).get("WGMMA") == 1
     assert kmod._default_config(128, wgmma=True).get("WGMMA") == 1
     assert kmod._default_config(33, wgmma=True).get("WGMMA") == 1  # padded to 64 rows
     assert not kmod._default_config(32, wgmma=True).get("WGMMA")
-    assert not kmod._default_config(16, wgmma=True).get("WGMMA")
+    for heads, block_h in ((1, 8), (8, 8), (9, 16), (16, 16)):
+        cfg = kmod._default_config(heads, wgmma=True)
+        assert cfg["WGMMA"] == 1 and cfg["BLOCK_H"] == block_h and cfg["num_warps"] == 4
+    assert not kmod._default_config(8, kv_fp8=True, wgmma=True).get("WGMMA")
     assert not kmod._default_config(64, kv_fp8=True, wgmma=True).get("WGMMA")
     assert not kmod._default_config(64, wgmma=False).get("WGMMA")
+    assert not kmod._default_config(16, wgmma=False).get("WGMMA")
+
+
+# (token x head rows, padded splits, partial element size) -> (V columns, warps) on 132 SMs.
+MERGE_SHAPES = {
+    (64, 16, 2): (64, 1),  # B=8/H=8, 16-bit partials: 512 programs, not 64 whole rows
+    (256, 4, 2): (256, 1),  # B=32/H=8: 512 programs
+    (8, 32, 2): (64, 1),  # B=1/H=8: as narrow as it goes
+    (512, 16, 2): (512, 2),  # B=8/H=64: whole rows already make 512 programs
+    (128, 8, 4): (128, 1),  # 8 splits of fp32 partials (tl.dot tile): 512 programs
+    (8, 64, 4): (64, 1),  # B=1/H=8 at 64 splits: 8192 values per program at most
+}
+
+
+@pytest.mark.parametrize(("key", "shape"), sorted(MERGE_SHAPES.items()))
+def test_merge_shape(kmod: ModuleType, key: tuple[int, int, int], shape: tuple[int, int]) -> None:
+    rows, block_s, elem_size = key
+    block_dv, warps = kmod._merge_shape(rows, block_s, elem_size, H200_SMS)
+    assert (block_dv, warps) == shape
+    assert block_s * block_dv <= 8192 or block_dv == 64
+    lanes_cols = 32 * 16 // elem_size  # columns one warp covers with 16-byte pieces
+    assert warps * lanes_cols <= max(block_dv, lanes_cols)  # a thread holds all its splits
 
 
 def test_fits_cp_async_needs_aligned_buffers_and_strides(kmod: ModuleType) -> None:
