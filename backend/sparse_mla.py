@@ -26,7 +26,7 @@ Design, because the problem is a gather (H <= 64 is memory-bound on H200):
     (each warpgroup computes Q.K^T for half of a tile's keys and P.V for half of the V
     columns; 1.6x faster than the tl.dot tile at B=128 with 64 and 128 heads, NOTES.md rounds
     6-7) and ``_sparse_mla_wgmma_swapped_kernel`` for 8 or 16 heads (keys as the MMA's M,
-    heads as its N; 1.1-1.5x faster than the 16-head tl.dot tile, NOTES.md round 8).
+    heads as its N; 1.1-1.4x faster than the 16-head tl.dot tile, NOTES.md round 8).
 Only torch and triton are imported, so this file can be embedded verbatim elsewhere.
 """
 
@@ -310,6 +310,158 @@ if gluon is not None:
         )
 
     @gluon.jit
+    def _wg_program(num_hb, num_splits):
+        """(head block, split, token) of this program; the head block varies fastest."""
+        pid = gl.program_id(0)
+        rest = pid // num_hb
+        return pid % num_hb, rest % num_splits, rest // num_splits
+
+    @gluon.jit
+    def _wg_issue_query(
+        q_nope,
+        q_pe,
+        q_tok,
+        head0,
+        num_heads,
+        stride_qh,
+        BLOCK_H: gl.constexpr,
+        nope_layout: gl.constexpr,
+        pe_layout: gl.constexpr,
+    ):
+        """The query heads [head0, head0 + BLOCK_H) are rows too: their copy joins the first
+        tile's group, so its latency overlaps the first gather instead of preceding it."""
+        heads = head0 + gl.arange(0, BLOCK_H, layout=gl.SliceLayout(1, nope_layout))
+        heads_p = head0 + gl.arange(0, BLOCK_H, layout=gl.SliceLayout(1, pe_layout))
+        _wg_issue_gather(
+            q_nope, q_pe, q_tok, heads, heads_p, num_heads, stride_qh, nope_layout, pe_layout
+        )
+
+    @gluon.jit
+    def _wg_issue_first_tiles(
+        KV,
+        idx_base,
+        kv_tiles,
+        pe_tiles,
+        start,
+        end,
+        num_rows,
+        stride_kv,
+        BLOCK_N: gl.constexpr,
+        NUM_STAGES: gl.constexpr,
+        nope_layout: gl.constexpr,
+        pe_layout: gl.constexpr,
+    ):
+        """Puts the first NUM_STAGES - 1 tiles in flight. Returns the indices of the next one:
+        the next gather's indices ride in registers, loaded one iteration ahead, so that
+        issuing a gather never waits for its index load."""
+        n_layout: gl.constexpr = gl.SliceLayout(1, nope_layout)
+        p_layout: gl.constexpr = gl.SliceLayout(1, pe_layout)
+        for st in gl.static_range(NUM_STAGES - 1):
+            n0 = start + st * BLOCK_N
+            _wg_issue_gather(
+                kv_tiles.index(st),
+                pe_tiles.index(st),
+                KV,
+                _wg_load_indices(idx_base, n0, end, BLOCK_N, n_layout),
+                _wg_load_indices(idx_base, n0, end, BLOCK_N, p_layout),
+                num_rows,
+                stride_kv,
+                nope_layout,
+                pe_layout,
+            )
+            async_copy.commit_group()
+        n0 = start + (NUM_STAGES - 1) * BLOCK_N
+        idx_next_n = _wg_load_indices(idx_base, n0, end, BLOCK_N, n_layout)
+        idx_next_p = _wg_load_indices(idx_base, n0, end, BLOCK_N, p_layout)
+        return idx_next_n, idx_next_p
+
+    @gluon.jit
+    def _wg_refill_and_wait(
+        KV,
+        idx_base,
+        kv_tiles,
+        pe_tiles,
+        idx_next_n,
+        idx_next_p,
+        i,
+        start,
+        end,
+        num_rows,
+        stride_kv,
+        BLOCK_N: gl.constexpr,
+        NUM_STAGES: gl.constexpr,
+        nope_layout: gl.constexpr,
+        pe_layout: gl.constexpr,
+    ):
+        """The top of iteration i. Every warp is done with tile i - 1 (its P included), so its
+        stage takes the next gather before tile i is waited for: two tiles are in flight during
+        that wait. Returns the indices of the gather after that."""
+        gl.thread_barrier()
+        nxt = (i + NUM_STAGES - 1) % NUM_STAGES
+        _wg_issue_gather(
+            kv_tiles.index(nxt),
+            pe_tiles.index(nxt),
+            KV,
+            idx_next_n,
+            idx_next_p,
+            num_rows,
+            stride_kv,
+            nope_layout,
+            pe_layout,
+        )
+        async_copy.commit_group()
+        n0 = start + (i + NUM_STAGES) * BLOCK_N
+        idx_next_n = _wg_load_indices(idx_base, n0, end, BLOCK_N, gl.SliceLayout(1, nope_layout))
+        idx_next_p = _wg_load_indices(idx_base, n0, end, BLOCK_N, gl.SliceLayout(1, pe_layout))
+        async_copy.wait_group(NUM_STAGES - 1)  # tile i has landed for this thread...
+        fence_async_shared()  # ...is visible to the MMAs (async proxy)...
+        gl.thread_barrier()  # ...and has landed for every thread
+        return idx_next_n, idx_next_p
+
+    @gluon.jit
+    def _wg_store_rows(
+        rows_smem,
+        lse2,
+        offs_hl,
+        mask_hl,
+        Out,
+        LSE,
+        PO,
+        PLSE,
+        t,
+        split,
+        head0,
+        num_heads,
+        num_splits,
+        stride_ot,
+        stride_oh,
+        stride_lt,
+        stride_lh,
+        BLOCK_H: gl.constexpr,
+        IS_SPLIT: gl.constexpr,
+        nope_layout: gl.constexpr,
+    ):
+        """Stores the [BLOCK_H, 512] rows the caller staged in ``rows_smem`` as whole 16-byte
+        pieces of contiguous rows (the MMA accumulator layouts would store 4-byte pieces), and
+        their base-2 LSEs ``lse2`` (heads ``offs_hl`` where ``mask_hl``): the output, or a
+        split's partial rows (q's 16-bit dtype, NOTES.md round 7)."""
+        gl.thread_barrier()
+        out_rows = rows_smem.load(nope_layout)
+        offs_h = head0 + gl.arange(0, BLOCK_H, layout=gl.SliceLayout(1, nope_layout))
+        offs_v = gl.arange(0, 512, layout=gl.SliceLayout(0, nope_layout))
+        mask_h = (offs_h < num_heads)[:, None]
+        if IS_SPLIT:
+            row0 = (t * num_splits + split).to(gl.int64) * num_heads
+            gl.store(PO + (row0 + offs_h)[:, None] * 512 + offs_v[None, :], out_rows, mask=mask_h)
+            gl.store(PLSE + row0 + offs_hl, lse2, mask=mask_hl)
+        else:
+            o_tok = Out + t.to(gl.int64) * stride_ot
+            o_ptr = o_tok + offs_h.to(gl.int64)[:, None] * stride_oh + offs_v[None, :]
+            gl.store(o_ptr, out_rows, mask=mask_h)
+            l_ptr = LSE + t.to(gl.int64) * stride_lt + offs_hl.to(gl.int64) * stride_lh
+            gl.store(l_ptr, lse2 * 0.6931471805599453, mask=mask_hl)
+
+    @gluon.jit
     def _sparse_mla_wgmma_kernel(
         Q,
         KV,
@@ -364,51 +516,36 @@ if gluon is not None:
 
         if USE_PDL:
             _wg_launch_dependents()  # as in the tl.dot kernel: the merge may launch early
-        pid = gl.program_id(0)
-        hb = pid % num_hb
-        rest = pid // num_hb
-        split = rest % num_splits
-        t = rest // num_splits
-        q_tok = Q + t.to(gl.int64) * stride_qt
+        hb, split, t = _wg_program(num_hb, num_splits)
 
         q_nope = gl.allocate_shared_memory(dtype, [BLOCK_H, D_V], qn_smem)
         q_pe = gl.allocate_shared_memory(dtype, [BLOCK_H, D_PE], qp_smem)
         kv_tiles = gl.allocate_shared_memory(dtype, [NUM_STAGES, BLOCK_N, D_V], nope_smem)
         pe_tiles = gl.allocate_shared_memory(dtype, [NUM_STAGES, BLOCK_N, D_PE], pe_smem)
         p_tile = gl.allocate_shared_memory(dtype, [BLOCK_H, BLOCK_N], p_smem)
-        # The query heads are rows too: their copy joins the first tile's group, so its latency
-        # overlaps the first gather instead of preceding it.
-        heads = hb * BLOCK_H + gl.arange(0, BLOCK_H, layout=gl.SliceLayout(1, nope_layout))
-        heads_p = hb * BLOCK_H + gl.arange(0, BLOCK_H, layout=gl.SliceLayout(1, pe_layout))
-        _wg_issue_gather(
-            q_nope, q_pe, q_tok, heads, heads_p, num_heads, stride_qh, nope_layout, pe_layout
+        q_tok = Q + t.to(gl.int64) * stride_qt
+        _wg_issue_query(
+            q_nope, q_pe, q_tok, hb * BLOCK_H, num_heads, stride_qh, BLOCK_H, nope_layout, pe_layout
         )
 
         start = split * chunk
         end = gl.minimum(start + chunk, topk)
         n_tiles = gl.cdiv(end - start, BLOCK_N)
         idx_base = IDX + t.to(gl.int64) * stride_it
-        n_layout: gl.constexpr = gl.SliceLayout(1, nope_layout)
-        p_layout_rows: gl.constexpr = gl.SliceLayout(1, pe_layout)
-        for st in gl.static_range(NUM_STAGES - 1):
-            n0 = start + st * BLOCK_N
-            _wg_issue_gather(
-                kv_tiles.index(st),
-                pe_tiles.index(st),
-                KV,
-                _wg_load_indices(idx_base, n0, end, BLOCK_N, n_layout),
-                _wg_load_indices(idx_base, n0, end, BLOCK_N, p_layout_rows),
-                num_rows,
-                stride_kv,
-                nope_layout,
-                pe_layout,
-            )
-            async_copy.commit_group()
-        # The next gather's indices ride in registers, loaded one iteration ahead, so that
-        # issuing a gather never waits for its index load.
-        n0 = start + (NUM_STAGES - 1) * BLOCK_N
-        idx_next_n = _wg_load_indices(idx_base, n0, end, BLOCK_N, n_layout)
-        idx_next_p = _wg_load_indices(idx_base, n0, end, BLOCK_N, p_layout_rows)
+        idx_next_n, idx_next_p = _wg_issue_first_tiles(
+            KV,
+            idx_base,
+            kv_tiles,
+            pe_tiles,
+            start,
+            end,
+            num_rows,
+            stride_kv,
+            BLOCK_N,
+            NUM_STAGES,
+            nope_layout,
+            pe_layout,
+        )
 
         m_i = gl.full([BLOCK_H], float("-inf"), gl.float32, layout=gl.SliceLayout(1, s_layout))
         acc = gl.zeros([BLOCK_H, D_V], gl.float32, layout=acc_layout)
@@ -417,28 +554,23 @@ if gluon is not None:
         # cross the warpgroups a second time.
         l_tile = s_zero
         for i in range(n_tiles):
-            # Every warpgroup is done with tile i - 1 (its P included), so its stage takes the
-            # next gather before tile i is waited for: two tiles are in flight during that wait.
-            gl.thread_barrier()
-            nxt = (i + NUM_STAGES - 1) % NUM_STAGES
-            _wg_issue_gather(
-                kv_tiles.index(nxt),
-                pe_tiles.index(nxt),
+            idx_next_n, idx_next_p = _wg_refill_and_wait(
                 KV,
+                idx_base,
+                kv_tiles,
+                pe_tiles,
                 idx_next_n,
                 idx_next_p,
+                i,
+                start,
+                end,
                 num_rows,
                 stride_kv,
+                BLOCK_N,
+                NUM_STAGES,
                 nope_layout,
                 pe_layout,
             )
-            async_copy.commit_group()
-            n0 = start + (i + NUM_STAGES) * BLOCK_N
-            idx_next_n = _wg_load_indices(idx_base, n0, end, BLOCK_N, n_layout)
-            idx_next_p = _wg_load_indices(idx_base, n0, end, BLOCK_N, p_layout_rows)
-            async_copy.wait_group(NUM_STAGES - 1)  # tile i has landed for this thread...
-            fence_async_shared()  # ...is visible to the MMAs (async proxy)...
-            gl.thread_barrier()  # ...and has landed for every thread
 
             stage = i % NUM_STAGES
             k_n = kv_tiles.index(stage)
@@ -478,21 +610,28 @@ if gluon is not None:
         # pieces of contiguous rows rather than the accumulator layout's 4-byte ones.
         gl.thread_barrier()  # both warpgroups are done with Q
         q_nope.store(out.to(dtype))
-        gl.thread_barrier()
-        out_rows = q_nope.load(nope_layout)
-        offs_h = hb * BLOCK_H + gl.arange(0, BLOCK_H, layout=gl.SliceLayout(1, nope_layout))
-        offs_v = gl.arange(0, D_V, layout=gl.SliceLayout(0, nope_layout))
-        mask_h = (offs_h < num_heads)[:, None]
-        if IS_SPLIT:
-            row0 = (t * num_splits + split).to(gl.int64) * num_heads
-            gl.store(PO + (row0 + offs_h)[:, None] * D_V + offs_v[None, :], out_rows, mask=mask_h)
-            gl.store(PLSE + row0 + offs_hl, lse2, mask=mask_hl)
-        else:
-            o_tok = Out + t.to(gl.int64) * stride_ot
-            o_ptr = o_tok + offs_h.to(gl.int64)[:, None] * stride_oh + offs_v[None, :]
-            gl.store(o_ptr, out_rows, mask=mask_h)
-            l_ptr = LSE + t.to(gl.int64) * stride_lt + offs_hl.to(gl.int64) * stride_lh
-            gl.store(l_ptr, lse2 * 0.6931471805599453, mask=mask_hl)
+        _wg_store_rows(
+            q_nope,
+            lse2,
+            offs_hl,
+            mask_hl,
+            Out,
+            LSE,
+            PO,
+            PLSE,
+            t,
+            split,
+            hb * BLOCK_H,
+            num_heads,
+            num_splits,
+            stride_ot,
+            stride_oh,
+            stride_lt,
+            stride_lh,
+            BLOCK_H,
+            IS_SPLIT,
+            nope_layout,
+        )
 
     @gluon.jit
     def _sparse_mla_wgmma_swapped_kernel(
@@ -545,74 +684,60 @@ if gluon is not None:
 
         if USE_PDL:
             _wg_launch_dependents()
-        pid = gl.program_id(0)
-        hb = pid % num_hb
-        rest = pid // num_hb
-        split = rest % num_splits
-        t = rest // num_splits
-        q_tok = Q + t.to(gl.int64) * stride_qt
+        hb, split, t = _wg_program(num_hb, num_splits)
 
         q_nope = gl.allocate_shared_memory(dtype, [BLOCK_H, D_V], qn_smem)
         q_pe = gl.allocate_shared_memory(dtype, [BLOCK_H, D_PE], qp_smem)
         kv_tiles = gl.allocate_shared_memory(dtype, [NUM_STAGES, BLOCK_N, D_V], nope_smem)
         pe_tiles = gl.allocate_shared_memory(dtype, [NUM_STAGES, BLOCK_N, D_PE], pe_smem)
         p_tile = gl.allocate_shared_memory(dtype, [BLOCK_N, BLOCK_H], p_smem)
-        heads = hb * BLOCK_H + gl.arange(0, BLOCK_H, layout=gl.SliceLayout(1, nope_layout))
-        heads_p = hb * BLOCK_H + gl.arange(0, BLOCK_H, layout=gl.SliceLayout(1, pe_layout))
-        _wg_issue_gather(
-            q_nope, q_pe, q_tok, heads, heads_p, num_heads, stride_qh, nope_layout, pe_layout
+        q_tok = Q + t.to(gl.int64) * stride_qt
+        _wg_issue_query(
+            q_nope, q_pe, q_tok, hb * BLOCK_H, num_heads, stride_qh, BLOCK_H, nope_layout, pe_layout
         )
 
         start = split * chunk
         end = gl.minimum(start + chunk, topk)
         n_tiles = gl.cdiv(end - start, BLOCK_N)
         idx_base = IDX + t.to(gl.int64) * stride_it
-        n_layout: gl.constexpr = gl.SliceLayout(1, nope_layout)
-        p_layout_rows: gl.constexpr = gl.SliceLayout(1, pe_layout)
-        for st in gl.static_range(NUM_STAGES - 1):
-            n0 = start + st * BLOCK_N
-            _wg_issue_gather(
-                kv_tiles.index(st),
-                pe_tiles.index(st),
-                KV,
-                _wg_load_indices(idx_base, n0, end, BLOCK_N, n_layout),
-                _wg_load_indices(idx_base, n0, end, BLOCK_N, p_layout_rows),
-                num_rows,
-                stride_kv,
-                nope_layout,
-                pe_layout,
-            )
-            async_copy.commit_group()
-        n0 = start + (NUM_STAGES - 1) * BLOCK_N
-        idx_next_n = _wg_load_indices(idx_base, n0, end, BLOCK_N, n_layout)
-        idx_next_p = _wg_load_indices(idx_base, n0, end, BLOCK_N, p_layout_rows)
+        idx_next_n, idx_next_p = _wg_issue_first_tiles(
+            KV,
+            idx_base,
+            kv_tiles,
+            pe_tiles,
+            start,
+            end,
+            num_rows,
+            stride_kv,
+            BLOCK_N,
+            NUM_STAGES,
+            nope_layout,
+            pe_layout,
+        )
 
         head_layout: gl.constexpr = gl.SliceLayout(0, mma_layout)
         m_i = gl.full([BLOCK_H], float("-inf"), gl.float32, layout=head_layout)
         acc = gl.zeros([D_V, BLOCK_H], gl.float32, layout=mma_layout)  # O^T
         s_zero = gl.zeros([BLOCK_N, BLOCK_H], gl.float32, layout=mma_layout)
-        l_tile = s_zero  # row sums per element, reduced once after the loop
+        l_tile = s_zero  # per-head sums (columns of S^T) per element, reduced after the loop
         for i in range(n_tiles):
-            gl.thread_barrier()  # tile i - 1 and its P are consumed: its stage is free
-            nxt = (i + NUM_STAGES - 1) % NUM_STAGES
-            _wg_issue_gather(
-                kv_tiles.index(nxt),
-                pe_tiles.index(nxt),
+            idx_next_n, idx_next_p = _wg_refill_and_wait(
                 KV,
+                idx_base,
+                kv_tiles,
+                pe_tiles,
                 idx_next_n,
                 idx_next_p,
+                i,
+                start,
+                end,
                 num_rows,
                 stride_kv,
+                BLOCK_N,
+                NUM_STAGES,
                 nope_layout,
                 pe_layout,
             )
-            async_copy.commit_group()
-            n0 = start + (i + NUM_STAGES) * BLOCK_N
-            idx_next_n = _wg_load_indices(idx_base, n0, end, BLOCK_N, n_layout)
-            idx_next_p = _wg_load_indices(idx_base, n0, end, BLOCK_N, p_layout_rows)
-            async_copy.wait_group(NUM_STAGES - 1)
-            fence_async_shared()
-            gl.thread_barrier()
 
             stage = i % NUM_STAGES
             k_n = kv_tiles.index(stage)
@@ -647,21 +772,28 @@ if gluon is not None:
         mask_hl = offs_hl < num_heads
         gl.thread_barrier()  # every warp is done with Q
         q_nope.store(gl.permute(out.to(dtype), (1, 0)))
-        gl.thread_barrier()
-        out_rows = q_nope.load(nope_layout)
-        offs_h = hb * BLOCK_H + gl.arange(0, BLOCK_H, layout=gl.SliceLayout(1, nope_layout))
-        offs_v = gl.arange(0, D_V, layout=gl.SliceLayout(0, nope_layout))
-        mask_h = (offs_h < num_heads)[:, None]
-        if IS_SPLIT:
-            row0 = (t * num_splits + split).to(gl.int64) * num_heads
-            gl.store(PO + (row0 + offs_h)[:, None] * D_V + offs_v[None, :], out_rows, mask=mask_h)
-            gl.store(PLSE + row0 + offs_hl, lse2, mask=mask_hl)
-        else:
-            o_tok = Out + t.to(gl.int64) * stride_ot
-            o_ptr = o_tok + offs_h.to(gl.int64)[:, None] * stride_oh + offs_v[None, :]
-            gl.store(o_ptr, out_rows, mask=mask_h)
-            l_ptr = LSE + t.to(gl.int64) * stride_lt + offs_hl.to(gl.int64) * stride_lh
-            gl.store(l_ptr, lse2 * 0.6931471805599453, mask=mask_hl)
+        _wg_store_rows(
+            q_nope,
+            lse2,
+            offs_hl,
+            mask_hl,
+            Out,
+            LSE,
+            PO,
+            PLSE,
+            t,
+            split,
+            hb * BLOCK_H,
+            num_heads,
+            num_splits,
+            stride_ot,
+            stride_oh,
+            stride_lt,
+            stride_lh,
+            BLOCK_H,
+            IS_SPLIT,
+            nope_layout,
+        )
 
 
 @functools.lru_cache(maxsize=16)
@@ -775,7 +907,8 @@ def _pow2_floor(n: int) -> int:
 
 
 # Keys that shape the tile: an override that sets any of them without naming WGMMA means the
-# tl.dot kernel (the tuning plans were written for it), whatever the default would have been.
+# tl.dot kernel (the tuning plans were written for it), its default tile updated by the
+# override, whatever the default kernel would have been.
 _TILE_KEYS = frozenset(
     {"BLOCK_H", "BLOCK_N", "num_warps", "num_stages", "DV_SPLIT", "PREFETCH_IDX"}
 )
@@ -799,11 +932,10 @@ def _plan(
 
     if wgmma is None:
         wgmma = _has_wgmma(device_index())
+    if config and "WGMMA" not in config and _TILE_KEYS & config.keys():
+        wgmma = False  # the tl.dot tile the override was written for, from its defaults up
     cfg = dict(_default_config(num_heads, kv_fp8, wgmma))
-    if config:
-        if "WGMMA" not in config and _TILE_KEYS & config.keys():
-            cfg.pop("WGMMA", None)
-        cfg.update(config)
+    cfg.update(config or {})
     num_hb = triton.cdiv(num_heads, cfg["BLOCK_H"]) * cfg.get("DV_SPLIT", 1)
     if num_splits is None:
         num_splits = _choose_splits(
@@ -818,23 +950,26 @@ def _plan(
     return cfg, max(1, min(int(num_splits), max(1, triton.cdiv(topk, cfg["BLOCK_N"]))))
 
 
-def _merge_shape(rows: int, block_s: int, elem_size: int, num_sms: int) -> tuple[int, int]:
-    """V columns per merge program and its warps, for ``rows`` (token, head) rows of
-    ``block_s`` padded splits.
-
-    Whole 512-column rows up to 16 splits, narrower beyond (a program holds at most 8192
+def _merge_columns(rows: int, block_s: int, num_sms: int) -> int:
+    """V columns per merge program, for ``rows`` (token, head) rows of ``block_s`` padded splits:
+    whole 512-column rows up to 16 splits, narrower beyond (a program holds at most 8192
     partial values, NOTES.md 3d), and narrower still until the merge has about two programs
-    per SM: at B=8/H=8, 64 programs of whole rows took 0.8 µs longer than 512 of 64 columns
-    (NOTES.md round 8). Every thread holds all splits of its columns (16-byte loads, a warp's
-    32 lanes side by side), so the sum over splits never crosses warps (NOTES.md round 7).
-    With 64+ fp32 splits that is 256 values per thread in one warp, which spills a little and
-    still measured faster than 4 warps (B=1/H=8: 7.95 vs 8.11 µs).
-    """
+    per SM: at B=8/H=8, 64 programs of whole rows took 0.5 µs longer than 512 of 64 columns
+    (NOTES.md round 8)."""
     block_dv = max(64, min(_D_V, 8192 // block_s))
     while block_dv > 64 and rows * (_D_V // block_dv) < 2 * num_sms:
         block_dv //= 2
+    return block_dv
+
+
+def _merge_warps(block_dv: int, elem_size: int) -> int:
+    """Warps of a merge program: no more than its columns fill with 16-byte pieces side by
+    side, so that the sum over splits never crosses warps (NOTES.md round 7; in chunks
+    narrower than a warp's span it crosses lanes of one warp). With 64+ fp32 splits that is
+    256 values per thread in one warp, which spills a little and still measured faster than
+    4 warps (B=1/H=8: 7.95 vs 8.11 µs)."""
     lane_cols = 512 // elem_size  # columns that 32 lanes cover with 16-byte pieces
-    return block_dv, max(1, min(4, block_dv // lane_cols))
+    return max(1, min(4, block_dv // lane_cols))
 
 
 def sparse_mla_workspace_numel(num_tokens: int, num_heads: int, num_splits: int) -> int:
@@ -960,7 +1095,7 @@ def sparse_mla_decode(
         lse.stride(1),
     )
     if cfg.get("WGMMA"):
-        swapped = block_h in (8, 16)
+        swapped = block_h in (8, 16)  # the head block picks the Gluon kernel
         if swapped:  # keys as the MMA's M: 64-key tiles, shared memory for 2 (3 at 8 heads)
             tile_ok = block_n == 64 and cfg["num_warps"] == 4
             stages_ok = 2 <= cfg["num_stages"] <= (3 if block_h == 8 else 2)
@@ -1010,11 +1145,9 @@ def sparse_mla_decode(
         )
     if is_split:
         block_s = max(2, triton.next_power_of_2(num_splits))
-        block_dv, combine_warps = _merge_shape(
-            num_tokens * num_heads, block_s, part_o.element_size(), _num_sms(dev)
-        )
-        block_dv = cfg.get("COMBINE_DV", block_dv)
-        combine_warps = cfg.get("COMBINE_WARPS", combine_warps)
+        merge_rows = num_tokens * num_heads
+        block_dv = cfg.get("COMBINE_DV", _merge_columns(merge_rows, block_s, _num_sms(dev)))
+        combine_warps = cfg.get("COMBINE_WARPS", _merge_warps(block_dv, part_o.element_size()))
         _sparse_mla_combine_kernel[(num_tokens * num_heads * (_D_V // block_dv),)](
             part_o,
             part_lse,

@@ -571,6 +571,11 @@ def plan_r6() -> list[tuple[int, int, dict[str, int], int]]:
     return _expand(cases)
 
 
+# The 16-head tl.dot tile, named in full: on Hopper the default for 8-16 heads is the swapped
+# Gluon tile since round 8.
+TL_DOT_16 = {"BLOCK_H": 16, "BLOCK_N": 32, "num_warps": 4, "num_stages": 3, "PREFETCH_IDX": 1}
+
+
 def plan_r7() -> list[tuple[int, int, dict[str, int], int]]:
     """Round 7: the Gluon tile (keys split across the warpgroups now) tried at 8-16 heads
     (padded to 64) against the 16-head tl.dot tile, and the defaults at 64+ heads. Round 7's
@@ -578,7 +583,7 @@ def plan_r7() -> list[tuple[int, int, dict[str, int], int]]:
     PART16): NOTES.md round 7 says what each was."""
     gluon = {"BLOCK_H": 64, "num_warps": 8, "WGMMA": 1}
     tiles = ((64, 2), (32, 3), (32, 4), (16, 4))
-    small = [{}] + [{**gluon, "BLOCK_N": n, "num_stages": st} for n, st in tiles]
+    small = [TL_DOT_16] + [{**gluon, "BLOCK_N": n, "num_stages": st} for n, st in tiles]
     large = [{}]
     cases = [
         (1, 8, (32, 64), small),
@@ -617,7 +622,7 @@ def plan_r8() -> list[tuple[int, int, dict[str, int], int]]:
         for bh, st in ((16, 2), (8, 2), (8, 3))
         for pdl in (0, 1)
     ]
-    small = [{}] + swapped
+    small = [TL_DOT_16] + swapped
     cases = [
         (1, 8, (16, 32), small),
         (8, 8, (8, 16, 32), small),

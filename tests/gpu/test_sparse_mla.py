@@ -226,6 +226,26 @@ def test_strided_views_and_peaked_softmax(kmod: ModuleType, num_heads: int) -> N
     _check(kmod, wide_q[..., :576], wide_kv[:, :576], idx, sm_scale=0.12)
 
 
+@pytest.mark.gpu
+@pytest.mark.parametrize("num_splits", [1, 3])
+@pytest.mark.parametrize("num_heads", [8, 64])
+def test_strided_out_and_lse(kmod: ModuleType, num_heads: int, num_splits: int) -> None:
+    """out as a slice of wider rows and lse as a transposed view are written through their
+    strides (by the split kernel with one split, by the merge with three), nothing beside them,
+    bit for bit what contiguous buffers get."""
+    gen = torch.Generator(device="cuda").manual_seed(640 + num_heads + num_splits)
+    q, kv, idx = _make_inputs(gen, 5, num_heads, 2048, torch.bfloat16, "mixed")
+    wide_out = torch.full((5, num_heads, 640), float("nan"), dtype=q.dtype, device="cuda")
+    lse_by_head = torch.full((num_heads, 5), float("nan"), dtype=torch.float32, device="cuda")
+    out, lse = wide_out[..., :512], lse_by_head.t()
+    kmod.sparse_mla_decode(q, kv, idx, _SM_SCALE, out=out, lse=lse, num_splits=num_splits)
+    dense_out, dense_lse = kmod.sparse_mla_decode(q, kv, idx, _SM_SCALE, num_splits=num_splits)
+    torch.cuda.synchronize()
+    assert wide_out[..., 512:].isnan().all(), "a store landed beside out's rows"
+    assert torch.equal(out, dense_out) and torch.equal(lse, dense_lse)
+    _check(kmod, q, kv, idx, num_splits=num_splits)
+
+
 def _64_head_tiles(kmod: ModuleType) -> list[dict[str, int]]:
     """The tl.dot 64-head tile (every GPU but Hopper) and, on Hopper with Triton 3.6, the Gluon
     tile at each shape it offers (64 rows x 2 stages is the default)."""

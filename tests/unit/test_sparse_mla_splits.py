@@ -103,43 +103,19 @@ MERGE_SHAPES = {
 @pytest.mark.parametrize(("key", "shape"), sorted(MERGE_SHAPES.items()))
 def test_merge_shape(kmod: ModuleType, key: tuple[int, int, int], shape: tuple[int, int]) -> None:
     rows, block_s, elem_size = key
-    block_dv, warps = kmod._merge_shape(rows, block_s, elem_size, H200_SMS)
-    assert (block_dv, warps) == shape
+    block_dv = kmod._merge_columns(rows, block_s, H200_SMS)
+    assert (block_dv, kmod._merge_warps(block_dv, elem_size)) == shape
     assert block_s * block_dv <= 8192 or block_dv == 64
-    lanes_cols = 32 * 16 // elem_size  # columns one warp covers with 16-byte pieces
-    assert warps * lanes_cols <= max(block_dv, lanes_cols)  # a thread holds all its splits
 
 
-def test_fits_cp_async_needs_aligned_buffers_and_strides(kmod: ModuleType) -> None:
-    import torch
-
-    rows = torch.zeros(8, 640, dtype=torch.bfloat16)
-    assert kmod._fits_cp_async(rows[:, :576])  # stride 640 elements
-    assert kmod._fits_cp_async(rows[2:, :576])  # starts two whole rows further
-    odd = torch.zeros(8, 577, dtype=torch.bfloat16)
-    assert not kmod._fits_cp_async(odd[:, :576])  # stride 577
-    # 584 elements is 1168 bytes, a multiple of 16, but Triton proves alignment only from
-    # strides divisible by 16 elements: such rows failed to compile for the Gluon kernel.
-    assert not kmod._fits_cp_async(torch.zeros(8, 584, dtype=torch.bfloat16)[:, :576])
-    flat = torch.zeros(8 * 576 + 1, dtype=torch.bfloat16)
-    assert not kmod._fits_cp_async(flat[1:].view(8, 576))  # starts 2 bytes in
-    q = torch.zeros(2, 3, 584, dtype=torch.bfloat16)
-    assert not kmod._fits_cp_async(rows[:, :576], q[..., :576])  # head stride 584
-    assert kmod._fits_cp_async(rows[:, :576], torch.zeros(2, 3, 576, dtype=torch.bfloat16))
-
-
-def test_a_tile_override_without_wgmma_means_the_tl_dot_kernel(kmod: ModuleType) -> None:
-    """Tuning configs name their tile; unless they also ask for WGMMA they run the tl.dot
-    kernel they were written for. Overrides that leave the tile alone keep the default."""
-    import torch
-
-    cpu = torch.device("cpu")  # no device query: wgmma and the split count are given
-
-    def plan(config: dict[str, int] | None) -> dict[str, int]:
-        return kmod._plan(4, 64, 2048, cpu, num_splits=2, config=config, wgmma=True)[0]
-
-    assert plan(None).get("WGMMA") == 1
-    assert plan({"PDL": 0}).get("WGMMA") == 1
-    assert not plan({"BLOCK_N": 32}).get("WGMMA")
-    assert not plan({"DV_SPLIT": 2}).get("WGMMA")
-    assert plan({"BLOCK_N": 32, "WGMMA": 1}) == {**plan(None), "BLOCK_N": 32}
+@pytest.mark.parametrize("elem_size", [2, 4])
+@pytest.mark.parametrize("block_dv", [64, 128, 256, 512])
+def test_merge_warps_never_split_a_column_chunk(
+    kmod: ModuleType, block_dv: int, elem_size: int
+) -> None:
+    """A warp's 32 lanes take 16-byte pieces side by side; the chunk's columns fill every warp
+    but the first, so no two warps hold the same columns (whose splits they would then sum
+    through shared memory)."""
+    warps = kmod._merge_warps(block_dv, elem_size)
+    warp_cols = 32 * 16 // elem_size
+    assert 1 <= warps <= 4 and (warps == 1 or warps * warp_cols <= block_dv)
