@@ -1055,7 +1055,7 @@ def sparse_mla_decode(
             or workspace.numel() < need
         ):
             raise ValueError(f"workspace must be flat contiguous fp32, at least {need} elements")
-        # The Gluon tile writes 16-bit partials (q's dtype), the tl.dot tiles fp32 ones.
+        # The Gluon tiles write 16-bit partials (q's dtype), the tl.dot tiles fp32 ones.
         part16 = bool(cfg.get("WGMMA"))
         n_po = num_tokens * num_splits * num_heads * _D_V // (2 if part16 else 1)
         part_o = workspace[:n_po].view(q.dtype) if part16 else workspace[:n_po]

@@ -89,6 +89,46 @@ def test_the_gluon_tiles_serve_16_bit_rows_at_up_to_16_or_33_plus_heads(kmod: Mo
     assert not kmod._default_config(16, wgmma=False).get("WGMMA")
 
 
+def test_fits_cp_async_needs_aligned_buffers_and_strides(kmod: ModuleType) -> None:
+    import torch
+
+    rows = torch.zeros(8, 640, dtype=torch.bfloat16)
+    assert kmod._fits_cp_async(rows[:, :576])  # stride 640 elements
+    assert kmod._fits_cp_async(rows[2:, :576])  # starts two whole rows further
+    odd = torch.zeros(8, 577, dtype=torch.bfloat16)
+    assert not kmod._fits_cp_async(odd[:, :576])  # stride 577
+    # 584 elements is 1168 bytes, a multiple of 16, but Triton proves alignment only from
+    # strides divisible by 16 elements: such rows failed to compile for the Gluon kernel.
+    assert not kmod._fits_cp_async(torch.zeros(8, 584, dtype=torch.bfloat16)[:, :576])
+    flat = torch.zeros(8 * 576 + 1, dtype=torch.bfloat16)
+    assert not kmod._fits_cp_async(flat[1:].view(8, 576))  # starts 2 bytes in
+    q = torch.zeros(2, 3, 584, dtype=torch.bfloat16)
+    assert not kmod._fits_cp_async(rows[:, :576], q[..., :576])  # head stride 584
+    assert kmod._fits_cp_async(rows[:, :576], torch.zeros(2, 3, 576, dtype=torch.bfloat16))
+
+
+def test_a_tile_override_without_wgmma_means_the_tl_dot_kernel(kmod: ModuleType) -> None:
+    """Tuning configs name their tile; unless they also ask for WGMMA they run the tl.dot
+    kernel they were written for. Overrides that leave the tile alone keep the default."""
+    import torch
+
+    cpu = torch.device("cpu")  # no device query: wgmma and the split count are given
+
+    def plan(config: dict[str, int] | None) -> dict[str, int]:
+        return kmod._plan(4, 64, 2048, cpu, num_splits=2, config=config, wgmma=True)[0]
+
+    assert plan(None).get("WGMMA") == 1
+    assert plan({"PDL": 0}).get("WGMMA") == 1
+    assert not plan({"BLOCK_N": 32}).get("WGMMA")
+    assert not plan({"DV_SPLIT": 2}).get("WGMMA")
+    assert plan({"BLOCK_N": 32, "WGMMA": 1}) == {**plan(None), "BLOCK_N": 32}
+    # At 8 heads the default is the swapped Gluon tile; an override of its stages alone means
+    # the 16-head tl.dot tile with those stages, not a tl.dot kernel in the swapped tile's shape.
+    small = kmod._plan(4, 8, 2048, cpu, num_splits=2, config={"num_stages": 2}, wgmma=True)[0]
+    assert small == {**kmod._default_config(8, wgmma=False), "num_stages": 2}
+    assert kmod._plan(4, 8, 2048, cpu, num_splits=2, wgmma=True)[0]["BLOCK_H"] == 8
+
+
 # (token x head rows, padded splits, partial element size) -> (V columns, warps) on 132 SMs.
 MERGE_SHAPES = {
     (64, 16, 2): (64, 1),  # B=8/H=8, 16-bit partials: 512 programs, not 64 whole rows
