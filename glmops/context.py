@@ -10,6 +10,7 @@ import base64
 import hashlib
 import json
 import time
+import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from importlib import resources
@@ -219,31 +220,40 @@ class TaskContext:
     ) -> str | None:
         """Write atomically: upload to a temp file, copy beside the target, then rename.
 
-        Returns the backup path when an existing file was backed up first.
+        A replaced file keeps its mode and owner unless given; a new one gets the umask's
+        default mode (0644 under umask 022), as `cp` or Ansible would create it. The temporary
+        name is unique per write, so two runs never share it. Returns the backup path when an
+        existing file was backed up first (`backup`, bounded to BACKUPS_KEPT per file).
         """
         staged = self.upload_temp(data)
-        target_tmp = f"{path}.glmops-tmp"
-        backup_path = None
-        steps = [f"cp {quote(staged)} {quote(target_tmp)}"]
+        folder, _, base = path.rpartition("/")
+        target_tmp = f"{folder}/.{base}.glmops-{uuid.uuid4().hex[:12]}"
+        q_path, q_tmp = quote(path), quote(target_tmp)
+        privileged = self.become or self.remote.uid == 0
+        keep = [f"chmod --reference={q_path} {q_tmp}"]
+        if privileged:
+            keep.append(f"chown --reference={q_path} {q_tmp}")
+        steps = [
+            f": > {q_tmp}",  # created by the shell: the umask decides its mode
+            f"cat {quote(staged)} > {q_tmp}",
+            f"if [ -e {q_path} ]; then {' && '.join(keep)}; fi",
+        ]
         if mode:
-            steps.append(f"chmod {quote(mode)} {quote(target_tmp)}")
+            steps.append(f"chmod {quote(mode)} {q_tmp}")
         if owner or group:
-            steps.append(
-                f"chown {quote((owner or '') + (':' + group if group else ''))} {quote(target_tmp)}"
-            )
+            steps.append(f"chown {quote((owner or '') + (':' + group if group else ''))} {q_tmp}")
+        backup_path = None
         if backup:
-            backup_path = f"{self.state_dir}/backups{path}.{time.strftime('%Y%m%dT%H%M%S')}"
-            steps.insert(
-                0,
-                f"if [ -f {quote(path)} ]; then mkdir -p "
-                f"{quote(backup_path.rsplit('/', 1)[0])} && "
-                f"cp -p {quote(path)} {quote(backup_path)}; fi",
-            )
-        steps.append(f"mv -f {quote(target_tmp)} {quote(path)}")
+            backup_dir = f"{self.state_dir}/backups{folder}"
+            now = time.time_ns()
+            stamp = time.strftime("%Y%m%dT%H%M%S", time.localtime(now // 10**9))
+            backup_path = f"{backup_dir}/{base}.{stamp}.{now % 10**9:09d}"
+            steps.insert(0, _backup_command(path, backup_dir, backup_path))
+        steps.append(f"mv -f {q_tmp} {q_path}")
         command = " && ".join(steps)
         try:
             self.run(
-                f"({command}) || {{ rc=$?; rm -f {quote(target_tmp)}; exit $rc; }}",
+                f"({command}) || {{ rc=$?; rm -f {q_tmp}; exit $rc; }}",
                 check=True,
                 what=f"write {path}",
             )
@@ -281,6 +291,23 @@ class TaskContext:
         if result.rc != 0 or not isinstance(reply, dict):
             raise RemoteCommandError(f"host helper {name}", result)
         return reply
+
+
+BACKUPS_KEPT = 5
+STAMP_GLOB = "[0-9][0-9][0-9][0-9][0-9][0-9][0-9][0-9]T"
+
+
+def _backup_command(path: str, backup_dir: str, backup_path: str) -> str:
+    """Copy `path` (when it exists) to `backup_path`, then drop all but the newest backups
+    (names carry the time, so name order is age order; mtimes are the original's)."""
+    base = path.rpartition("/")[2]
+    return (
+        f"if [ -f {quote(path)} ]; then mkdir -p {quote(backup_dir)} && "
+        f"cp -p {quote(path)} {quote(backup_path)} && "
+        f"ls -1r {quote(backup_dir)}/{quote(base + '.')}{STAMP_GLOB}* | "
+        f"tail -n +{BACKUPS_KEPT + 1} | "
+        f'while IFS= read -r old; do rm -f "$old"; done; fi'
+    )
 
 
 # Reads one line of JSON arguments, then runs the rest of stdin as the helper's __main__,

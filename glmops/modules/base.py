@@ -7,6 +7,8 @@ change is reported `ok` with its reason; in check mode a plan that needs a chang
 
 from __future__ import annotations
 
+import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -24,6 +26,29 @@ class Arg:
     default: Any = None
     choices: tuple[Any, ...] = ()
     doc: str = ""
+    #: Turns a rendered value into the module's form; raises ValueError with the reason.
+    convert: Callable[[Any], Any] | None = None
+
+
+def file_mode(value: Any) -> str:
+    """An octal file mode as text ("0644").
+
+    An unquoted YAML `0644` arrives as the integer 420, the number the user meant; it is
+    written back in octal, as Ansible does. Text must be 3 or 4 octal digits.
+    """
+    if isinstance(value, int) and not isinstance(value, bool):
+        if not 0 <= value <= 0o7777:
+            raise ValueError(f"mode {value} is out of range (0 to 07777)")
+        return f"{value:04o}"
+    text = str(value)
+    if not re.fullmatch(r"[0-7]{3,4}", text):
+        raise ValueError(f"mode {text!r} is not an octal mode such as '0644'")
+    return text.zfill(4)
+
+
+def mode_arg(default: str | None = None) -> Arg:
+    """The `mode:` argument that file-writing modules share."""
+    return Arg((str, int), default=default, convert=file_mode, doc="octal mode, e.g. 0644")
 
 
 @dataclass
@@ -99,6 +124,14 @@ def validate_params(module: type[Module], raw: Any) -> tuple[dict[str, Any], lis
         for key, spec in module.args.items()
         if spec.required and key not in raw
     ]
+    for key, spec in module.args.items():
+        value = raw.get(key)
+        if spec.convert is None or value is None or "{" in str(value):
+            continue  # templated values are checked once rendered
+        try:
+            params[key] = spec.convert(value)
+        except ValueError as error:
+            problems.append(f"argument '{key}' of '{module.name}': {error}")
     return params, problems
 
 
@@ -111,6 +144,13 @@ def check_types(module: type[Module], params: dict[str, Any]) -> list[str]:
     for key, spec in module.args.items():
         value = params.get(key)
         if value is None:
+            continue
+        if spec.convert is not None:
+            try:
+                value = params[key] = spec.convert(value)
+            except ValueError as error:
+                problems.append(f"argument '{key}' of '{module.name}': {error}")
+                continue
             continue
         types = spec.types if isinstance(spec.types, tuple) else (spec.types,)
         if types == (str,) and isinstance(value, int | float) and not isinstance(value, bool):

@@ -8,17 +8,21 @@ import hashlib
 import jinja2
 
 from glmops.context import FileState, TaskContext
-from glmops.modules.base import Arg, Module, Plan, register
+from glmops.modules.base import Arg, Module, Plan, mode_arg, register
 from glmops.modules.file import _attribute_commands, _attribute_fixes
 from glmops.results import Status, TaskResult
 from glmops.templating import make_environment
 
 FILE_ARGS = {
     "dest": Arg(str, required=True, doc="absolute path on the host"),
-    "mode": Arg(str, doc="octal mode, e.g. '0644'"),
+    "mode": mode_arg(),
     "owner": Arg(str),
     "group": Arg(str),
-    "backup": Arg(bool, default=True, doc="keep the replaced file under the state dir"),
+    "backup": Arg(
+        bool,
+        default=False,
+        doc="keep a copy of the replaced file under the state dir (the newest 5 per file)",
+    ),
 }
 
 

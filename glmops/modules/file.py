@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from glmops.connection import quote
 from glmops.context import TaskContext
-from glmops.modules.base import Arg, Module, Plan, register
+from glmops.modules.base import Arg, Module, Plan, mode_arg, register
 from glmops.results import Status, TaskResult
 
 
@@ -17,7 +17,7 @@ class File(Module):
     args = {
         "path": Arg(str, required=True),
         "state": Arg(str, default="directory", choices=("directory", "absent", "file")),
-        "mode": Arg(str, doc="octal mode, e.g. '0755'"),
+        "mode": mode_arg(),
         "owner": Arg(str),
         "group": Arg(str),
     }

@@ -11,7 +11,7 @@ import hashlib
 
 from glmops.connection import quote
 from glmops.context import TaskContext
-from glmops.modules.base import Arg, Module, Plan, register
+from glmops.modules.base import Arg, Module, Plan, mode_arg, register
 from glmops.modules.copy import Template
 from glmops.modules.file import _attribute_fixes
 from glmops.results import Status, TaskResult
@@ -25,7 +25,7 @@ class SecretTemplate(Module):
     args = {
         "src": Arg(str, required=True),
         "dest": Arg(str, required=True),
-        "mode": Arg(str, default="0600"),
+        "mode": mode_arg("0600"),
         "owner": Arg(str, default="root"),
         "group": Arg(str, default="root"),
     }

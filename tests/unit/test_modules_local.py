@@ -62,27 +62,116 @@ def test_check_and_diff_change_nothing(
     assert {p: p.read_bytes() for p in root.rglob("*") if p.is_file()} == before
 
 
-def test_copy_keeps_a_backup_of_the_replaced_file(
+def _backups(target: Path) -> list[Path]:
+    return sorted(Path("/var/lib/glmops/backups").glob(f"{str(target).lstrip('/')}.*")) + sorted(
+        Path.home().glob(f".local/state/glmops/backups{target}.*")
+    )
+
+
+def test_copy_backs_up_only_when_asked_and_keeps_the_newest_five(
     run_playbook: Runner, local_inventory: Path, tmp_path: Path
 ) -> None:
     target = tmp_path / "root" / "old.txt"
     target.write_text("original\n")
-    outcome = run_playbook(
-        f"""
+    play = f"""
     - hosts: all
       gather_facts: false
       tasks:
-        - copy: {{dest: "{target}", content: "new\\n"}}
-          register: written
-    """,
-        local_inventory,
-    )
-    assert outcome.exit_code == 0
-    assert target.read_text() == "new\n"
-    backups = list(Path.home().glob(f".local/state/glmops/backups{target}.*")) + list(
-        Path("/var/lib/glmops/backups").glob(f"{str(target).lstrip('/')}.*")
-    )
-    assert any(b.read_text() == "original\n" for b in backups)
+        - copy: {{dest: "{target}", content: "{{{{ text }}}}\\n", backup: "{{{{ keep }}}}"}}
+    """
+    assert run_playbook(play, local_inventory, extra=["text=new", "keep=false"]).exit_code == 0
+    assert target.read_text() == "new\n" and _backups(target) == []
+    for round_ in range(7):
+        extra = [f"text=v{round_}", "keep=true"]
+        assert run_playbook(play, local_inventory, extra=extra).exit_code == 0
+    kept = [b.read_text() for b in _backups(target)]
+    assert kept == ["v1\n", "v2\n", "v3\n", "v4\n", "v5\n"], kept
+
+
+def test_unquoted_octal_modes_mean_what_they_say(
+    run_playbook: Runner, local_inventory: Path, tmp_path: Path
+) -> None:
+    root = tmp_path / "root"
+    play = f"""
+    - hosts: all
+      gather_facts: false
+      tasks:
+        - file: {{path: "{root}/private", mode: 0700}}
+        - copy: {{dest: "{root}/conf", content: "x\\n", mode: 0644}}
+        - copy: {{dest: "{root}/quoted", content: "x\\n", mode: "640"}}
+    """
+    assert run_playbook(play, local_inventory).exit_code == 0
+    assert stat.S_IMODE(os.stat(root / "private").st_mode) == 0o700
+    assert stat.S_IMODE(os.stat(root / "conf").st_mode) == 0o644
+    assert stat.S_IMODE(os.stat(root / "quoted").st_mode) == 0o640
+    assert run_playbook(play, local_inventory).changed() == 0
+
+
+def test_a_mode_that_is_not_octal_fails_when_the_playbook_loads(tmp_path: Path) -> None:
+    import pytest
+
+    from glmops.errors import InputError
+    from glmops.playbook import load_playbook
+
+    path = tmp_path / "bad.yml"
+    path.write_text("- hosts: all\n  tasks:\n    - file: {path: /x, mode: u+rwx}\n")
+    with pytest.raises(InputError, match="bad.yml:3.*not an octal mode"):
+        load_playbook(path)
+
+
+def test_replacing_a_file_keeps_its_mode_and_owner_and_new_files_follow_the_umask(
+    run_playbook: Runner, local_inventory: Path, tmp_path: Path
+) -> None:
+    import pwd
+
+    root = tmp_path / "root"
+    kept = root / "kept"
+    kept.write_text("old\n")
+    os.chmod(kept, 0o604)
+    nobody = pwd.getpwnam("nobody")
+    os.chown(kept, nobody.pw_uid, nobody.pw_gid)
+    play = f"""
+    - hosts: all
+      gather_facts: false
+      tasks:
+        - copy: {{dest: "{kept}", content: "new\\n"}}
+        - copy: {{dest: "{root}/fresh", content: "new\\n"}}
+    """
+    previous = os.umask(0o027)
+    try:
+        assert run_playbook(play, local_inventory).exit_code == 0
+    finally:
+        os.umask(previous)
+    info = os.stat(kept)
+    assert kept.read_text() == "new\n"
+    assert (stat.S_IMODE(info.st_mode), info.st_uid) == (0o604, nobody.pw_uid)
+    assert stat.S_IMODE(os.stat(root / "fresh").st_mode) == 0o640
+
+
+def test_concurrent_writes_of_one_file_never_collide_on_the_temp_name(
+    run_playbook: Runner, local_inventory: Path, tmp_path: Path
+) -> None:
+    from concurrent.futures import ThreadPoolExecutor
+
+    from glmops.connection import LocalConnection
+    from glmops.context import RemoteInfo, TaskContext
+    from glmops.inventory import load_inventory
+    from glmops.runlog import Masker, RunLog
+
+    host = load_inventory(local_inventory).hosts["here"]
+    masker = Masker()
+    log = RunLog(tmp_path / "runs", masker)
+    dest = str(tmp_path / "root" / "shared")
+
+    def write(index: int) -> None:
+        ctx = TaskContext(
+            host, LocalConnection("here"), RemoteInfo(0, str(tmp_path), None), log, masker
+        )
+        ctx.write_file(dest, b"%d\n" % index, mode=None, owner=None, group=None, backup=False)
+
+    with ThreadPoolExecutor(8) as pool:
+        list(pool.map(write, range(40)))  # raises if any write failed
+    assert sorted(os.listdir(tmp_path / "root")) == ["shared"]
 
 
 def test_command_creates_register_when_and_until(
