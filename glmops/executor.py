@@ -313,9 +313,13 @@ class Executor:
     def _attempts(self, play: Play, playbook: Path, session: HostSession, task: Task) -> TaskResult:
         where = f"{task.where} on host '{session.host.name}'"
         variables = self.variables(play, playbook, session, task)
-        if task.when is not None and not evaluate_condition(task.when, variables, where=where):
-            return TaskResult(Status.SKIPPED, f"condition false: {task.when}")
         module_cls = REGISTRY[task.module]
+        if task.when is not None and not evaluate_condition(task.when, variables, where=where):
+            return TaskResult(
+                Status.SKIPPED,
+                f"condition false: {task.when}",
+                data=dict(module_cls.result_defaults),
+            )
         params = render_value(task.args, variables, where=where)
         problems = check_types(module_cls, params)
         if problems:
@@ -327,6 +331,7 @@ class Executor:
         attempts = task.retries + 1 if (task.retries or task.until) else 1
         for attempt in range(1, attempts + 1):
             result = self._once(module_cls(params), ctx)
+            result.data = {**module_cls.result_defaults, **result.data}
             result = self._conditions(task, result, variables, where)
             if task.until is None and not result.failed:
                 break
@@ -364,7 +369,7 @@ class Executor:
             return TaskResult(Status.OK, plan.reason, data=plan.data_public())
         if ctx.check:
             if plan.change is None:
-                return TaskResult(Status.SKIPPED, f"check mode: {plan.reason} (observes only)")
+                return TaskResult(Status.SKIPPED, f"check mode: {plan.reason}")
             return TaskResult(Status.CHANGED, plan.reason, plan.diff, plan.data_public())
         return module.apply(ctx, plan)
 

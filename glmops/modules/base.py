@@ -78,6 +78,9 @@ class Module:
     free_form: ClassVar[str | None] = None
     #: A change by this module can change gathered facts, so they are gathered again.
     changes_facts: ClassVar[bool] = False
+    #: Keys `register:` always holds for this module, with these values when the module did
+    #: not run (check mode, a false `when`), so expressions over them never meet an undefined.
+    result_defaults: ClassVar[dict[str, Any]] = {}
 
     def __init__(self, params: dict[str, Any]):
         self.params = params

@@ -19,6 +19,13 @@ class Command(Module):
 
     name = "command"
     free_form = "cmd"
+    result_defaults = {
+        "rc": None,
+        "stdout": "",
+        "stderr": "",
+        "stdout_lines": [],
+        "stderr_lines": [],
+    }
     args = {
         "cmd": Arg(str, doc="the command line"),
         "argv": Arg(list, doc="the command as a list of words (instead of cmd)"),
@@ -48,6 +55,9 @@ class Command(Module):
                 return Plan(False, f"{creates} exists")
             if removes and not probe.ok:
                 return Plan(False, f"{removes} does not exist")
+        elif ctx.check:
+            # Nothing says whether it would change anything: not run, as in Ansible.
+            return Plan(None, "not run: no creates/removes (check_mode: false runs it)")
         return Plan(True, f"would run: {self.command_line()}")
 
     def apply(self, ctx: TaskContext, plan: Plan) -> TaskResult:
@@ -59,6 +69,8 @@ class Command(Module):
             "rc": result.rc,
             "stdout": result.stdout,
             "stderr": result.stderr,
+            "stdout_lines": result.stdout.splitlines(),
+            "stderr_lines": result.stderr.splitlines(),
             "duration": round(result.duration, 3),
         }
         if result.rc not in self.params["expect_rc"]:

@@ -56,10 +56,12 @@ def test_failed_host_exit_2_and_retry_file(workdir: Path) -> None:
 
 def test_check_mode_exit_3(workdir: Path) -> None:
     (workdir / "play.yml").write_text(
-        "- hosts: good\n  gather_facts: false\n  tasks:\n    - command: 'true'\n"
+        "- hosts: good\n  gather_facts: false\n  tasks:\n"
+        "    - copy: {dest: '" + str(workdir / "out") + "', content: x}\n"
     )
     assert invoke("run", "play.yml", "-i", "hosts.yml", "--check").exit_code == 3
     assert invoke("run", "play.yml", "-i", "hosts.yml").exit_code == 0
+    assert invoke("run", "play.yml", "-i", "hosts.yml", "--check").exit_code == 0
 
 
 @pytest.mark.parametrize(

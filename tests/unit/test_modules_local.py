@@ -402,3 +402,61 @@ def test_flush_handlers_runs_them_where_it_stands(
     assert log.read_text() == "handler\nafter\n"
     assert run_playbook(play, local_inventory, extra=["v=1"]).exit_code == 0
     assert log.read_text() == "handler\nafter\nafter\n"
+
+
+CHECKED = """
+- hosts: all
+  gather_facts: false
+  tasks:
+    - name: probe
+      command: uname -s
+      register: probe
+      changed_when: "'Linux' not in probe.stdout"
+    - name: uses probe
+      command: echo {{ probe.stdout | default('none') }}
+      when: probe.rc is none or probe.rc == 0
+      register: echoed
+    - name: marker
+      shell: touch {{ root }}/ran
+    - name: forced
+      shell: touch {{ root }}/forced
+      check_mode: false
+      changed_when: false
+"""
+
+
+def test_check_mode_skips_commands_and_registers_the_same_keys(
+    run_playbook: Runner, local_inventory: Path, tmp_path: Path
+) -> None:
+    real = run_playbook(CHECKED, local_inventory)
+    assert real.exit_code == 0, real.results()
+    (tmp_path / "root" / "ran").unlink()
+    checked = run_playbook(CHECKED, local_inventory, check=True)
+    assert checked.exit_code == 0, checked.results()
+    assert checked.status("probe") == "skipped"
+    assert checked.status("uses probe") == "skipped"
+    assert checked.status("marker") == "skipped"
+    assert checked.status("forced") == "ok"
+    assert (tmp_path / "root" / "forced").exists(), "check_mode: false did not run"
+    assert not (tmp_path / "root" / "ran").exists(), "check mode ran a command"
+
+
+def test_check_mode_keeps_registered_keys_for_later_conditions(
+    run_playbook: Runner, local_inventory: Path, tmp_path: Path
+) -> None:
+    play = f"""
+    - hosts: all
+      gather_facts: false
+      tasks:
+        - name: would run
+          command: {{cmd: "echo u", creates: "{tmp_path}/root/nothing"}}
+          register: r
+          changed_when: "'u' in r.stdout"
+        - name: reads it
+          command: {{cmd: "true", creates: "{tmp_path}/root"}}
+          failed_when: r.stdout_lines | length > 0 or r.rc is not none
+    """
+    outcome = run_playbook(play, local_inventory, check=True)
+    assert outcome.exit_code == 0, outcome.results()
+    assert outcome.status("would run") == "ok"
+    assert outcome.status("reads it") == "ok"
