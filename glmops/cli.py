@@ -49,8 +49,8 @@ def run_options(func: Callable[..., Any]) -> Callable[..., Any]:
             "--extra-vars",
             "extra_vars",
             multiple=True,
-            metavar="KEY=VALUE",
-            help="variables that override the inventory's",
+            metavar="KEY=VALUE|JSON|@FILE",
+            help="variables that override the inventory's: k=v, a JSON mapping, or @vars.yml",
         ),
         click.option("--json", "json_events", is_flag=True, help="JSON events on stdout"),
         click.option("-v", "--verbose", count=True, help="-v: more; -vv: command output"),
@@ -70,6 +70,13 @@ def run_options(func: Callable[..., Any]) -> Callable[..., Any]:
             is_flag=True,
             help="refuse hosts whose key is not yet in glmops' known_hosts",
         ),
+        click.option(
+            "--syntax-check",
+            is_flag=True,
+            help="load and check the playbook (modules, arguments, expressions); run nothing",
+        ),
+        click.option("--list-hosts", is_flag=True, help="print each play's hosts; run nothing"),
+        click.option("--list-tasks", is_flag=True, help="print each play's tasks; run nothing"),
     ]
     for option in reversed(options):
         func = option(func)
@@ -102,8 +109,22 @@ def run_playbook(
     from glmops.runlog import Masker, RunLog
 
     extra_vars = parse_extra_vars(list(opts.get("extra_vars") or ()) + list(extra))
-    inventory = load_inventory(opts.get("inventory") or default_inventory(), extra_vars)
     plays = load_playbook(playbook)
+    if opts.get("syntax_check") or opts.get("list_tasks"):
+        from glmops.listing import list_tasks, syntax_ok
+
+        click.echo(
+            list_tasks(playbook, plays, _tag_set(opts.get("tags")), _tag_set(opts.get("skip_tags")))
+            if opts.get("list_tasks")
+            else syntax_ok(playbook, plays)
+        )
+        return ExitCode.OK
+    inventory = load_inventory(opts.get("inventory") or default_inventory(), extra_vars)
+    if opts.get("list_hosts"):
+        from glmops.listing import list_hosts
+
+        click.echo(list_hosts(inventory, plays, _resolve_limit(limit)))
+        return ExitCode.OK
     password = os.environ.get("GLMOPS_BECOME_PASSWORD")
     if opts.get("ask_become_pass") and password is None:
         password = getpass.getpass("sudo password: ")
@@ -165,7 +186,24 @@ def _hosts_limit(hosts: tuple[str, ...], limit: str | None) -> str | None:
     return ",".join(hosts) if hosts else limit
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+class _Group(click.Group):
+    """Usage errors the CLI library catches (unknown option, missing file) exit 5 like ours."""
+
+    def main(self, *args: Any, standalone_mode: bool = True, **kwargs: Any) -> Any:
+        if not standalone_mode:
+            return super().main(*args, standalone_mode=False, **kwargs)
+        try:
+            code = super().main(*args, standalone_mode=False, **kwargs)
+        except click.ClickException as error:
+            error.show()
+            sys.exit(int(ExitCode.USAGE))
+        except click.Abort:
+            click.echo("Aborted!", err=True)
+            sys.exit(130)
+        sys.exit(code if isinstance(code, int) else 0)
+
+
+@click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="glmops")
 def main() -> None:
     """Provision GPU hosts and serve GLM-5 with vLLM, over SSH, Ansible-style.
@@ -279,6 +317,23 @@ def verify(
     from glmops.verify import run_verify
 
     return run_verify(inventory or default_inventory(), ",".join(hosts) or "all", as_json, keyword)
+
+
+@main.command()
+@click.argument("module", required=False)
+@reports_errors
+def doc(module: str | None) -> ExitCode:
+    """Print MODULE's arguments (from its own argument table), or list every module."""
+    from glmops.moddoc import describe, module_list
+    from glmops.modules import REGISTRY
+
+    if module is None:
+        click.echo(module_list())
+    elif module not in REGISTRY:
+        raise InputError(f"no module '{module}' (modules: {', '.join(sorted(REGISTRY))})")
+    else:
+        click.echo(describe(module))
+    return ExitCode.OK
 
 
 @main.group()

@@ -20,7 +20,13 @@ from typing import Any
 
 from glmops.connection import Connection, ConnectionSettings, open_connection
 from glmops.context import RemoteCommandError, RemoteInfo, TaskContext
-from glmops.errors import CommandTimeout, ExitCode, GlmopsError, HostUnreachable, TemplateError
+from glmops.errors import (
+    CommandTimeout,
+    ExitCode,
+    HostUnreachable,
+    InputError,
+    TemplateError,
+)
 from glmops.inventory import Host, Inventory, load_inventory
 from glmops.modules import REGISTRY
 from glmops.modules.base import check_types
@@ -86,6 +92,7 @@ class Executor:
 
     # -- the run -----------------------------------------------------------------------------
     def run(self, plays: list[Play], playbook: Path) -> ExitCode:
+        self.check_targets(plays)
         limited = (
             set(h.name for h in self.inventory.select(self.options.limit))
             if self.options.limit
@@ -141,11 +148,21 @@ class Executor:
             return ExitCode.CHECK_FOUND_CHANGES
         return ExitCode.OK
 
+    def check_targets(self, plays: list[Play]) -> None:
+        """Every play's `hosts:` must match a host of the inventory (a typo is an error)."""
+        for play in plays:
+            try:
+                self.inventory.select(play.hosts)
+            except InputError:
+                raise InputError(
+                    f"play '{play.name}': hosts '{play.hosts}' matches no host in the inventory "
+                    f"{self.inventory.path}",
+                    source=play.source,
+                    line=play.line,
+                ) from None
+
     def _play_hosts(self, play: Play) -> list[Host]:
-        try:
-            return self.inventory.select(play.hosts)
-        except GlmopsError:
-            return []
+        return self.inventory.select(play.hosts)
 
     # -- one play on one host ----------------------------------------------------------------
     def _run_play_on_host(self, play: Play, playbook: Path, session: HostSession) -> None:
@@ -167,7 +184,7 @@ class Executor:
             if play.gather_facts and session.facts is None and not self._gather_task(play, session):
                 return
             for task in play.tasks:
-                if not self._selected(task):
+                if not task.selected(self.options.tags, self.options.skip_tags):
                     continue
                 if task.module == "meta":  # flush_handlers: run what is notified so far, now
                     pending = self._run_handlers(play, playbook, session, pending)
@@ -211,12 +228,6 @@ class Executor:
         session.tally.unreachable += 1
         self.reporter.task(session.host.name, "connect", TaskResult(Status.UNREACHABLE, message))
         self.runlog.write(session.host.name, f"UNREACHABLE: {message}")
-
-    def _selected(self, task: Task) -> bool:
-        tags = set(task.tags) | {"all"}
-        if self.options.tags and not (tags & self.options.tags) and "always" not in tags:
-            return False
-        return not (self.options.skip_tags and tags & self.options.skip_tags)
 
     def _context(self, play: Play, session: HostSession, task: Task | None) -> TaskContext:
         host = session.host

@@ -131,19 +131,42 @@ class Inventory:
 
 
 def parse_extra_vars(items: list[str]) -> dict[str, Any]:
-    """`-e k=v` values, parsed as YAML scalars so that `-e port=8001` is an integer."""
+    """`-e` values, as in Ansible: `k=v` (v parsed as a YAML scalar, so `-e port=8001` is an
+    integer), a JSON or YAML mapping (`-e '{"k": [1, 2]}'`), or `@FILE` (a YAML/JSON file)."""
     import yaml
 
     extra: dict[str, Any] = {}
     for item in items:
+        if item.startswith("@"):
+            extra.update(load_vars_file(Path(item[1:]), f"-e {item}"))
+            continue
+        if item.lstrip().startswith("{"):
+            try:
+                value = yaml.safe_load(item)
+            except yaml.YAMLError as error:
+                raise InputError(f"-e {item!r}: not a JSON/YAML mapping: {error}") from None
+            if not isinstance(value, dict):
+                raise InputError(f"-e {item!r}: not a JSON/YAML mapping")
+            extra.update(value)
+            continue
         key, sep, raw = item.partition("=")
         if not sep or not key.strip():
-            raise InputError(f"-e {item!r}: expected KEY=VALUE")
+            raise InputError(f"-e {item!r}: expected KEY=VALUE, a JSON mapping or @FILE")
         try:
             extra[key.strip()] = yaml.safe_load(raw) if raw else ""
         except yaml.YAMLError:
             extra[key.strip()] = raw
     return extra
+
+
+def load_vars_file(path: Path, what: str) -> dict[str, Any]:
+    """A YAML (or JSON) file of variables: a mapping at the top (-e @FILE, vars_files)."""
+    data = load_yaml(path)
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise InputError(f"{what}: the file must hold a mapping of variables", source=str(path))
+    return dict(data)
 
 
 def load_inventory(path: Path, extra_vars: dict[str, Any] | None = None) -> Inventory:

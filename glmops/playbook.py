@@ -12,6 +12,7 @@ from typing import Any
 
 from glmops.errors import InputError
 from glmops.modules import REGISTRY, validate_params
+from glmops.templating import syntax_problem
 from glmops.yamlsrc import SourceList, SourceMap, load_yaml, where
 
 TASK_KEYS = frozenset(
@@ -66,6 +67,13 @@ class Task:
     @property
     def where(self) -> str:
         return f"{self.source}:{self.line} task '{self.name}'"
+
+    def selected(self, tags: set[str], skip_tags: set[str]) -> bool:
+        """Whether --tags/--skip-tags let this task run (`always` runs unless skipped)."""
+        names = set(self.tags) | {"all"}
+        if tags and not (names & tags) and "always" not in names:
+            return False
+        return not (skip_tags and names & skip_tags)
 
 
 @dataclass
@@ -152,6 +160,7 @@ def _task(raw: Any, section: str, play: SourceMap, index: int, play_tags: list[s
     if problems:
         raise InputError(problems[0], **where(raw, module))
     name = str(raw.get("name") or f"{module}")
+    _check_templates(raw, module)
     return Task(
         name=name,
         module=module,
@@ -174,6 +183,31 @@ def _task(raw: Any, section: str, play: SourceMap, index: int, play_tags: list[s
         failed_when=raw.get("failed_when"),
         check_mode=_optional_bool(raw, "check_mode"),
     )
+
+
+CONDITION_KEYS = ("when", "changed_when", "failed_when", "until")
+
+
+def _check_templates(raw: SourceMap, module: str) -> None:
+    """Syntax, filter and test names of every expression and template in a task."""
+    for key in CONDITION_KEYS:
+        value = raw.get(key)
+        for item in value if isinstance(value, list) else [value]:
+            if isinstance(item, str) and (problem := syntax_problem(item, expression=True)):
+                raise InputError(f"'{key}': {problem}", **where(raw, key))
+    for text in _strings(raw[module]):
+        if ("{{" in text or "{%" in text) and (problem := syntax_problem(text, expression=False)):
+            raise InputError(f"arguments of '{module}': {problem}", **where(raw, module))
+
+
+def _strings(value: Any) -> list[str]:
+    if isinstance(value, str):
+        return [value]
+    if isinstance(value, dict):
+        return [text for item in value.values() for text in _strings(item)]
+    if isinstance(value, list):
+        return [text for item in value for text in _strings(item)]
+    return []
 
 
 def _list(raw: SourceMap, key: str) -> list[Any]:

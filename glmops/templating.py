@@ -6,10 +6,15 @@ error names the playbook file, the task and the host.
 
 from __future__ import annotations
 
+import base64
 import json
+import os
+import re
 from typing import Any
 
 import jinja2
+import jinja2.nodes
+import yaml
 
 from glmops.errors import TemplateError
 
@@ -24,6 +29,57 @@ def _shell_quote(value: Any) -> str:
     return shlex.quote(str(value))
 
 
+def _bool(value: Any) -> bool:
+    """Ansible's `bool`: yes/on/true/1 (any case) are true."""
+    if isinstance(value, bool):
+        return value
+    return str(value).strip().lower() in ("yes", "on", "true", "1", "y")
+
+
+def _ternary(value: Any, true_value: Any, false_value: Any, none_value: Any = None) -> Any:
+    if value is None and none_value is not None:
+        return none_value
+    return true_value if value else false_value
+
+
+def _regex_replace(value: Any, pattern: str, replacement: str = "", ignorecase: bool = False):
+    return re.sub(pattern, replacement, str(value), flags=re.I if ignorecase else 0)
+
+
+def _regex_search(value: Any, pattern: str) -> str | None:
+    match = re.search(pattern, str(value))
+    return match.group(0) if match else None
+
+
+def _combine(*dicts: dict[str, Any], recursive: bool = False) -> dict[str, Any]:
+    result: dict[str, Any] = {}
+    for item in dicts:
+        for key, value in item.items():
+            if recursive and isinstance(value, dict) and isinstance(result.get(key), dict):
+                value = _combine(result[key], value, recursive=True)
+            result[key] = value
+    return result
+
+
+#: Filters beyond Jinja's own; the names and meanings are Ansible's.
+FILTERS = {
+    "to_json": _to_json,
+    "from_json": json.loads,
+    "to_yaml": lambda value: yaml.safe_dump(value, default_flow_style=False, sort_keys=False),
+    "from_yaml": yaml.safe_load,
+    "quote": _shell_quote,
+    "bool": _bool,
+    "ternary": _ternary,
+    "regex_replace": _regex_replace,
+    "regex_search": _regex_search,
+    "b64encode": lambda value: base64.b64encode(str(value).encode()).decode(),
+    "b64decode": lambda value: base64.b64decode(str(value)).decode(),
+    "combine": _combine,
+    "basename": lambda value: os.path.basename(str(value)),
+    "dirname": lambda value: os.path.dirname(str(value)),
+}
+
+
 def make_environment(loader: jinja2.BaseLoader | None = None) -> jinja2.Environment:
     env = jinja2.Environment(
         undefined=jinja2.StrictUndefined,
@@ -31,7 +87,7 @@ def make_environment(loader: jinja2.BaseLoader | None = None) -> jinja2.Environm
         loader=loader,
         autoescape=False,
     )
-    env.filters.update(to_json=_to_json, quote=_shell_quote)
+    env.filters.update(FILTERS)
     return env
 
 
@@ -120,6 +176,26 @@ def evaluate_condition(
         return conditions
     items = conditions if isinstance(conditions, list) else [conditions]
     return all(bool(evaluate(str(item), variables, where=where)) for item in items)
+
+
+def syntax_problem(text: str, *, expression: bool) -> str | None:
+    """Why a `when`-style expression (or a templated string) cannot work, or None.
+
+    Checked when the playbook loads, so a typo fails before any host is touched: the syntax,
+    and every filter and test name.
+    """
+    source = "{{ " + text + " }}" if expression else text
+    try:
+        tree = _ENV.parse(source)
+    except jinja2.TemplateSyntaxError as error:
+        shown = text.strip() if expression else text
+        return f"{_describe(error)} in {shown!r}"
+    for node in tree.find_all((jinja2.nodes.Filter, jinja2.nodes.Test)):
+        known = _ENV.filters if isinstance(node, jinja2.nodes.Filter) else _ENV.tests
+        if node.name not in known:
+            kind = "filter" if isinstance(node, jinja2.nodes.Filter) else "test"
+            return f"unknown {kind} '{node.name}' in {text.strip()!r}"
+    return None
 
 
 def _describe(error: jinja2.TemplateError) -> str:

@@ -76,3 +76,99 @@ def test_input_errors_exit_5_with_one_line(workdir: Path, args: list[str], messa
     result = invoke(*args)
     assert result.exit_code == 5
     assert message in result.stderr and "Traceback" not in result.stderr
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["run", "nope.yml", "-i", "hosts.yml"], "does not exist"),
+        (["run", "play.yml", "--bogus"], "No such option"),
+        (["testbed", "up", "-n", "0"], "Invalid value"),
+        (["nosuchverb"], "No such command"),
+    ],
+)
+def test_usage_errors_the_cli_library_catches_exit_5(
+    workdir: Path, args: list[str], message: str
+) -> None:
+    result = invoke(*args)
+    assert result.exit_code == 5, result.output
+    assert message in result.stderr
+
+
+def test_a_play_whose_hosts_match_nothing_is_an_error(workdir: Path) -> None:
+    (workdir / "play.yml").write_text(
+        "- hosts: all\n  gather_facts: false\n  tasks: [{command: 'true'}]\n"
+        "- hosts: goood\n  gather_facts: false\n  tasks: [{command: 'true'}]\n"
+    )
+    result = invoke("run", "play.yml", "-i", "hosts.yml", "--json")
+    assert result.exit_code == 5
+    assert "play.yml:4: play 'goood': hosts 'goood' matches no host" in result.stderr
+    assert '"event": "task"' not in result.stdout, "a play ran before the error"
+
+
+@pytest.mark.parametrize(
+    ("task", "message"),
+    [
+        ("{command: 'true', when: 'flag =='}", "play.yml:4: 'when': template syntax error"),
+        ("{command: 'true', when: 'x | bogus_filter'}", "unknown filter 'bogus_filter'"),
+        ("{command: 'echo {{ x | nope }}'}", "play.yml:4: arguments of 'command': unknown filter"),
+        ("{command: 'true', failed_when: 'x is wobbly'}", "unknown test 'wobbly'"),
+    ],
+)
+def test_expressions_are_checked_when_the_playbook_loads(
+    workdir: Path, task: str, message: str
+) -> None:
+    (workdir / "play.yml").write_text(
+        "- hosts: all\n  gather_facts: false\n  tasks:\n"
+        f"    - {{name: first, shell: 'touch {workdir}/ran'}}\n    - {task}\n".replace(
+            "    - {name", "    - {name"
+        )
+    )
+    lines = (workdir / "play.yml").read_text().splitlines()
+    (workdir / "play.yml").write_text("\n".join([*lines[:3], lines[4], lines[3]]) + "\n")
+    result = invoke("run", "play.yml", "-i", "hosts.yml")
+    assert result.exit_code == 5, result.output
+    assert message in result.stderr
+    assert not (workdir / "ran").exists()
+
+
+def test_syntax_check_list_tasks_and_list_hosts_run_nothing(workdir: Path) -> None:
+    (workdir / "play.yml").write_text(
+        "- hosts: good\n  gather_facts: false\n  tasks:\n"
+        f"    - {{name: make it, shell: 'touch {workdir}/ran', tags: [x]}}\n"
+    )
+    checked = invoke("run", "play.yml", "--syntax-check", "-i", "missing.yml")
+    assert checked.exit_code == 0 and "syntax ok" in checked.stdout
+    listed = invoke("run", "play.yml", "--list-tasks")
+    assert listed.exit_code == 0 and "make it  (shell, line 4)  TAGS: [x]" in listed.stdout
+    hosts = invoke("run", "play.yml", "--list-hosts", "-i", "hosts.yml")
+    assert hosts.exit_code == 0 and "  good" in hosts.stdout and "bad" not in hosts.stdout
+    assert not (workdir / "ran").exists()
+
+
+def test_extra_vars_from_a_file_and_from_json(workdir: Path) -> None:
+    (workdir / "vars.yml").write_text("word: from-file\n")
+    (workdir / "play.yml").write_text(
+        "- hosts: good\n  gather_facts: false\n  tasks:\n"
+        "    - shell: test {{ word }} = from-file && test {{ nums | sum }} = 3\n"
+    )
+    result = invoke(
+        "run", "play.yml", "-i", "hosts.yml", "-e", "@vars.yml", "-e", '{"nums": [1, 2]}'
+    )
+    assert result.exit_code == 0, result.output
+    bad = invoke("run", "play.yml", "-i", "hosts.yml", "-e", "@nofile.yml")
+    assert bad.exit_code == 5 and "nofile.yml: cannot read" in bad.stderr
+
+
+def test_doc_prints_a_modules_arguments_from_its_table() -> None:
+    from glmops.modules import REGISTRY
+
+    result = invoke("doc", "copy")
+    assert result.exit_code == 0
+    for key, arg in REGISTRY["copy"].args.items():
+        assert f"  {key} (" in result.stdout
+        if arg.doc:
+            assert arg.doc in result.stdout
+    assert invoke("doc").stdout.count("\n") == len(REGISTRY)
+    missing = invoke("doc", "nosuch")
+    assert missing.exit_code == 5 and "no module 'nosuch'" in missing.stderr
