@@ -12,12 +12,15 @@ from __future__ import annotations
 
 import os
 import random
+import re
 import select
 import shlex
+import signal
 import socket
 import subprocess
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
@@ -25,12 +28,22 @@ from typing import Protocol
 import fabric
 import paramiko
 
-from glmops.errors import CommandTimeout, HostKeyChanged, HostUnreachable
+from glmops.errors import CommandInterrupted, CommandTimeout, HostKeyChanged, HostUnreachable
 from glmops.inventory import ConnectionSpec
 from glmops.knownhosts import default_known_hosts
 
 KEEPALIVE_SECONDS = 15
 CONNECT_ATTEMPTS = 3
+#: Seconds between SIGTERM and SIGKILL when a command's process group is ended.
+KILL_GRACE_SECONDS = 2
+#: How a remote command announces its process group: sshd starts every command in a session of
+#: its own, so the shell's pid is the group every child of the command inherits.
+PGID_MARKER = "glmops-pgid:"
+_PGID_LINE = re.compile(rb"^glmops-pgid:(\d+)\n")
+
+#: Makes the command that signals a process group, e.g. through sudo for a become task;
+#: returns (command, stdin).
+KillWrap = Callable[[str], tuple[str, "str | None"]]
 
 
 @dataclass(frozen=True)
@@ -58,8 +71,18 @@ class Connection(Protocol):
     host: str
 
     def run(
-        self, command: str, *, stdin: str | None = None, timeout: float | None = None
+        self,
+        command: str,
+        *,
+        stdin: str | None = None,
+        timeout: float | None = None,
+        kill_wrap: KillWrap | None = None,
     ) -> CommandResult: ...
+
+    def cancel(self, grace: float = KILL_GRACE_SECONDS) -> None:
+        """End every command running on this connection (its whole process group: SIGTERM,
+        SIGKILL after `grace` seconds); they raise CommandInterrupted, as does every later
+        `run`."""
 
     def put(self, data: bytes, remote_path: str, mode: int = 0o600) -> None: ...
 
@@ -98,6 +121,10 @@ class SSHConnection:
         self.spec = spec
         self._settings = settings
         self._fabric = self._make(spec.address, spec.user, spec.port, spec.jump)
+        self._cancelled = threading.Event()
+        self._lock = threading.Lock()
+        #: Process groups of the commands running now, with how to signal each.
+        self._groups: dict[int, KillWrap | None] = {}
 
     def _make(
         self, address: str, user: str | None, port: int | None, jump: str | None
@@ -159,29 +186,87 @@ class SSHConnection:
         return f"{user}{self.spec.address}:{self.spec.port or 22}"
 
     def run(
-        self, command: str, *, stdin: str | None = None, timeout: float | None = None
+        self,
+        command: str,
+        *,
+        stdin: str | None = None,
+        timeout: float | None = None,
+        kill_wrap: KillWrap | None = None,
     ) -> CommandResult:
         """Execute on a fresh channel; stdin is sent whole, then closed.
 
         The channel is driven directly (not through Invoke's runner, which feeds stdin a byte
-        at a time and cannot bound a command without a pty) so a deadline always holds.
+        at a time and cannot bound a command without a pty) so a deadline always holds. A
+        command past its deadline, or cancelled, is ended with its whole process group (its
+        children too) over a second channel, not only abandoned.
         """
+        if self._cancelled.is_set():
+            raise CommandInterrupted("the run was interrupted")
         started = time.monotonic()
+        pgid: list[int] = []
         try:
             channel = self._fabric.transport.open_session(timeout=self.spec.connect_timeout)
-            channel.exec_command(command)
+            channel.exec_command(f"echo {PGID_MARKER}$$ >&2; exec /bin/sh -c {quote(command)}")
             feeder = threading.Thread(target=_feed, args=(channel, stdin), daemon=True)
             feeder.start()
-            stdout, stderr = _drain(channel, None if timeout is None else started + timeout)
+
+            def on_group(group: int) -> None:
+                pgid.append(group)
+                with self._lock:
+                    self._groups[group] = kill_wrap
+
+            stdout, stderr = _drain(
+                channel,
+                None if timeout is None else started + timeout,
+                self._cancelled,
+                on_group,
+            )
             rc = channel.recv_exit_status()
         except CommandTimeout:
+            self._end_group(pgid, kill_wrap)
             raise CommandTimeout(f"command timed out after {timeout:g} s") from None
+        except CommandInterrupted:
+            self._end_group(pgid, kill_wrap)
+            raise
         except (OSError, paramiko.SSHException, EOFError) as error:
             raise HostUnreachable(f"connection to {self._target()} lost: {error}") from None
         finally:
+            with self._lock:
+                for group in pgid:
+                    self._groups.pop(group, None)
             if "channel" in locals():
                 channel.close()
         return CommandResult(command, rc, stdout, stderr, time.monotonic() - started)
+
+    def cancel(self, grace: float = KILL_GRACE_SECONDS) -> None:
+        self._cancelled.set()
+        with self._lock:
+            groups = dict(self._groups)
+        for group, wrap in groups.items():
+            self._end_group([group], wrap, grace)
+
+    def _end_group(
+        self, pgid: list[int], kill_wrap: KillWrap | None, grace: float = KILL_GRACE_SECONDS
+    ) -> None:
+        """SIGTERM the command's process group, then SIGKILL what is left after a grace."""
+        if not pgid:
+            return
+        group = pgid[0]
+        command = (
+            f"kill -TERM -- -{group} 2>/dev/null || exit 0; "
+            f"for i in $(seq {int(grace * 10)}); do "
+            f"kill -0 -- -{group} 2>/dev/null || exit 0; sleep 0.1; done; "
+            f"kill -KILL -- -{group} 2>/dev/null; exit 0"
+        )
+        command, stdin = kill_wrap(command) if kill_wrap else (command, None)
+        try:
+            channel = self._fabric.transport.open_session(timeout=self.spec.connect_timeout)
+            channel.exec_command(command)
+            _feed(channel, stdin)
+            channel.recv_exit_status()
+            channel.close()
+        except (OSError, paramiko.SSHException, EOFError, AttributeError):
+            pass  # the host is gone: there is nothing left to end
 
     def put(self, data: bytes, remote_path: str, mode: int = 0o600) -> None:
         sftp = self._fabric.sftp()
@@ -198,28 +283,54 @@ class LocalConnection:
 
     def __init__(self, host: str):
         self.host = host
+        self._cancelled = threading.Event()
+        self._lock = threading.Lock()
+        self._running: set[subprocess.Popen[str]] = set()
 
     def open(self) -> None:
         return None
 
     def run(
-        self, command: str, *, stdin: str | None = None, timeout: float | None = None
+        self,
+        command: str,
+        *,
+        stdin: str | None = None,
+        timeout: float | None = None,
+        kill_wrap: KillWrap | None = None,
     ) -> CommandResult:
+        """Run in a session of its own, so a timeout or a cancel ends its children too."""
+        if self._cancelled.is_set():
+            raise CommandInterrupted("the run was interrupted")
         started = time.monotonic()
-        try:
-            proc = subprocess.run(
-                ["/bin/sh", "-c", command],
-                input=stdin if stdin is not None else "",
-                capture_output=True,
-                text=True,
-                timeout=timeout,
-                start_new_session=True,
-            )
-        except subprocess.TimeoutExpired:
-            raise CommandTimeout(f"command timed out after {timeout:g} s") from None
-        return CommandResult(
-            command, proc.returncode, proc.stdout, proc.stderr, time.monotonic() - started
+        proc = subprocess.Popen(
+            ["/bin/sh", "-c", command],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            start_new_session=True,
         )
+        with self._lock:
+            self._running.add(proc)
+        try:
+            stdout, stderr = proc.communicate(stdin if stdin is not None else "", timeout=timeout)
+        except subprocess.TimeoutExpired:
+            _end_local_group(proc)
+            proc.communicate()
+            raise CommandTimeout(f"command timed out after {timeout:g} s") from None
+        finally:
+            with self._lock:
+                self._running.discard(proc)
+        if self._cancelled.is_set() and proc.returncode < 0:
+            raise CommandInterrupted("the run was interrupted")
+        return CommandResult(command, proc.returncode, stdout, stderr, time.monotonic() - started)
+
+    def cancel(self, grace: float = KILL_GRACE_SECONDS) -> None:
+        self._cancelled.set()
+        with self._lock:
+            running = list(self._running)
+        for proc in running:
+            _end_local_group(proc, grace)
 
     def put(self, data: bytes, remote_path: str, mode: int = 0o600) -> None:
         fd = os.open(remote_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
@@ -228,6 +339,31 @@ class LocalConnection:
 
     def close(self) -> None:
         return None
+
+
+def _end_local_group(proc: subprocess.Popen[str], grace: float = KILL_GRACE_SECONDS) -> None:
+    """SIGTERM the process group, then SIGKILL it if anything is left after the grace."""
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        try:
+            os.killpg(proc.pid, sig)
+        except (ProcessLookupError, PermissionError):
+            break
+        deadline = time.monotonic() + grace
+        while time.monotonic() < deadline and _group_alive(proc):
+            time.sleep(0.05)
+        if not _group_alive(proc):
+            break
+
+
+def _group_alive(proc: subprocess.Popen[str]) -> bool:
+    proc.poll()  # reap the shell itself, so a zombie does not count as alive
+    try:
+        os.killpg(proc.pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 def _feed(channel: paramiko.Channel, stdin: str | None) -> None:
@@ -239,9 +375,16 @@ def _feed(channel: paramiko.Channel, stdin: str | None) -> None:
         pass  # the command exited without reading all of its input
 
 
-def _drain(channel: paramiko.Channel, deadline: float | None) -> tuple[str, str]:
-    """Read stdout and stderr until the command exits; CommandTimeout past the deadline."""
+def _drain(
+    channel: paramiko.Channel,
+    deadline: float | None,
+    cancelled: threading.Event,
+    on_group: Callable[[int], None],
+) -> tuple[str, str]:
+    """Read stdout and stderr until the command exits; CommandTimeout past the deadline,
+    CommandInterrupted once cancelled. The first stderr line names the process group."""
     out, err = bytearray(), bytearray()
+    marker_seen = False
     while True:
         busy = False
         while channel.recv_ready():
@@ -250,12 +393,18 @@ def _drain(channel: paramiko.Channel, deadline: float | None) -> tuple[str, str]
         while channel.recv_stderr_ready():
             err += channel.recv_stderr(65536)
             busy = True
+        if not marker_seen and (match := _PGID_LINE.match(err)):
+            marker_seen = True
+            del err[: match.end()]
+            on_group(int(match.group(1)))
         if (
             channel.exit_status_ready()
             and not channel.recv_ready()
             and not channel.recv_stderr_ready()
         ) and (channel.closed or channel.eof_received):
             break
+        if cancelled.is_set():
+            raise CommandInterrupted("the run was interrupted")
         if deadline is not None and time.monotonic() > deadline:
             raise CommandTimeout("deadline passed")
         if not busy:

@@ -121,7 +121,7 @@ class TaskContext:
         limit = self._limit(timeout)
         started = time.monotonic()
         try:
-            result = self.conn.run(wrapped, stdin=stdin, timeout=limit)
+            result = self.conn.run(wrapped, stdin=stdin, timeout=limit, kill_wrap=self._wrap)
         except CommandTimeout:
             self.log.command(self.host.name, command, "timeout", time.monotonic() - started, "", "")
             raise

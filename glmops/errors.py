@@ -66,3 +66,7 @@ class HostKeyChanged(HostUnreachable):
 
 class CommandTimeout(GlmopsError):
     """A command on a host ran longer than its timeout."""
+
+
+class CommandInterrupted(GlmopsError):
+    """The run was interrupted (SIGINT, SIGTERM) while a command ran; the command was ended."""

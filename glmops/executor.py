@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 import os
+import signal
 import sys
 import threading
 import time
@@ -18,9 +19,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from glmops.connection import Connection, ConnectionSettings, open_connection
+from glmops.connection import (
+    KILL_GRACE_SECONDS,
+    Connection,
+    ConnectionSettings,
+    open_connection,
+)
 from glmops.context import RemoteCommandError, RemoteInfo, TaskContext
 from glmops.errors import (
+    CommandInterrupted,
     CommandTimeout,
     ExitCode,
     HostUnreachable,
@@ -30,7 +37,7 @@ from glmops.errors import (
 from glmops.inventory import Host, Inventory, load_inventory
 from glmops.modules import REGISTRY
 from glmops.modules.base import check_types
-from glmops.notifications import read_pending, write_pending
+from glmops.notifications import play_key, read_pending, write_pending
 from glmops.output import Reporter
 from glmops.playbook import Play, Task
 from glmops.results import HostTally, Status, TaskResult
@@ -70,6 +77,7 @@ class HostSession:
     facts: dict[str, Any] | None = None
     registered: dict[str, Any] = field(default_factory=dict)
     dead: bool = False  # unreachable or failed: no further tasks this run
+    interrupted: str | None = None  # the task the run was interrupted in, or before
 
 
 class Executor:
@@ -89,9 +97,11 @@ class Executor:
         self.sessions: dict[str, HostSession] = {}
         self._running: dict[str, tuple[str, float]] = {}  # host -> (task, started)
         self._done = threading.Event()
+        #: The signal that interrupted the run (SIGINT, SIGTERM), or None.
+        self.interrupted: int | None = None
 
     # -- the run -----------------------------------------------------------------------------
-    def run(self, plays: list[Play], playbook: Path) -> ExitCode:
+    def run(self, plays: list[Play], playbook: Path) -> int:
         self.check_targets(plays)
         limited = (
             set(h.name for h in self.inventory.select(self.options.limit))
@@ -100,8 +110,11 @@ class Executor:
         )
         heartbeat = threading.Thread(target=self._heartbeat, daemon=True, name="heartbeat")
         heartbeat.start()
+        previous = self._catch_signals()
         try:
             for play in plays:
+                if self.interrupted:
+                    break
                 hosts = [h for h in self._play_hosts(play) if limited is None or h.name in limited]
                 if not hosts:
                     self.reporter.note(
@@ -120,11 +133,50 @@ class Executor:
                 if session.conn is not None:
                     session.conn.close()
             self._done.set()
+            for signum, handler in previous.items():
+                signal.signal(signum, handler)
         code = self.exit_code()
+        interrupted = {n: s.interrupted for n, s in self.sessions.items() if s.interrupted}
         self.reporter.recap(
-            {n: s.tally for n, s in self.sessions.items()}, str(self.runlog.path), int(code)
+            {n: s.tally for n, s in self.sessions.items()},
+            str(self.runlog.path),
+            int(code),
+            interrupted=interrupted,
         )
         return code
+
+    # -- interrupts --------------------------------------------------------------------------
+    def _catch_signals(self) -> dict[int, Any]:
+        """SIGINT and SIGTERM stop the run cleanly (see `_on_signal`); the old handlers are
+        returned for restoring. Only the main thread can set handlers."""
+        if threading.current_thread() is not threading.main_thread():
+            return {}
+        return {
+            signum: signal.signal(signum, self._on_signal)
+            for signum in (signal.SIGINT, signal.SIGTERM)
+        }
+
+    def _on_signal(self, signum: int, frame: Any) -> None:
+        """First signal: no new task starts anywhere, running commands are ended (their process
+        groups), pending notifications stay on the hosts, and the recap is printed. A second
+        signal ends the running commands and exits at once."""
+        name = signal.Signals(signum).name
+        if self.interrupted is None:
+            self.interrupted = signum
+            self.reporter.note(
+                f"{name}: stopping; running commands are being ended, no new task starts"
+                " (again to exit at once)"
+            )
+            threading.Thread(target=self._cancel_all, name="cancel", daemon=True).start()
+            return
+        self.reporter.note(f"{name} again: killing running commands and exiting now")
+        self._cancel_all(grace=0)
+        os._exit(128 + signum)
+
+    def _cancel_all(self, grace: float = KILL_GRACE_SECONDS) -> None:
+        for session in list(self.sessions.values()):
+            if session.conn is not None:
+                session.conn.cancel(grace)
 
     def _heartbeat(self) -> None:
         """Say which hosts are still busy, and with what, so a slow host is never a mystery."""
@@ -138,7 +190,9 @@ class Executor:
             if busy:
                 self.reporter.note("still running: " + ", ".join(busy))
 
-    def exit_code(self) -> ExitCode:
+    def exit_code(self) -> int:
+        if self.interrupted:
+            return 128 + self.interrupted  # 130 for SIGINT, 143 for SIGTERM, as shells do
         tallies = [s.tally for s in self.sessions.values()]
         if any(t.unreachable for t in tallies):
             return ExitCode.HOST_UNREACHABLE
@@ -171,10 +225,8 @@ class Executor:
         name = session.host.name
         try:
             self._ensure_connected(session)
-            handler_names = {h.name for h in play.handlers} | {
-                n for h in play.handlers for n in h.listen
-            }
-            pending = read_pending(self._context(play, session, None), handler_names)
+            key = play_key(playbook, play.name)
+            pending = read_pending(self._context(play, session, None), key, play.handler_names)
             if pending:
                 self.reporter.note(
                     f"replaying notifications kept from an earlier run: "
@@ -186,21 +238,33 @@ class Executor:
             for task in play.tasks:
                 if not task.selected(self.options.tags, self.options.skip_tags):
                     continue
+                if self.interrupted:
+                    session.interrupted = session.interrupted or f"before '{task.name}'"
+                    return
                 if task.module == "meta":  # flush_handlers: run what is notified so far, now
                     pending = self._run_handlers(play, playbook, session, pending)
                     if session.dead:
                         return
                     continue
                 result = self._run_task(play, playbook, session, task)
+                if self.interrupted and not session.interrupted:
+                    session.interrupted = f"in '{task.name}'"
                 if result.changed and task.notify:
                     new = set(task.notify) - pending
                     pending |= set(task.notify)
                     if new and not self.options.check:
-                        write_pending(self._context(play, session, None), pending)
+                        write_pending(
+                            self._context(play, session, None), key, pending, play.handler_names
+                        )
                 if result.failed and not result.ignored:
                     session.dead = True
                     return
+            if self.interrupted:
+                session.interrupted = session.interrupted or "before the handlers"
+                return
             self._run_handlers(play, playbook, session, pending)
+        except CommandInterrupted:
+            session.interrupted = session.interrupted or "while connecting"
         except HostUnreachable as error:
             self._unreachable(session, str(error))
         except Exception as error:  # never let one host's trouble stop the others
@@ -295,6 +359,8 @@ class Executor:
             raise
         except CommandTimeout as error:
             result = TaskResult(Status.FAILED, f"timed out: {error}")
+        except CommandInterrupted as error:
+            result = TaskResult(Status.FAILED, f"interrupted: {error}; its command was ended")
         except (TemplateError, ValueError) as error:
             result = TaskResult(Status.FAILED, str(error))
         except RemoteCommandError as error:
@@ -421,13 +487,21 @@ class Executor:
             names = {handler.name, *handler.listen}
             if not names & pending:
                 continue
+            if self.interrupted:  # what is still pending stays recorded on the host
+                session.interrupted = session.interrupted or f"before handler '{handler.name}'"
+                return pending - done
             result = self._run_task(play, playbook, session, handler, handler=True)
             if result.failed and not result.ignored:
                 session.dead = True
                 break
             done |= names
         if not self.options.check:
-            write_pending(self._context(play, session, None), pending - done)
+            write_pending(
+                self._context(play, session, None),
+                play_key(playbook, play.name),
+                pending - done,
+                play.handler_names,
+            )
         return pending - done
 
     # -- facts -------------------------------------------------------------------------------

@@ -101,13 +101,24 @@ class Reporter:
                     )
                     self.out.print(_escape(line), style=style)
 
-    def recap(self, tallies: dict[str, HostTally], run_dir: str, exit_code: int) -> None:
+    def recap(
+        self,
+        tallies: dict[str, HostTally],
+        run_dir: str,
+        exit_code: int,
+        *,
+        interrupted: dict[str, str] | None = None,
+    ) -> None:
         self._event(
             "recap",
             hosts={h: vars(t) for h, t in tallies.items()},
             run_dir=run_dir,
             exit_code=exit_code,
+            interrupted=interrupted or {},
         )
+        for host, where in (interrupted or {}).items():
+            with self._lock:
+                self.err.print(f"[bold red]interrupted[/] [bold]{host}[/] {_escape(where)}")
         if self.json_events:
             return
         table = Table(

@@ -91,6 +91,11 @@ class Play:
     gather_facts: bool = True
     tags: list[str] = field(default_factory=list)
 
+    @property
+    def handler_names(self) -> set[str]:
+        """Every name a task may notify: handlers' names and what they listen to."""
+        return {h.name for h in self.handlers} | {n for h in self.handlers for n in h.listen}
+
 
 def load_playbook(path: Path) -> list[Play]:
     data = load_yaml(path)
@@ -128,10 +133,9 @@ def _play(raw: Any, parent: SourceList, index: int) -> Play:
     play.handlers = [
         _task(item, "handlers", raw, i, []) for i, item in enumerate(_list(raw, "handlers"))
     ]
-    handler_names = {h.name for h in play.handlers} | {n for h in play.handlers for n in h.listen}
     for task in play.tasks + play.handlers:
         for name in task.notify:
-            if name not in handler_names:
+            if name not in play.handler_names:
                 raise InputError(
                     f"task '{task.name}' notifies '{name}', which is no handler of this play",
                     source=task.source,

@@ -67,8 +67,9 @@ def run_playbook(tmp_path: Path) -> Runner:
         sudo_password: str | None = None,
         strict: bool = False,
         forks: int | None = None,
+        name: str = "playbook.yml",
     ) -> RunOutcome:
-        playbook = tmp_path / "playbook.yml"
+        playbook = tmp_path / name
         playbook.write_text(textwrap.dedent(playbook_text))
         extra_vars = parse_extra_vars(extra or [])
         masker = Masker({sudo_password} if sudo_password else set())

@@ -460,3 +460,38 @@ def test_check_mode_keeps_registered_keys_for_later_conditions(
     assert outcome.exit_code == 0, outcome.results()
     assert outcome.status("would run") == "ok"
     assert outcome.status("reads it") == "ok"
+
+
+def test_another_playbook_never_drops_pending_notifications(
+    run_playbook: Runner, local_inventory: Path, tmp_path: Path
+) -> None:
+    log = tmp_path / "root" / "handled"
+    first = f"""
+    - hosts: all
+      gather_facts: false
+      tasks:
+        - copy: {{dest: "{tmp_path}/root/app.conf", content: "{{{{ v }}}}"}}
+          notify: restart app
+        - command: "{{{{ 'false' if fail else 'true' }}}}"
+          changed_when: false
+      handlers:
+        - name: restart app
+          shell: echo app >> {log}
+    """
+    other = f"""
+    - hosts: all
+      gather_facts: false
+      tasks:
+        - copy: {{dest: "{tmp_path}/root/other.conf", content: "{{{{ v }}}}"}}
+          notify: restart other
+      handlers:
+        - name: restart other
+          shell: echo other >> {log}
+    """
+    failed = run_playbook(first, local_inventory, extra=["v=1", "fail=true"], name="app.yml")
+    assert failed.exit_code == 2 and not log.exists()
+    assert run_playbook(other, local_inventory, extra=["v=1"], name="other.yml").exit_code == 0
+    assert log.read_text() == "other\n"
+    again = run_playbook(first, local_inventory, extra=["v=1", "fail=false"], name="app.yml")
+    assert again.exit_code == 0
+    assert log.read_text() == "other\napp\n", "the notification of app.yml was dropped"
