@@ -44,6 +44,9 @@ _PGID_LINE = re.compile(rb"^glmops-pgid:(\d+)\n")
 #: Makes the command that signals a process group, e.g. through sudo for a become task;
 #: returns (command, stdin).
 KillWrap = Callable[[str], tuple[str, "str | None"]]
+#: Ends a held command (closes its stdin); see `Connection.hold`.
+Release = Callable[[], None]
+HOLD_START_SECONDS = 30
 
 
 @dataclass(frozen=True)
@@ -78,6 +81,10 @@ class Connection(Protocol):
         timeout: float | None = None,
         kill_wrap: KillWrap | None = None,
     ) -> CommandResult: ...
+
+    def hold(self, command: str, *, stdin: str | None = None) -> tuple[str, Release | None]:
+        """Start a command that keeps running until released (a lock holder); returns its
+        first line of output and the release, or all its output and None when it ended."""
 
     def cancel(self, grace: float = KILL_GRACE_SECONDS) -> None:
         """End every command running on this connection (its whole process group: SIGTERM,
@@ -238,6 +245,28 @@ class SSHConnection:
                 channel.close()
         return CommandResult(command, rc, stdout, stderr, time.monotonic() - started)
 
+    def hold(self, command: str, *, stdin: str | None = None) -> tuple[str, Release | None]:
+        try:
+            channel = self._fabric.transport.open_session(timeout=self.spec.connect_timeout)
+            channel.exec_command(command)
+            if stdin:
+                channel.sendall(stdin.encode())
+            out = bytearray()
+            deadline = time.monotonic() + HOLD_START_SECONDS
+            while b"\n" not in out and time.monotonic() < deadline:
+                if channel.recv_ready():
+                    out += channel.recv(4096)
+                elif channel.exit_status_ready():
+                    break
+                else:
+                    select.select([channel], [], [], 0.2)
+        except (OSError, paramiko.SSHException, EOFError) as error:
+            raise HostUnreachable(f"connection to {self._target()} lost: {error}") from None
+        if b"\n" in out:
+            return out.decode(errors="replace").split("\n", 1)[0], channel.close
+        channel.close()
+        return out.decode(errors="replace"), None
+
     def cancel(self, grace: float = KILL_GRACE_SECONDS) -> None:
         self._cancelled.set()
         with self._lock:
@@ -324,6 +353,32 @@ class LocalConnection:
         if self._cancelled.is_set() and proc.returncode < 0:
             raise CommandInterrupted("the run was interrupted")
         return CommandResult(command, proc.returncode, stdout, stderr, time.monotonic() - started)
+
+    def hold(self, command: str, *, stdin: str | None = None) -> tuple[str, Release | None]:
+        proc = subprocess.Popen(
+            ["/bin/sh", "-c", command],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+            start_new_session=True,
+        )
+        assert proc.stdin is not None and proc.stdout is not None
+        if stdin:
+            proc.stdin.write(stdin)
+            proc.stdin.flush()
+        line = proc.stdout.readline()
+        if line.endswith("\n"):
+
+            def release() -> None:
+                assert proc.stdin is not None
+                proc.stdin.close()
+                proc.wait(timeout=HOLD_START_SECONDS)
+
+            return line.rstrip("\n"), release
+        proc.stdin.close()
+        rest = proc.stdout.read()
+        proc.wait()
+        return line + rest, None
 
     def cancel(self, grace: float = KILL_GRACE_SECONDS) -> None:
         self._cancelled.set()

@@ -132,6 +132,11 @@ class TaskContext:
             raise RemoteCommandError(what or f"command {command!r}", result)
         return result
 
+    def elevated(self, command: str) -> tuple[str, str | None]:
+        """The command as this task runs it (through sudo when it becomes root) and the stdin
+        that must precede the command's own (the sudo password), for commands run directly."""
+        return self._wrap(command)
+
     def _wrap(self, command: str) -> tuple[str, str | None]:
         if not self.become or self.remote.uid == 0:
             return command, None

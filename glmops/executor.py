@@ -19,10 +19,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from glmops import runlock
 from glmops.connection import (
     KILL_GRACE_SECONDS,
     Connection,
     ConnectionSettings,
+    Release,
     open_connection,
 )
 from glmops.context import RemoteCommandError, RemoteInfo, TaskContext
@@ -64,6 +66,8 @@ class RunOptions:
     sudo_password: str | None = None
     run_root: Path = field(default_factory=default_run_root)
     connection: ConnectionSettings = field(default_factory=ConnectionSettings)
+    #: Take each host's run lock (runlock.py); check runs and read-only reports do not.
+    lock: bool = True
 
 
 @dataclass
@@ -78,6 +82,8 @@ class HostSession:
     registered: dict[str, Any] = field(default_factory=dict)
     dead: bool = False  # unreachable or failed: no further tasks this run
     interrupted: str | None = None  # the task the run was interrupted in, or before
+    release_lock: Release | None = None
+    lock_play: Play | None = None  # the play whose context took the lock (for its state dir)
 
 
 class Executor:
@@ -130,6 +136,8 @@ class Executor:
                     list(pool.map(run_one, sessions))
         finally:
             for session in self.sessions.values():
+                if session.release_lock is not None:
+                    session.release_lock()
                 if session.conn is not None:
                     session.conn.close()
             self._done.set()
@@ -225,6 +233,8 @@ class Executor:
         name = session.host.name
         try:
             self._ensure_connected(session)
+            if self.options.lock and not self.options.check and session.release_lock is None:
+                self._lock(play, session)
             key = play_key(playbook, play.name)
             pending = read_pending(self._context(play, session, None), key, play.handler_names)
             if pending:
@@ -265,6 +275,11 @@ class Executor:
             self._run_handlers(play, playbook, session, pending)
         except CommandInterrupted:
             session.interrupted = session.interrupted or "while connecting"
+        except runlock.HostLocked as error:
+            session.dead = True
+            session.tally.failed += 1
+            self.reporter.task(name, "run lock", TaskResult(Status.FAILED, str(error)))
+            self.runlog.write(name, f"LOCKED: {error}")
         except HostUnreachable as error:
             self._unreachable(session, str(error))
         except Exception as error:  # never let one host's trouble stop the others
@@ -317,12 +332,22 @@ class Executor:
             notify_progress=lambda text: self.reporter.note(text, host.name),
         )
 
+    def _lock(self, play: Play, session: HostSession) -> None:
+        session.lock_play = play
+        session.release_lock = runlock.acquire(
+            self._context(play, session, None), runlock.holder_info(str(self.runlog.path))
+        )
+
     def _reconnect(self, session: HostSession) -> Connection:
-        """A fresh connection to the same host (after a reboot); the old one is closed first."""
+        """A fresh connection to the same host (after a reboot); the old one is closed first,
+        and the run lock, which lived with it, is taken again."""
         if session.conn is not None:
             session.conn.close()
         session.conn = None
+        session.release_lock = None
         self._ensure_connected(session)
+        if session.lock_play is not None:
+            self._lock(session.lock_play, session)
         assert session.conn is not None
         return session.conn
 
@@ -546,7 +571,7 @@ def observe(
     """Run read-only plays for a report (`glmops facts`, `glmops status`): task lines go to
     stderr, so stdout stays free for the report; returns the executor to read sessions from."""
     masker = Masker()
-    options = RunOptions(check=check)
+    options = RunOptions(check=check, lock=False)
     reporter = Reporter(masker, stdout=sys.stderr)
     executor = Executor(
         load_inventory(inventory_path), options, reporter, masker, RunLog(options.run_root, masker)

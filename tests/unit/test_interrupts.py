@@ -5,6 +5,7 @@ The CLI runs as a real process on a local-connection host, so the signals are re
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -137,3 +138,47 @@ def test_a_timeout_ends_the_commands_children(run_playbook: Runner, local_invent
     assert outcome.exit_code == 2
     assert "timed out" in outcome.results()[0]["msg"]
     assert _wait_for(lambda: not _alive(f"sleep 7{marker}"), 5), "the child kept running"
+
+
+def _kill_leftovers(pattern: str) -> None:
+    """End the processes this test started (found by its unique word), by pid."""
+    found = subprocess.run(["pgrep", "-f", pattern], capture_output=True, text=True).stdout
+    for pid in found.split():
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(int(pid), signal.SIGKILL)
+
+
+def test_one_changing_run_per_host_and_a_dead_run_leaves_no_lock(
+    project: Path, run_playbook: Runner
+) -> None:
+    marker = str(uuid.uuid4().int % 10**8 + 10**8)
+    slow = project / "slow.yml"
+    slow.write_text(
+        f"- hosts: all\n  gather_facts: false\n  tasks:\n    - shell: sleep 9{marker}\n"
+    )
+    quick = f"""
+    - hosts: all
+      gather_facts: false
+      tasks:
+        - copy: {{dest: "{project}/quick", content: "x"}}
+    """
+    inventory = project / "hosts.yml"
+    holder = _start(project, slow)
+    try:
+        assert _wait_for(lambda: _alive(f"sleep 9{marker}"))
+        blocked = run_playbook(quick, inventory)
+        assert blocked.exit_code == 2
+        message = blocked.results()[0]["msg"]
+        assert f"another glmops run is changing this host: pid {holder.pid} on controller" in (
+            message
+        ), message
+        assert not (project / "quick").exists()
+        assert run_playbook(quick, inventory, check=True).exit_code == 3, "check was blocked"
+        holder.kill()  # kill -9: no chance to release anything
+        holder.wait()
+        after = run_playbook(quick, inventory)
+        assert after.exit_code == 0, after.results()
+        assert (project / "quick").read_text() == "x"
+    finally:
+        holder.kill()
+        _kill_leftovers(f"sleep 9{marker}")

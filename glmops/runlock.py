@@ -1,0 +1,78 @@
+"""One changing run at a time per host: a lock on the host, held for the run's connection.
+
+The lock is an flock(1) on `<state dir>/run.lock`, held by a command that lives as long as the
+run's connection (it waits on its stdin): a run that ends, or dies (`kill -9`, a lost
+controller), closes the connection and the lock goes with it, so no stale lock can block the
+next run. Beside it, `run.lock.info` names the holder (pid, controller, user, start time) for the
+message a second run gets. `--check` runs change nothing and take no lock.
+"""
+
+from __future__ import annotations
+
+import getpass
+import json
+import os
+import socket
+import time
+
+from glmops.connection import Release, quote
+from glmops.context import TaskContext
+from glmops.errors import GlmopsError
+
+LOCK_FILE = "run.lock"
+LOCKED = "glmops-locked"
+BUSY = "glmops-busy"
+
+
+class HostLocked(GlmopsError):
+    """Another glmops run is changing this host."""
+
+
+def holder_info(run_dir: str) -> dict[str, object]:
+    """Who this run is, as a second run will be told."""
+    return {
+        "pid": os.getpid(),
+        "controller": socket.gethostname(),
+        "user": getpass.getuser(),
+        "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "run": run_dir,
+    }
+
+
+def acquire(ctx: TaskContext, info: dict[str, object]) -> Release:
+    """Take the host's run lock, or raise HostLocked naming the run that holds it."""
+    folder = ctx.state_dir
+    lock, about = f"{folder}/{LOCK_FILE}", f"{folder}/{LOCK_FILE}.info"
+    script = (
+        f"mkdir -p {quote(folder)} && exec 9>>{quote(lock)} || exit 1; "
+        f"if flock -n 9; then printf '%s\\n' {quote(json.dumps(info))} > {quote(about)}; "
+        f"echo {LOCKED}; exec cat >/dev/null; "
+        f'else echo "{BUSY} $(cat {quote(about)} 2>/dev/null)"; fi'
+    )
+    command, password = ctx.elevated(script)
+    first, release = ctx.conn.hold(command, stdin=password)
+    if first == LOCKED and release is not None:
+        return release
+    if release is not None:
+        release()
+    if first.startswith(BUSY):
+        raise HostLocked(_busy_message(first[len(BUSY) :].strip(), lock))
+    raise HostLocked(f"cannot take the run lock {lock}: {first.strip() or 'no answer'}")
+
+
+def _busy_message(text: str, lock: str) -> str:
+    try:
+        other = json.loads(text)
+    except json.JSONDecodeError:
+        other = {}
+    who = (
+        f"pid {other.get('pid')} on controller {other.get('controller')} "
+        f"(user {other.get('user')}), started {other.get('started')}"
+        if isinstance(other, dict) and other
+        else "a run that did not say who it is"
+    )
+    return (
+        f"another glmops run is changing this host: {who}; it holds {lock}. "
+        "Wait for it to finish (the lock goes when its connection closes), or stop it; "
+        "--check runs are not blocked"
+    )
