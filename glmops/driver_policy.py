@@ -12,9 +12,10 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
+from glmops import gpus
 from glmops.facts import HostFacts
+from glmops.gpus import CC
 
-CC = tuple[int, int]
 REPO_BASE = "https://developer.download.nvidia.com/compute/cuda/repos"
 KEYRING_DEB = "cuda-keyring_1.1-1_all.deb"
 # (os id, version) -> CUDA repo directory; machine -> repo arch (aarch64 servers are "sbsa").
@@ -27,35 +28,6 @@ OS_REPOS = {
 REPO_ARCH = {"x86_64": "x86_64", "aarch64": "sbsa"}
 LAST_BRANCH_PRE_TURING = 580  # R580 is the last branch for Maxwell, Pascal and Volta
 UNSUFFIXED_FROM = 590  # CUDA repo packages drop the "-<branch>" suffix from R590
-
-
-@dataclass(frozen=True)
-class Arch:
-    """What a compute capability implies for the driver."""
-
-    name: str
-    modules: str  # "open-required" | "open-recommended" | "proprietary-required"
-    min_cuda: tuple[int, int] | None = None
-    min_branch: int | None = None  # oldest driver branch that supports min_cuda
-
-
-def arch_for(cc: CC, machine: str | None) -> Arch:
-    """Compute capability -> driver requirements (the table test_driver_policy pins)."""
-    major, minor = cc
-    if major >= 10:  # 10.x B200/B300, 11.0 Thor, 12.x RTX PRO 6000 / GB10: sm_1xx needs CUDA 12.8
-        return Arch("Blackwell", "open-required", (12, 8), 570)
-    if cc == (9, 0) and machine == "aarch64":
-        return Arch("Grace Hopper", "open-required", (11, 8), 520)
-    if cc == (9, 0):
-        return Arch("Hopper", "open-recommended", (11, 8), 520)
-    if cc == (8, 9):
-        return Arch("Ada Lovelace", "open-recommended", (11, 8), 520)
-    if major == 8:
-        return Arch("Ampere", "open-recommended", (11, 0), 450)
-    if cc >= (7, 5):
-        return Arch("Turing", "open-recommended", (10, 0), 410)
-    names = {7: "Volta", 6: "Pascal", 5: "Maxwell"}
-    return Arch(names.get(major, "Kepler or older"), "proprietary-required")
 
 
 @dataclass(frozen=True)
@@ -109,14 +81,14 @@ def decide(facts: HostFacts, settings: DriverSettings | None = None) -> list[Dec
     if not ccs and s.expected_compute_cap:
         ccs = (s.expected_compute_cap,)
         cc_fact = f"compute_cap {_cc_s(ccs[0])} (inventory profile; no driver to ask)"
-    arches = {c: arch_for(c, facts.machine) for c in ccs}
+    arches = {c: gpus.family(c, facts.machine) for c in ccs}
     if arches:
-        names = ", ".join(sorted({a.name for a in arches.values()}))
+        names = ", ".join(sorted({a.architecture for a in arches.values()}))
         add(Decision("architecture", names, cc_fact, f"{names} ({facts.gpu_count} GPU(s))"))
 
     # Kernel module flavour.
     kinds = {a.modules for a in arches.values()}
-    if "open-required" in kinds and "proprietary-required" in kinds:
+    if gpus.OPEN_REQUIRED in kinds and gpus.PROPRIETARY_REQUIRED in kinds:
         add(
             Decision(
                 "kernel_modules",
@@ -128,8 +100,10 @@ def decide(facts: HostFacts, settings: DriverSettings | None = None) -> list[Dec
             )
         )
         return out
-    if "open-required" in kinds:
-        names = "/".join(sorted({a.name for a in arches.values() if a.modules == "open-required"}))
+    if gpus.OPEN_REQUIRED in kinds:
+        names = "/".join(
+            sorted({a.architecture for a in arches.values() if a.modules == gpus.OPEN_REQUIRED})
+        )
         flavour = Decision(
             "kernel_modules",
             "open",
@@ -137,7 +111,7 @@ def decide(facts: HostFacts, settings: DriverSettings | None = None) -> list[Dec
             f"open kernel modules required ({names})",
             required=True,
         )
-    elif "proprietary-required" in kinds:
+    elif gpus.PROPRIETARY_REQUIRED in kinds:
         flavour = Decision(
             "kernel_modules",
             "proprietary",

@@ -13,6 +13,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+from glmops import gpus
 from glmops.connection import quote
 from glmops.context import TaskContext
 from glmops.facts import HostFacts, parse_facts
@@ -66,7 +67,8 @@ def choose_torch(facts: HostFacts, branch: str, wanted: str | None) -> TorchChoi
     for backend, need in TORCH_BACKENDS:
         if cuda >= need:
             cc = facts.compute_capability
-            if cc and cc >= (10, 0) and need < (12, 8):
+            floor = gpus.family(cc, facts.machine).min_cuda if cc else None
+            if floor and need < floor:
                 break
             return TorchChoice(backend, f"{fact} → torch {backend} (newest build ≤ the driver)")
     return TorchChoice(
