@@ -1,4 +1,4 @@
-"""Host checks (issue 6 item 6): is this host still serving GLM-5 the way glmops deployed it?
+"""Host checks: is this host still serving GLM-5 the way glmops deployed it?
 
 Each check says what it compared, so a failure reads as a finding, not a stack trace.
 """
