@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Validate, merge and verify split GGUF files (stdlib only, python3 >= 3.8).
 
-Usage: python3 gguf_split.py '{"mode": "validate|merge|verify", "path": ..., ...}'
+Arguments (on stdin, see _envelope): {"mode": "validate|merge|verify", "path": ..., ...}
 
 Why not llama-gguf-split or gguf-py: the host has neither, gguf-py parses a 160k-token vocab in
 ~20 s with ~800 MB RSS, and both buffer a whole tensor (GBs for GLM-5 experts). This reads only
@@ -22,6 +22,8 @@ import struct
 import sys
 import tempfile
 import time
+
+from _envelope import failure, main
 
 MAGIC = b"GGUF"
 ALIGN_DEFAULT = 32
@@ -616,20 +618,11 @@ def validate(args: dict) -> dict:
     }
 
 
-def main(argv: list) -> int:
-    try:
-        args = json.loads(argv[1]) if len(argv) > 1 else {}
-        mode = args.get("mode")
-        fn = {"validate": validate, "merge": merge, "verify": verify}.get(mode)
-        if fn is None:
-            res = {"failed": True, "changed": False, "msg": f"unknown mode {mode!r}"}
-        else:
-            res = fn(args)
-    except (GGUFError, OSError, ValueError, KeyError) as e:
-        res = {"failed": True, "changed": False, "msg": f"{type(e).__name__}: {e}"}
-    print(json.dumps(res))
-    return 0
+def run(args: dict) -> dict:
+    mode = args.get("mode")
+    fn = {"validate": validate, "merge": merge, "verify": verify}.get(mode)
+    return failure(f"unknown mode {mode!r}") if fn is None else fn(args)
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv))
+    main(run, expected=(GGUFError, OSError, ValueError, KeyError))

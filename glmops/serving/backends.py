@@ -55,8 +55,18 @@ def expected_backends(
     return Expectation(rules.names(_layout(profile), bf16), f"{label}: {rules.why(bf16)}")
 
 
+def layout_name(profile: str | None) -> str | None:
+    """The patch set's name (`v0_16`, `v0_33`) for a vLLM layout named either way: serving
+    names it by version ("0.16"), the patch manifest by profile; None when it is neither."""
+    if profile in gpus.LAYOUTS:
+        return profile
+    named = f"v{profile.replace('.', '_')}" if profile else None
+    return named if named in gpus.LAYOUTS else None
+
+
 def _layout(profile: str | None) -> str:
-    """Serving's name for the vLLM layout -> the patch set's; unknown reads as the oldest."""
-    if profile in (None, "0.16", "v0_16"):
-        return "v0_16"
-    return "v0_33"
+    """The layout whose rules apply: none known reads as the oldest, an unknown name as the
+    newest."""
+    if profile is None:
+        return gpus.LAYOUTS[0]
+    return layout_name(profile) or gpus.LAYOUTS[-1]

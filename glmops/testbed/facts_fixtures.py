@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from glmops import gpus
-from glmops.hosthelpers import facts_probe
+from glmops.context import helper_command, helper_stdin
 from glmops.testbed import simulated_nvidia_smi
 from glmops.testbed.profiles import GPU_PROFILES
 
@@ -40,7 +40,8 @@ def probe_simulated(profile: str) -> dict[str, Any]:
         )
         args = {"model_dir": tmp, "gpu_source": "nvidia-smi"}
         done = subprocess.run(
-            [sys.executable, facts_probe.__file__, json.dumps(args)],
+            ["sh", "-c", helper_command("facts_probe", sys.executable)],
+            input=helper_stdin("facts_probe", args),
             capture_output=True,
             text=True,
             timeout=120,

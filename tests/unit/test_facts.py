@@ -13,18 +13,19 @@ from pathlib import Path
 
 import pytest
 
+from glmops.context import helper_command, helper_stdin
 from glmops.facts import HostFacts, parse_cc, parse_facts
-from glmops.hosthelpers import facts_probe
 from glmops.testbed import simulated_nvidia_smi
 from glmops.testbed.profiles import GPU_PROFILES
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "facts"
-PROBE = Path(facts_probe.__file__)
 
 
 def probe(args: dict, env: dict | None = None) -> dict:
+    """The probe as the engine runs it: the one launcher, everything on stdin."""
     p = subprocess.run(
-        [sys.executable, str(PROBE), json.dumps(args)],
+        ["sh", "-c", helper_command("facts_probe", sys.executable)],
+        input=helper_stdin("facts_probe", args),
         capture_output=True,
         text=True,
         timeout=120,
