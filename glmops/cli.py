@@ -12,7 +12,7 @@ from typing import Any
 
 import click
 
-from glmops import __version__
+from glmops import __version__, gpus
 from glmops.errors import ExitCode, GlmopsError, InputError
 
 PROJECT = Path(__file__).resolve().parent.parent
@@ -346,7 +346,7 @@ def testbed() -> None:
 @click.option(
     "--gpu-profile",
     default=None,
-    help="simulate GPUs (testbed only): rtx-pro-6000-x8, h200, b200-x8",
+    help="simulate GPUs (testbed only): " + ", ".join(gpus.simulated()),
 )
 @click.option("--internet", is_flag=True, help="let the hosts reach package registries (NAT)")
 @reports_errors

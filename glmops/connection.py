@@ -16,7 +16,6 @@ import re
 import select
 import shlex
 import signal
-import socket
 import subprocess
 import threading
 import time
@@ -479,11 +478,3 @@ def open_connection(host: str, spec: ConnectionSpec, settings: ConnectionSetting
 def quote(value: object) -> str:
     """Quote one value for a POSIX shell; every inventory or playbook value goes through this."""
     return shlex.quote(str(value))
-
-
-def tcp_reachable(address: str, port: int, timeout: float) -> bool:
-    try:
-        with socket.create_connection((address, port), timeout=timeout):
-            return True
-    except OSError:
-        return False

@@ -140,9 +140,7 @@ class TaskContext:
     def _wrap(self, command: str) -> tuple[str, str | None]:
         if not self.become or self.remote.uid == 0:
             return command, None
-        if self.sudo_password is None:
-            return f"sudo -n -H -- /bin/sh -c {quote(command)}", None
-        return f"sudo -S -p '' -H -- /bin/sh -c {quote(command)}", self.sudo_password + "\n"
+        return sudo_wrap(command, self.sudo_password)
 
     def _limit(self, timeout: float | None) -> float:
         limit = timeout or self.host.connection.command_timeout
@@ -277,25 +275,14 @@ class TaskContext:
     ) -> dict[str, Any]:
         """Run `glmops/hosthelpers/<name>.py` with the host's python3 and return its JSON reply.
 
-        The arguments and then the script travel on stdin, read by a fixed bootstrap: running
+        The arguments, the envelope and the script travel on stdin (see helper_command): running
         a helper leaves nothing on the host (check mode stays free of writes) and puts no
         argument in argv, where any user on the host could read it.
         """
-        stdin = json.dumps(args) + "\n" + helper_source(name)
-        interpreter = quote(python or "python3")
         result = self.run(
-            f"{interpreter} -c {quote(HELPER_BOOTSTRAP.format(name=name))}",
-            stdin=stdin,
-            timeout=timeout,
+            helper_command(name, python), stdin=helper_stdin(name, args), timeout=timeout
         )
-        lines = result.stdout.strip().splitlines()
-        try:
-            reply = json.loads(lines[-1]) if lines else None
-        except json.JSONDecodeError:
-            reply = None
-        if result.rc != 0 or not isinstance(reply, dict):
-            raise RemoteCommandError(f"host helper {name}", result)
-        return reply
+        return helper_reply(name, result)
 
 
 BACKUPS_KEPT = 5
@@ -315,12 +302,47 @@ def _backup_command(path: str, backup_dir: str, backup_path: str) -> str:
     )
 
 
-# Reads one line of JSON arguments, then runs the rest of stdin as the helper's __main__,
-# with sys.argv as if it had been run as `python3 helper.py ARGS`.
+def sudo_wrap(command: str, password: str | None) -> tuple[str, str | None]:
+    """`command` run as root through sudo, and the stdin prefix that goes with it: `-n` when no
+    password is known (fails rather than prompts), else `-S` reading it from stdin's first line."""
+    if password is None:
+        return f"sudo -n -H -- /bin/sh -c {quote(command)}", None
+    return f"sudo -S -p '' -H -- /bin/sh -c {quote(command)}", password + "\n"
+
+
+# The one helper launcher. stdin holds the arguments (one JSON line), the envelope's source (one
+# JSON string), then the helper's source. The bootstrap installs the envelope as the module
+# `_envelope`, gives the helper its arguments as its stdin and runs it as __main__.
 HELPER_BOOTSTRAP = (
-    "import sys; a = sys.stdin.readline(); sys.argv = ['{name}.py', a]; "
-    "exec(compile(sys.stdin.read(), '{name}.py', 'exec'), {{'__name__': '__main__'}})"
+    "import io, json, sys, types; a = sys.stdin.readline(); "
+    "e = types.ModuleType('_envelope'); "
+    "exec(compile(json.loads(sys.stdin.readline()), '_envelope.py', 'exec'), e.__dict__); "
+    "sys.modules['_envelope'] = e; s = sys.stdin.read(); sys.stdin = io.StringIO(a); "
+    "sys.argv = [{file!r}]; exec(compile(s, {file!r}, 'exec'), {{'__name__': '__main__'}})"
 )
+
+
+def helper_command(name: str, python: str | None = None) -> str:
+    """The shell command that runs helper `name` from stdin (fed by helper_stdin)."""
+    return f"{quote(python or 'python3')} -c {quote(HELPER_BOOTSTRAP.format(file=name + '.py'))}"
+
+
+def helper_stdin(name: str, args: dict[str, Any]) -> str:
+    """What helper_command reads: the arguments, the envelope, the helper."""
+    envelope = json.dumps(helper_source("_envelope"))
+    return f"{json.dumps(args)}\n{envelope}\n{helper_source(name)}"
+
+
+def helper_reply(name: str, result: CommandResult) -> dict[str, Any]:
+    """The helper's JSON reply (its last stdout line); a crash or a non-JSON answer raises."""
+    lines = result.stdout.strip().splitlines()
+    try:
+        reply = json.loads(lines[-1]) if lines else None
+    except json.JSONDecodeError:
+        reply = None
+    if result.rc != 0 or not isinstance(reply, dict):
+        raise RemoteCommandError(f"host helper {name}", result)
+    return reply
 
 
 def helper_source(name: str) -> str:

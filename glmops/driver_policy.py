@@ -1,9 +1,9 @@
 """NVIDIA driver policy: host facts + settings -> decisions, each with the fact and the rule.
 
 Pure logic (no I/O) so `glmops provision --explain` and the tests see exactly what the engine does.
-Sources: shared/research/gguf-drivers.md §4 and orchestration-anchors.md §5. Package names follow
-NVIDIA's CUDA apt repository: `nvidia-open-<br>` / `cuda-drivers-<br>` up to R580, unsuffixed names
-plus `nvidia-driver-pinning-<br>` from R590 (check with `apt-cache policy` on the target).
+What each GPU family needs comes from glmops.gpus. Package names follow NVIDIA's CUDA apt
+repository: `nvidia-open-<br>` / `cuda-drivers-<br>` up to R580, unsuffixed names plus
+`nvidia-driver-pinning-<br>` from R590 (check with `apt-cache policy` on the target).
 """
 
 from __future__ import annotations
@@ -12,9 +12,10 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
+from glmops import gpus
 from glmops.facts import HostFacts
+from glmops.gpus import CC
 
-CC = tuple[int, int]
 REPO_BASE = "https://developer.download.nvidia.com/compute/cuda/repos"
 KEYRING_DEB = "cuda-keyring_1.1-1_all.deb"
 # (os id, version) -> CUDA repo directory; machine -> repo arch (aarch64 servers are "sbsa").
@@ -27,35 +28,6 @@ OS_REPOS = {
 REPO_ARCH = {"x86_64": "x86_64", "aarch64": "sbsa"}
 LAST_BRANCH_PRE_TURING = 580  # R580 is the last branch for Maxwell, Pascal and Volta
 UNSUFFIXED_FROM = 590  # CUDA repo packages drop the "-<branch>" suffix from R590
-
-
-@dataclass(frozen=True)
-class Arch:
-    """What a compute capability implies for the driver."""
-
-    name: str
-    modules: str  # "open-required" | "open-recommended" | "proprietary-required"
-    min_cuda: tuple[int, int] | None = None
-    min_branch: int | None = None  # oldest driver branch that supports min_cuda
-
-
-def arch_for(cc: CC, machine: str | None) -> Arch:
-    """Compute capability -> driver requirements (the table test_driver_policy pins)."""
-    major, minor = cc
-    if major >= 10:  # 10.x B200/B300, 11.0 Thor, 12.x RTX PRO 6000 / GB10: sm_1xx needs CUDA 12.8
-        return Arch("Blackwell", "open-required", (12, 8), 570)
-    if cc == (9, 0) and machine == "aarch64":
-        return Arch("Grace Hopper", "open-required", (11, 8), 520)
-    if cc == (9, 0):
-        return Arch("Hopper", "open-recommended", (11, 8), 520)
-    if cc == (8, 9):
-        return Arch("Ada Lovelace", "open-recommended", (11, 8), 520)
-    if major == 8:
-        return Arch("Ampere", "open-recommended", (11, 0), 450)
-    if cc >= (7, 5):
-        return Arch("Turing", "open-recommended", (10, 0), 410)
-    names = {7: "Volta", 6: "Pascal", 5: "Maxwell"}
-    return Arch(names.get(major, "Kepler or older"), "proprietary-required")
 
 
 @dataclass(frozen=True)
@@ -86,243 +58,38 @@ def _ver(v: str) -> tuple[int, ...]:
     return tuple(int(p) for p in v.split(".") if p.isdigit())
 
 
-def _cc_s(cc: CC) -> str:
-    return f"{cc[0]}.{cc[1]}"
-
-
 def decide(facts: HostFacts, settings: DriverSettings | None = None) -> list[Decision]:
-    """All driver decisions for one host, in the order the steps run."""
+    """All driver decisions for one host, in the order the steps run; stops at an error."""
     s = settings or DriverSettings()
+    skip = _skip(facts)
+    if skip:
+        return [skip]
+    ccs, cc_fact = _capabilities(facts, s)
+    families = {c: gpus.family(c, facts.machine) for c in ccs}
     out: list[Decision] = []
-    add = out.append
-    if not facts.has_nvidia_gpu:
-        why = facts.reason("gpus") or "no NVIDIA display controller on the PCI bus"
-        add(Decision("driver", "skip", f"no NVIDIA GPU ({why})", "driver steps skipped"))
+    if families:
+        names = ", ".join(sorted({f.architecture for f in families.values()}))
+        out.append(Decision("architecture", names, cc_fact, f"{names} ({facts.gpu_count} GPU(s))"))
+    flavour = _flavour(facts, families, cc_fact)
+    out.append(flavour)
+    if flavour.error:
         return out
-    if facts.dgx_release:
-        add(Decision("driver", "skip", "/etc/dgx-release present", "DGX OS manages its driver"))
-        return out
-
-    # Which architecture(s): from the driver if it answers, else the inventory profile.
-    ccs = facts.compute_capabilities
-    cc_fact = "compute_cap " + ", ".join(_cc_s(c) for c in ccs)
-    if not ccs and s.expected_compute_cap:
-        ccs = (s.expected_compute_cap,)
-        cc_fact = f"compute_cap {_cc_s(ccs[0])} (inventory profile; no driver to ask)"
-    arches = {c: arch_for(c, facts.machine) for c in ccs}
-    if arches:
-        names = ", ".join(sorted({a.name for a in arches.values()}))
-        add(Decision("architecture", names, cc_fact, f"{names} ({facts.gpu_count} GPU(s))"))
-
-    # Kernel module flavour.
-    kinds = {a.modules for a in arches.values()}
-    if "open-required" in kinds and "proprietary-required" in kinds:
-        add(
-            Decision(
-                "kernel_modules",
-                None,
-                cc_fact,
-                "mixed GPUs need both flavours: unsupported on one host",
-                required=True,
-                error=True,
-            )
-        )
-        return out
-    if "open-required" in kinds:
-        names = "/".join(sorted({a.name for a in arches.values() if a.modules == "open-required"}))
-        flavour = Decision(
-            "kernel_modules",
-            "open",
-            cc_fact,
-            f"open kernel modules required ({names})",
-            required=True,
-        )
-    elif "proprietary-required" in kinds:
-        flavour = Decision(
-            "kernel_modules",
-            "proprietary",
-            cc_fact,
-            "older than Turing (7.5): open modules need the GSP, proprietary required",
-            required=True,
-        )
-    elif kinds:
-        flavour = Decision(
-            "kernel_modules",
-            "open",
-            cc_fact,
-            "Turing (7.5) or newer: open kernel modules recommended (R560+ default)",
-        )
-    else:
-        flavour = Decision(
-            "kernel_modules",
-            "open",
-            f"{facts.gpu_count} NVIDIA GPU(s) on PCI, "
-            "compute capability unknown (no driver, no profile)",
-            "assume Turing or newer: open modules (R560+ default)",
-        )
-    add(flavour)
-
-    # Branch and CUDA floor.
-    branch = int(s.branch)
-    need = [a for a in arches.values() if a.min_branch]
-    floor = max(need, key=lambda a: a.min_branch or 0) if need else None
-    if floor and floor.min_cuda and floor.min_branch and branch < floor.min_branch:
-        add(
-            Decision(
-                "branch",
-                s.branch,
-                f"{cc_fact} needs CUDA ≥ {_v2(floor.min_cuda)}",
-                f"branch {branch} < {floor.min_branch}: too old",
-                True,
-                error=True,
-            )
-        )
-        return out
-    if flavour.value == "proprietary" and branch > LAST_BRANCH_PRE_TURING:
-        add(
-            Decision(
-                "branch",
-                s.branch,
-                cc_fact,
-                f"R{LAST_BRANCH_PRE_TURING} is the last branch for Maxwell/Pascal/Volta",
-                True,
-                error=True,
-            )
-        )
-        return out
-    if any(c < (5, 0) for c in ccs):
-        add(
-            Decision(
-                "branch",
-                s.branch,
-                cc_fact,
-                "Kepler and older: unsupported after R470",
-                True,
-                error=True,
-            )
-        )
-        return out
-    cuda_rule = (
-        f"; CUDA ≥ {_v2(floor.min_cuda)} (driver ≥ R{floor.min_branch})"
-        if (floor and floor.min_cuda)
-        else ""
-    )
-    add(
-        Decision(
-            "branch",
-            s.branch,
-            f"settings.branch = {s.branch}",
-            f"pinned driver branch R{s.branch}{cuda_rule}",
-            required=True,
-        )
-    )
-
-    # Repository and packages.
-    repo = OS_REPOS.get((facts.os_id or "", facts.os_version_id or ""))
-    rarch = REPO_ARCH.get(facts.machine or "")
-    os_fact = f"os {facts.os_id} {facts.os_version_id} {facts.machine}"
-    if not repo or not rarch:
-        add(
-            Decision(
-                "apt_repo",
-                None,
-                os_fact,
-                "no NVIDIA CUDA apt repository for this "
-                f"OS/arch (supported: {sorted(OS_REPOS.values())})",
-                True,
-                error=True,
-            )
-        )
-        return out
-    url = f"{s.repo_base}/{repo}/{rarch}/{KEYRING_DEB}"
-    add(
-        Decision(
-            "apt_repo", url, os_fact, f"CUDA repo {repo}/{rarch} via cuda-keyring", required=True
-        )
-    )
-    suffix = "" if branch >= UNSUFFIXED_FROM else f"-{branch}"
-    meta = ("nvidia-open" if flavour.value == "open" else "cuda-drivers") + suffix
-    pkgs = [f"nvidia-driver-pinning-{branch}", meta]
-    if facts.kernel_release:
-        pkgs.insert(0, f"linux-headers-{facts.kernel_release}")
-    add(
-        Decision(
-            "packages",
-            tuple(pkgs),
-            f"branch {branch}, {flavour.value} modules",
-            f"pin the branch, then {meta} (DKMS builds need the running kernel's headers)",
-        )
-    )
-
-    # Install / upgrade / keep.
-    change, ch_fact, ch_rule = _driver_change(facts, s, flavour)
-    add(Decision("driver_change", change, ch_fact, ch_rule, change=change not in ("keep",)))
-    installing = change in ("install", "upgrade", "change-branch", "switch-flavour")
-
-    # nouveau, persistence, reboot.
-    if facts.nouveau_loaded:
-        add(
-            Decision(
-                "nouveau",
-                "blacklist",
-                "nouveau loaded (/proc/modules)",
-                "blacklist nouveau and regenerate the initramfs; it holds the GPU until a reboot",
-                required=True,
-                change=True,
-            )
-        )
-    elif installing:
-        add(
-            Decision(
-                "nouveau",
-                "blacklist",
-                f"driver {change} planned",
-                "ensure nouveau is blacklisted (initramfs regenerated only if the file changed)",
-                change=True,
-            )
-        )
-    else:
-        add(
-            Decision(
-                "nouveau",
-                "leave",
-                f"nouveau_loaded = {facts.nouveau_loaded}",
-                "nothing to blacklist",
-            )
-        )
-    pm = [g.persistence_mode for g in facts.gpus or ()]
+    for section in (
+        lambda: [_branch(s, families, flavour, ccs, cc_fact)],
+        lambda: _repo_packages(facts, s, flavour),
+    ):
+        out += section()
+        if out[-1].error:
+            return out
+    change = _change(facts, s, flavour)
+    out.append(change)
+    installing = change.value in ("install", "upgrade", "change-branch", "switch-flavour")
+    out.append(_nouveau(facts, change.value, installing))
     if s.persistence_mode:
-        off = not pm or not all(pm)
-        add(
-            Decision(
-                "persistence_mode",
-                "on",
-                "persistence " + ("on for every GPU" if not off else "off or unknown on some GPU"),
-                "enable nvidia-persistenced" if off else "already on",
-                change=off,
-            )
-        )
-    reasons = []
-    if facts.nouveau_loaded:
-        reasons.append("nouveau loaded")
-    if facts.driver_mismatch:
-        reasons.append("driver/library version mismatch")
-    if installing:
-        reasons.append(f"driver {change}")
-    if facts.reboot_required and reasons:
-        reasons.append("/var/run/reboot-required set")
-    add(
-        Decision(
-            "reboot",
-            bool(reasons),
-            ", ".join(reasons) or "driver unchanged",
-            "reboot (record boot_id, wait for a new one)" if reasons else "no reboot",
-            change=bool(reasons),
-        )
-    )
-
+        out.append(_persistence(facts))
+    out.append(_reboot(facts, change.value, installing))
     if facts.secure_boot and installing:
-        add(
+        out.append(
             Decision(
                 "secure_boot",
                 "mok",
@@ -332,6 +99,210 @@ def decide(facts: HostFacts, settings: DriverSettings | None = None) -> list[Dec
         )
     add_torch(out, facts, ccs)
     return out
+
+
+def _skip(facts: HostFacts) -> Decision | None:
+    """No driver steps at all: no NVIDIA GPU, or DGX OS, which manages its own driver."""
+    if not facts.has_nvidia_gpu:
+        why = facts.reason("gpus") or "no NVIDIA display controller on the PCI bus"
+        return Decision("driver", "skip", f"no NVIDIA GPU ({why})", "driver steps skipped")
+    if facts.dgx_release:
+        return Decision("driver", "skip", "/etc/dgx-release present", "DGX OS manages its driver")
+    return None
+
+
+def _capabilities(facts: HostFacts, s: DriverSettings) -> tuple[tuple[CC, ...], str]:
+    """Which compute capabilities: from the driver if it answers, else the inventory profile."""
+    ccs = facts.compute_capabilities
+    if not ccs and s.expected_compute_cap:
+        cc = s.expected_compute_cap
+        return (cc,), f"compute_cap {_v2(cc)} (inventory profile; no driver to ask)"
+    return ccs, "compute_cap " + ", ".join(_v2(c) for c in ccs)
+
+
+def _flavour(facts: HostFacts, families: dict[CC, gpus.GpuFamily], cc_fact: str) -> Decision:
+    """Kernel module flavour: open, proprietary, or an error for a host that needs both."""
+    kinds = {f.modules for f in families.values()}
+    if gpus.OPEN_REQUIRED in kinds and gpus.PROPRIETARY_REQUIRED in kinds:
+        return Decision(
+            "kernel_modules",
+            None,
+            cc_fact,
+            "mixed GPUs need both flavours: unsupported on one host",
+            required=True,
+            error=True,
+        )
+    if gpus.OPEN_REQUIRED in kinds:
+        names = "/".join(
+            sorted({f.architecture for f in families.values() if f.modules == gpus.OPEN_REQUIRED})
+        )
+        return Decision(
+            "kernel_modules", "open", cc_fact, f"open kernel modules required ({names})", True
+        )
+    if gpus.PROPRIETARY_REQUIRED in kinds:
+        return Decision(
+            "kernel_modules",
+            "proprietary",
+            cc_fact,
+            "older than Turing (7.5): open modules need the GSP, proprietary required",
+            required=True,
+        )
+    if kinds:
+        return Decision(
+            "kernel_modules",
+            "open",
+            cc_fact,
+            "Turing (7.5) or newer: open kernel modules recommended (R560+ default)",
+        )
+    return Decision(
+        "kernel_modules",
+        "open",
+        f"{facts.gpu_count} NVIDIA GPU(s) on PCI, "
+        "compute capability unknown (no driver, no profile)",
+        "assume Turing or newer: open modules (R560+ default)",
+    )
+
+
+def _branch(
+    s: DriverSettings,
+    families: dict[CC, gpus.GpuFamily],
+    flavour: Decision,
+    ccs: tuple[CC, ...],
+    cc_fact: str,
+) -> Decision:
+    """The pinned branch, checked against the newest CUDA the GPUs need and the oldest GPUs."""
+    branch = int(s.branch)
+    need = [f for f in families.values() if f.min_branch]
+    floor = max(need, key=lambda f: f.min_branch or 0) if need else None
+    if floor and floor.min_cuda and floor.min_branch and branch < floor.min_branch:
+        return Decision(
+            "branch",
+            s.branch,
+            f"{cc_fact} needs CUDA ≥ {_v2(floor.min_cuda)}",
+            f"branch {branch} < {floor.min_branch}: too old",
+            True,
+            error=True,
+        )
+    if flavour.value == "proprietary" and branch > LAST_BRANCH_PRE_TURING:
+        return Decision(
+            "branch",
+            s.branch,
+            cc_fact,
+            f"R{LAST_BRANCH_PRE_TURING} is the last branch for Maxwell/Pascal/Volta",
+            True,
+            error=True,
+        )
+    if any(c < (5, 0) for c in ccs):
+        return Decision(
+            "branch",
+            s.branch,
+            cc_fact,
+            "Kepler and older: unsupported after R470",
+            True,
+            error=True,
+        )
+    cuda_rule = (
+        f"; CUDA ≥ {_v2(floor.min_cuda)} (driver ≥ R{floor.min_branch})"
+        if (floor and floor.min_cuda)
+        else ""
+    )
+    return Decision(
+        "branch",
+        s.branch,
+        f"settings.branch = {s.branch}",
+        f"pinned driver branch R{s.branch}{cuda_rule}",
+        required=True,
+    )
+
+
+def _repo_packages(facts: HostFacts, s: DriverSettings, flavour: Decision) -> list[Decision]:
+    """NVIDIA's CUDA apt repository for this OS and CPU, then the packages to install from it."""
+    repo = OS_REPOS.get((facts.os_id or "", facts.os_version_id or ""))
+    rarch = REPO_ARCH.get(facts.machine or "")
+    os_fact = f"os {facts.os_id} {facts.os_version_id} {facts.machine}"
+    if not repo or not rarch:
+        supported = sorted(OS_REPOS.values())
+        rule = f"no NVIDIA CUDA apt repository for this OS/arch (supported: {supported})"
+        return [Decision("apt_repo", None, os_fact, rule, True, error=True)]
+    url = f"{s.repo_base}/{repo}/{rarch}/{KEYRING_DEB}"
+    rule = f"CUDA repo {repo}/{rarch} via cuda-keyring"
+    branch = int(s.branch)
+    suffix = "" if branch >= UNSUFFIXED_FROM else f"-{branch}"
+    meta = ("nvidia-open" if flavour.value == "open" else "cuda-drivers") + suffix
+    pkgs = [f"nvidia-driver-pinning-{branch}", meta]
+    if facts.kernel_release:
+        pkgs.insert(0, f"linux-headers-{facts.kernel_release}")
+    return [
+        Decision("apt_repo", url, os_fact, rule, required=True),
+        Decision(
+            "packages",
+            tuple(pkgs),
+            f"branch {branch}, {flavour.value} modules",
+            f"pin the branch, then {meta} (DKMS builds need the running kernel's headers)",
+        ),
+    ]
+
+
+def _change(facts: HostFacts, s: DriverSettings, flavour: Decision) -> Decision:
+    """Install, upgrade, reinstall or keep the driver."""
+    change, fact, rule = _driver_change(facts, s, flavour)
+    return Decision("driver_change", change, fact, rule, change=change != "keep")
+
+
+def _nouveau(facts: HostFacts, change: str, installing: bool) -> Decision:
+    """nouveau holds the GPU until a reboot: blacklist it whenever the driver goes in."""
+    if facts.nouveau_loaded:
+        return Decision(
+            "nouveau",
+            "blacklist",
+            "nouveau loaded (/proc/modules)",
+            "blacklist nouveau and regenerate the initramfs; it holds the GPU until a reboot",
+            required=True,
+            change=True,
+        )
+    if installing:
+        return Decision(
+            "nouveau",
+            "blacklist",
+            f"driver {change} planned",
+            "ensure nouveau is blacklisted (initramfs regenerated only if the file changed)",
+            change=True,
+        )
+    return Decision(
+        "nouveau", "leave", f"nouveau_loaded = {facts.nouveau_loaded}", "nothing to blacklist"
+    )
+
+
+def _persistence(facts: HostFacts) -> Decision:
+    pm = [g.persistence_mode for g in facts.gpus or ()]
+    off = not pm or not all(pm)
+    return Decision(
+        "persistence_mode",
+        "on",
+        "persistence " + ("on for every GPU" if not off else "off or unknown on some GPU"),
+        "enable nvidia-persistenced" if off else "already on",
+        change=off,
+    )
+
+
+def _reboot(facts: HostFacts, change: str, installing: bool) -> Decision:
+    """A reboot when a module must be (un)loaded; a pending reboot-required alone is no reason."""
+    reasons = []
+    if facts.nouveau_loaded:
+        reasons.append("nouveau loaded")
+    if facts.driver_mismatch:
+        reasons.append("driver/library version mismatch")
+    if installing:
+        reasons.append(f"driver {change}")
+    if facts.reboot_required and reasons:
+        reasons.append("/var/run/reboot-required set")
+    return Decision(
+        "reboot",
+        bool(reasons),
+        ", ".join(reasons) or "driver unchanged",
+        "reboot (record boot_id, wait for a new one)" if reasons else "no reboot",
+        change=bool(reasons),
+    )
 
 
 def _v2(v: tuple[int, int]) -> str:

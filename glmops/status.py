@@ -18,7 +18,7 @@ from rich.table import Table
 
 from glmops.errors import ExitCode
 from glmops.executor import observe
-from glmops.facts import parse_facts
+from glmops.facts import HostFacts, parse_facts
 from glmops.playbook import Play, Task
 from glmops.serving import ServeError, needs_single_file, serve_flags, vllm_profile
 from glmops.serving.patches import patch_state
@@ -46,58 +46,105 @@ def status_row(
 ) -> dict[str, Any]:
     """One host's row (plain values for --json) and its drift from the inventory."""
     facts = parse_facts(facts_raw)
-    drift: list[str] = []
     ccs = ", ".join(f"{a}.{b}" for a, b in facts.compute_capabilities) or "?"
     module = facts.kernel_module or ("not loaded" if facts.nvidia_loaded is False else "?")
     profile, _ = vllm_profile(facts, variables)
     version = facts.venv.vllm_version if facts.venv else None
-    patches, patch_details = patch_state(
+    patches, drift = _patch_drift(facts, observed)
+    model = dict(observed.get("model") or {})
+    single = needs_single_file(facts, variables)[0] and model.get("state") != "folder"
+    drift += _model_drift(model, single)
+    unit_text, unit_drift = _unit(observed)
+    drift += unit_drift
+    expected, flag_drift = _flag_drift(facts, observed, variables, model, single)
+    drift += flag_drift
+    backend_text, backend_drift = _backend(observed, expected)
+    drift += backend_drift + _deploy_drift(facts, observed, version)
+    health = observed.get("health")
+    last = observed.get("last_deploy") or {}
+    return {
+        "host": name,
+        "gpus": f"{facts.gpu_count}× cc {ccs}",
+        "driver": f"{facts.driver_version or '-'} ({module})",
+        "vllm": f"{version or '-'} (profile {profile or '?'})",
+        "patches": patches,
+        "model": _model_text(model, single),
+        "unit": unit_text,
+        "health": str(health) if health else "down",
+        "backend": backend_text,
+        "last_deploy": last.get("time") or "-",
+        "drift": drift,
+    }
+
+
+def _patch_drift(facts: HostFacts, observed: Mapping[str, Any]) -> tuple[str, list[str]]:
+    """The patch state, and each file that differs from the manifest when it drifted."""
+    patches, details = patch_state(
         facts.patch_manifest,
         observed.get("patch_expected") or {},
         observed.get("patch_on_disk") or {},
     )
-    if patches == "drifted":
-        drift += [f"patch: {d}" for d in patch_details]
-    model = dict(observed.get("model") or {})
-    single, _why = needs_single_file(facts, variables)
+    return patches, [f"patch: {d}" for d in details] if patches == "drifted" else []
+
+
+def _model_drift(model: Mapping[str, Any], single: bool) -> list[str]:
+    """A missing folder, an invalid split set, or a merge the host's vLLM needs but lacks."""
     if model.get("state") == "folder":
-        single = False
-    model_text = _model_text(model, single)
-    if model.get("state") == "folder":
-        if not model.get("ok"):
-            drift.append(f"model: {model.get('why')}")
-    elif model.get("state") == "invalid" or (single and not model.get("verified")):
-        drift.append(f"model: {model.get('why')}")
+        return [] if model.get("ok") else [f"model: {model.get('why')}"]
+    if model.get("state") == "invalid" or (single and not model.get("verified")):
+        return [f"model: {model.get('why')}"]
+    return []
+
+
+def _unit(observed: Mapping[str, Any]) -> tuple[str, list[str]]:
+    """The unit's state, drifted unless active and enabled."""
     unit = observed.get("unit") or {}
-    unit_text = f"{unit.get('ActiveState', '?')}/{unit.get('UnitFileState') or '-'}"
+    text = f"{unit.get('ActiveState', '?')}/{unit.get('UnitFileState') or '-'}"
     if unit.get("LoadState") == "not-found":
-        unit_text = "not installed"
-        drift.append("unit: not installed (never deployed?)")
-    elif unit.get("ActiveState") != "active" or unit.get("UnitFileState") != "enabled":
-        drift.append(f"unit: {unit_text}, inventory wants active/enabled")
+        return "not installed", ["unit: not installed (never deployed?)"]
+    if unit.get("ActiveState") != "active" or unit.get("UnitFileState") != "enabled":
+        return text, [f"unit: {text}, inventory wants active/enabled"]
+    return text, []
+
+
+def _flag_drift(
+    facts: HostFacts,
+    observed: Mapping[str, Any],
+    variables: Mapping[str, Any],
+    model: Mapping[str, Any],
+    single: bool,
+) -> tuple[tuple[str, ...], list[str]]:
+    """The backends the inventory expects, and how the unit's flags differ from a deploy's."""
     wanted_model = model.get("merged_path") if single else model.get("first_shard")
     if model.get("state") == "folder":
         wanted_model = model.get("folder")
-    expected: tuple[str, ...] = ()
     try:
         config = serve_flags(facts, {**variables, "vllm_model": wanted_model or "?.gguf"})
-        expected = config.expectation.names
-        on_host = observed.get("exec_start")
-        if on_host and on_host != config.exec_start:
-            drift.append("unit flags: " + _flag_diff(on_host, config.exec_start))
     except ServeError as error:
-        drift.append(f"inventory: {error}")
+        return (), [f"inventory: {error}"]
+    on_host = observed.get("exec_start")
+    if on_host and on_host != config.exec_start:
+        return config.expectation.names, ["unit flags: " + _flag_diff(on_host, config.exec_start)]
+    return config.expectation.names, []
+
+
+def _backend(observed: Mapping[str, Any], expected: tuple[str, ...]) -> tuple[str, list[str]]:
+    """The backend vLLM selected, drifted when none or not one the host should pick."""
     backend = observed.get("backend")
     if observed.get("backend_failed"):
-        backend_text = "none (vLLM found no valid backend)"
-        drift.append(f"backend: none; reasons {observed['backend_failed']}")
-    elif backend:
-        ok = backend.upper() in expected
-        backend_text = f"{backend} ({'expected' if ok else 'expected ' + '/'.join(expected)})"
-        if not ok:
-            drift.append(f"backend: {backend}, expected {'/'.join(expected) or '?'}")
-    else:
-        backend_text = "-"
+        reasons = observed["backend_failed"]
+        return "none (vLLM found no valid backend)", [f"backend: none; reasons {reasons}"]
+    if not backend:
+        return "-", []
+    if backend.upper() in expected:
+        return f"{backend} (expected)", []
+    wanted = "/".join(expected)
+    return f"{backend} (expected {wanted})", [f"backend: {backend}, expected {wanted or '?'}"]
+
+
+def _deploy_drift(facts: HostFacts, observed: Mapping[str, Any], version: str | None) -> list[str]:
+    """Patches or vLLM changed under a running deploy, and handlers a failed run left pending."""
+    drift = []
     inputs = observed.get("inputs") or {}
     manifest_sha = (
         hashlib.sha256(json.dumps(facts.patch_manifest, sort_keys=True).encode()).hexdigest()
@@ -111,21 +158,7 @@ def status_row(
     pending = observed.get("pending_handlers")
     if pending:
         drift.append(f"pending handlers from a failed run: {', '.join(pending)}")
-    health = observed.get("health")
-    last = observed.get("last_deploy") or {}
-    return {
-        "host": name,
-        "gpus": f"{facts.gpu_count}× cc {ccs}",
-        "driver": f"{facts.driver_version or '-'} ({module})",
-        "vllm": f"{version or '-'} (profile {profile or '?'})",
-        "patches": patches,
-        "model": model_text,
-        "unit": unit_text,
-        "health": str(health) if health else "down",
-        "backend": backend_text,
-        "last_deploy": last.get("time") or "-",
-        "drift": drift,
-    }
+    return drift
 
 
 def _model_text(model: Mapping[str, Any], single: bool) -> str:

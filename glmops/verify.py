@@ -8,6 +8,7 @@ also run with testinfra's own backends: `pytest tests/host --hosts=ssh://root@gp
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import sys
@@ -17,9 +18,15 @@ from typing import Any
 import testinfra.backend
 from testinfra.backend.base import BaseBackend, CommandResult
 
+from glmops.connection import CommandResult as ConnectionResult
 from glmops.connection import Connection, ConnectionSettings, open_connection
+from glmops.context import helper_command, helper_reply, helper_stdin, sudo_wrap
 from glmops.errors import ExitCode, InputError
+from glmops.facts import HostFacts
+from glmops.gpus import LAYOUTS
 from glmops.inventory import Host, load_inventory
+from glmops.serving import vllm_profile
+from glmops.serving.backends import layout_name
 
 PROJECT = Path(__file__).resolve().parent.parent
 HOST_TESTS = PROJECT / "tests" / "host"
@@ -50,6 +57,7 @@ class GlmopsBackend(BaseBackend):
     def __init__(self, hostname: str, *args: Any, **kwargs: Any) -> None:
         super().__init__(hostname, *args, **kwargs)
         self._conn: Connection | None = None
+        self._uid: int | None = None  # the SSH user's uid on the host, asked once
         self._inv_host = inventory_host(hostname)
         if self._inv_host is None:
             raise InputError(f"glmops://{hostname}: no such host in {inventory_path()}")
@@ -62,21 +70,44 @@ class GlmopsBackend(BaseBackend):
         return self._conn
 
     def run(self, command: str, *args: str, **kwargs: Any) -> CommandResult:
-        assert self._inv_host is not None
         line = self.get_command(command, *args)
-        stdin = None
-        if self._inv_host.connection.become and self._inv_host.connection.user not in (
-            None,
-            "root",
-        ):
-            password = os.environ.get("GLMOPS_BECOME_PASSWORD")
-            quoted = self.quote("%s", line)
-            if password is None:
-                line = f"sudo -n -H -- /bin/sh -c {quoted}"
-            else:
-                line, stdin = f"sudo -S -p '' -H -- /bin/sh -c {quoted}", password + "\n"
-        result = self._connection().run(line, stdin=stdin, timeout=300)
+        result = self._run(line, None, timeout=300)
         return self.result(result.rc, self.encode(line), result.stdout, result.stderr)
+
+    def run_helper(self, name: str, args: dict[str, Any], python: str | None = None) -> dict:
+        """A glmops host helper's reply, through the engine's own launcher (all on stdin)."""
+        result = self._run(helper_command(name, python), helper_stdin(name, args), timeout=300)
+        return helper_reply(name, result)
+
+    def _run(self, line: str, stdin: str | None, timeout: float) -> ConnectionResult:
+        """Run a shell line, as root through the engine's sudo wrapper when the host says
+        become and its SSH user is not root already."""
+        assert self._inv_host is not None
+        conn = self._connection()
+        if self._inv_host.connection.become:
+            if self._uid is None:
+                self._uid = int(conn.run("id -u", timeout=60).stdout.strip() or -1)
+            if self._uid != 0:
+                line, password = sudo_wrap(line, os.environ.get("GLMOPS_BECOME_PASSWORD"))
+                stdin = ((password or "") + (stdin or "")) or None
+        return conn.run(line, stdin=stdin, timeout=timeout)
+
+
+def patched_layout_problem(facts: HostFacts) -> str | None:
+    """Why the patch manifest does not fit the venv's vLLM, or None (also when not patched, or
+    when the facts cannot tell)."""
+    manifest = facts.patch_manifest or {}
+    if not manifest.get("profile"):
+        return None
+    patched = layout_name(str(manifest["profile"]))
+    if patched is None:
+        known = ", ".join(LAYOUTS)
+        return f"manifest profile {manifest['profile']!r} is no patch-set layout ({known})"
+    by_version, source = vllm_profile(dataclasses.replace(facts, patch_manifest=None), {})
+    installed = layout_name(by_version)
+    if installed is not None and installed != patched:
+        return f"the patches are for layout {patched}, but {source} is layout {installed}"
+    return None
 
 
 def register_backend() -> None:

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Host facts in one round trip (stdlib only, python3 >= 3.8).
 
-Usage: python3 facts_probe.py '{"model_dir": "/models", "venv": "/opt/vllm"}'
+Arguments (on stdin, see _envelope): {"model_dir": "/models", "venv": "/opt/vllm"}
 
 Prints one JSON object {"failed", "changed", "msg", ...facts, "errors"}. Every probe that cannot
 answer yields null and a reason in "errors" (keyed like the fact), never a crash: real GPU hosts
@@ -18,6 +18,8 @@ import platform
 import shutil
 import subprocess
 import sys
+
+from _envelope import main
 
 SCHEMA = 1
 SMI_FIELDS = "index,name,compute_cap,memory.total,driver_version"
@@ -469,12 +471,8 @@ class Probe:
         return facts
 
 
-def main(argv: list) -> int:
-    try:
-        args = json.loads(argv[1]) if len(argv) > 1 else {}
-    except ValueError as e:
-        print(json.dumps({"failed": True, "changed": False, "msg": f"bad JSON args: {e}"}))
-        return 0
+def gather(args: dict) -> dict:
+    """The reply: every fact, and in "errors" why each null one could not be read."""
     probe = Probe(args)
     facts = probe.collect()
     n = len(facts.get("gpus") or [])
@@ -482,9 +480,8 @@ def main(argv: list) -> int:
     out = {"failed": False, "changed": False, "msg": msg}
     out.update(facts)
     out["errors"] = probe.errors
-    print(json.dumps(out, sort_keys=False))
-    return 0
+    return out
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv))
+    main(gather)

@@ -6,8 +6,8 @@ disk. Observes only; prints one JSON object.
 """
 
 import hashlib
-import json
-import sys
+
+from _envelope import main
 
 
 def digest(path: str):
@@ -21,14 +21,12 @@ def digest(path: str):
     return h.hexdigest()
 
 
-def main(argv: list) -> int:
-    args = json.loads(argv[1]) if len(argv) > 1 else {}
+def digests(args: dict) -> dict:
     paths = args.get("paths") or []
     out = {"failed": False, "changed": False, "digests": {p: digest(p) for p in paths}}
     out["msg"] = f"{len(paths)} file(s) hashed"
-    print(json.dumps(out))
-    return 0
+    return out
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv))
+    main(digests)

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Validate, merge and verify split GGUF files (stdlib only, python3 >= 3.8).
 
-Usage: python3 gguf_split.py '{"mode": "validate|merge|verify", "path": ..., ...}'
+Arguments (on stdin, see _envelope): {"mode": "validate|merge|verify", "path": ..., ...}
 
 Why not llama-gguf-split or gguf-py: the host has neither, gguf-py parses a 160k-token vocab in
 ~20 s with ~800 MB RSS, and both buffer a whole tensor (GBs for GLM-5 experts). This reads only
@@ -22,6 +22,8 @@ import struct
 import sys
 import tempfile
 import time
+
+from _envelope import failure, main
 
 MAGIC = b"GGUF"
 ALIGN_DEFAULT = 32
@@ -409,6 +411,7 @@ def up_to_date(out: str, fp: dict, n_tensors: int, size: int) -> str | None:
 
 
 def merge(args: dict) -> dict:
+    """Merge a split set into one file: check the headers, write the data, record a sidecar."""
     out = os.path.abspath(args["output"])
     keep = bool(args.get("keep_split_keys", False))
     headers, errs = load_set(args["path"])
@@ -422,6 +425,35 @@ def merge(args: dict) -> dict:
     why = None if args.get("force") else up_to_date(out, fp, n_tensors, size)
     if why:
         return dict(res, failed=False, changed=False, skipped=True, msg=why)
+    refused = _room_for(out, size, args, res, len(headers))
+    if refused:
+        return refused
+    state = {
+        "copied": 0,
+        "total": size - len(head),
+        "t0": time.monotonic(),
+        "last": 0.0,
+        "interval": float(args.get("progress_interval", 1.0)),
+    }
+    sys.stderr.write(json.dumps({"event": "start", "output": out, "total": size}) + "\n")
+    _write_data(out, head, headers, size, state)
+    errs = quick_check(out, n_tensors, size)
+    if errs:
+        return dict(res, failed=True, changed=True, msg="merged file failed its check", errors=errs)
+    _write_sidecar(out, fp, n_tensors, head)
+    el = time.monotonic() - state["t0"]
+    return dict(
+        res,
+        failed=False,
+        changed=True,
+        copy_mode=state.get("mode"),
+        elapsed_s=round(el, 2),
+        msg=f"merged {len(headers)} shards into {out}",
+    )
+
+
+def _room_for(out: str, size: int, args: dict, res: dict, shards: int) -> dict | None:
+    """The reply when the merge cannot or (check mode) will not go ahead, else None."""
     outdir = os.path.dirname(out)
     if not os.path.isdir(outdir):
         return dict(res, failed=True, changed=False, msg=f"output directory {outdir} missing")
@@ -447,16 +479,14 @@ def merge(args: dict) -> dict:
             changed=True,
             free_bytes=free,
             replaces_bytes=old,
-            msg=f"would merge {len(headers)} shards into {out} ({size} bytes)",
+            msg=f"would merge {shards} shards into {out} ({size} bytes)",
         )
-    state = {
-        "copied": 0,
-        "total": size - len(head),
-        "t0": time.monotonic(),
-        "last": 0.0,
-        "interval": float(args.get("progress_interval", 1.0)),
-    }
-    sys.stderr.write(json.dumps({"event": "start", "output": out, "total": size}) + "\n")
+    return None
+
+
+def _write_data(out: str, head: bytes, headers: list, size: int, state: dict) -> None:
+    """Header then every shard's tensors into a temporary file, renamed over `out` when whole."""
+    outdir = os.path.dirname(out)
     fd, tmp = tempfile.mkstemp(dir=outdir, prefix="." + os.path.basename(out) + ".", suffix=".part")
     try:
         os.write(fd, head)
@@ -482,43 +512,33 @@ def merge(args: dict) -> dict:
         if os.path.exists(side):
             os.unlink(side)
         os.replace(tmp, out)
-        errs = quick_check(out, n_tensors, size)
-        if errs:
-            return dict(
-                res, failed=True, changed=True, msg="merged file failed its check", errors=errs
-            )
-        st = os.stat(out)
-        rec = {
-            "tool": "glmops gguf_split",
-            "inputs_fingerprint": fp,
-            "output": {
-                "name": os.path.basename(out),
-                "size": st.st_size,
-                "mtime_ns": st.st_mtime_ns,
-                "tensor_count": n_tensors,
-                "header_sha256": hashlib.sha256(head).hexdigest(),
-            },
-        }
-        _write_atomic(side, json.dumps(rec, indent=1) + "\n")
-        dfd = os.open(outdir, os.O_RDONLY)
-        try:
-            os.fsync(dfd)
-        finally:
-            os.close(dfd)
     finally:
         if fd >= 0:
             os.close(fd)
         if os.path.exists(tmp):
             os.unlink(tmp)
-    el = time.monotonic() - state["t0"]
-    return dict(
-        res,
-        failed=False,
-        changed=True,
-        copy_mode=state.get("mode"),
-        elapsed_s=round(el, 2),
-        msg=f"merged {len(headers)} shards into {out}",
-    )
+
+
+def _write_sidecar(out: str, fp: dict, n_tensors: int, head: bytes) -> None:
+    """The record that lets a re-run keep the merged file (see up_to_date), made durable."""
+    st = os.stat(out)
+    rec = {
+        "tool": "glmops gguf_split",
+        "inputs_fingerprint": fp,
+        "output": {
+            "name": os.path.basename(out),
+            "size": st.st_size,
+            "mtime_ns": st.st_mtime_ns,
+            "tensor_count": n_tensors,
+            "header_sha256": hashlib.sha256(head).hexdigest(),
+        },
+    }
+    _write_atomic(out + SIDECAR_SUFFIX, json.dumps(rec, indent=1) + "\n")
+    dfd = os.open(os.path.dirname(out), os.O_RDONLY)
+    try:
+        os.fsync(dfd)
+    finally:
+        os.close(dfd)
 
 
 def _write_atomic(path: str, text: str) -> None:
@@ -598,20 +618,11 @@ def validate(args: dict) -> dict:
     }
 
 
-def main(argv: list) -> int:
-    try:
-        args = json.loads(argv[1]) if len(argv) > 1 else {}
-        mode = args.get("mode")
-        fn = {"validate": validate, "merge": merge, "verify": verify}.get(mode)
-        if fn is None:
-            res = {"failed": True, "changed": False, "msg": f"unknown mode {mode!r}"}
-        else:
-            res = fn(args)
-    except (GGUFError, OSError, ValueError, KeyError) as e:
-        res = {"failed": True, "changed": False, "msg": f"{type(e).__name__}: {e}"}
-    print(json.dumps(res))
-    return 0
+def run(args: dict) -> dict:
+    mode = args.get("mode")
+    fn = {"validate": validate, "merge": merge, "verify": verify}.get(mode)
+    return failure(f"unknown mode {mode!r}") if fn is None else fn(args)
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv))
+    main(run, expected=(GGUFError, OSError, ValueError, KeyError))

@@ -1,9 +1,9 @@
 #!/usr/bin/env python3
 """uv at a pinned version, and a uv-managed venv with a pinned Python (stdlib only).
 
-Usage: python3 - '{"venv": "/opt/vllm", "python": "3.12", "uv_version": "0.13.9",
-                  "uv_dir": "/opt/glmops/uv", "wheelhouse": "/var/cache/glmops/wheelhouse",
-                  "check": true}'
+Arguments (on stdin): {"venv": "/opt/vllm", "python": "3.12", "uv_version": "0.13.9",
+                        "uv_dir": "/opt/glmops/uv", "wheelhouse": "/var/cache/glmops/wheelhouse",
+                       "check": true}
 
 uv comes from the pushed wheelhouse when it holds the uv wheel (the wheel carries the static
 binary in uv-<v>.data/scripts/, so unzipping it is the whole install: no pip, no internet),
@@ -14,13 +14,14 @@ they belong to the system, not to whoever ran uv first. Prints one JSON object.
 from __future__ import annotations
 
 import glob
-import json
 import os
 import platform
 import shutil
 import subprocess
 import sys
 import zipfile
+
+from _envelope import main
 
 VERSION_SCRIPT = "import sys; print('%d.%d.%d' % sys.version_info[:3])"
 
@@ -95,8 +96,7 @@ def venv_python_version(venv: str) -> str | None:
     return out.stdout.strip() if out.returncode == 0 else None
 
 
-def main(argv: list) -> int:
-    a = json.loads(argv[1]) if len(argv) > 1 else {}
+def ensure(a: dict) -> dict:
     check = bool(a.get("check"))
     venv, want_py, want_uv = a["venv"], str(a["python"]), str(a["uv_version"])
     uv_dir = a.get("uv_dir") or "/opt/glmops/uv"
@@ -144,14 +144,8 @@ def main(argv: list) -> int:
         out["msg"] = ("would " if check else "") + "; ".join(changes)
     else:
         out["msg"] = f"uv {have_uv} at {uv}; {venv} has Python {have_py}"
-    print(json.dumps(out))
-    return 0
+    return out
 
 
 if __name__ == "__main__":
-    try:
-        sys.exit(main(sys.argv))
-    except Exception as error:  # one JSON reply, whatever happened
-        msg = f"{type(error).__name__}: {error}"
-        print(json.dumps({"failed": True, "changed": False, "msg": msg}))
-        sys.exit(0)
+    main(ensure, expected=(Exception,))  # one JSON reply, whatever happened

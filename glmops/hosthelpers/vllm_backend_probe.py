@@ -4,7 +4,7 @@
 For hosts where vLLM logs no selection line: its CPU platform (vllm/platforms/cpu.py,
 get_attn_backend_cls) returns CPU_ATTN for standard attention without logging anything, so the
 journal check has nothing to read there. Run with the venv's python (seconds, no model load):
-    python vllm_backend_probe.py '{"config": "/srv/models/tiny/hf", "dtype": "float32"}'
+    echo '{"config": "/srv/models/tiny/hf", "dtype": "float32"}' | python vllm_backend_probe.py
 Args: config (folder with config.json: head size, MLA or not), dtype, kv_cache_dtype ("auto").
 Prints {"failed", "changed": false, "msg", "backend", "backend_cls", "platform", "query"}.
 """
@@ -14,8 +14,9 @@ from __future__ import annotations
 import inspect
 import json
 import os
-import sys
 import time
+
+from _envelope import main
 
 
 def attention_shape(config: dict) -> dict:
@@ -77,15 +78,5 @@ def probe(args: dict) -> dict:
     }
 
 
-def main(argv: list) -> int:
-    args = json.loads(argv[1]) if len(argv) > 1 else {}
-    try:
-        out = probe(args)
-    except Exception as error:  # noqa: BLE001 - the reply says what failed, never a traceback
-        out = {"failed": True, "changed": False, "msg": f"{type(error).__name__}: {error}"}
-    print(json.dumps(out))
-    return 0
-
-
 if __name__ == "__main__":
-    sys.exit(main(sys.argv))
+    main(probe, expected=(Exception,))  # the reply says what failed, never a traceback

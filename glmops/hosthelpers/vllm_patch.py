@@ -21,10 +21,11 @@ import importlib.util
 import json
 import os
 import shutil
-import sys
 import tempfile
 import time
 from pathlib import Path
+
+from _envelope import failure, main
 
 STATE_DIR = ".glmops-patch"
 # The packages the patch set reads and writes: vLLM, and the GGUF loader that left its tree.
@@ -249,19 +250,10 @@ def mode_manifest(args: dict) -> dict:
 MODES = {"read": mode_read, "apply": mode_apply, "restore": mode_restore, "manifest": mode_manifest}
 
 
-def main(argv: list[str]) -> int:
-    args = json.loads(argv[1]) if len(argv) > 1 else {}
+def run(args: dict) -> dict:
     mode = MODES.get(args.get("mode", ""))
-    if mode is None:
-        result = {"failed": True, "changed": False, "msg": f"unknown mode {args.get('mode')!r}"}
-    else:
-        try:
-            result = mode(args)
-        except (OSError, ValueError, KeyError, UnicodeDecodeError) as exc:
-            result = {"failed": True, "changed": False, "msg": f"{type(exc).__name__}: {exc}"}
-    print(json.dumps(result))
-    return 0
+    return failure(f"unknown mode {args.get('mode')!r}") if mode is None else mode(args)
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv))
+    main(run, expected=(OSError, ValueError, KeyError, UnicodeDecodeError))

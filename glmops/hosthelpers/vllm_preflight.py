@@ -18,13 +18,13 @@ import importlib.abc
 import importlib.machinery
 import importlib.util
 import inspect
-import json
-import os
 import re
 import sys
 import time
 import types
 from pathlib import Path
+
+from _envelope import main
 
 
 def _capability(args: dict, cuda_cls):  # vLLM classes are imported lazily
@@ -211,33 +211,20 @@ def _path_of(name: str) -> str:
     return AttentionBackendEnum[name].get_path()
 
 
-def main(argv: list[str]) -> int:
-    args = json.loads(argv[1]) if len(argv) > 1 else {}
-    # vLLM logs to stdout; keep stdout for the one JSON object by pointing fd 1 at stderr
-    # while vLLM runs.
-    sys.stdout.flush()
-    saved = os.dup(1)
-    os.dup2(2, 1)
-    try:
-        if "queries" in args:  # several answers for one import of vLLM (CI, reports)
-            results = [preflight({**args, **q}) for q in args["queries"]]
-            result = {
-                "failed": any(r["failed"] for r in results),
-                "changed": False,
-                "msg": "; ".join(r["msg"] for r in results),
-                "results": results,
-            }
-        else:
-            result = preflight(args)
-    except Exception as exc:  # noqa: BLE001 - report any import/selection failure as data
-        result = {"failed": True, "changed": False, "msg": f"{type(exc).__name__}: {exc}"}
-    finally:
-        sys.stdout.flush()
-        os.dup2(saved, 1)
-        os.close(saved)
-    print(json.dumps(result))
-    return 0
+def answer(args: dict) -> dict:
+    """One preflight, or several for one import of vLLM (`queries`: CI, reports)."""
+    if "queries" not in args:
+        return preflight(args)
+    results = [preflight({**args, **q}) for q in args["queries"]]
+    return {
+        "failed": any(r["failed"] for r in results),
+        "changed": False,
+        "msg": "; ".join(r["msg"] for r in results),
+        "results": results,
+    }
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv))
+    # vLLM logs to stdout: the envelope sends that to stderr; any import or selection failure
+    # is reported as data.
+    main(answer, expected=(Exception,))

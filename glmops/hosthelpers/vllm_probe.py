@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """One look at a vllm serve unit from the host itself (stdlib only, python3 >= 3.8).
 
-Usage: python3 - '{"unit": "vllm-glm5", "port": 8000, "served_model_name": "glm-5", ...}'
+Arguments (on stdin): {"unit": "vllm-glm5", "port": 8000, "served_model_name": "glm-5", ...}
 
 Reports the unit's systemd state, the journal of its current run, and what /health,
 /v1/models and a one-token completion answer. The API key is read here from the 0600
@@ -14,9 +14,10 @@ from __future__ import annotations
 import json
 import re
 import subprocess
-import sys
 import urllib.error
 import urllib.request
+
+from _envelope import main
 
 PROPS = "LoadState,ActiveState,SubState,Result,MainPID,NRestarts,InvocationID,UnitFileState"
 
@@ -91,12 +92,7 @@ def request(url: str, key: str | None, body: dict | None, timeout: float) -> dic
         return {"status": status, "text": text[:2000]}
 
 
-def main(argv: list) -> int:
-    try:
-        args = json.loads(argv[1]) if len(argv) > 1 else {}
-    except ValueError as e:
-        print(json.dumps({"failed": True, "changed": False, "msg": f"bad JSON args: {e}"}))
-        return 0
+def look(args: dict) -> dict:
     unit = args.get("unit", "vllm-glm5")
     base = "http://{}:{}".format(args.get("address", "127.0.0.1"), int(args.get("port", 8000)))
     timeout = float(args.get("request_timeout", 10))
@@ -133,9 +129,8 @@ def main(argv: list) -> int:
                     "error": done.get("error"),
                 }
     out["msg"] = "unit {}: {}/{}".format(unit, state.get("ActiveState"), state.get("SubState"))
-    print(json.dumps(out))
-    return 0
+    return out
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv))
+    main(look)

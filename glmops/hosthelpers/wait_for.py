@@ -5,12 +5,12 @@ Stdlib only; prints one JSON object ({"failed", "changed", "msg", ...}) and exit
 
 from __future__ import annotations
 
-import json
 import socket
-import sys
 import time
 import urllib.error
 import urllib.request
+
+from _envelope import main
 
 
 def probe(args: dict) -> str | None:
@@ -33,8 +33,7 @@ def probe(args: dict) -> str | None:
         return f"port closed ({error.strerror or error})"
 
 
-def main() -> dict:
-    args = json.loads(sys.argv[1]) if len(sys.argv) > 1 else {}
+def wait(args: dict) -> dict:
     target = args.get("url") or "{}:{}".format(args.get("host", "127.0.0.1"), args.get("port"))
     started = time.monotonic()
     deadline = started + float(args.get("timeout", 300))
@@ -59,4 +58,4 @@ def main() -> dict:
 
 
 if __name__ == "__main__":
-    print(json.dumps(main()))
+    main(wait)

@@ -1,6 +1,6 @@
 """reboot: reboot a host and wait until it is back with a NEW boot_id.
 
-Why this shape (orchestration-anchors.md §5, pyinfra's reboot bugs): a reboot command over SSH
+Why this shape (pyinfra's reboot operation shows the failure modes): a reboot command over SSH
 can kill the channel before it answers, so the reboot is scheduled detached; "SSH answers" is not
 proof of a reboot (the host may not have gone down yet), so success needs a boot_id other than
 the one recorded before. glmops never reboots the machine it runs on: `connection: local`, or a

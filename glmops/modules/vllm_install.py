@@ -13,6 +13,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+from glmops import gpus
 from glmops.connection import quote
 from glmops.context import TaskContext
 from glmops.facts import HostFacts, parse_facts
@@ -66,7 +67,8 @@ def choose_torch(facts: HostFacts, branch: str, wanted: str | None) -> TorchChoi
     for backend, need in TORCH_BACKENDS:
         if cuda >= need:
             cc = facts.compute_capability
-            if cc and cc >= (10, 0) and need < (12, 8):
+            floor = gpus.family(cc, facts.machine).min_cuda if cc else None
+            if floor and need < floor:
                 break
             return TorchChoice(backend, f"{fact} → torch {backend} (newest build ≤ the driver)")
     return TorchChoice(
@@ -197,39 +199,12 @@ class VllmInstall(Module):
         rival = RIVAL_BUILDS.get(package)
         have = self.installed(ctx, [package, "torch", *([rival] if rival else [])])
         if have is not None and rival and have.get(rival):
-            # Both distributions own the `vllm` module: the other build goes first, or the
-            # venv ends up with a mix of the two.
-            uninstall = (
-                f"{quote(p['uv'])} pip uninstall --python {quote(p['venv'] + '/bin/python')}"
-            )
-            data["commands"] = [f"{uninstall} {quote(rival)}", *cmds]
-            return Plan(
-                True, f"would replace {rival} {have[rival]} with {requirement(p)}", data=data
-            )
+            return self._rival_build(rival, have[rival], data)
         if have is not None and package != "vllm":
             have["vllm"] = have.get(package)
         data["installed"] = have
         if p["source"] == "wheelhouse":
-            listing = ctx.run(f"ls -1 {quote(p['wheelhouse'])} 2>/dev/null")
-            names = listing.stdout.split()
-            wheel = p.get("package", "vllm").replace("-", "_") + "-"
-            if not any(n.startswith(wheel) for n in names) and not ctx.check:
-                raise ValueError(
-                    f"vllm_install: no {p['package']} wheel in {p['wheelhouse']} on the host"
-                )
-            tcuda = wheel_local_cuda(names, "torch")
-            if tcuda is None:
-                why = "no torch wheel in the wheelhouse" + (" (no_deps)" if p["no_deps"] else "")
-                explain += [f"{'torch_wheel':<17}-", f"{'':<17}{why} → torch not installed here"]
-            else:
-                ok = choice.backend is None or int(tcuda[2:]) <= int(choice.backend[2:])
-                rule = "matches the driver" if ok else "NEWER than the driver supports"
-                explain += [
-                    f"{'torch_wheel':<17}{tcuda}",
-                    f"{'':<17}wheelhouse torch {tcuda} → {rule}",
-                ]
-                if not ok:
-                    raise ValueError(f"vllm_install: wheelhouse torch {tcuda} > {choice.backend}")
+            explain += self._wheelhouse_torch(ctx, choice)
         if have is None:
             return Plan(True, f"would install into the new venv: {'; '.join(cmds)}", data=data)
         if p["source"] == "commit":
@@ -238,6 +213,42 @@ class VllmInstall(Module):
             if f"g{short}" in current:
                 return Plan(False, f"vllm {current} is commit {short}", data=data)
             cmds[0] = cmds[0].replace(" pip install ", " pip install --reinstall-package vllm ", 1)
+        return self._dry_run(ctx, cmds, have, data)
+
+    def _rival_build(self, rival: str, version: str | None, data: dict[str, Any]) -> Plan:
+        """Both distributions own the `vllm` module: the other build goes first, or the venv
+        ends up with a mix of the two."""
+        p = self.params
+        uninstall = f"{quote(p['uv'])} pip uninstall --python {quote(p['venv'] + '/bin/python')}"
+        data["commands"] = [f"{uninstall} {quote(rival)}", *data["commands"]]
+        return Plan(True, f"would replace {rival} {version} with {requirement(p)}", data=data)
+
+    def _wheelhouse_torch(self, ctx: TaskContext, choice: TorchChoice) -> list[str]:
+        """--explain lines for the wheelhouse's torch build; refuses one newer than the driver."""
+        p = self.params
+        listing = ctx.run(f"ls -1 {quote(p['wheelhouse'])} 2>/dev/null")
+        names = listing.stdout.split()
+        wheel = p.get("package", "vllm").replace("-", "_") + "-"
+        if not any(n.startswith(wheel) for n in names) and not ctx.check:
+            raise ValueError(
+                f"vllm_install: no {p['package']} wheel in {p['wheelhouse']} on the host"
+            )
+        tcuda = wheel_local_cuda(names, "torch")
+        if tcuda is None:
+            why = "no torch wheel in the wheelhouse" + (" (no_deps)" if p["no_deps"] else "")
+            return [f"{'torch_wheel':<17}-", f"{'':<17}{why} → torch not installed here"]
+        ok = choice.backend is None or int(tcuda[2:]) <= int(choice.backend[2:])
+        if not ok:
+            raise ValueError(f"vllm_install: wheelhouse torch {tcuda} > {choice.backend}")
+        rule = f"wheelhouse torch {tcuda} → matches the driver"
+        return [f"{'torch_wheel':<17}{tcuda}", f"{'':<17}{rule}"]
+
+    def _dry_run(
+        self, ctx: TaskContext, cmds: list[str], have: dict[str, str | None], data: dict[str, Any]
+    ) -> Plan:
+        """uv's own --dry-run of each command: what it would change is the plan."""
+        p = self.params
+        package = p["package"]
         pending: list[str] = []
         for cmd in cmds:
             dry = ctx.run(f"{cmd} --dry-run", timeout=600)

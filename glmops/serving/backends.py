@@ -1,17 +1,16 @@
-"""Which attention backend vLLM should pick for GLM-5 (sparse MLA, head size 576) on a GPU.
+"""Which attention backend vLLM should pick for GLM-5 (sparse MLA, head size 576) on a host.
 
-The table encodes vllm-internals.md §1.2 (priority lists per device major), §2.1/§2.5 (what each
-sparse backend accepts: FlashMLASparse is bf16-only on majors 9/10; FlashInfer's SM120 sparse
-backend is bf16 + fp8_ds_mla only) and the patch set (issue 3): TRITON_MLA_SPARSE wherever no
-upstream sparse backend serves the device, and as the last SM100 fallback. An inventory can
-override it (`vllm_expected_backend`) once a real host shows otherwise.
+The per-GPU rules live in glmops.gpus (one entry per GPU family); this module adds what the
+inventory says (`vllm_expected_backend`, `vllm_attention_backend`) and CPU hosts.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-TRITON = "TRITON_MLA_SPARSE"
+from glmops import gpus
+
+TRITON = gpus.TRITON
 CPU = "CPU_ATTN"
 
 
@@ -50,36 +49,24 @@ def expected_backends(
         )
     if cc is None:
         return Expectation((), "compute capability unknown")
-    major = cc[0]
     label = f"compute capability {cc[0]}.{cc[1]}, {dtype}, profile {profile or '?'}"
     bf16 = dtype in ("bfloat16", "bf16", "auto")
-    if major in (8, 11, 12):
-        return Expectation(
-            (TRITON,),
-            f"{label}: no upstream sparse MLA kernel serves SM{major}x for this dtype; the "
-            "patch set's Triton backend does",
-        )
-    if major == 9:
-        if bf16:
-            names = ("FLASHMLA_SPARSE",)
-            if profile and profile != "0.16":
-                names += ("FLASH_ATTN_MLA_SPARSE", "FLASHINFER_MLA_SPARSE_SM90")
-            return Expectation(names, f"{label}: Hopper has native sparse MLA kernels")
-        return Expectation(
-            (),
-            f"{label}: FlashMLASparse is bf16-only and the patch set adds no Hopper fallback; "
-            "set vllm_expected_backend if this combination is intended",
-        )
-    if major == 10:
-        if bf16:
-            names = ("FLASHMLA_SPARSE",)
-            if profile and profile != "0.16":
-                names = ("FLASH_ATTN_MLA_SPARSE_FA4", "FLASHINFER_MLA_SPARSE", "FLASHMLA_SPARSE")
-            return Expectation(names, f"{label}: Blackwell datacenter has native sparse kernels")
-        names = (TRITON,) if profile in (None, "0.16") else ("FLASHINFER_MLA_SPARSE", TRITON)
-        return Expectation(
-            names,
-            f"{label}: FlashMLASparse is bf16-only; the patch set's Triton backend is the "
-            "last SM100 fallback",
-        )
-    return Expectation((), f"{label}: no rule for this GPU generation")
+    rules = gpus.family(cc).backends
+    return Expectation(rules.names(_layout(profile), bf16), f"{label}: {rules.why(bf16)}")
+
+
+def layout_name(profile: str | None) -> str | None:
+    """The patch set's name (`v0_16`, `v0_33`) for a vLLM layout named either way: serving
+    names it by version ("0.16"), the patch manifest by profile; None when it is neither."""
+    if profile in gpus.LAYOUTS:
+        return profile
+    named = f"v{profile.replace('.', '_')}" if profile else None
+    return named if named in gpus.LAYOUTS else None
+
+
+def _layout(profile: str | None) -> str:
+    """The layout whose rules apply: none known reads as the oldest, an unknown name as the
+    newest."""
+    if profile is None:
+        return gpus.LAYOUTS[0]
+    return layout_name(profile) or gpus.LAYOUTS[-1]

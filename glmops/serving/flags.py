@@ -13,6 +13,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from glmops.facts import HostFacts
+from glmops.gpus import family as gpu_family
+from glmops.gpus import gguf_dtype
 from glmops.serving.backends import Expectation, expected_backends
 
 #: GLM-5 has 64 attention heads; tensor parallelism must divide them.
@@ -229,11 +231,11 @@ def serve_flags(facts: HostFacts, variables: Mapping[str, Any]) -> ServeConfig:
             "CPU host: float32 runs on every x86 CPU (bf16 needs AVX512-BF16/AMX to be fast; "
             "set vllm_dtype: bfloat16 there)"
         )
-    elif is_gguf and cc is not None and cc >= (10, 0):
-        dtype = "float16"
+    elif is_gguf and cc is not None and gguf_dtype(cc):
+        dtype = gguf_dtype(cc)
         reasons["--dtype"] = (
-            f"GGUF on compute capability {cc[0]}.{cc[1]} ≥ 10.0: vLLM's GGUF quantization "
-            "refuses bfloat16 there"
+            f"GGUF on compute capability {cc[0]}.{cc[1]} ({gpu_family(cc).key}): vLLM's GGUF "
+            "quantization refuses bfloat16 there"
         )
     elif is_gguf and cc is None:
         warnings.append("compute capability unknown: --dtype left to vLLM")

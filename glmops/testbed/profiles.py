@@ -1,7 +1,8 @@
 """Declared GPU profiles for testbed hosts (what the simulated nvidia-smi reports).
 
-Values mirror real devices (see shared/research/gguf-drivers.md 4.6) so GPU-dependent logic can
-be exercised on hosts without a GPU; real GPU behaviour is tested on real GPUs only.
+The values come from glmops.gpus (each family's `simulated` host, which mirrors a real device) so
+GPU-dependent logic can be exercised on hosts without a GPU; real GPU behaviour is tested on real
+GPUs only.
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ import hashlib
 import json
 from dataclasses import asdict, dataclass
 
+from glmops import gpus
 from glmops.testbed.errors import TestbedError
 
 
@@ -49,21 +51,17 @@ def _uuid(host: str, profile: str, index: int) -> str:
 
 
 GPU_PROFILES: dict[str, GpuProfile] = {
-    p.name: p
-    for p in (
-        GpuProfile(
-            "rtx-pro-6000-x8",
-            "NVIDIA RTX PRO 6000 Blackwell Workstation Edition",
-            8,
-            "12.0",
-            97887,
-            "580.95.05",
-            "13.0",
-            600,
-        ),
-        GpuProfile("h200", "NVIDIA H200", 1, "9.0", 143771, "580.159.04", "13.0", 700),
-        GpuProfile("b200-x8", "NVIDIA B200", 8, "10.0", 183359, "580.95.05", "13.0", 1000),
+    name: GpuProfile(
+        name,
+        sim.gpu_name,
+        sim.count,
+        gpus.cc_text(family.first),
+        sim.memory_total_mib,
+        sim.driver_version,
+        sim.cuda_version,
+        sim.power_limit_w,
     )
+    for name, (family, sim) in gpus.simulated().items()
 }
 
 

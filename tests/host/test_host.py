@@ -1,4 +1,4 @@
-"""Host checks (issue 6 item 6): is this host still serving GLM-5 the way glmops deployed it?
+"""Host checks: is this host still serving GLM-5 the way glmops deployed it?
 
 Each check says what it compared, so a failure reads as a finding, not a stack trace.
 """
@@ -10,10 +10,12 @@ from typing import Any
 
 import pytest
 
+from glmops import gpus
 from glmops.facts import HostFacts
 from glmops.serving import expected_backends, parse_backend, vllm_profile
 from glmops.serving.flags import serving_device, setting
 from glmops.serving.patches import manifest_files, patch_state
+from glmops.verify import patched_layout_problem
 from tests.host.conftest import run_helper
 
 
@@ -28,9 +30,11 @@ def test_driver_loaded(host: Any, facts: HostFacts, hostvars: dict[str, Any]) ->
     version = host.file("/proc/driver/nvidia/version")
     assert version.exists, "nvidia kernel module not loaded (/proc/driver/nvidia/version absent)"
     cc = facts.compute_capability
-    if cc is not None and cc >= (10, 0):
+    family = gpus.family(cc, facts.machine) if cc is not None else None
+    if family is not None and family.modules == gpus.OPEN_REQUIRED:
         assert "Open Kernel Module" in version.content_string, (
-            f"compute capability {cc[0]}.{cc[1]} (Blackwell) needs the open kernel modules"
+            f"compute capability {cc[0]}.{cc[1]} ({family.architecture}) needs the open kernel "
+            "modules"
         )
 
 
@@ -52,9 +56,8 @@ def test_vllm_version_and_profile(facts: HostFacts, hostvars: dict[str, Any]) ->
         assert version == str(hostvars["vllm_version"]), f"vLLM {version} installed"
     profile, source = vllm_profile(facts, {})
     assert profile, source
-    manifest = facts.patch_manifest or {}
-    if manifest.get("profile"):
-        assert manifest["profile"] == profile, f"manifest profile {manifest['profile']}, {source}"
+    problem = patched_layout_problem(facts)
+    assert problem is None, problem
 
 
 def test_patch_manifest_matches_files(

@@ -23,9 +23,11 @@ UNSUPPORTED = "0.10.2"
 
 
 def run_helper(script: str, args: dict, env: dict | None = None, prefix: list | None = None):
-    """Run a host helper exactly as the engine does: one JSON arg in, one JSON object out."""
-    cmd = [sys.executable, *(prefix or []), str(HELPERS / script), json.dumps(args)]
-    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=600)
+    """Run a host helper as the engine does: JSON arguments on stdin, one JSON object out."""
+    cmd = [sys.executable, *(prefix or []), str(HELPERS / script)]
+    proc = subprocess.run(
+        cmd, input=json.dumps(args), capture_output=True, text=True, env=env, timeout=600
+    )
     assert proc.returncode == 0, f"helper crashed:\n{proc.stderr[-4000:]}"
     lines = [ln for ln in proc.stdout.splitlines() if ln.strip()]
     assert len(lines) == 1, f"stdout must be one JSON object, got:\n{proc.stdout[-2000:]}"

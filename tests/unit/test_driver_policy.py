@@ -8,7 +8,8 @@ from typing import Any
 
 import pytest
 
-from glmops.driver_policy import DriverSettings, arch_for, decide, errors, explain, get, to_json
+from glmops import gpus
+from glmops.driver_policy import DriverSettings, decide, errors, explain, get, to_json
 from glmops.facts import parse_facts
 
 FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "facts" / "h200.json"
@@ -196,8 +197,8 @@ def test_torch_without_kernels_for_the_gpu_is_flagged() -> None:
     ],
 )
 def test_arch_table(cc: tuple[int, int], machine: str, name: str, modules: str) -> None:
-    a = arch_for(cc, machine)
-    assert (a.name, a.modules) == (name, modules)
+    a = gpus.family(cc, machine)
+    assert (a.architecture, a.modules) == (name, modules)
 
 
 def test_to_json_round_trips() -> None:

@@ -13,18 +13,19 @@ from pathlib import Path
 
 import pytest
 
+from glmops.context import helper_command, helper_stdin
 from glmops.facts import HostFacts, parse_cc, parse_facts
-from glmops.hosthelpers import facts_probe
 from glmops.testbed import simulated_nvidia_smi
 from glmops.testbed.profiles import GPU_PROFILES
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "facts"
-PROBE = Path(facts_probe.__file__)
 
 
 def probe(args: dict, env: dict | None = None) -> dict:
+    """The probe as the engine runs it: the one launcher, everything on stdin."""
     p = subprocess.run(
-        [sys.executable, str(PROBE), json.dumps(args)],
+        ["sh", "-c", helper_command("facts_probe", sys.executable)],
+        input=helper_stdin("facts_probe", args),
         capture_output=True,
         text=True,
         timeout=120,
@@ -47,33 +48,8 @@ def has_driver() -> bool:
 
 
 def rtx_like() -> dict:
-    """The H200 fixture reshaped into an 8x RTX PRO 6000 Blackwell host (nvidia-smi source)."""
-    d = json.loads((FIXTURES / "h200.json").read_text())
-    name = "NVIDIA RTX PRO 6000 Blackwell Workstation Edition"
-    d["gpus"] = [
-        {
-            "index": i,
-            "name": name,
-            "compute_cap": "12.0",
-            "memory_total_mib": 97887,
-            "driver_version": "580.95.05",
-            "persistence_mode": True,
-            "pci_bus_id": f"00000000:{0x18 + 16 * i:02X}:00.0",
-            "uuid": f"GPU-{i}",
-        }
-        for i in range(8)
-    ]
-    d["pci_gpus"] = [
-        {
-            "bus_id": f"0000:{0x18 + 16 * i:02x}:00.0",
-            "device_id": "0x2bb1",
-            "class": "0x030000",
-            "driver": "nvidia",
-        }
-        for i in range(8)
-    ]
-    d.update(driver_version="580.95.05", cuda_version="13.0", gpu_source="nvidia-smi")
-    return d
+    """An 8x RTX PRO 6000 Blackwell host (the sm120 fixture: probe against the simulated GPUs)."""
+    return json.loads((FIXTURES / "sm120.json").read_text())
 
 
 def test_h200_fixture_parses() -> None:

@@ -14,6 +14,7 @@ import pytest
 gguf = pytest.importorskip("gguf", reason="gguf is in the test extras (pip install -e .[test])")
 np = pytest.importorskip("numpy")
 
+from glmops.context import helper_command, helper_stdin  # noqa: E402
 from glmops.hosthelpers import gguf_split  # noqa: E402
 
 SCRIPT = Path(gguf_split.__file__)
@@ -83,8 +84,13 @@ def split_set(d: Path, **split) -> Path:
 
 
 def run_cli(args: dict) -> tuple[dict, str]:
+    """The helper as the engine runs it: the one launcher, everything on stdin."""
     p = subprocess.run(
-        [sys.executable, str(SCRIPT), json.dumps(args)], capture_output=True, text=True, timeout=60
+        ["sh", "-c", helper_command("gguf_split", sys.executable)],
+        input=helper_stdin("gguf_split", args),
+        capture_output=True,
+        text=True,
+        timeout=60,
     )
     assert p.returncode == 0, p.stderr
     lines = p.stdout.strip().splitlines()

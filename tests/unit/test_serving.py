@@ -49,7 +49,7 @@ def test_rtx_pro_6000_x8_gets_tp8_and_float16() -> None:
     assert argv[argv.index("--tokenizer") + 1] == "/models/glm-5-hf"
     assert argv[argv.index("--served-model-name") + 1] == "glm-5"
     assert argv[argv.index("--max-model-len") + 1] == "32768"
-    assert "12.0 ≥ 10.0" in config.reasons["--dtype"]
+    assert "12.0 (sm120)" in config.reasons["--dtype"]
     assert config.expectation.names == ("TRITON_MLA_SPARSE",)
     assert int(config.env["VLLM_ENGINE_READY_TIMEOUT_S"]) > 600
     assert "--api-key" not in argv and not any("KEY" in k for k in config.env)

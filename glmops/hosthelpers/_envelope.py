@@ -1,0 +1,67 @@
+"""The envelope every host helper shares (stdlib only, python3 >= 3.8).
+
+A helper is a function `handler(args) -> reply`. The envelope reads the arguments (one JSON
+object on stdin, never argv, where any user on the host could read them), keeps stdout for the
+reply alone (whatever the handler or a library prints goes to stderr), and prints the reply as
+one JSON line. An exception the helper names as expected becomes a failed reply; any other one
+is a crash (traceback on stderr, exit status 1), which the controller reports as such.
+
+On a host the launcher (glmops.context.helper_command) sends this file ahead of the helper, as
+the module `_envelope`; run from a checkout, `python3 helper.py < args.json` finds it beside the
+helper.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+
+try:
+    from typing import TypedDict
+except ImportError:  # pragma: no cover - python 3.7 hosts: the schema is documentation only
+    TypedDict = dict  # type: ignore[assignment,misc]
+
+
+class Reply(TypedDict):
+    """What every reply carries; each helper's own schema adds its keys."""
+
+    failed: bool
+    changed: bool
+    msg: str
+
+
+def read_args() -> dict:
+    """The helper's arguments: one JSON object on stdin (empty input: no arguments)."""
+    text = sys.stdin.read().strip()
+    args = json.loads(text) if text else {}
+    if not isinstance(args, dict):
+        raise ValueError(f"arguments must be a JSON object, got {type(args).__name__}")
+    return args
+
+
+def failure(msg: str, **extra: object) -> dict:
+    """A failed reply that changed nothing."""
+    return {"failed": True, "changed": False, "msg": msg, **extra}
+
+
+def main(handler, expected: tuple = ()) -> None:  # noqa: ANN001 - python 3.8 hosts
+    """Run `handler` on the arguments and print its reply; exits the process."""
+    try:
+        args = read_args()
+    except ValueError as error:
+        print(json.dumps(failure(f"bad JSON args: {error}")))
+        sys.exit(0)
+    sys.stdout.flush()
+    saved = os.dup(1)
+    os.dup2(2, 1)  # anything printed while the handler runs goes to stderr
+    try:
+        reply = handler(args)
+    except expected as error:  # type: ignore[misc]
+        reply = failure(f"{type(error).__name__}: {error}")
+    finally:
+        sys.stdout.flush()
+        os.dup2(saved, 1)
+        os.close(saved)
+    print(json.dumps(reply))
+    sys.exit(0)

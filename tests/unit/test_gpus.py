@@ -1,0 +1,97 @@
+"""The GPU table: consistent with itself, with the patch set's layouts, and with its fixtures."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from glmops import gpus
+from glmops.facts import parse_facts
+from glmops.patchset import PROFILES
+from glmops.testbed import facts_fixtures
+from glmops.testbed.profiles import GPU_PROFILES
+
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "facts"
+BASE = FIXTURES / "h200.json"  # a real H200 host, probed through NVML
+REAL_H200 = FIXTURES / "h200-nvidia-smi.json"  # the same host, probed through nvidia-smi
+
+
+def test_layouts_are_the_patch_sets_profiles() -> None:
+    assert tuple(p.name for p in PROFILES) == gpus.LAYOUTS
+
+
+@pytest.mark.parametrize("entry", gpus.FAMILIES, ids=lambda f: f.key)
+def test_every_family_has_backends_for_every_layout_and_dtype(entry: gpus.GpuFamily) -> None:
+    for layout in gpus.LAYOUTS:
+        for bf16 in (True, False):
+            assert isinstance(entry.backends.names(layout, bf16), tuple)
+
+
+def test_capabilities_0_0_to_12_9_each_belong_to_exactly_one_family_per_machine() -> None:
+    for machine in ("x86_64", "aarch64"):
+        for major in range(13):
+            for minor in range(10):
+                owners = [f for f in gpus.FAMILIES if f.matches((major, minor), machine)]
+                first = owners[0]
+                # a machine-specific entry comes first and shadows the generic one
+                assert len(owners) == 1 or (len(owners) == 2 and first.machine == machine)
+
+
+def test_keys_are_unique_and_driver_needs_come_in_pairs() -> None:
+    assert len({f.key for f in gpus.FAMILIES}) == len(gpus.FAMILIES)
+    for f in gpus.FAMILIES:
+        assert (f.min_cuda is None) == (f.min_branch is None), f.key
+        if f.modules == gpus.PROPRIETARY_REQUIRED:
+            assert f.backends is gpus.NO_RULE and f.gguf_dtype is None, f.key
+
+
+def test_a_capability_newer_than_the_table_keeps_the_newest_driver_needs_but_no_serving_rule() -> (
+    None
+):
+    newer = gpus.family((13, 0))
+    newest = gpus.FAMILIES[0]
+    assert (newer.modules, newer.min_cuda, newer.min_branch) == (
+        newest.modules,
+        newest.min_cuda,
+        newest.min_branch,
+    )
+    assert newer.key == "sm130" and newer.backends is gpus.NO_RULE and newer.simulated is None
+
+
+def test_grace_hopper_only_on_arm() -> None:
+    assert gpus.family((9, 0), "aarch64").architecture == "Grace Hopper"
+    assert gpus.family((9, 0), "x86_64").architecture == "Hopper"
+    assert gpus.family((9, 0)).architecture == "Hopper"
+
+
+def test_testbed_profiles_come_from_the_table() -> None:
+    sims = gpus.simulated()
+    assert set(GPU_PROFILES) == set(sims)
+    for name, (family, sim) in sims.items():
+        profile = GPU_PROFILES[name]
+        assert profile.compute_cap == gpus.cc_text(family.first)
+        assert (profile.gpu_name, profile.count) == (sim.gpu_name, sim.count)
+
+
+@pytest.mark.parametrize("name", sorted(gpus.simulated()))
+def test_each_simulated_family_has_its_current_facts_fixture(name: str) -> None:
+    """The committed fixture is what the generator writes today (rerun it after a table edit)."""
+    family, _ = gpus.simulated()[name]
+    path = FIXTURES / f"{family.key}.json"
+    assert path.is_file(), f"run python3 -m glmops.testbed.facts_fixtures {BASE} {FIXTURES}"
+    base = json.loads(BASE.read_text())
+    assert json.loads(path.read_text()) == facts_fixtures.fixture(family, base)
+    facts = parse_facts(path.read_text())
+    assert gpus.family(facts.compute_capability or (0, 0), facts.machine) is family
+
+
+def test_the_simulated_h200_answers_like_the_real_one() -> None:
+    """Same probe, same parser: only the GPU's identity (bus id, UUID) differs."""
+    real = json.loads(REAL_H200.read_text())["gpus"]
+    simulated = json.loads((FIXTURES / "sm90.json").read_text())["gpus"]
+    identity = ("pci_bus_id", "uuid")
+    assert [{k: v for k, v in g.items() if k not in identity} for g in simulated] == [
+        {k: v for k, v in g.items() if k not in identity} for g in real
+    ]

@@ -1,0 +1,43 @@
+"""verify's own logic: the patch manifest checked against the venv's vLLM."""
+
+from __future__ import annotations
+
+from glmops.facts import parse_facts
+from glmops.patchset import payload
+from glmops.patchset.profiles import profile_by_name
+from glmops.verify import patched_layout_problem
+
+
+def facts(vllm: str | None, profile: str | None):
+    """A host whose venv holds vLLM `vllm`, patched for `profile` (the manifest's own field)."""
+    manifest = None
+    if profile:
+        written = payload(profile_by_name(profile), [], "/opt/vllm/lib/python3.12/site-packages")
+        manifest = {"profile": written["profile"], "files": {}}
+    venv = {"path": "/opt/vllm", "vllm_version": vllm} if vllm else None
+    return parse_facts({"gpus": [], "venv": venv, "patch_manifest": manifest})
+
+
+def test_a_manifest_for_the_installed_layout_passes() -> None:
+    assert patched_layout_problem(facts("0.16.0", "v0_16")) is None
+    assert patched_layout_problem(facts("0.33.0", "v0_33")) is None
+
+
+def test_a_manifest_for_another_layout_fails() -> None:
+    """vLLM upgraded under an old patch: the manifest alone used to decide, so this passed."""
+    problem = patched_layout_problem(facts("0.33.0", "v0_16"))
+    assert problem and "layout v0_16" in problem and "layout v0_33" in problem
+    assert patched_layout_problem(facts("0.16.0", "v0_33"))
+
+
+def test_no_manifest_or_no_version_says_nothing() -> None:
+    assert patched_layout_problem(facts("0.33.0", None)) is None
+    assert patched_layout_problem(facts(None, "v0_16")) is None
+
+
+def test_an_unknown_profile_name_fails() -> None:
+    f = parse_facts(
+        {"venv": {"path": "/v", "vllm_version": "0.33.0"}, "patch_manifest": {"profile": "0.99"}}
+    )
+    problem = patched_layout_problem(f)
+    assert problem and "no patch-set layout" in problem
