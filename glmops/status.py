@@ -117,7 +117,7 @@ def status_row(
         "host": name,
         "gpus": f"{facts.gpu_count}× cc {ccs}",
         "driver": f"{facts.driver_version or '-'} ({module})",
-        "vllm": f"{version or '-'} (profile {profile or '?'})",
+        "vllm": f"{version or '-'} (profile {profile.name if profile else '?'})",
         "patches": patches,
         "model": model_text,
         "unit": unit_text,

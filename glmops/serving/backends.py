@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from glmops.patchset.profiles import Profile
+
 TRITON = "TRITON_MLA_SPARSE"
 CPU = "CPU_ATTN"
 
@@ -29,7 +31,7 @@ class Expectation:
 def expected_backends(
     cc: tuple[int, int] | None,
     dtype: str,
-    profile: str | None,
+    profile: Profile | None,
     *,
     forced: str | None = None,
     override: str | list[str] | None = None,
@@ -51,7 +53,10 @@ def expected_backends(
     if cc is None:
         return Expectation((), "compute capability unknown")
     major = cc[0]
-    label = f"compute capability {cc[0]}.{cc[1]}, {dtype}, profile {profile or '?'}"
+    label = (
+        f"compute capability {cc[0]}.{cc[1]}, {dtype}, layout {profile.name if profile else '?'}"
+    )
+    extra = profile.extra_backends if profile else ()
     bf16 = dtype in ("bfloat16", "bf16", "auto")
     if major in (8, 11, 12):
         return Expectation(
@@ -62,8 +67,9 @@ def expected_backends(
     if major == 9:
         if bf16:
             names = ("FLASHMLA_SPARSE",)
-            if profile and profile != "0.16":
-                names += ("FLASH_ATTN_MLA_SPARSE", "FLASHINFER_MLA_SPARSE_SM90")
+            names += tuple(
+                n for n in ("FLASH_ATTN_MLA_SPARSE", "FLASHINFER_MLA_SPARSE_SM90") if n in extra
+            )
             return Expectation(names, f"{label}: Hopper has native sparse MLA kernels")
         return Expectation(
             (),
@@ -73,10 +79,10 @@ def expected_backends(
     if major == 10:
         if bf16:
             names = ("FLASHMLA_SPARSE",)
-            if profile and profile != "0.16":
+            if "FLASH_ATTN_MLA_SPARSE_FA4" in extra:
                 names = ("FLASH_ATTN_MLA_SPARSE_FA4", "FLASHINFER_MLA_SPARSE", "FLASHMLA_SPARSE")
             return Expectation(names, f"{label}: Blackwell datacenter has native sparse kernels")
-        names = (TRITON,) if profile in (None, "0.16") else ("FLASHINFER_MLA_SPARSE", TRITON)
+        names = ("FLASHINFER_MLA_SPARSE", TRITON) if "FLASHINFER_MLA_SPARSE" in extra else (TRITON,)
         return Expectation(
             names,
             f"{label}: FlashMLASparse is bf16-only; the patch set's Triton backend is the "
