@@ -1,10 +1,10 @@
 """What glmops knows per GPU family, in one table.
 
 One entry per compute-capability family: its architecture, what the driver must be (open kernel
-modules, minimum CUDA and driver branch), the `--dtype` GGUF needs there, the attention backends a
-patched vLLM picks for GLM-5 on each vLLM layout (named by the patch set's profiles, `v0_16` and
-`v0_33`), and the GPUs the testbed simulates. Driver policy, serving, `vllm_install` and the
-testbed read it; adding a GPU family is one entry here plus its facts fixture
+modules, minimum CUDA and driver branch), the `--dtype` GGUF needs there, the attention backends
+a patched vLLM may pick for GLM-5, best first (a vLLM layout has some of them: its patch-set
+profile's `backends`), and the GPUs the testbed simulates. Driver policy, serving,
+`vllm_install` and the testbed read it; adding a GPU family is one entry here plus its facts fixture
 (`python3 -m glmops.testbed.facts_fixtures` writes it).
 
 Backends: FlashMLASparse is bf16-only on majors 9 and 10; FlashInfer's SM120 sparse backend takes
@@ -15,11 +15,10 @@ TRITON_MLA_SPARSE does, and it is the last SM100 fallback.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
+from collections.abc import Collection
 from dataclasses import dataclass, field
 
 CC = tuple[int, int]
-LAYOUTS = ("v0_16", "v0_33")
 TRITON = "TRITON_MLA_SPARSE"
 OPEN_REQUIRED = "open-required"
 OPEN_RECOMMENDED = "open-recommended"
@@ -28,24 +27,26 @@ PROPRIETARY_REQUIRED = "proprietary-required"
 
 @dataclass(frozen=True)
 class Backends:
-    """Backends acceptable for GLM-5 on one family, per layout, and the rule that says so."""
+    """Backends acceptable for GLM-5 on one family, best first, and the rule that says so.
 
-    bf16: Mapping[str, tuple[str, ...]]  # layout -> names, for bf16 (vLLM's auto)
-    other: Mapping[str, tuple[str, ...]]  # layout -> names, for any other dtype
+    A vLLM layout has only some of them (its patch-set profile's `backends`): those are expected.
+    """
+
+    bf16: tuple[str, ...]  # for bf16 (vLLM's auto)
+    other: tuple[str, ...]  # for any other dtype
     why_bf16: str
     why_other: str
 
-    def names(self, layout: str, bf16: bool) -> tuple[str, ...]:
-        return (self.bf16 if bf16 else self.other)[layout]
+    def names(self, available: Collection[str], bf16: bool) -> tuple[str, ...]:
+        return tuple(name for name in (self.bf16 if bf16 else self.other) if name in available)
 
     def why(self, bf16: bool) -> str:
         return self.why_bf16 if bf16 else self.why_other
 
 
 def _everywhere(names: tuple[str, ...], why: str) -> Backends:
-    """The same backends on every layout and dtype."""
-    each = {layout: names for layout in LAYOUTS}
-    return Backends(each, each, why, why)
+    """The same backends for every dtype."""
+    return Backends(names, names, why, why)
 
 
 NO_RULE = _everywhere((), "no rule for this GPU generation")
@@ -142,11 +143,8 @@ FAMILIES: tuple[GpuFamily, ...] = (
         570,
         gguf_dtype="float16",
         backends=Backends(
-            bf16={
-                "v0_16": ("FLASHMLA_SPARSE",),
-                "v0_33": ("FLASH_ATTN_MLA_SPARSE_FA4", "FLASHINFER_MLA_SPARSE", "FLASHMLA_SPARSE"),
-            },
-            other={"v0_16": (TRITON,), "v0_33": ("FLASHINFER_MLA_SPARSE", TRITON)},
+            bf16=("FLASH_ATTN_MLA_SPARSE_FA4", "FLASHINFER_MLA_SPARSE", "FLASHMLA_SPARSE"),
+            other=("FLASHINFER_MLA_SPARSE", TRITON),
             why_bf16="Blackwell datacenter has native sparse kernels",
             why_other="FlashMLASparse is bf16-only; the patch set's Triton backend is the "
             "last SM100 fallback",
@@ -166,11 +164,8 @@ FAMILIES: tuple[GpuFamily, ...] = (
         520,
         machine="aarch64",
         backends=Backends(
-            bf16={
-                "v0_16": ("FLASHMLA_SPARSE",),
-                "v0_33": ("FLASHMLA_SPARSE", "FLASH_ATTN_MLA_SPARSE", "FLASHINFER_MLA_SPARSE_SM90"),
-            },
-            other={"v0_16": (), "v0_33": ()},
+            bf16=("FLASHMLA_SPARSE", "FLASH_ATTN_MLA_SPARSE", "FLASHINFER_MLA_SPARSE_SM90"),
+            other=(),
             why_bf16="Hopper has native sparse MLA kernels",
             why_other="FlashMLASparse is bf16-only and the patch set adds no Hopper fallback; "
             "set vllm_expected_backend if this combination is intended",
@@ -186,11 +181,8 @@ FAMILIES: tuple[GpuFamily, ...] = (
         (11, 8),
         520,
         backends=Backends(
-            bf16={
-                "v0_16": ("FLASHMLA_SPARSE",),
-                "v0_33": ("FLASHMLA_SPARSE", "FLASH_ATTN_MLA_SPARSE", "FLASHINFER_MLA_SPARSE_SM90"),
-            },
-            other={"v0_16": (), "v0_33": ()},
+            bf16=("FLASHMLA_SPARSE", "FLASH_ATTN_MLA_SPARSE", "FLASHINFER_MLA_SPARSE_SM90"),
+            other=(),
             why_bf16="Hopper has native sparse MLA kernels",
             why_other="FlashMLASparse is bf16-only and the patch set adds no Hopper fallback; "
             "set vllm_expected_backend if this combination is intended",

@@ -66,7 +66,7 @@ def status_row(
         "host": name,
         "gpus": f"{facts.gpu_count}× cc {ccs}",
         "driver": f"{facts.driver_version or '-'} ({module})",
-        "vllm": f"{version or '-'} (profile {profile or '?'})",
+        "vllm": f"{version or '-'} (profile {profile.name if profile else '?'})",
         "patches": patches,
         "model": _model_text(model, single),
         "unit": unit_text,

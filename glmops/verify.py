@@ -23,10 +23,9 @@ from glmops.connection import Connection, ConnectionSettings, open_connection
 from glmops.context import helper_command, helper_reply, helper_stdin, sudo_wrap
 from glmops.errors import ExitCode, InputError
 from glmops.facts import HostFacts
-from glmops.gpus import LAYOUTS
 from glmops.inventory import Host, load_inventory
+from glmops.patchset.profiles import PROFILES, profile_by_name
 from glmops.serving import vllm_profile
-from glmops.serving.backends import layout_name
 
 PROJECT = Path(__file__).resolve().parent.parent
 HOST_TESTS = PROJECT / "tests" / "host"
@@ -99,14 +98,14 @@ def patched_layout_problem(facts: HostFacts) -> str | None:
     manifest = facts.patch_manifest or {}
     if not manifest.get("profile"):
         return None
-    patched = layout_name(str(manifest["profile"]))
-    if patched is None:
-        known = ", ".join(LAYOUTS)
+    try:
+        patched = profile_by_name(str(manifest["profile"]))
+    except KeyError:
+        known = ", ".join(p.name for p in PROFILES)
         return f"manifest profile {manifest['profile']!r} is no patch-set layout ({known})"
-    by_version, source = vllm_profile(dataclasses.replace(facts, patch_manifest=None), {})
-    installed = layout_name(by_version)
-    if installed is not None and installed != patched:
-        return f"the patches are for layout {patched}, but {source} is layout {installed}"
+    installed, source = vllm_profile(dataclasses.replace(facts, patch_manifest=None), {})
+    if installed is not None and installed.name != patched.name:
+        return f"the patches are for layout {patched.name}, but {source} is layout {installed.name}"
     return None
 
 

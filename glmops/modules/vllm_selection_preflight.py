@@ -1,6 +1,6 @@
 """vllm_selection_preflight: before (re)starting, ask the host's vLLM which backend it picks.
 
-Runs the patch-set helper (hosthelpers/vllm_preflight.py, issue 3) with the venv's python; a
+Runs the patch-set helper (hosthelpers/vllm_preflight.py) with the venv's python; a
 missing or unexpected backend fails the task with vLLM's reasons, so a deploy stops before a
 long model load. Read-only, so it also runs under --check. On a host without a usable GPU
 (a capability given, CUDA unavailable) the helper stubs vLLM's compiled kernel modules so that
@@ -10,18 +10,12 @@ vLLM's Python alone.
 
 from __future__ import annotations
 
-from importlib import resources
-
 from glmops.context import TaskContext
 from glmops.modules.base import Arg, Module, Plan, register
 from glmops.results import TaskResult
 from glmops.serving.preflight import parse_preflight
 
 HELPER = "vllm_preflight"
-
-
-def helper_available() -> bool:
-    return resources.files("glmops.hosthelpers").joinpath(f"{HELPER}.py").is_file()
 
 
 def stub_note(stubbed: list[str] | None) -> str:
@@ -53,13 +47,6 @@ class VllmSelectionPreflight(Module):
     def plan(self, ctx: TaskContext) -> Plan:
         if not self.params["enabled"]:
             return Plan(False, "preflight disabled by the inventory (vllm_preflight: false)")
-        if not helper_available():
-            return Plan(
-                False,
-                "no selection preflight: glmops/hosthelpers/vllm_preflight.py is not in this "
-                "glmops yet (patch-set issue 3); the journal backend check still runs after start",
-                data={"skipped": True},
-            )
         p = self.params
         args = {**p["args"], "dtype": p["dtype"]}
         if p["capability"]:

@@ -21,7 +21,7 @@ def render_backend(profile: Profile, options: dict) -> str:
     if kernel not in KERNELS:
         raise ValueError(f"kernel must be one of {KERNELS}, got {kernel!r}")
     return render(
-        "triton_mla_sparse.py.j2",
+        profile.backend_template,
         marker=f"{marker(NAME)} profile={profile.name} kernel={kernel}",
         template_version=TEMPLATE_VERSION,
         profile=profile.name,

@@ -19,7 +19,8 @@ SPARSE_COMMON = "vllm/model_executor/layers/attention/sparse_mla_attention.py"
 SPARSE_UTILS = "vllm/v1/attention/backends/mla/sparse_utils.py"
 TRITON_DECODE = "vllm/v1/attention/ops/triton_decode_attention.py"
 BACKEND_TARGET = "vllm/v1/attention/backends/mla/triton_mla_sparse.py"
-VERSION_FILE = "vllm/_version.py"
+IN_TREE_GGUF = "in-tree"
+PLUGIN_GGUF = "vllm-gguf-plugin"
 # The DSA indexer item (2e): the op that calls DeepGEMM, its metadata builder, our fallback.
 SPARSE_INDEXER = "vllm/model_executor/layers/sparse_attn_indexer.py"
 INDEXER_BUILDER = "vllm/v1/attention/backends/mla/indexer.py"
@@ -54,10 +55,39 @@ class Anchor:
 
 @dataclass(frozen=True)
 class Profile:
+    """One vLLM layout and everything that differs by layout; the only home of layout names.
+
+    The patch set, the templates and serving all read these fields, so a new layout is one
+    profile plus its template blocks.
+    """
+
     name: str
     description: str
     anchors: tuple[Anchor, ...]
     mla_priority_lists: int  # `return [...]` lists in the MLA branch of _get_backend_priorities
+    #: Template (templates/vllm/) that fills triton_mla_sparse.py.j2's layout blocks.
+    backend_template: str
+    #: GGUF loader: the in-tree one reads one file; vllm-gguf-plugin loads the split shards.
+    gguf_loader: str
+    #: Upstream sparse MLA backends this layout has beyond FLASHMLA_SPARSE.
+    extra_backends: tuple[str, ...]
+    #: Release versions of this layout, [min, max) as (major, minor); max None = open. Only a
+    #: fallback for hosts without a patch manifest: detection reads the anchors.
+    versions: tuple[tuple[int, int], tuple[int, int] | None]
+
+    @property
+    def backends(self) -> tuple[str, ...]:
+        """The sparse MLA backends this layout has once patched."""
+        return ("FLASHMLA_SPARSE", "TRITON_MLA_SPARSE", *self.extra_backends)
+
+    @property
+    def gguf_single_file(self) -> bool:
+        return self.gguf_loader == IN_TREE_GGUF
+
+    def covers(self, version: str | None) -> bool:
+        parsed = _major_minor(version)
+        low, high = self.versions
+        return parsed is not None and low <= parsed and (high is None or parsed < high)
 
 
 _COMMON = (
@@ -110,6 +140,10 @@ PROFILES: tuple[Profile, ...] = (
             ),
         ),
         mla_priority_lists=2,
+        backend_template="layouts/v0_16.triton_mla_sparse.py.j2",
+        gguf_loader=IN_TREE_GGUF,
+        extra_backends=(),
+        versions=((0, 16), (0, 24)),
     ),
     Profile(
         name="v0_33",
@@ -140,6 +174,15 @@ PROFILES: tuple[Profile, ...] = (
             Anchor(SPARSE_UTILS, "flat_kv_row_view", r"^def flat_kv_row_view\("),
         ),
         mla_priority_lists=3,
+        backend_template="layouts/v0_33.triton_mla_sparse.py.j2",
+        gguf_loader=PLUGIN_GGUF,
+        extra_backends=(
+            "FLASH_ATTN_MLA_SPARSE",
+            "FLASHINFER_MLA_SPARSE_SM90",
+            "FLASH_ATTN_MLA_SPARSE_FA4",
+            "FLASHINFER_MLA_SPARSE",
+        ),
+        versions=((0, 24), None),
     ),
 )
 
@@ -162,7 +205,7 @@ class UnsupportedLayout(Exception):  # noqa: N818 - public name fixed by the eng
 def anchor_files() -> list[str]:
     """Every file READ must fetch: all profiles' anchors plus the files the items write."""
     paths = {a.path for p in PROFILES for a in p.anchors}
-    paths |= {REGISTRY, CUDA, BACKEND_TARGET, VERSION_FILE, *ITEM_FILES}
+    paths |= {REGISTRY, CUDA, BACKEND_TARGET, *ITEM_FILES}
     return sorted(paths)
 
 
@@ -183,14 +226,18 @@ def detect_profile(sources: dict[str, str | None]) -> Profile:
 
 
 def profile_by_name(name: str) -> Profile:
+    """The profile called `name`; KeyError lists the known names."""
     for profile in PROFILES:
         if profile.name == name:
             return profile
-    raise KeyError(name)
+    raise KeyError(f"no vLLM layout {name!r} (known: {', '.join(p.name for p in PROFILES)})")
 
 
-def vllm_version(sources: dict[str, str | None]) -> str | None:
-    """Informational only (the manifest records it); never used to choose a profile."""
-    text = sources.get(VERSION_FILE) or ""
-    m = re.search(r"^(?:__version__|version)\s*(?::[^=]*)?=\s*['\"]([^'\"]+)['\"]", text, re.M)
-    return m.group(1) if m else None
+def profile_for_version(version: str | None) -> Profile | None:
+    """The layout a vLLM release of this version has, from the profiles' version ranges."""
+    return next((p for p in PROFILES if p.covers(version)), None)
+
+
+def _major_minor(version: str | None) -> tuple[int, int] | None:
+    match = re.match(r"^(\d+)\.(\d+)", version or "")
+    return (int(match[1]), int(match[2])) if match else None

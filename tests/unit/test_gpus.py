@@ -18,15 +18,18 @@ BASE = FIXTURES / "h200.json"  # a real H200 host, probed through NVML
 REAL_H200 = FIXTURES / "h200-nvidia-smi.json"  # the same host, probed through nvidia-smi
 
 
-def test_layouts_are_the_patch_sets_profiles() -> None:
-    assert tuple(p.name for p in PROFILES) == gpus.LAYOUTS
-
-
 @pytest.mark.parametrize("entry", gpus.FAMILIES, ids=lambda f: f.key)
-def test_every_family_has_backends_for_every_layout_and_dtype(entry: gpus.GpuFamily) -> None:
-    for layout in gpus.LAYOUTS:
-        for bf16 in (True, False):
-            assert isinstance(entry.backends.names(layout, bf16), tuple)
+def test_every_backend_in_the_table_exists_in_some_layout(entry: gpus.GpuFamily) -> None:
+    """A name no layout has (a typo, a renamed backend) could never be expected."""
+    known = {name for layout in PROFILES for name in layout.backends}
+    assert set(entry.backends.bf16 + entry.backends.other) <= known, entry.key
+
+
+def test_a_layout_expects_only_the_backends_it_has() -> None:
+    sm100 = gpus.family((10, 0))
+    oldest, newest = PROFILES[0], PROFILES[-1]
+    assert sm100.backends.names(oldest.backends, True) == ("FLASHMLA_SPARSE",)
+    assert sm100.backends.names(newest.backends, True) == sm100.backends.bf16
 
 
 def test_capabilities_0_0_to_12_9_each_belong_to_exactly_one_family_per_machine() -> None:

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from glmops.facts import parse_facts
+from glmops.patchset.profiles import PROFILES, profile_by_name
 from glmops.serving import (
     ServeError,
     expected_backends,
@@ -22,21 +22,11 @@ from glmops.serving import (
 )
 from glmops.serving.journal import failure_summary
 from glmops.serving.preflight import parse_preflight
+from tests.manifests import written_manifest
+from tests.serving_inputs import BASE, facts
 
+V0_16, V0_33 = profile_by_name("v0_16"), profile_by_name("v0_33")
 H200 = json.loads((Path(__file__).parents[1] / "fixtures/facts/h200.json").read_text())
-
-
-def facts(count: int, cc: str, vllm: str | None = "0.16.0", manifest: Any = None):
-    gpus = [{"index": i, "name": "GPU", "compute_cap": cc} for i in range(count)]
-    venv = {"path": "/opt/venv", "vllm_version": vllm} if vllm else None
-    return parse_facts({"gpus": gpus, "venv": venv, "patch_manifest": manifest})
-
-
-BASE = {
-    "vllm_venv": "/opt/venv",
-    "vllm_model": "/models/GLM-5-UD-Q4_K_XL.gguf",
-    "glm5_hf_config_dir": "/models/glm-5-hf",
-}
 
 
 def test_rtx_pro_6000_x8_gets_tp8_and_float16() -> None:
@@ -56,7 +46,7 @@ def test_rtx_pro_6000_x8_gets_tp8_and_float16() -> None:
 
 
 def test_h200_fixture_keeps_auto_dtype_and_expects_flashmla_sparse() -> None:
-    config = serve_flags(parse_facts(H200), {**BASE, "vllm_profile": "0.16"})
+    config = serve_flags(parse_facts(H200), {**BASE, "vllm_profile": "v0_16"})
     assert "--dtype" not in config.argv and config.effective_dtype == "bfloat16"
     assert config.tensor_parallel == 1
     assert config.expectation.names == ("FLASHMLA_SPARSE",)
@@ -88,11 +78,11 @@ def test_overrides_and_refusals() -> None:
     assert "9000" in port.argv and port.argv[-1] == "-O3"
 
 
-def test_profile_and_single_file() -> None:
-    assert vllm_profile(facts(1, "9.0", "0.16.0rc2.dev313"), {})[0] == "0.16"
-    assert vllm_profile(facts(1, "9.0", "0.33.0"), {})[0] == "0.33"
-    assert vllm_profile(facts(1, "9.0", "0.33.0", {"profile": "0.16"}), {})[0] == "0.16"
+def test_profile_and_single_file(tmp_path: Path) -> None:
+    assert vllm_profile(facts(1, "9.0", "0.16.0rc2.dev313"), {})[0] == V0_16
+    assert vllm_profile(facts(1, "9.0", "0.33.0"), {})[0] == V0_33
     assert vllm_profile(facts(1, "9.0", None), {})[0] is None
+    assert vllm_profile(facts(1, "9.0", "0.9.2"), {})[0] is None  # no layout covers it
     assert needs_single_file(facts(1, "9.0", "0.16.0"), {})[0] is True
     assert needs_single_file(facts(1, "9.0", "0.33.0"), {})[0] is False
     assert needs_single_file(facts(1, "9.0", None), {})[0] is True  # unknown: merge to be safe
@@ -100,6 +90,23 @@ def test_profile_and_single_file() -> None:
         False,
         "inventory variable gguf_needs_single_file",
     )
+    with pytest.raises(ServeError, match="known: v0_16, v0_33"):
+        vllm_profile(facts(1, "9.0", "0.16.0"), {"vllm_profile": "0.16"})
+
+
+@pytest.mark.parametrize("name", [p.name for p in PROFILES])
+def test_manifest_layout_decides_the_merge(tmp_path: Path, name: str) -> None:
+    """The layout a patched host's manifest names (written by the patch helper) wins over the
+    version, and decides whether the shards are merged: a 0.16 host reads one file."""
+    manifest = written_manifest(tmp_path / "site-packages", name)
+    layout = profile_by_name(name)
+    other = "0.33.0" if layout.gguf_single_file else "0.16.0"  # the manifest must win
+    host = facts(1, "12.0", other, manifest)
+    assert vllm_profile(host, {}) == (layout, "the patch manifest on the host")
+    single, why = needs_single_file(host, {})
+    assert single is layout.gguf_single_file and name in why
+    config = serve_flags(facts(8, "12.0", other, manifest), BASE)
+    assert config.profile == name and config.as_data()["profile"] == name
 
 
 def test_gguf_loader_problem_names_the_missing_plugin() -> None:
@@ -116,12 +123,16 @@ def test_gguf_loader_problem_names_the_missing_plugin() -> None:
 
 
 def test_expected_backend_table() -> None:
-    assert expected_backends((12, 1), "float16", "0.33").names == ("TRITON_MLA_SPARSE",)
-    assert expected_backends((8, 9), "bfloat16", "0.16").names == ("TRITON_MLA_SPARSE",)
-    assert expected_backends((9, 0), "float16", "0.16").names == ()
-    assert "FLASHMLA_SPARSE" in expected_backends((10, 0), "bfloat16", "0.33").names
-    assert expected_backends(None, "bfloat16", "0.16").names == ()
-    assert expected_backends((12, 0), "float16", "0.16", forced="custom").names == ("CUSTOM",)
+    assert expected_backends((12, 1), "float16", V0_33).names == ("TRITON_MLA_SPARSE",)
+    assert expected_backends((8, 9), "bfloat16", V0_16).names == ("TRITON_MLA_SPARSE",)
+    assert expected_backends((9, 0), "float16", V0_16).names == ()
+    assert expected_backends((9, 0), "bfloat16", V0_16).names == ("FLASHMLA_SPARSE",)
+    assert len(expected_backends((9, 0), "bfloat16", V0_33).names) == 3
+    assert "FLASHMLA_SPARSE" in expected_backends((10, 0), "bfloat16", V0_33).names
+    assert expected_backends((10, 0), "float16", V0_16).names == ("TRITON_MLA_SPARSE",)
+    assert expected_backends((10, 0), "float16", V0_33).names[0] == "FLASHINFER_MLA_SPARSE"
+    assert expected_backends(None, "bfloat16", V0_16).names == ()
+    assert expected_backends((12, 0), "float16", V0_16, forced="custom").names == ("CUSTOM",)
     assert expected_backends((12, 0), "x", None, override=["a", "B"]).names == ("A", "B")
 
 

@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+import hashlib
+from pathlib import Path
 from typing import Any
 
+from glmops.patchset.profiles import BACKEND_TARGET
 from glmops.serving import serve_flags
 from glmops.serving.patches import manifest_files, patch_state
 from glmops.status import status_row
-from tests.unit.test_serving import BASE, facts
+from tests.manifests import written_manifest
+from tests.serving_inputs import BASE, facts
 
-VARS = {**BASE, "gguf_shards": "/m", "vllm_profile": "0.16"}
+VARS = {**BASE, "gguf_shards": "/m", "vllm_profile": "v0_16"}
 MERGED = "/m/GLM-5.gguf"
 
 
@@ -45,7 +49,7 @@ def raw_facts() -> dict[str, Any]:
 def test_healthy_host_has_no_drift() -> None:
     row = status_row("gpu1", raw_facts(), observed(), VARS)
     assert row["gpus"] == "8× cc 12.0" and row["driver"] == "580.95.05 (open)"
-    assert row["vllm"] == "0.16.0 (profile 0.16)" and row["patches"] == "missing"
+    assert row["vllm"] == "0.16.0 (profile v0_16)" and row["patches"] == "missing"
     assert row["model"] == "10 shards, merged + verified" and row["health"] == "200"
     assert row["backend"] == "TRITON_MLA_SPARSE (expected)" and row["drift"] == []
 
@@ -88,21 +92,19 @@ def test_missing_unit_and_no_backend() -> None:
     assert any("reasons {X: [y]}" in d for d in row["drift"])
 
 
-def test_patch_state() -> None:
-    manifest = {
-        "profile": "0.16",
-        "files": [
-            {"path": "vllm/a.py", "sha256_after": "a" * 64},
-            {"path": "/abs/b.py", "after": "b" * 64},
-        ],
-    }
-    wanted = manifest_files(manifest, "/site")
-    assert wanted == {"/site/vllm/a.py": "a" * 64, "/abs/b.py": "b" * 64}
+def test_patch_state(tmp_path: Path) -> None:
+    site = tmp_path / "site-packages"
+    manifest = written_manifest(site, "v0_16")
+    wanted = manifest_files(manifest, str(site))
+    [(path, sha)] = wanted.items()
     assert (
-        patch_state(manifest, wanted, {"/site/vllm/a.py": "a" * 64, "/abs/b.py": "b" * 64})[0]
-        == "applied"
+        path == str(site / BACKEND_TARGET)
+        and sha == hashlib.sha256(Path(path).read_bytes()).hexdigest()
     )
-    state, details = patch_state(manifest, wanted, {"/site/vllm/a.py": "c" * 64})
-    assert state == "drifted" and len(details) == 2
+    assert patch_state(manifest, wanted, {path: sha})[0] == "applied"
+    state, details = patch_state(manifest, wanted, {path: "c" * 64})
+    assert state == "drifted" and details == [
+        f"{path}: sha256 {'c' * 12}, manifest says {sha[:12]}"
+    ]
+    assert patch_state(manifest, wanted, {})[1] == [f"{path}: absent"]
     assert patch_state(None, {}, {})[0] == "missing"
-    assert manifest_files({"files": {"x.py": "d" * 64}}, "/s") == {"/s/x.py": "d" * 64}
