@@ -1,0 +1,117 @@
+"""vllm-router: its command line, and its admin API for keeping the worker list in step.
+
+vllm-router (PyPI `vllm-router`) sends OpenAI-API requests to a list of vLLM servers, retries
+on failure and checks their health. Its admin endpoints: `GET /list_workers`,
+`POST /add_worker?url=U` (which returns only once U answers `/health`, up to the router's
+`--worker-startup-timeout-secs`) and `POST /remove_worker?url=U`.
+"""
+
+from __future__ import annotations
+
+import json
+import urllib.parse
+import urllib.request
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from glmops.errors import GlmopsError
+
+
+class RouterError(GlmopsError):
+    """The router did not answer as expected (down, refused, or an unexpected reply)."""
+
+
+def router_argv(
+    executable: str,
+    *,
+    host: str,
+    port: int,
+    workers: Sequence[str],
+    policy: str = "round_robin",
+    health_interval_s: int = 5,
+    startup_timeout_s: int = 1800,
+    extra: Sequence[str] = (),
+) -> list[str]:
+    """The router's ExecStart argv. Health checks every few seconds (the router's default is
+    60 s, too slow to take a dead replica out of rotation); a long start-up wait, because an
+    added replica may still be loading its model."""
+    argv = [
+        executable,
+        "--host",
+        host,
+        "--port",
+        str(port),
+        "--policy",
+        policy,
+        "--health-check-interval-secs",
+        str(health_interval_s),
+        "--worker-startup-timeout-secs",
+        str(startup_timeout_s),
+    ]
+    if workers:
+        argv += ["--worker-urls", *workers]
+    return [*argv, *extra]
+
+
+@dataclass(frozen=True)
+class WorkerChanges:
+    """What makes the router's list equal the wanted one."""
+
+    add: tuple[str, ...]
+    remove: tuple[str, ...]
+
+    @property
+    def empty(self) -> bool:
+        return not self.add and not self.remove
+
+
+def worker_changes(current: Sequence[str], wanted: Sequence[str]) -> WorkerChanges:
+    norm_current = {_norm(u): u for u in current}
+    norm_wanted = {_norm(u): u for u in wanted}
+    return WorkerChanges(
+        add=tuple(u for n, u in norm_wanted.items() if n not in norm_current),
+        remove=tuple(u for n, u in norm_current.items() if n not in norm_wanted),
+    )
+
+
+def _norm(url: str) -> str:
+    return url.rstrip("/")
+
+
+class RouterClient:
+    """The admin API of one running vllm-router."""
+
+    def __init__(self, base_url: str, *, timeout: float = 10.0):
+        self.base_url = base_url.rstrip("/")
+        self.timeout = timeout
+
+    def workers(self) -> list[str]:
+        reply = self._call("GET", "/list_workers")
+        urls = reply.get("urls") if isinstance(reply, dict) else None
+        if not isinstance(urls, list):
+            raise RouterError(f"{self.base_url}/list_workers: unexpected reply {reply!r}")
+        return [str(u) for u in urls]
+
+    def add(self, url: str, *, timeout: float | None = None) -> None:
+        """Add a worker; returns once the router has found it healthy (bounded by `timeout`)."""
+        self._call("POST", "/add_worker?" + urllib.parse.urlencode({"url": url}), timeout)
+
+    def remove(self, url: str) -> None:
+        self._call("POST", "/remove_worker?" + urllib.parse.urlencode({"url": url}))
+
+    def _call(self, method: str, path: str, timeout: float | None = None) -> object:
+        request = urllib.request.Request(self.base_url + path, method=method)
+        try:
+            with urllib.request.urlopen(request, timeout=timeout or self.timeout) as response:
+                body = response.read().decode("utf-8", "replace")
+        except urllib.error.HTTPError as error:
+            detail = error.read().decode("utf-8", "replace")[:300]
+            raise RouterError(
+                f"{method} {self.base_url}{path}: HTTP {error.code}: {detail}"
+            ) from error
+        except OSError as error:
+            raise RouterError(f"{method} {self.base_url}{path}: {error}") from error
+        try:
+            return json.loads(body) if body.strip() else {}
+        except ValueError:
+            return {"text": body}

@@ -1,0 +1,194 @@
+"""The fleet an inventory describes: replicas (one host, or a gang of hosts) and the router.
+
+Growing from one host to a fleet is an inventory edit only:
+
+- every serving host is a replica of its own, unless hosts share a `replica: NAME` variable:
+  those hosts are one gang (one vLLM replica on vLLM's multi-node runtime), ranked by
+  `node_rank` (default: inventory order); rank 0 is the head, the others run headless;
+- `router_host: NAME` (an inventory host; `connection: local` for the controller) runs
+  vllm-router in front of every replica's head.
+
+Pure: reads the loaded inventory, touches no host.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from glmops.errors import InputError
+from glmops.inventory import Host, Inventory
+
+DEFAULT_VLLM_PORT = 8000
+DEFAULT_ROUTER_PORT = 30000
+BACKENDS = ("mp", "ray")
+
+
+@dataclass(frozen=True)
+class Member:
+    """One host of a replica, with its rank in the replica's gang."""
+
+    host: str
+    address: str
+    rank: int
+
+    @property
+    def is_head(self) -> bool:
+        return self.rank == 0
+
+
+@dataclass(frozen=True)
+class Replica:
+    """One vLLM replica: served by its head; a gang when it spans more than one host."""
+
+    name: str
+    members: tuple[Member, ...]
+    port: int
+    backend: str  # "mp" (vLLM's own multi-node runtime) or "ray"
+
+    @property
+    def head(self) -> Member:
+        return self.members[0]
+
+    @property
+    def is_gang(self) -> bool:
+        return len(self.members) > 1
+
+    @property
+    def url(self) -> str:
+        """What the router sends requests to: the head's API server."""
+        return f"http://{self.head.address}:{self.port}"
+
+    def member(self, host: str) -> Member:
+        return next(m for m in self.members if m.host == host)
+
+    def restart_order(self) -> tuple[Member, ...]:
+        """Workers first, then the head: the head waits for every rank at start-up."""
+        return tuple(m for m in self.members if not m.is_head) + (self.head,)
+
+
+@dataclass(frozen=True)
+class Router:
+    host: str
+    address: str
+    port: int
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.address}:{self.port}"
+
+
+@dataclass(frozen=True)
+class Fleet:
+    replicas: tuple[Replica, ...]
+    router: Router | None
+
+    def replica_of(self, host: str) -> Replica:
+        return next(r for r in self.replicas if any(m.host == host for m in r.members))
+
+    @property
+    def worker_urls(self) -> tuple[str, ...]:
+        """The router's worker list: one URL per replica (its head), in inventory order."""
+        return tuple(r.url for r in self.replicas)
+
+
+def fleet_from_inventory(inventory: Inventory, serving: Iterable[Host]) -> Fleet:
+    """The fleet of `serving` hosts (e.g. a deploy play's hosts) and the inventory's router."""
+    where = str(inventory.path)
+    by_name: dict[str, list[Host]] = {}
+    for host in serving:
+        by_name.setdefault(str(host.vars.get("replica") or host.name), []).append(host)
+    replicas = tuple(_replica(name, hosts, where) for name, hosts in by_name.items())
+    return Fleet(replicas, _router(inventory, where))
+
+
+def _replica(name: str, hosts: list[Host], where: str) -> Replica:
+    ranks = _ranks(hosts, where)
+    if sorted(ranks) != list(range(len(hosts))):
+        listed = ", ".join(f"{h.name}={r}" for h, r in zip(hosts, ranks, strict=True))
+        raise InputError(
+            f"replica '{name}': node_rank must number its hosts 0..{len(hosts) - 1} once each "
+            f"(got {listed})",
+            source=where,
+        )
+    members = sorted(
+        (Member(h.name, h.connection.address, r) for h, r in zip(hosts, ranks, strict=True)),
+        key=lambda m: m.rank,
+    )
+    head_vars = hosts[ranks.index(0)].vars
+    for setting in ("vllm_port", "multinode_backend", "vllm_tensor_parallel_size"):
+        _same_everywhere(name, hosts, setting, where)
+    backend = str(head_vars.get("multinode_backend", "mp"))
+    if backend not in BACKENDS:
+        raise InputError(
+            f"replica '{name}': multinode_backend must be one of {', '.join(BACKENDS)}, "
+            f"got {backend!r}",
+            source=where,
+        )
+    port = _int(hosts[0], "vllm_port", DEFAULT_VLLM_PORT, where)
+    return Replica(name, tuple(members), port, backend)
+
+
+def _ranks(hosts: list[Host], where: str) -> list[int]:
+    """Each host's rank: its `node_rank`, else the lowest rank nobody claimed, in file order."""
+    explicit = {h.name: _int(h, "node_rank", -1, where) for h in hosts if "node_rank" in h.vars}
+    free = (rank for rank in range(len(hosts)) if rank not in explicit.values())
+    return [explicit[h.name] if h.name in explicit else next(free, -1) for h in hosts]
+
+
+def _router(inventory: Inventory, where: str) -> Router | None:
+    names = {
+        str(h.vars["router_host"]) for h in inventory.hosts.values() if h.vars.get("router_host")
+    }
+    if not names:
+        return None
+    if len(names) > 1:
+        raise InputError(
+            f"router_host differs between hosts: {', '.join(sorted(names))}", source=where
+        )
+    name = names.pop()
+    host = inventory.hosts.get(name)
+    if host is None:
+        raise InputError(f"router_host '{name}' is not a host of this inventory", source=where)
+    address = "127.0.0.1" if host.connection.connection == "local" else host.connection.address
+    return Router(name, address, _int(host, "router_port", DEFAULT_ROUTER_PORT, where))
+
+
+def _same_everywhere(name: str, hosts: list[Host], setting: str, where: str) -> None:
+    values = {repr(h.vars.get(setting)) for h in hosts}
+    if len(values) > 1:
+        listed = ", ".join(f"{h.name}={h.vars.get(setting)!r}" for h in hosts)
+        raise InputError(
+            f"replica '{name}': the hosts of one gang need the same {setting} (got {listed})",
+            source=where,
+        )
+
+
+def _int(host: Host, key: str, default: int, where: str) -> int:
+    value: Any = host.vars.get(key, default)
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise InputError(
+            f"host '{host.name}': {key} must be an integer, got {value!r}", source=where
+        )
+    return value
+
+
+def as_data(fleet: Fleet) -> Mapping[str, Any]:
+    """JSON-able view for templates, `register:` and `glmops status --json`."""
+    return {
+        "router": None
+        if fleet.router is None
+        else {"host": fleet.router.host, "url": fleet.router.url},
+        "replicas": [
+            {
+                "name": r.name,
+                "url": r.url,
+                "backend": r.backend,
+                "members": [
+                    {"host": m.host, "address": m.address, "rank": m.rank} for m in r.members
+                ],
+            }
+            for r in fleet.replicas
+        ],
+    }

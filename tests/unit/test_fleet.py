@@ -1,0 +1,146 @@
+"""The fleet's shape from an inventory, each gang member's flags, and the router's command line."""
+
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from glmops.errors import InputError
+from glmops.fleet.multinode import (
+    Route,
+    data_parallel_args,
+    gang_args,
+    gang_env,
+    parse_route,
+    ray_start_argv,
+    route_peer,
+)
+from glmops.fleet.router import router_argv, worker_changes
+from glmops.fleet.topology import fleet_from_inventory
+from glmops.inventory import load_inventory
+
+FLEET = """
+all:
+  vars: {router_host: ctl, vllm_port: 8000}
+  children:
+    serving:
+      hosts:
+        r1: {address: 10.0.0.1}
+        r2: {address: 10.0.0.2}
+        g2: {address: 10.0.1.2, replica: big, node_rank: 1}
+        g1: {address: 10.0.1.1, replica: big}
+    local:
+      hosts:
+        ctl: {connection: local, router_port: 30001}
+"""
+
+
+def fleet_of(tmp_path: Path, text: str, group: str = "serving"):
+    path = tmp_path / "hosts.yml"
+    path.write_text(textwrap.dedent(text))
+    inventory = load_inventory(path)
+    return fleet_from_inventory(inventory, inventory.select(group))
+
+
+def test_single_hosts_are_replicas_and_shared_names_are_gangs(tmp_path: Path) -> None:
+    fleet = fleet_of(tmp_path, FLEET)
+    assert [r.name for r in fleet.replicas] == ["r1", "r2", "big"]
+    big = fleet.replicas[2]
+    assert big.is_gang and big.head.host == "g1" and big.head.address == "10.0.1.1"
+    assert [m.host for m in big.restart_order()] == ["g2", "g1"], "workers before the head"
+    assert fleet.worker_urls == (
+        "http://10.0.0.1:8000",
+        "http://10.0.0.2:8000",
+        "http://10.0.1.1:8000",
+    )
+    assert fleet.router is not None and fleet.router.url == "http://127.0.0.1:30001"
+    assert fleet.replica_of("g2") is big
+
+
+def test_gang_ranks_must_be_a_permutation(tmp_path: Path) -> None:
+    bad = FLEET.replace("node_rank: 1", "node_rank: 2")
+    with pytest.raises(InputError, match=r"replica 'big': node_rank must number its hosts 0\.\.1"):
+        fleet_of(tmp_path, bad)
+
+
+def test_gang_members_must_agree_on_the_port(tmp_path: Path) -> None:
+    bad = FLEET.replace("replica: big, node_rank: 1", "replica: big, node_rank: 1, vllm_port: 9")
+    with pytest.raises(InputError, match="same vllm_port") as raised:
+        fleet_of(tmp_path, bad)
+    assert str(tmp_path / "hosts.yml") in str(raised.value), "the error names the inventory"
+
+
+def test_router_host_must_be_in_the_inventory(tmp_path: Path) -> None:
+    with pytest.raises(InputError, match="router_host 'nope' is not a host"):
+        fleet_of(tmp_path, FLEET.replace("router_host: ctl", "router_host: nope"))
+
+
+def test_no_router_host_means_no_router(tmp_path: Path) -> None:
+    assert fleet_of(tmp_path, FLEET.replace("router_host: ctl, ", "")).router is None
+
+
+def test_gang_members_get_vllm_multinode_flags(tmp_path: Path) -> None:
+    big = fleet_of(tmp_path, FLEET).replicas[2]
+    head, worker = big.members
+    assert gang_args(big, head) == [
+        "--nnodes", "2", "--node-rank", "0", "--master-addr", "10.0.1.1", "--master-port", "29501",
+    ]  # fmt: skip
+    assert gang_args(big, worker) == [
+        "--nnodes", "2", "--node-rank", "1", "--master-addr", "10.0.1.1", "--master-port", "29501",
+        "--headless",
+    ]  # fmt: skip
+    single = fleet_of(tmp_path, FLEET).replicas[0]
+    assert gang_args(single, single.head) == [], "a one-host replica is plain vllm serve"
+    assert route_peer(big, head) is worker and route_peer(big, worker) is head
+
+
+def test_data_parallel_followers_start_at_their_first_rank(tmp_path: Path) -> None:
+    big = fleet_of(tmp_path, FLEET).replicas[2]
+    head, worker = big.members
+    assert data_parallel_args(big, head, local_size=2)[:2] == ["--data-parallel-size", "4"]
+    assert data_parallel_args(big, worker, local_size=2)[-3:] == [
+        "--headless", "--data-parallel-start-rank", "2",
+    ]  # fmt: skip
+    with pytest.raises(ValueError, match="at least 1"):
+        data_parallel_args(big, worker, local_size=0)
+
+
+def test_route_picks_interface_and_source_address() -> None:
+    text = '[{"dst":"10.0.1.2","dev":"eth1","prefsrc":"10.0.1.1","flags":[],"uid":0,"cache":[]}]'
+    route = parse_route(text, "10.0.1.2")
+    assert route == Route("eth1", "10.0.1.1")
+    assert gang_env(route) == {
+        "VLLM_HOST_IP": "10.0.1.1",
+        "GLOO_SOCKET_IFNAME": "eth1",
+        "NCCL_SOCKET_IFNAME": "eth1",
+    }
+    with pytest.raises(ValueError, match="no usable route to 10.9.9.9"):
+        parse_route("RTNETLINK answers: Network is unreachable", "10.9.9.9")
+
+
+def test_ray_units_start_head_then_join_it(tmp_path: Path) -> None:
+    big = fleet_of(tmp_path, FLEET).replicas[2]
+    head, worker = big.members
+    assert ray_start_argv(big, head, Route("eth1", "10.0.1.1"), "/opt/vllm/bin/ray") == [
+        "/opt/vllm/bin/ray", "start", "--head", "--port", "6379",
+        "--node-ip-address", "10.0.1.1", "--block",
+    ]  # fmt: skip
+    assert ray_start_argv(big, worker, Route("eth1", "10.0.1.2")) == [
+        "ray", "start", "--address", "10.0.1.1:6379", "--node-ip-address", "10.0.1.2", "--block",
+    ]  # fmt: skip
+
+
+def test_router_argv_and_worker_list_changes() -> None:
+    argv = router_argv(
+        "/opt/r/bin/vllm-router", host="0.0.0.0", port=30000, workers=["http://a:8000"]
+    )
+    assert argv[argv.index("--worker-urls") + 1 :] == ["http://a:8000"]
+    assert argv[argv.index("--health-check-interval-secs") + 1] == "5"
+    assert "--worker-urls" not in router_argv("r", host="h", port=1, workers=[])
+    changes = worker_changes(
+        ["http://a:8000/", "http://b:8000"], ["http://a:8000", "http://c:8000"]
+    )
+    assert changes.add == ("http://c:8000",) and changes.remove == ("http://b:8000",)
+    assert worker_changes(["http://a:8000"], ["http://a:8000/"]).empty
