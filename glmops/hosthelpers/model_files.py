@@ -16,8 +16,9 @@ writes and deletes nothing.
 import hashlib
 import json
 import os
-import sys
 from concurrent.futures import ThreadPoolExecutor
+
+from _envelope import failure, main
 
 STATE = ".glmops-model-state.json"
 MANIFEST = ".glmops-model-manifest.json"
@@ -43,7 +44,8 @@ def preflight(args):
     free = st.f_bavail * st.f_frsize
     ok = free >= needed
     msg = f"{mount}: {needed} bytes needed, {free} free"
-    return {"failed": False, "ok": ok, "path": mount, "needed": needed, "free": free, "msg": msg}
+    reply = {"failed": False, "changed": False, "ok": ok, "path": mount, "needed": needed}
+    return {**reply, "free": free, "msg": msg}
 
 
 def sha256(path):
@@ -129,18 +131,14 @@ def verify(args):
     }
 
 
-def main(argv):
-    args = json.loads(argv[1]) if len(argv) > 1 else {}
+def run(args):
     mode = args.get("mode")
     if mode == "preflight":
-        out = preflight(args)
-    elif mode == "verify":
-        out = verify(args)
-    else:
-        out = {"failed": True, "msg": f"unknown mode {mode!r}"}
-    print(json.dumps(out))
-    return 0
+        return preflight(args)
+    if mode == "verify":
+        return verify(args)
+    return failure(f"unknown mode {mode!r}")
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv))
+    main(run)
