@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from glmops.context import helper_source
+from glmops.context import helper_command, helper_stdin
 from glmops.errors import InputError
 from glmops.model.access import RunKey, authorize_script, revoke_script
 from glmops.model.manifest import FileEntry, Manifest
@@ -47,8 +47,10 @@ def test_source_declaration_and_its_errors() -> None:
 
 
 def run_helper(args: dict) -> dict:
+    """The helper as a host runs it: the engine's launcher, arguments on stdin."""
     proc = subprocess.run(
-        [sys.executable, "-c", helper_source("model_files"), json.dumps(args)],
+        ["sh", "-c", helper_command("model_files", sys.executable)],
+        input=helper_stdin("model_files", args),
         capture_output=True,
         text=True,
         check=True,
