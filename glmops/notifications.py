@@ -46,7 +46,7 @@ def write_pending(ctx: TaskContext, key: str, pending: set[str], known: set[str]
     if not plays:
         ctx.run(f"rm -f {quote(path)}", check=True, what="clear pending handlers")
         return
-    text = json.dumps({"version": FORMAT_VERSION, "plays": plays}, sort_keys=True)
+    text = format_pending(plays)
     folder = path.rsplit("/", 1)[0]
     ctx.run(
         f"mkdir -p {quote(folder)} && printf '%s' {quote(text)} "
@@ -56,11 +56,17 @@ def write_pending(ctx: TaskContext, key: str, pending: set[str], known: set[str]
     )
 
 
-def _read(ctx: TaskContext) -> dict[str, list[str]]:
-    result = ctx.run(f"cat {quote(_path(ctx))} 2>/dev/null")
+def format_pending(plays: dict[str, list[str]]) -> str:
+    """The file's text: each play's pending notifications, by play key."""
+    return json.dumps({"version": FORMAT_VERSION, "plays": plays}, sort_keys=True)
+
+
+def parse_pending(text: str | bytes | None) -> dict[str, list[str]]:
+    """The file's notifications by play key ("" for a file from before plays were kept apart);
+    empty for a missing or unreadable file."""
     try:
-        data: Any = json.loads(result.stdout) if result.ok and result.stdout.strip() else {}
-    except json.JSONDecodeError:
+        data: Any = json.loads(text) if text and text.strip() else {}
+    except (json.JSONDecodeError, UnicodeDecodeError):
         data = {}
     if isinstance(data, list):
         return {"": [str(name) for name in data]}
@@ -68,6 +74,16 @@ def _read(ctx: TaskContext) -> dict[str, list[str]]:
     if not isinstance(plays, dict):
         return {}
     return {str(k): [str(n) for n in v] for k, v in plays.items() if isinstance(v, list)}
+
+
+def pending_names(text: str | bytes | None) -> list[str]:
+    """Every handler still to run, whichever play notified it (for `glmops status`)."""
+    return sorted({name for names in parse_pending(text).values() for name in names})
+
+
+def _read(ctx: TaskContext) -> dict[str, list[str]]:
+    result = ctx.run(f"cat {quote(_path(ctx))} 2>/dev/null")
+    return parse_pending(result.stdout if result.ok else None)
 
 
 def _path(ctx: TaskContext) -> str:

@@ -17,6 +17,7 @@ from glmops.context import TaskContext
 from glmops.facts import parse_facts
 from glmops.modules.base import Arg, Module, Plan, register
 from glmops.modules.gguf_model import _default_output
+from glmops.notifications import PENDING_FILE, pending_names
 from glmops.results import TaskResult
 from glmops.serving.flags import serving_device, setting
 from glmops.serving.journal import parse_backend
@@ -66,7 +67,7 @@ class DeployStatus(Module):
         state_dir = str(setting(v, "deploy_state_dir"))
         out["last_deploy"] = _json(ctx.read(f"{state_dir}/{unit}.last-deploy.json"))
         out["inputs"] = _json(ctx.read(f"{state_dir}/{unit}.inputs.json"))
-        out["pending_handlers"] = _json(ctx.read(f"{ctx.state_dir}/pending-handlers.json"))
+        out["pending_handlers"] = pending_names(ctx.read(f"{ctx.state_dir}/{PENDING_FILE}"))
         if not selection.found and serving_device(v)[0] == "cpu":
             # vLLM's CPU platform logs no selection; the deploy asked its selector and recorded it.
             out["backend"] = (out["last_deploy"] or {}).get("backend")

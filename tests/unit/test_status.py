@@ -6,6 +6,7 @@ import hashlib
 from pathlib import Path
 from typing import Any
 
+from glmops.notifications import format_pending, pending_names
 from glmops.patchset.profiles import BACKEND_TARGET
 from glmops.serving import serve_flags
 from glmops.serving.patches import manifest_files, patch_state
@@ -64,7 +65,8 @@ def test_drift_is_named() -> None:
             backend="TRITON_MLA",
             health=None,
             unit={"LoadState": "loaded", "ActiveState": "failed", "UnitFileState": "enabled"},
-            pending_handlers=["restart vllm"],
+            # what deploy_status reads from the file the executor writes
+            pending_handlers=pending_names(format_pending({"deploy.yml:deploy": ["restart vllm"]})),
             inputs={"patch_manifest_sha256": "old", "vllm_version": "0.16.0"},
         ),
         VARS,
@@ -73,7 +75,8 @@ def test_drift_is_named() -> None:
     assert "unit flags: host has 4096; inventory wants 32768" in drift
     assert "backend: TRITON_MLA, expected TRITON_MLA_SPARSE" in drift
     assert "unit: failed/enabled" in drift and row["health"] == "down"
-    assert "pending handlers" in drift and "patches or vLLM changed" in drift
+    assert "pending handlers from a failed run: restart vllm" in drift
+    assert "patches or vLLM changed" in drift
 
 
 def test_missing_unit_and_no_backend() -> None:
