@@ -236,10 +236,13 @@ class TaskContext:
         keep = [f"chmod --reference={q_path} {q_tmp}"]
         if privileged:
             keep.append(f"chown --reference={q_path} {q_tmp}")
+        # Created private (the content may be a secret), then given its final mode: the
+        # replaced file's, else the umask's default, as `cp` or Ansible would create it.
+        umask_default = "$(printf %o $((0666 & ~$(umask))))"
         steps = [
-            f": > {q_tmp}",  # created by the shell: the umask decides its mode
+            f"(umask 077 && : > {q_tmp})",
             f"cat {quote(staged)} > {q_tmp}",
-            f"if [ -e {q_path} ]; then {' && '.join(keep)}; fi",
+            f"if [ -e {q_path} ]; then {' && '.join(keep)}; else chmod {umask_default} {q_tmp}; fi",
         ]
         if mode:
             steps.append(f"chmod {quote(mode)} {q_tmp}")
