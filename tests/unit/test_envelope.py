@@ -31,8 +31,8 @@ def launch(name: str, stdin: str) -> subprocess.CompletedProcess[str]:
     )
 
 
-def test_there_are_nine_helpers() -> None:
-    assert len(HELPERS) == 9, HELPERS
+def test_the_helpers_are_found() -> None:
+    assert {"facts_probe", "gguf_split", "vllm_patch", "vllm_preflight"} <= set(HELPERS)
 
 
 @pytest.mark.parametrize("name", HELPERS)
