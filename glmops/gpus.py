@@ -73,8 +73,8 @@ class GpuFamily:
 
     key: str  # "sm120"
     architecture: str  # the name driver policy reports
-    first: CC  # capabilities first..last (inclusive) belong to this family
-    last: CC
+    first: CC  # the family's oldest capability; it ends where a newer family of its major
+    # begins (or with its major: last_major)
     modules: str  # OPEN_REQUIRED | OPEN_RECOMMENDED | PROPRIETARY_REQUIRED
     min_cuda: CC | None = None
     min_branch: int | None = None  # oldest driver branch that supports min_cuda
@@ -83,9 +83,13 @@ class GpuFamily:
     backends: Backends = NO_RULE
     simulated: Simulated | None = None
     examples: tuple[str, ...] = field(default=())
+    last_major: int | None = None  # the family spans majors first[0]..last_major
 
     def matches(self, cc: CC, machine: str | None) -> bool:
-        return self.first <= cc <= self.last and self.machine in (None, machine)
+        """cc is `first` or newer within the family's majors, on the family's CPU architecture
+        (family() then prefers the newest `first`)."""
+        majors = self.first[0] <= cc[0] <= (self.last_major or self.first[0])
+        return majors and self.first <= cc and self.machine in (None, machine)
 
 
 def _triton_only(sm: str) -> Backends:
@@ -102,7 +106,6 @@ FAMILIES: tuple[GpuFamily, ...] = (
         "sm120",
         "Blackwell",
         (12, 0),
-        (12, 9),
         OPEN_REQUIRED,
         (12, 8),
         570,
@@ -125,7 +128,6 @@ FAMILIES: tuple[GpuFamily, ...] = (
         "sm110",
         "Blackwell",
         (11, 0),
-        (11, 9),
         OPEN_REQUIRED,
         (12, 8),
         570,
@@ -137,7 +139,6 @@ FAMILIES: tuple[GpuFamily, ...] = (
         "sm100",
         "Blackwell",
         (10, 0),
-        (10, 9),
         OPEN_REQUIRED,
         (12, 8),
         570,
@@ -158,7 +159,6 @@ FAMILIES: tuple[GpuFamily, ...] = (
         "sm90-grace",
         "Grace Hopper",
         (9, 0),
-        (9, 9),
         OPEN_REQUIRED,
         (11, 8),
         520,
@@ -176,7 +176,6 @@ FAMILIES: tuple[GpuFamily, ...] = (
         "sm90",
         "Hopper",
         (9, 0),
-        (9, 9),
         OPEN_RECOMMENDED,
         (11, 8),
         520,
@@ -194,7 +193,6 @@ FAMILIES: tuple[GpuFamily, ...] = (
         "sm89",
         "Ada Lovelace",
         (8, 9),
-        (8, 9),
         OPEN_RECOMMENDED,
         (11, 8),
         520,
@@ -205,32 +203,32 @@ FAMILIES: tuple[GpuFamily, ...] = (
         "sm80",
         "Ampere",
         (8, 0),
-        (8, 8),
         OPEN_RECOMMENDED,
         (11, 0),
         450,
         backends=_triton_only("SM8x"),
         examples=("A100", "A6000 (8.6)"),
     ),
-    GpuFamily("sm75", "Turing", (7, 5), (7, 9), OPEN_RECOMMENDED, (10, 0), 410),
-    GpuFamily("sm70", "Volta", (7, 0), (7, 4), PROPRIETARY_REQUIRED),
-    GpuFamily("sm60", "Pascal", (6, 0), (6, 9), PROPRIETARY_REQUIRED),
-    GpuFamily("sm50", "Maxwell", (5, 0), (5, 9), PROPRIETARY_REQUIRED),
-    GpuFamily("sm30", "Kepler or older", (0, 0), (4, 9), PROPRIETARY_REQUIRED),
+    GpuFamily("sm75", "Turing", (7, 5), OPEN_RECOMMENDED, (10, 0), 410),
+    GpuFamily("sm70", "Volta", (7, 0), PROPRIETARY_REQUIRED),
+    GpuFamily("sm60", "Pascal", (6, 0), PROPRIETARY_REQUIRED),
+    GpuFamily("sm50", "Maxwell", (5, 0), PROPRIETARY_REQUIRED),
+    GpuFamily("sm30", "Kepler or older", (0, 0), PROPRIETARY_REQUIRED, last_major=4),
 )
 
 
 def family(cc: CC, machine: str | None = None) -> GpuFamily:
-    """The family of compute capability `cc` on a host of CPU architecture `machine`.
+    """The family of compute capability `cc` on a host of CPU architecture `machine`: of the
+    entries that match, one for this CPU architecture first, then the newest `first`.
 
     A capability newer than every entry is assumed to need what the newest family needs (the
     driver is forward compatible), with no serving rules until it has its own entry."""
-    for entry in FAMILIES:
-        if entry.matches(cc, machine):
-            return entry
-    newest = FAMILIES[0]
+    matching = [f for f in FAMILIES if f.matches(cc, machine)]
+    if matching:
+        return max(matching, key=lambda f: (f.machine is not None, f.first))
+    newest = max(FAMILIES, key=lambda f: f.first)
     return dataclasses.replace(
-        newest, key=f"sm{cc[0]}{cc[1]}", first=cc, last=cc, backends=NO_RULE, simulated=None
+        newest, key=f"sm{cc[0]}{cc[1]}", first=cc, backends=NO_RULE, simulated=None
     )
 
 

@@ -1,14 +1,16 @@
 #!/usr/bin/env python3
 """Host side of the vLLM patch set (stdlib only): read / apply / restore / manifest.
 
-    python3 vllm_patch.py '{"mode": "read", "files": [...], "site_packages": PATH?}'
-    python3 vllm_patch.py '{"mode": "apply", "payload_file": PATH, "check": false}'
-    python3 vllm_patch.py '{"mode": "restore", "site_packages": PATH?, "check": false}'
-    python3 vllm_patch.py '{"mode": "manifest", "site_packages": PATH?}'
+Arguments (on stdin, see _envelope), by mode:
+    {"mode": "read", "files": [...], "site_packages": PATH?}
+    {"mode": "apply", "payload_file": PATH, "check": false}
+    {"mode": "restore", "site_packages": PATH?, "check": false}
+    {"mode": "manifest", "site_packages": PATH?}
 
 Prints one JSON object {"failed", "changed", "msg", ...} and exits 0; non-zero means a crash.
 Originals are backed up once under <site-packages>/../.glmops-patch/backup/ and a manifest
-(profile, sha256 before/after, template version) sits beside them, so restore is byte-exact.
+(Manifest, below: profile, sha256 before/after, template version) sits beside them, so restore
+is byte-exact.
 Every check happens before the first write: a refused apply changes nothing. Only files of the
 PACKAGE_ROOTS (vllm/, and vllm_gguf_plugin/ where GGUF loading lives from vLLM 0.24) are read
 or written.
@@ -26,6 +28,33 @@ import time
 from pathlib import Path
 
 from _envelope import failure, main
+
+try:
+    from typing import TypedDict
+except ImportError:  # pragma: no cover - python 3.7: the schema is documentation only
+    TypedDict = dict  # type: ignore[assignment,misc]
+
+
+class ManifestEntry(TypedDict, total=False):
+    """One file the patch set wrote, keyed in Manifest.files by its path under site-packages."""
+
+    created: bool  # the patch set created it (restore deletes it)
+    sha256_before: str | None  # the original's digest (None: created)
+    backup: str | None  # the original's copy, relative to the state folder
+    item: str | None  # the patch item that wrote it
+    mode: int  # the original's permission bits
+    sha256_after: str  # what the patch set left there: status and verify compare this
+
+
+class Manifest(TypedDict, total=False):
+    """The record of an applied patch set, read by restore, status and verify."""
+
+    files: dict  # {path relative to site-packages: ManifestEntry}
+    profile: str  # the patch set's layout name (glmops.patchset.profiles)
+    template_version: str
+    site_packages: str
+    timestamp: str
+
 
 STATE_DIR = ".glmops-patch"
 # The packages the patch set reads and writes: vLLM, and the GGUF loader that left its tree.
@@ -83,7 +112,7 @@ def _atomic_write(path: Path, data: bytes, mode: int | None = None) -> None:
         os.close(dfd)
 
 
-def _load_manifest(state: Path) -> dict | None:
+def _load_manifest(state: Path) -> Manifest | None:
     path = state / "manifest.json"
     return json.loads(path.read_text()) if path.is_file() else None
 

@@ -2,14 +2,14 @@
 """Ask the installed vLLM's own selection code which attention backend it picks for GLM-5.
 
 Run with the venv's python (no model load, seconds):
-    python vllm_preflight.py '{"capability": "12.0", "dtype": "float16"}'
-Args: capability ("X.Y"; default: this host's GPU 0), dtype (float16|bfloat16),
+    echo '{"capability": "12.0", "dtype": "float16"}' | python vllm_preflight.py
+Args (on stdin): capability ("X.Y"; default: this host's GPU 0), dtype (float16|bfloat16),
 head_size (576), use_mla (true), use_sparse (true), kv_cache_dtype ("auto"),
 num_heads (heads per GPU, 8 = GLM-5 at TP8), expect (backend name: failed if another wins),
 queries (a list of such arg dicts answered in one process: {"results": [...]}).
 without_gpu (stub vLLM's compiled kernel modules so its selection code can answer on a host
 without a usable GPU: automatic when a capability is given and CUDA is unavailable).
-Prints {"failed", "changed": false, "msg", "selected", "candidates": [...], ...}.
+Prints one PreflightReply (below), the schema the controller reads too.
 """
 
 from __future__ import annotations
@@ -24,7 +24,36 @@ import time
 import types
 from pathlib import Path
 
-from _envelope import main
+from _envelope import Reply, main
+
+try:
+    from typing import TypedDict
+except ImportError:  # pragma: no cover - python 3.7: the schema is documentation only
+    TypedDict = dict  # type: ignore[assignment,misc]
+
+
+class Candidate(TypedDict):
+    """One backend on vLLM's priority list for the asked capability."""
+
+    backend: str  # AttentionBackendEnum name
+    priority: int
+    valid: bool
+    reasons: list  # why vLLM rejected it (empty when valid)
+
+
+class PreflightReply(Reply, total=False):
+    """The reply of one preflight (`queries` answers with {"results": [PreflightReply, ...]})."""
+
+    selected: str | None  # the enum name vLLM picks (its class path if no candidate matches)
+    selected_path: str | None
+    error: str | None  # vLLM's own "No valid attention backend found ..."
+    vllm_version: str
+    capability: str  # "X.Y"
+    capability_source: str
+    config: str
+    candidates: list  # [Candidate], in priority order
+    seconds: float
+    compiled_modules_stubbed: list
 
 
 def _capability(args: dict, cuda_cls):  # vLLM classes are imported lazily
@@ -147,14 +176,14 @@ def preflight(args: dict) -> dict:
     return result
 
 
-def _select(probe, cap, cfg, extra: dict, args: dict, cap_source: str, t0: float) -> dict:
+def _select(probe, cap, cfg, extra: dict, args: dict, cap_source: str, t0: float) -> PreflightReply:
     import vllm
 
     valid, invalid = probe.get_valid_backends(cap, cfg, **extra)
-    candidates = []
+    candidates: list = []
     for item in valid:  # 0.16: (enum, prio); 0.33: _BackendCandidate(cls, enum, prio)
         enum, prio = (item[0], item[1]) if len(item) == 2 else (item[1], item[2])
-        candidates.append({"backend": enum.name, "priority": prio, "valid": True, "reasons": []})
+        candidates.append(Candidate(backend=enum.name, priority=prio, valid=True, reasons=[]))
     # 0.16 reports rejected backends without their priority; both dicts follow the priority
     # list's order, so the unused indices belong to the rejected ones in insertion order.
     taken = {c["priority"] for c in candidates}
@@ -162,12 +191,9 @@ def _select(probe, cap, cfg, extra: dict, args: dict, cap_source: str, t0: float
     for enum, reasons in invalid.items():
         prio, reasons = reasons if isinstance(reasons, tuple) else (next(free), reasons)
         candidates.append(
-            {
-                "backend": enum.name,
-                "priority": prio,
-                "valid": False,
-                "reasons": [str(r) for r in reasons],
-            }
+            Candidate(
+                backend=enum.name, priority=prio, valid=False, reasons=[str(r) for r in reasons]
+            )
         )
     candidates.sort(key=lambda c: c["priority"])
     selected, error = None, None
@@ -189,20 +215,20 @@ def _select(probe, cap, cfg, extra: dict, args: dict, cap_source: str, t0: float
     )
     if expect is not None and selected != expect:
         msg += f" (expected {expect})"
-    return {
-        "failed": failed,
-        "changed": False,
-        "msg": msg,
-        "selected": selected,
-        "selected_path": path if selected else None,
-        "error": error,
-        "vllm_version": vllm.__version__,
-        "capability": f"{cap.major}.{cap.minor}",
-        "capability_source": cap_source,
-        "config": repr(cfg),
-        "candidates": candidates,
-        "seconds": round(time.monotonic() - t0, 3),
-    }
+    return PreflightReply(
+        failed=failed,
+        changed=False,
+        msg=msg,
+        selected=selected,
+        selected_path=path if selected else None,
+        error=error,
+        vllm_version=vllm.__version__,
+        capability=f"{cap.major}.{cap.minor}",
+        capability_source=cap_source,
+        config=repr(cfg),
+        candidates=candidates,
+        seconds=round(time.monotonic() - t0, 3),
+    )
 
 
 def _path_of(name: str) -> str:

@@ -1,8 +1,7 @@
-"""Reading the patch-set preflight's reply (hosthelpers/vllm_preflight.py, issue 3).
+"""Reading the patch-set preflight's reply (hosthelpers/vllm_preflight.py).
 
 That helper asks the host's vLLM which attention backend it would pick for GLM-5 on the host's
-GPU. Its reply (`selected`, `candidates: [{backend, valid, reasons}]`, `error`) belongs to the
-patch-set work and may still move, so other likely spellings are read too.
+GPU. Its reply is one schema, `PreflightReply` in the helper, which both sides read.
 """
 
 from __future__ import annotations
@@ -10,6 +9,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
+
+from glmops.hosthelpers.vllm_preflight import PreflightReply
 
 
 @dataclass
@@ -19,27 +20,13 @@ class PreflightResult:
     error: str | None = None
 
 
-def parse_preflight(reply: Mapping[str, Any]) -> PreflightResult:
+def parse_preflight(reply: PreflightReply | Mapping[str, Any]) -> PreflightResult:
     """The backend the preflight says vLLM would pick, or why none."""
-    backend = None
-    for key in ("selected", "backend", "selected_backend", "would_select"):
-        value = reply.get(key)
-        if isinstance(value, str) and value:
-            backend = value.split(".")[-1].upper()
-            break
-        if isinstance(value, Mapping) and value.get("name"):
-            backend = str(value["name"]).split(".")[-1].upper()
-            break
+    selected = reply.get("selected")
+    backend = str(selected).split(".")[-1].upper() if selected else None
     rejected: dict[str, Any] = {
-        str(c.get("backend")): c.get("reasons")
-        for c in reply.get("candidates") or []
-        if isinstance(c, Mapping) and not c.get("valid")
+        c["backend"]: c["reasons"] for c in reply.get("candidates") or [] if not c["valid"]
     }
-    for key in ("rejected", "invalid", "reasons", "invalid_reasons"):
-        value = reply.get(key)
-        if isinstance(value, Mapping):
-            rejected = dict(value)
-            break
     error = None
     if reply.get("failed") or backend is None:
         error = str(reply.get("error") or reply.get("msg") or "no backend selected")

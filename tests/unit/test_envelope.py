@@ -31,6 +31,10 @@ def launch(name: str, stdin: str) -> subprocess.CompletedProcess[str]:
     )
 
 
+def test_the_helpers_are_found() -> None:
+    assert {"facts_probe", "gguf_split", "vllm_patch", "vllm_preflight"} <= set(HELPERS)
+
+
 def test_every_helper_is_launched_through_the_envelope() -> None:
     """Each helper hands its handler to the envelope's main, which reads the arguments."""
     for name in HELPERS:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -32,14 +33,25 @@ def test_a_layout_expects_only_the_backends_it_has() -> None:
     assert sm100.backends.names(newest.backends, True) == sm100.backends.bf16
 
 
-def test_capabilities_0_0_to_12_9_each_belong_to_exactly_one_family_per_machine() -> None:
+def test_every_capability_up_to_12_9_has_one_family_and_firsts_are_unambiguous() -> None:
+    starts = [(f.first, f.machine) for f in gpus.FAMILIES]
+    assert len(set(starts)) == len(starts)
     for machine in ("x86_64", "aarch64"):
         for major in range(13):
             for minor in range(10):
-                owners = [f for f in gpus.FAMILIES if f.matches((major, minor), machine)]
-                first = owners[0]
-                # a machine-specific entry comes first and shadows the generic one
-                assert len(owners) == 1 or (len(owners) == 2 and first.machine == machine)
+                found = gpus.family((major, minor), machine)
+                assert found in gpus.FAMILIES and found.first <= (major, minor)
+
+
+def test_a_new_family_takes_over_from_its_first_capability() -> None:
+    """Adding an entry is the whole change: its predecessor ends where it begins."""
+    sm121 = dataclasses.replace(gpus.family((12, 0)), key="sm121", first=(12, 1))
+    table = (*gpus.FAMILIES, sm121)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(gpus, "FAMILIES", table)
+        assert gpus.family((12, 0)).key == "sm120"
+        assert gpus.family((12, 1)).key == gpus.family((12, 7)).key == "sm121"
+        assert gpus.family((11, 0)).key == "sm110"
 
 
 def test_keys_are_unique_and_driver_needs_come_in_pairs() -> None:
@@ -54,7 +66,7 @@ def test_a_capability_newer_than_the_table_keeps_the_newest_driver_needs_but_no_
     None
 ):
     newer = gpus.family((13, 0))
-    newest = gpus.FAMILIES[0]
+    newest = max(gpus.FAMILIES, key=lambda f: f.first)
     assert (newer.modules, newer.min_cuda, newer.min_branch) == (
         newest.modules,
         newest.min_cuda,

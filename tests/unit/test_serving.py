@@ -190,7 +190,7 @@ def test_loading_phase_and_failure_summary() -> None:
     assert failure_summary(["INFO ok", "ERROR boom", NO_BACKEND]) == ["ERROR boom", NO_BACKEND]
 
 
-def test_parse_preflight_spellings() -> None:
+def test_parse_preflight_reads_the_schema_only() -> None:
     assert parse_preflight({"selected": "AttentionBackendEnum.TRITON_MLA_SPARSE"}).backend == (
         "TRITON_MLA_SPARSE"
     )
@@ -198,10 +198,16 @@ def test_parse_preflight_spellings() -> None:
         {
             "failed": True,
             "msg": "No valid attention backend found",
-            "rejected": {"FLASHMLA_SPARSE": ["compute capability not supported"]},
+            "selected": None,
+            "candidates": [
+                {"backend": "FLASHMLA_SPARSE", "priority": 0, "valid": False, "reasons": ["cc"]},
+                {"backend": "TRITON_MLA_SPARSE", "priority": 1, "valid": True, "reasons": []},
+            ],
+            "rejected": {"X": ["a spelling the helper never writes"]},
         }
     )
-    assert none.backend is None and none.error and "FLASHMLA_SPARSE" in none.rejected
+    assert none.backend is None and none.error == "No valid attention backend found"
+    assert none.rejected == {"FLASHMLA_SPARSE": ["cc"]}
 
 
 def test_parse_preflight_patchset_reply() -> None:

@@ -1,11 +1,16 @@
-"""verify's own logic: the patch manifest checked against the venv's vLLM."""
+"""verify's own logic: its testinfra backend, and the patch manifest against the venv's vLLM."""
 
 from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+
+import pytest
 
 from glmops.facts import parse_facts
 from glmops.patchset import payload
 from glmops.patchset.profiles import profile_by_name
-from glmops.verify import patched_layout_problem
+from glmops.verify import INVENTORY_ENV, GlmopsBackend, patched_layout_problem
 
 
 def facts(vllm: str | None, profile: str | None):
@@ -41,3 +46,20 @@ def test_an_unknown_profile_name_fails() -> None:
     )
     problem = patched_layout_problem(f)
     assert problem and "no patch-set layout" in problem
+
+
+def test_verify_backend_runs_helpers_through_the_engine_launcher(
+    local_inventory: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`glmops://here` over a local connection: commands and helper replies come back."""
+    monkeypatch.setenv(INVENTORY_ENV, str(local_inventory))
+    backend = GlmopsBackend("here")
+    assert backend.run("echo %s", "a b").stdout == "a b\n"
+    reply = backend.run_helper("file_digests", {"paths": [str(local_inventory)]})
+    want = hashlib.sha256(local_inventory.read_bytes()).hexdigest()
+    assert reply == {
+        "failed": False,
+        "changed": False,
+        "digests": {str(local_inventory): want},
+        "msg": "1 file(s) hashed",
+    }
