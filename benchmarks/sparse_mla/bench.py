@@ -34,6 +34,7 @@ from typing import Any
 
 import torch
 import triton
+import triton.language as tl
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "tests"))
@@ -43,8 +44,18 @@ KERNEL_PATH = ROOT / "backend" / "sparse_mla.py"
 BASELINE_PATH = ROOT / ".thirdparty/vllm/v1/attention/ops/triton_decode_attention.py"
 
 TOPK = 2048
-# q dtype per --dtypes name; "fp8" runs fp8_ds_mla cache rows (656 B) under a bf16 q.
-Q_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp8": torch.bfloat16}
+# q dtype per --dtypes name; "fp8" runs fp8_ds_mla cache rows (656 B) under a bf16 q, "e4m3"
+# fp8 e4m3 rows (576 B, one scale: vLLM's --kv-cache-dtype fp8) under a bf16 q.
+Q_DTYPES = {
+    "bf16": torch.bfloat16,
+    "fp16": torch.float16,
+    "fp8": torch.bfloat16,
+    "e4m3": torch.bfloat16,
+}
+KV_FORMAT = {"bf16": "16bit", "fp16": "16bit", "fp8": "fp8_ds_mla", "e4m3": "fp8"}
+E4M3_SCALE = 2.0**-6  # rows of N(0, 0.5) values reach ~2.5: well inside e4m3's 448 after scaling
+# The plan's tiles for a 99 KB GPU (RTX PRO 6000 Blackwell, SM120): run here as overrides.
+SM120_LIMITS = (12, 0), 101376
 MEM_BW = 4.3e12  # measured device-to-device copy rate on this H200 kind (KINDS.md)
 MMA_RATE = 790e12  # measured bf16 matmul rate on random data (KINDS.md)
 L2_BYTES = 60 * 2**20
@@ -123,6 +134,8 @@ class Case:
         ]
 
     def ours(self, kmod: types.ModuleType, **kw: Any) -> list[Callable[[], Any]]:
+        if self.kv.dtype == torch.float8_e4m3fn:
+            kw = {"kv_scale": E4M3_SCALE, **kw}
         return [
             (
                 lambda i=i: kmod.sparse_mla_decode(
@@ -173,6 +186,46 @@ class Case:
         ]
 
 
+@triton.jit
+def _gather_probe_kernel(
+    KV, IDX, OUT, stride_kv, chunk, TOPK_: tl.constexpr, BLOCK_N: tl.constexpr
+):
+    """Reads the rows a token's indices name (its chunk of them) and sums them: the bytes of
+    the attention kernel's gather with next to no arithmetic."""
+    t = tl.program_id(0)
+    split = tl.program_id(1)
+    offs_v = tl.arange(0, 512)
+    offs_pe = tl.arange(0, 64)
+    acc = tl.zeros([512], dtype=tl.float32)
+    acc_pe = tl.zeros([64], dtype=tl.float32)
+    for n0 in range(split * chunk, split * chunk + chunk, BLOCK_N):
+        idx = tl.load(IDX + t * TOPK_ + n0 + tl.arange(0, BLOCK_N))
+        row = KV + idx.to(tl.int64) * stride_kv
+        acc += tl.sum(tl.load(row[:, None] + offs_v[None, :]).to(tl.float32), 0)
+        acc_pe += tl.sum(tl.load(row[:, None] + 512 + offs_pe[None, :]).to(tl.float32), 0)
+    out = OUT + (t * tl.num_programs(1) + split) * 576
+    tl.store(out + offs_v, acc)
+    tl.store(out + 512 + offs_pe, acc_pe)
+
+
+def gather_calls(case: Case) -> list[Callable[[], Any]]:
+    """The bare-gather probe over the case's index sets: as many programs as fill the GPU
+    twice over, 64-row tiles, three stages."""
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    splits = max(1, min(TOPK // 64, triton.next_power_of_2(2 * sms // case.batch)))
+    out = torch.empty(case.batch * splits * 576, device="cuda", dtype=torch.float32)
+    kv = case.kv.view(torch.uint8) if case.kv.dtype == torch.float8_e4m3fn else case.kv
+    return [
+        (
+            lambda i=i: _gather_probe_kernel[(case.batch, splits)](
+                kv, case.idx[i], out, kv.stride(0), TOPK // splits, TOPK, 64,
+                num_warps=4, num_stages=3,
+            )
+        )
+        for i in range(case.n_sets)
+    ]  # fmt: skip
+
+
 def floors_us(batch: int, heads: int, row_bytes: int) -> tuple[float, float]:
     kv_bytes = batch * TOPK * row_bytes
     io_bytes = batch * heads * (576 + 512) * 2
@@ -218,17 +271,28 @@ def run_bench(
                 case = Case(kv[dname], batch, heads, dtype)
                 ours, ours_s = graph_time_us(case.ours(kmod), args.reps)
                 ours2, _ = graph_time_us(case.ours(kmod), args.reps)  # spread check
+                kv_format = KV_FORMAT[dname]
+                # The portable path: the tl.dot tile this GPU's limits pick, and the one a
+                # 99 KB SM120 picks, both as overrides (a tile override means tl.dot).
+                tl_dot_cfg = kmod._default_config(heads, kv_format, limits=kmod.H200_LIMITS)
+                sm120 = kmod.DeviceLimits(*SM120_LIMITS)
+                sm120_cfg = kmod._default_config(heads, kv_format, limits=sm120)
+                tl_dot, _ = graph_time_us(case.ours(kmod, config=tl_dot_cfg), args.reps)
+                sm120_us, _ = graph_time_us(case.ours(kmod, config=sm120_cfg), args.reps)
+                gather = None
+                if dname != "fp8":  # 576-wide rows only
+                    gather, _ = graph_time_us(gather_calls(case), args.reps)
                 base = base_err = None
-                if bmod is not None and dname != "fp8":  # vLLM's Triton MLA has no fp8_ds_mla
+                if bmod is not None and dname in ("bf16", "fp16"):  # 16-bit caches only
                     base, _ = graph_time_us(case.baseline(bmod), args.reps)
                     ref = case.outs[0].float()
                     diff = (case.base_out[0].float() - ref).norm() / ref.norm()
                     base_err = float(diff)
                 t_mem, t_comp = floors_us(batch, heads, case.row_bytes)
                 flops = 2.0 * batch * heads * TOPK * (576 + 512)
-                target = TARGET_US.get((batch, heads)) if dname != "fp8" else None
+                target = TARGET_US.get((batch, heads)) if kv_format == "16bit" else None
                 cfg, splits = kmod._plan(
-                    batch, heads, TOPK, torch.device("cuda"), kv_fp8=dname == "fp8"
+                    batch, heads, TOPK, torch.device("cuda"), None, None, kv_format
                 )
                 row = {
                     "dtype": dname,
@@ -243,11 +307,20 @@ def run_bench(
                     "ours_us_max": max(ours_s),
                     "baseline_us": base,
                     "speedup": (base / ours) if base else None,
+                    "tl_dot_us": tl_dot,
+                    "tl_dot_config": tl_dot_cfg,
+                    "tl_dot_speedup": (base / tl_dot) if base else None,
+                    "sm120_tile_us": sm120_us,
+                    "sm120_config": sm120_cfg,
+                    "gather_us": gather,
+                    "tl_dot_vs_gather": (gather / tl_dot) if gather else None,
                     "gathered_GBps": batch * TOPK * case.row_bytes / ours / 1e3,
                     "TFLOPs": flops / ours / 1e6,
                     "floor_us": max(t_mem, t_comp),
                     "bound": "mem" if t_mem >= t_comp else "compute",
                     "frac_of_floor": max(t_mem, t_comp) / ours,
+                    "tl_dot_frac_of_floor": max(t_mem, t_comp) / tl_dot,
+                    "sm120_tile_frac_of_floor": max(t_mem, t_comp) / sm120_us,
                     "baseline_vs_ours_rel_err": base_err,
                     "n_sets": case.n_sets,
                     "target_us": target,
@@ -260,7 +333,9 @@ def run_bench(
                     f"(rep {ours2:8.1f}) base {base or float('nan'):8.1f} us "
                     f"x{row['speedup'] or float('nan'):5.2f}  {row['gathered_GBps']:7.0f} GB/s "
                     f"{row['TFLOPs']:6.1f} TF/s  floor {row['frac_of_floor']:.2f}"
-                    f"  err {base_err if base_err is not None else float('nan'):.1e}",
+                    f"  err {base_err if base_err is not None else float('nan'):.1e}"
+                    f" | tl.dot {tl_dot:7.1f} sm120-tile {sm120_us:7.1f} gather "
+                    f"{gather or float('nan'):7.1f}",
                     flush=True,
                 )
                 del case
@@ -313,7 +388,56 @@ def render_md(result: dict[str, Any]) -> str:
             f"| {spd} | {r['gathered_GBps']:.0f} | {r['TFLOPs']:.1f} | {r['floor_us']:.1f} "
             f"| {r['frac_of_floor']:.2f} | {tgt} | {', '.join(met) or '-'} |"
         )
-    return "\n".join(lines) + "\n"
+    return "\n".join(lines + portable_md(result["rows"]) + fp8_md(result["rows"])) + "\n"
+
+
+def _f(value: float | None, fmt: str) -> str:
+    return "n/a" if value is None else format(value, fmt)
+
+
+def portable_md(rows: list[dict[str, Any]]) -> list[str]:
+    """The tl.dot path in the same run: the tile this GPU's limits pick (what a GPU without the
+    Gluon kernels runs), the tile a 99 KB SM120 picks, and a bare gather of the same rows."""
+    lines = [
+        "",
+        "## Portable (tl.dot) path, same run and baseline",
+        "",
+        "`tl.dot` = the tl.dot tile for this GPU's shared memory (no Gluon kernels); `SM120 tile` ="
+        " the tile the plan picks for a 99 KB GPU (SM120, SM86/89), run here; `gather` = a bare "
+        "gather of the same rows (`_gather_probe_kernel`: loads and sums them).",
+        "",
+        "| dtype | B | H | default µs | tl.dot µs | tl.dot vs baseline | SM120 tile µs | gather µs "
+        "| gather / tl.dot | tl.dot frac of floor |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        lines.append(
+            f"| {r['dtype']} | {r['B']} | {r['H']} | {r['ours_us']:.1f} | {r['tl_dot_us']:.1f} "
+            f"| {_f(r['tl_dot_speedup'], '.2f')}x | {r['sm120_tile_us']:.1f} "
+            f"| {_f(r['gather_us'], '.1f')} | {_f(r['tl_dot_vs_gather'], '.2f')} "
+            f"| {r['tl_dot_frac_of_floor']:.2f} |"
+        )
+    return lines
+
+
+def fp8_md(rows: list[dict[str, Any]]) -> list[str]:
+    """fp8 rows against bf16 rows of the same case: the speed ratio and the memory floor."""
+    bf16 = {(r["B"], r["H"]): r for r in rows if r["dtype"] == "bf16"}
+    lines = [
+        "",
+        "## fp8 rows against bf16 rows (same run)",
+        "",
+        "| rows | B | H | µs | bf16 µs | speed vs bf16 | frac of floor |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        ref = bf16.get((r["B"], r["H"]))
+        if r["dtype"] in ("e4m3", "fp8") and ref:
+            lines.append(
+                f"| {r['dtype']} | {r['B']} | {r['H']} | {r['ours_us']:.1f} | {ref['ours_us']:.1f} "
+                f"| {ref['ours_us'] / r['ours_us']:.2f}x | {r['frac_of_floor']:.2f} |"
+            )
+    return lines
 
 
 def sweep_configs(heads: int) -> list[dict[str, int]]:
@@ -702,7 +826,9 @@ def main() -> None:
     ap.add_argument("--mode", choices=["bench", "sweep", "sweep2"], default="bench")
     ap.add_argument("--batches", default="1,8,32,128")
     ap.add_argument("--heads", default="8,16,64,128")
-    ap.add_argument("--dtypes", default="bf16,fp16,fp8", help="fp8: fp8_ds_mla cache rows")
+    ap.add_argument(
+        "--dtypes", default="bf16,fp16,e4m3,fp8", help="fp8: fp8_ds_mla rows; e4m3: fp8 e4m3 rows"
+    )
     ap.add_argument("--reps", type=int, default=30)
     ap.add_argument("--plan", choices=sorted(PLANS), default="r3", help="sweep2's point list")
     ap.add_argument(
@@ -719,7 +845,11 @@ def main() -> None:
     kv = {}
     for dname in args.dtypes.split(","):
         rows = (torch.randn(args.cache_rows, 576, device="cuda") * 0.5).to(Q_DTYPES[dname])
-        kv[dname] = kmod.quantize_fp8_ds_mla(rows) if dname == "fp8" else rows
+        if dname == "fp8":
+            rows = kmod.quantize_fp8_ds_mla(rows)
+        elif dname == "e4m3":
+            rows = (rows.float() / E4M3_SCALE).to(torch.float8_e4m3fn)
+        kv[dname] = rows
     if args.mode == "sweep":
         run_sweep(args, kmod, kv)
     elif args.mode == "sweep2":
