@@ -998,7 +998,10 @@ def _choose_splits(
 ) -> int:
     """Power-of-two split count: about ``waves`` programs per SM, but once about every SM has
     a program, no more splits than keep the partials written under an eighth of the KV bytes
-    gathered (the merge reads them back, so partial traffic stays under a quarter).
+    gathered (the merge reads them back, so partial traffic stays under a quarter). A token's
+    rows are gathered once per head block: 99 KB GPUs serve 64+ heads with 32-head blocks,
+    where counting them once cost B=32/H=64 105 µs at 2 splits against 74 at 4 (H200,
+    ``sweeps/sparse_mla_h200_sm120_tiles_bf16.json``).
 
     Each split writes H x 2 KB of fp32 partials per token (the Gluon tiles half as much; the cap
     is not binding for them at one program per SM) against topk x 1152 B of KV; at B=8
@@ -1009,7 +1012,9 @@ def _choose_splits(
     """
     per_split = max(1, num_tokens * programs_per_token)
     splits = _pow2_floor(max(1, (waves * num_sms) // per_split))
-    partial_cap = _pow2_floor(max(1, topk * _D_QK * 2 // (8 * num_heads * _D_V * 4)))
+    # Each program of a token gathers the token's rows (all but the first from L2).
+    gathered = topk * _D_QK * 2 * programs_per_token
+    partial_cap = _pow2_floor(max(1, gathered // (8 * num_heads * _D_V * 4)))
     if splits > partial_cap:
         about_one_per_sm = _pow2_floor(max(1, num_sms // per_split))
         splits = min(splits, max(partial_cap, about_one_per_sm))

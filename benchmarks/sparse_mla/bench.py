@@ -761,7 +761,21 @@ def plan_r8() -> list[tuple[int, int, dict[str, int], int]]:
     return _expand(cases)
 
 
+def plan_sm120() -> list[tuple[int, int, dict[str, int], int]]:
+    """64+ heads within a 99 KB block (SM120, SM86/89): 32-head blocks (the first plan), 64-head
+    blocks of 16-row tiles, 32-head blocks with 8 warps. Run with --dtypes bf16 or e4m3."""
+    tiles = [
+        {"BLOCK_H": h, "BLOCK_N": n, "num_warps": w, "num_stages": st}
+        for h, n, w, st in [(32, 32, 4, 2), (64, 16, 8, 2), (64, 16, 8, 3), (32, 32, 8, 2)]
+    ]
+    cases = [
+        (b, h, sp, tiles) for b, sp in ((8, (8, 16)), (32, (2, 4)), (128, (1,))) for h in (64, 128)
+    ]
+    return _expand(cases)
+
+
 PLANS = {
+    "sm120": plan_sm120,
     "v2": plan_v2,
     "r3": plan_r3,
     "r4": plan_r4,
@@ -780,7 +794,7 @@ def run_sweep_v2(
     cases: dict[tuple[int, int], Case] = {}
     combine = kmod._sparse_mla_combine_kernel
     name = args.dtypes.split(",")[0]  # the rows every point runs on
-    if (args.plan == "fp8") != (name == "fp8"):
+    if (args.plan == "fp8") != (name == "fp8") or (args.plan == "sm120" and name == "fp8"):
         raise SystemExit("--plan fp8 goes with --dtypes fp8 (and only it)")
     for batch, heads, cfg, splits in PLANS[args.plan]():
         key = (batch, heads)

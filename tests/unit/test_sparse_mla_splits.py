@@ -160,3 +160,18 @@ def test_merge_warps_never_split_a_column_chunk(
     warps = kmod._merge_warps(block_dv, elem_size)
     warp_cols = 32 * 16 // elem_size
     assert 1 <= warps <= 4 and (warps == 1 or warps * warp_cols <= block_dv)
+
+
+# 99 KB GPUs serve 64+ heads with 32-head blocks; the rows are gathered once per block, so the
+# partial cap counts every block's gather (H200 sweep of those tiles: B=32/H=64 74 µs at 4
+# splits, 105 at 2; B=32/H=128 131 at 2, 195 at 1; backend/NOTES.md).
+SM120_SPLITS = {(32, 64): 4, (32, 128): 2, (8, 64): 8, (128, 64): 1}
+
+
+@pytest.mark.parametrize(("batch", "heads"), sorted(SM120_SPLITS))
+def test_split_rule_for_32_head_blocks(kmod: ModuleType, batch: int, heads: int) -> None:
+    cfg = kmod._default_config(heads, limits=kmod.DeviceLimits((12, 0), 101376))
+    assert cfg["BLOCK_H"] == 32
+    blocks = heads // 32
+    got = kmod._choose_splits(batch, blocks, 2048, heads, cfg["BLOCK_N"], H200_SMS, cfg["WAVES"])
+    assert got == SM120_SPLITS[(batch, heads)]
