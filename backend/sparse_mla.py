@@ -33,6 +33,7 @@ Only torch and triton are imported, so this file can be embedded verbatim elsewh
 from __future__ import annotations
 
 import functools
+from typing import NamedTuple
 
 import torch
 import triton
@@ -90,7 +91,8 @@ def _sparse_mla_split_kernel(
     LSE,
     PO,
     PLSE,
-    qk_scale,  # sm_scale * log2(e): scores live in base 2
+    qk_scale,  # sm_scale * log2(e) (* the fp8 rows' scale): scores live in base 2
+    v_scale,  # the fp8 e4m3 rows' tensor scale (KV_FMT 2), applied to the output once
     num_rows,
     topk,
     chunk,  # top-k entries per split, a multiple of BLOCK_N
@@ -110,7 +112,7 @@ def _sparse_mla_split_kernel(
     D_V: tl.constexpr,
     D_PE: tl.constexpr,
     DV_SPLIT: tl.constexpr,  # 1, or 2: two programs own the two V halves (smaller accumulator)
-    KV_FP8: tl.constexpr,  # KV rows are fp8_ds_mla bytes (see _gather_fp8_ds_mla), else fp16/bf16
+    KV_FMT: tl.constexpr,  # 0: fp16/bf16 rows, 1: fp8_ds_mla bytes, 2: fp8 e4m3 (a tensor scale)
     IS_SPLIT: tl.constexpr,
     USE_PDL: tl.constexpr,  # the merge is launched as a programmatic dependent (SM90+)
     PREFETCH_IDX: tl.constexpr,  # load the next tile's indices one iteration ahead
@@ -135,8 +137,8 @@ def _sparse_mla_split_kernel(
     offs_v = dvh * DV_BLOCK + tl.arange(0, DV_BLOCK)  # the V columns this program owns
     offs_o = (DV_BLOCK - dvh * DV_BLOCK) + tl.arange(0, DV_BLOCK)  # the other half (K only)
     offs_pe = tl.arange(0, D_PE)
-    # The dots run in the cache's 16-bit type; fp8_ds_mla rows are widened to q's (bf16).
-    kv_ty = Q.dtype.element_ty if KV_FP8 else KV.dtype.element_ty
+    # The dots run in the cache's 16-bit type; fp8 rows are widened to q's.
+    kv_ty = Q.dtype.element_ty if KV_FMT != 0 else KV.dtype.element_ty
 
     q_base = Q + t.to(tl.int64) * stride_qt + offs_h[:, None] * stride_qh
     q_v = tl.load(q_base + offs_v[None, :], mask=mask_h[:, None], other=0.0).to(kv_ty)
@@ -170,8 +172,12 @@ def _sparse_mla_split_kernel(
         # int64 row offsets: caches beyond 2^31 elements are normal.
         row = KV + idx.to(tl.int64) * stride_kv
         # Invalid rows are never read (masked), so garbage/NaN there cannot leak in.
-        if KV_FP8:
+        if KV_FMT == 1:
             kv, k_pe = _gather_fp8_ds_mla(row, valid, offs_v, offs_pe, kv_ty, D_V)
+        elif KV_FMT == 2:  # one scale for the whole cache: it is folded into qk_scale and v_scale
+            kv = tl.load(row[:, None] + offs_v[None, :], mask=valid[:, None], other=0.0).to(kv_ty)
+            k_pe = tl.load(row[:, None] + D_V + offs_pe[None, :], mask=valid[:, None], other=0.0)
+            k_pe = k_pe.to(kv_ty)
         else:
             kv = tl.load(row[:, None] + offs_v[None, :], mask=valid[:, None], other=0.0)
             k_pe = tl.load(row[:, None] + D_V + offs_pe[None, :], mask=valid[:, None], other=0.0)
@@ -195,6 +201,8 @@ def _sparse_mla_split_kernel(
 
     empty = l_i == 0.0
     out = acc / tl.where(empty, 1.0, l_i)[:, None]
+    if KV_FMT == 2:
+        out = out * v_scale
     lse2 = tl.where(empty, float("-inf"), m_i + tl.log2(tl.where(empty, 1.0, l_i)))
     lse_mask = mask_h & ((offs_h * 0 + dvh) == 0)  # one writer per LSE
     if IS_SPLIT:
@@ -801,12 +809,16 @@ def _num_sms(device_index: int) -> int:
     return torch.cuda.get_device_properties(device_index).multi_processor_count
 
 
-@functools.lru_cache(maxsize=16)
-def _has_wgmma(device_index: int) -> bool:
-    """The Gluon kernel: Hopper's warpgroup MMA (SM90 only: Blackwell has none), written
+def _gluon_usable(capability: tuple[int, int]) -> bool:
+    """The Gluon kernels: Hopper's warpgroup MMA (SM90 only: Blackwell has none), written
     against Triton 3.6's Gluon API, which is experimental and changes between releases."""
     tested = triton.__version__.split(".")[:2] == ["3", "6"]
-    return gluon is not None and tested and torch.cuda.get_device_capability(device_index)[0] == 9
+    return gluon is not None and tested and capability[0] == 9
+
+
+@functools.lru_cache(maxsize=16)
+def _has_wgmma(device_index: int) -> bool:
+    return _gluon_usable(torch.cuda.get_device_capability(device_index))
 
 
 def _fits_cp_async(*tensors: torch.Tensor) -> bool:
@@ -825,17 +837,130 @@ def _has_pdl(device_index: int) -> bool:
     return torch.cuda.get_device_capability(device_index)[0] >= 9
 
 
-def _default_config(num_heads: int, kv_fp8: bool = False, wgmma: bool = False) -> dict[str, int]:
-    """Tile shape by head count, from the H200 sweeps in backend/NOTES.md.
+class DeviceLimits(NamedTuple):
+    """What a tile must fit on a GPU: its compute capability and the opt-in shared memory per
+    block in bytes (``cudaDevAttrMaxSharedMemoryPerBlockOptin``). Registers need no entry: no
+    tile asks for more than 255 per thread, 64K per block (every target from SM80 on)."""
 
-    ``WAVES`` is how many programs per SM the split count aims for: small-head tiles keep two
-    gathers in flight (indices prefetched, 3 stages, ~93 KB of shared memory) and co-reside 2 per
-    SM; 64-head tiles use ~216-225 KB (Q + two 64-row KV stages) and run one per SM. ``wgmma``
-    (Hopper, 16-bit rows) picks the Gluon kernels: the swapped tile for up to 16 heads (two
-    64-row stages, ~158-168 KB, one per SM; NOTES.md round 8) and the 64-head tile for 33+
-    (NOTES.md round 6); 17-32 heads keep the tl.dot tile.
+    capability: tuple[int, int]
+    smem_per_block: int
+
+
+H200_LIMITS = DeviceLimits((9, 0), 232448)
+MAX_HEADS = 128  # query heads per GPU that the plan and the GPU suite cover (DeepSeek-V3.2 at TP 1)
+KV_FORMATS = ("16bit", "fp8", "fp8_ds_mla")  # fp16/bf16 rows, fp8 e4m3 rows, FlashMLA fp8 rows
+_KV_FMT_CODE = {"16bit": 0, "fp8_ds_mla": 1, "fp8": 2}
+
+
+@functools.lru_cache(maxsize=16)
+def _device_limits(device_index: int) -> DeviceLimits:
+    props = torch.cuda.get_device_properties(device_index)
+    return DeviceLimits((props.major, props.minor), props.shared_memory_per_block_optin)
+
+
+def _mma_family(capability: tuple[int, int]) -> str:
+    """How Triton lowers the tl.dot kernel's dots, which sets its shared memory: warpgroup MMA
+    on SM90, tensor-memory MMA on SM100/103, mma.sync everywhere else (SM80-89, SM120/121)."""
+    return {9: "sm90", 10: "sm100"}.get(capability[0], "mma")
+
+
+def _tile(block_h: int, block_n: int, warps: int, stages: int, waves: int, prefetch: int = 0):
+    cfg = {"BLOCK_H": block_h, "BLOCK_N": block_n, "num_warps": warps, "num_stages": stages}
+    return {**cfg, "WAVES": waves, **({"PREFETCH_IDX": 1} if prefetch else {})}
+
+
+# tl.dot tiles per (row format, head block), best first (the first ones are the H200 sweeps'
+# choices, NOTES.md), each with the shared memory per block it needs on each MMA family: the
+# larger of Triton 3.5.1's and 3.6.0's compiles, in bytes.
+# tests/unit/test_sparse_mla_targets.py compiles every tile the plan can choose for SM80, 86,
+# 89, 90, 100 and 120 with both and checks these numbers and each target's limits.
+# 16-head tiles keep two gathers in flight (indices prefetched, 3 stages) and run two programs
+# per SM; 64-head tiles one. Where a 64-head tile does not fit, 32-head blocks read the rows
+# once per block (the second from L2), as H = 128 does with 64-head blocks everywhere.
+_TILES: dict[tuple[str, int], tuple[tuple[dict[str, int], dict[str, int]], ...]] = {
+    ("16bit", 16): ((_tile(16, 32, 4, 3, 2, 1), {"mma": 93184, "sm90": 93184, "sm100": 93184}),),
+    ("16bit", 32): ((_tile(32, 32, 4, 2, 2), {"mma": 75904, "sm90": 75904, "sm100": 75904}),),
+    ("16bit", 64): (
+        (_tile(64, 64, 8, 2, 1), {"mma": 155904, "sm90": 221440, "sm100": 287536}),
+        (_tile(64, 32, 8, 2, 1), {"mma": 114816, "sm90": 147584, "sm100": 180912}),
+        (_tile(32, 32, 4, 2, 2), {"mma": 75904, "sm90": 75904, "sm100": 75904}),
+    ),
+    ("fp8", 16): ((_tile(16, 32, 4, 3, 2, 1), {"mma": 55296, "sm90": 55296, "sm100": 55296}),),
+    ("fp8", 32): ((_tile(32, 32, 4, 2, 2), {"mma": 71808, "sm90": 71808, "sm100": 71808}),),
+    ("fp8", 64): (
+        (_tile(64, 64, 8, 2, 1), {"mma": 143616, "sm90": 184576, "sm100": 184608}),
+        (_tile(64, 32, 8, 2, 1), {"mma": 108672, "sm90": 131072, "sm100": 129184}),
+        (_tile(32, 32, 4, 2, 2), {"mma": 71808, "sm90": 71808, "sm100": 71808}),
+    ),
+    # Widening fp8_ds_mla rows takes the registers that prefetched indices would need.
+    ("fp8_ds_mla", 16): (
+        (_tile(16, 32, 4, 2, 2), {"mma": 105088, "sm90": 105088, "sm100": 105088}),
+        (_tile(16, 16, 4, 2, 2), {"mma": 61760, "sm90": 61760, "sm100": 61760}),
+    ),
+    ("fp8_ds_mla", 32): (
+        (_tile(32, 32, 4, 2, 2), {"mma": 123520, "sm90": 123520, "sm100": 123520}),
+        (_tile(16, 16, 4, 2, 2), {"mma": 61760, "sm90": 61760, "sm100": 61760}),
+    ),
+    ("fp8_ds_mla", 64): (
+        (_tile(64, 64, 8, 2, 1), {"mma": 247040, "sm90": 189696, "sm100": 190240}),
+        (_tile(16, 16, 4, 2, 2), {"mma": 61760, "sm90": 61760, "sm100": 61760}),
+    ),
+}
+
+
+def _unsupported(num_heads: int, kv_format: str, limits: DeviceLimits) -> str | None:
+    """Why the kernel cannot serve this head count and row format on a device, or None."""
+    major, minor = limits.capability
+    device = f"SM{major}{minor} ({limits.smem_per_block} B of shared memory per block)"
+    if kv_format not in KV_FORMATS:
+        return f"unknown KV row format {kv_format!r} (one of {', '.join(KV_FORMATS)})"
+    if limits.capability < (8, 0):
+        return f"{device}: the kernel needs SM80 or newer"
+    if kv_format != "16bit" and limits.capability < (8, 9):
+        return f"{device}: {kv_format} rows need SM89 or newer (fp8 conversion in hardware)"
+    if not 1 <= num_heads <= MAX_HEADS:
+        return f"{num_heads} query heads per GPU: supported are 1 to {MAX_HEADS}"
+    block_h = min(64, max(16, triton.next_power_of_2(num_heads)))
+    family = _mma_family(limits.capability)
+    if all(smem[family] > limits.smem_per_block for _, smem in _TILES[kv_format, block_h]):
+        return f"{device}: no {kv_format} tile for {num_heads} heads fits"
+    return None
+
+
+def sparse_mla_supported_heads(kv_format: str, limits: DeviceLimits) -> list[int]:
+    """The query head counts per GPU that the kernel serves on a device with these limits."""
+    return [h for h in range(1, MAX_HEADS + 1) if _unsupported(h, kv_format, limits) is None]
+
+
+def sparse_mla_check(num_heads: int, kv_format: str, device: torch.device | int) -> None:
+    """Raises ValueError, naming the device and the reason, where the kernel cannot serve
+    ``num_heads`` query heads over ``kv_format`` rows on ``device``: a caller's start-up check,
+    so that nothing fails at the first forward."""
+    index = device if isinstance(device, int) else device.index
+    limits = _device_limits(torch.cuda.current_device() if index is None else index)
+    reason = _unsupported(num_heads, kv_format, limits)
+    if reason is not None:
+        heads = sparse_mla_supported_heads(kv_format, limits) if kv_format in KV_FORMATS else []
+        served = f"{heads[0]} to {heads[-1]} query heads" if heads else "no head count"
+        raise ValueError(f"{reason} (this GPU serves {served} with {kv_format} rows)")
+
+
+def _default_config(
+    num_heads: int,
+    kv_format: str = "16bit",
+    wgmma: bool = False,
+    limits: DeviceLimits = H200_LIMITS,
+) -> dict[str, int]:
+    """Tile shape by head count, row format and device: the first tl.dot tile in ``_TILES``
+    that fits the device's shared memory, or a Gluon tile. ``WAVES`` is how many programs per
+    SM the split count aims for. ``wgmma`` (Hopper, 16-bit rows) picks the Gluon kernels: the
+    swapped tile for up to 16 heads (two 64-row stages, ~158-168 KB, one per SM; NOTES.md
+    round 8) and the 64-head tile for 33+ (NOTES.md round 6); 17-32 heads keep the tl.dot tile.
     """
-    if num_heads <= 16 and wgmma and not kv_fp8:
+    reason = _unsupported(num_heads, kv_format, limits)
+    if reason is not None:
+        raise ValueError(f"sparse MLA decode: {reason}")
+    if num_heads <= 16 and wgmma and kv_format == "16bit":
         # The swapped tile: 8 or 16 heads are the MMA's N, so H=8 computes no padding rows.
         return {
             "BLOCK_H": 8 if num_heads <= 8 else 16,
@@ -846,7 +971,7 @@ def _default_config(num_heads: int, kv_fp8: bool = False, wgmma: bool = False) -
             "WGMMA": 1,
         }
     block_h = min(64, max(16, triton.next_power_of_2(num_heads)))
-    if block_h == 64 and wgmma and not kv_fp8:
+    if block_h == 64 and wgmma and kv_format == "16bit":
         return {
             "BLOCK_H": 64,
             "BLOCK_N": 64,
@@ -855,21 +980,11 @@ def _default_config(num_heads: int, kv_fp8: bool = False, wgmma: bool = False) -
             "WAVES": 1,
             "WGMMA": 1,
         }
-    if block_h <= 16 and kv_fp8:
-        # Widening fp8 rows takes the registers that prefetched indices would need.
-        return {"BLOCK_H": 16, "BLOCK_N": 32, "num_warps": 4, "num_stages": 2, "WAVES": 2}
-    if block_h <= 16:
-        return {
-            "BLOCK_H": 16,
-            "BLOCK_N": 32,
-            "num_warps": 4,
-            "num_stages": 3,
-            "PREFETCH_IDX": 1,
-            "WAVES": 2,
-        }
-    if block_h == 32:
-        return {"BLOCK_H": 32, "BLOCK_N": 32, "num_warps": 4, "num_stages": 2, "WAVES": 2}
-    return {"BLOCK_H": 64, "BLOCK_N": 64, "num_warps": 8, "num_stages": 2, "WAVES": 1}
+    family = _mma_family(limits.capability)
+    fits = [
+        cfg for cfg, smem in _TILES[kv_format, block_h] if smem[family] <= limits.smem_per_block
+    ]
+    return dict(fits[0])
 
 
 def _choose_splits(
@@ -883,7 +998,10 @@ def _choose_splits(
 ) -> int:
     """Power-of-two split count: about ``waves`` programs per SM, but once about every SM has
     a program, no more splits than keep the partials written under an eighth of the KV bytes
-    gathered (the merge reads them back, so partial traffic stays under a quarter).
+    gathered (the merge reads them back, so partial traffic stays under a quarter). A token's
+    rows are gathered once per head block: 99 KB GPUs serve 64+ heads with 32-head blocks,
+    where counting them once cost B=32/H=64 105 µs at 2 splits against 74 at 4 (H200,
+    ``sweeps/sparse_mla_h200_sm120_tiles_bf16.json``).
 
     Each split writes H x 2 KB of fp32 partials per token (the Gluon tiles half as much; the cap
     is not binding for them at one program per SM) against topk x 1152 B of KV; at B=8
@@ -894,7 +1012,9 @@ def _choose_splits(
     """
     per_split = max(1, num_tokens * programs_per_token)
     splits = _pow2_floor(max(1, (waves * num_sms) // per_split))
-    partial_cap = _pow2_floor(max(1, topk * _D_QK * 2 // (8 * num_heads * _D_V * 4)))
+    # Each program of a token gathers the token's rows (all but the first from L2).
+    gathered = topk * _D_QK * 2 * programs_per_token
+    partial_cap = _pow2_floor(max(1, gathered // (8 * num_heads * _D_V * 4)))
     if splits > partial_cap:
         about_one_per_sm = _pow2_floor(max(1, num_sms // per_split))
         splits = min(splits, max(partial_cap, about_one_per_sm))
@@ -921,20 +1041,24 @@ def _plan(
     device: torch.device,
     num_splits: int | None = None,
     config: dict[str, int] | None = None,
-    kv_fp8: bool = False,
+    kv_format: str = "16bit",
     wgmma: bool | None = None,
+    limits: DeviceLimits | None = None,
 ) -> tuple[dict[str, int], int]:
     """Tile config and split count for a call (also used by the benchmark to report them).
-    ``wgmma``: whether the Gluon kernel may run (``None``: whenever the device has it)."""
+    ``wgmma``: whether the Gluon kernel may run (``None``: whenever the device has it);
+    ``limits``: the device's (``None``: read from it; the benchmark passes a smaller GPU's)."""
 
     def device_index() -> int:
         return device.index if device.index is not None else torch.cuda.current_device()
 
     if wgmma is None:
         wgmma = _has_wgmma(device_index())
+    if limits is None:
+        limits = _device_limits(device_index())
     if config and "WGMMA" not in config and _TILE_KEYS & config.keys():
         wgmma = False  # the tl.dot tile the override was written for, from its defaults up
-    cfg = dict(_default_config(num_heads, kv_fp8, wgmma))
+    cfg = dict(_default_config(num_heads, kv_format, wgmma, limits))
     cfg.update(config or {})
     num_hb = triton.cdiv(num_heads, cfg["BLOCK_H"]) * cfg.get("DV_SPLIT", 1)
     if num_splits is None:
@@ -990,35 +1114,33 @@ def sparse_mla_decode(
     num_splits: int | None = None,
     workspace: torch.Tensor | None = None,
     config: dict[str, int] | None = None,
+    kv_scale: float = 1.0,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Sparse MLA decode: each token attends to the KV rows its ``indices`` name.
 
     ``num_splits`` overrides the top-k split count (``None``: fill the GPU), ``workspace`` is an
     optional flat fp32 buffer of at least ``sparse_mla_workspace_numel`` elements (lets a
-    CUDA-graph caller own the scratch), ``config`` overrides the tile shape (tuning only).
+    CUDA-graph caller own the scratch), ``config`` overrides the tile shape (tuning only),
+    ``kv_scale`` is the one scale of fp8 e4m3 rows (a row's values are its fp8 values times it).
     Returns ``(out [T, H, 512], lse [T, H] fp32)``.
     """
     if q.dim() != 3 or q.shape[-1] != _D_QK:
         raise ValueError(f"q must be [T, H, {_D_QK}], got {tuple(q.shape)}")
-    kv_fp8 = kv_rows.dtype == torch.uint8
-    row_width = _FP8_ROW_BYTES if kv_fp8 else _D_QK
-    if kv_rows.dim() != 2 or kv_rows.shape[-1] != row_width:
-        raise ValueError(
-            f"kv_rows must be [N, {_D_QK}] fp16/bf16 or [N, {_FP8_ROW_BYTES}] uint8 "
-            f"(fp8_ds_mla), got {tuple(kv_rows.shape)} {kv_rows.dtype}"
-        )
-    if kv_rows.dtype not in (torch.float16, torch.bfloat16, torch.uint8):
-        raise TypeError(f"kv_rows must be fp16, bf16 or uint8 (fp8_ds_mla), got {kv_rows.dtype}")
-    if kv_fp8 and q.dtype != torch.bfloat16:
+    kv_format = kv_row_format(kv_rows)
+    if kv_format == "fp8_ds_mla" and q.dtype != torch.bfloat16:
         raise TypeError(f"fp8_ds_mla rows need a bf16 q (their rope part is bf16), got {q.dtype}")
-    if kv_fp8 and not _fits_cp_async(kv_rows):  # the rows' fp32 scales and bf16 rope part
+    if q.dtype not in (torch.float16, torch.bfloat16):
+        raise TypeError(f"q must be fp16 or bf16, got {q.dtype}")
+    if kv_format == "fp8_ds_mla" and not _fits_cp_async(kv_rows):  # fp32 scales, bf16 rope
         raise ValueError("fp8_ds_mla rows must start 16-byte aligned (buffer and row stride)")
+    if kv_format != "fp8" and kv_scale != 1.0:
+        raise ValueError("kv_scale belongs to fp8 e4m3 rows (one scale for the whole cache)")
     if indices.dim() != 2 or indices.shape[0] != q.shape[0] or indices.dtype != torch.int32:
         raise ValueError("indices must be int32 [T, topk] with T = q.shape[0]")
     if q.stride(-1) != 1 or kv_rows.stride(-1) != 1 or indices.stride(-1) != 1:
         raise ValueError("the last dimension of q, kv_rows and indices must be contiguous")
-    if kv_fp8 and (config or {}).get("DV_SPLIT", 1) != 1:
-        raise ValueError("DV_SPLIT is a 16-bit-cache tuning option; fp8_ds_mla needs 1")
+    if kv_format != "16bit" and (config or {}).get("DV_SPLIT", 1) != 1:
+        raise ValueError("DV_SPLIT is a 16-bit-cache tuning option; fp8 rows need 1")
 
     num_tokens, num_heads, _ = q.shape
     topk = indices.shape[1]
@@ -1037,7 +1159,7 @@ def sparse_mla_decode(
     # Not for fp8_ds_mla rows (uint8), nor for a q or out that would need a cast.
     wgmma = q.dtype == kv_rows.dtype == out.dtype and _has_wgmma(dev) and _fits_cp_async(q, kv_rows)
     cfg, num_splits = _plan(
-        num_tokens, num_heads, topk, q.device, num_splits, config, kv_fp8, wgmma
+        num_tokens, num_heads, topk, q.device, num_splits, config, kv_format, wgmma
     )
     block_h, block_n = cfg["BLOCK_H"], cfg["BLOCK_N"]
     num_hb = triton.cdiv(num_heads, block_h)
@@ -1078,7 +1200,7 @@ def sparse_mla_decode(
         lse,
         part_o,
         part_lse,
-        float(sm_scale) * _LOG2E,
+        float(sm_scale) * float(kv_scale) * _LOG2E,
         kv_rows.shape[0],
         topk,
         chunk,
@@ -1130,13 +1252,15 @@ def sparse_mla_decode(
             )
     else:
         _sparse_mla_split_kernel[(num_tokens * num_splits * num_hb * dv_split,)](
-            *args,
+            *args[:8],
+            float(kv_scale),
+            *args[8:],
             BLOCK_H=block_h,
             BLOCK_N=block_n,
             D_V=_D_V,
             D_PE=_D_PE,
             DV_SPLIT=dv_split,
-            KV_FP8=kv_fp8,
+            KV_FMT=_KV_FMT_CODE[kv_format],
             IS_SPLIT=is_split,
             USE_PDL=use_pdl,
             PREFETCH_IDX=bool(cfg.get("PREFETCH_IDX", 0)),
@@ -1169,8 +1293,31 @@ def sparse_mla_decode(
     return out, lse
 
 
+def kv_row_format(kv_rows: torch.Tensor) -> str:
+    """The row format of a cache viewed as rows: "16bit" (fp16/bf16 [N, 576]), "fp8" (fp8 e4m3
+    [N, 576], one scale for the cache: vLLM's ``--kv-cache-dtype fp8`` for MLA) or
+    "fp8_ds_mla" (uint8 [N, 656], FlashMLA's format). Raises ValueError for anything else."""
+    formats = {
+        torch.float16: ("16bit", _D_QK),
+        torch.bfloat16: ("16bit", _D_QK),
+        torch.float8_e4m3fn: ("fp8", _D_QK),
+        torch.uint8: ("fp8_ds_mla", _FP8_ROW_BYTES),
+    }
+    kv_format, width = formats.get(kv_rows.dtype, (None, None))
+    if kv_format is None or kv_rows.dim() != 2 or kv_rows.shape[-1] != width:
+        raise ValueError(
+            f"kv_rows must be [N, {_D_QK}] fp16/bf16/fp8 e4m3 or [N, {_FP8_ROW_BYTES}] uint8 "
+            f"(fp8_ds_mla), got {tuple(kv_rows.shape)} {kv_rows.dtype}"
+        )
+    return kv_format
+
+
 def reference_sparse_mla(
-    q: torch.Tensor, kv_rows: torch.Tensor, indices: torch.Tensor, sm_scale: float
+    q: torch.Tensor,
+    kv_rows: torch.Tensor,
+    indices: torch.Tensor,
+    sm_scale: float,
+    kv_scale: float = 1.0,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Float32 reference: gather, mask invalid (negative or >= N), softmax, weighted V.
 
@@ -1179,6 +1326,8 @@ def reference_sparse_mla(
     """
     if kv_rows.dtype == torch.uint8:
         kv_rows = dequantize_fp8_ds_mla(kv_rows)
+    elif kv_rows.dtype == torch.float8_e4m3fn:
+        kv_rows = kv_rows.float() * float(kv_scale)
     num_rows = kv_rows.shape[0]
     idx = indices.long()
     valid = (idx >= 0) & (idx < num_rows)

@@ -34,6 +34,7 @@ from typing import Any
 
 import torch
 import triton
+import triton.language as tl
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "tests"))
@@ -43,8 +44,18 @@ KERNEL_PATH = ROOT / "backend" / "sparse_mla.py"
 BASELINE_PATH = ROOT / ".thirdparty/vllm/v1/attention/ops/triton_decode_attention.py"
 
 TOPK = 2048
-# q dtype per --dtypes name; "fp8" runs fp8_ds_mla cache rows (656 B) under a bf16 q.
-Q_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp8": torch.bfloat16}
+# q dtype per --dtypes name; "fp8" runs fp8_ds_mla cache rows (656 B) under a bf16 q, "e4m3"
+# fp8 e4m3 rows (576 B, one scale: vLLM's --kv-cache-dtype fp8) under a bf16 q.
+Q_DTYPES = {
+    "bf16": torch.bfloat16,
+    "fp16": torch.float16,
+    "fp8": torch.bfloat16,
+    "e4m3": torch.bfloat16,
+}
+KV_FORMAT = {"bf16": "16bit", "fp16": "16bit", "fp8": "fp8_ds_mla", "e4m3": "fp8"}
+E4M3_SCALE = 2.0**-6  # rows of N(0, 0.5) values reach ~2.5: well inside e4m3's 448 after scaling
+# The plan's tiles for a 99 KB GPU (RTX PRO 6000 Blackwell, SM120): run here as overrides.
+SM120_LIMITS = (12, 0), 101376
 MEM_BW = 4.3e12  # measured device-to-device copy rate on this H200 kind (KINDS.md)
 MMA_RATE = 790e12  # measured bf16 matmul rate on random data (KINDS.md)
 L2_BYTES = 60 * 2**20
@@ -123,6 +134,8 @@ class Case:
         ]
 
     def ours(self, kmod: types.ModuleType, **kw: Any) -> list[Callable[[], Any]]:
+        if self.kv.dtype == torch.float8_e4m3fn:
+            kw = {"kv_scale": E4M3_SCALE, **kw}
         return [
             (
                 lambda i=i: kmod.sparse_mla_decode(
@@ -173,6 +186,48 @@ class Case:
         ]
 
 
+@triton.jit
+def _gather_probe_kernel(
+    KV, IDX, OUT, stride_kv, chunk, TOPK_: tl.constexpr, BLOCK_N: tl.constexpr
+):
+    """Reads the rows a token's indices name (its chunk of them) and adds them up element-wise
+    (one reduction at the end): the attention kernel's gather with next to no arithmetic."""
+    t = tl.program_id(0)
+    split = tl.program_id(1)
+    offs_v = tl.arange(0, 512)
+    offs_pe = tl.arange(0, 64)
+    acc = tl.zeros([BLOCK_N, 512], dtype=tl.float32)
+    acc_pe = tl.zeros([BLOCK_N, 64], dtype=tl.float32)
+    for n0 in range(split * chunk, split * chunk + chunk, BLOCK_N):
+        idx = tl.load(IDX + t * TOPK_ + n0 + tl.arange(0, BLOCK_N))
+        row = KV + idx.to(tl.int64) * stride_kv
+        acc += tl.load(row[:, None] + offs_v[None, :]).to(tl.float32)
+        acc_pe += tl.load(row[:, None] + 512 + offs_pe[None, :]).to(tl.float32)
+    out = OUT + (t * tl.num_programs(1) + split) * 576
+    tl.store(out + offs_v, tl.sum(acc, 0))
+    tl.store(out + 512 + offs_pe, tl.sum(acc_pe, 0))
+
+
+def gather_calls(
+    case: Case, block_n: int = 16, warps: int = 4, stages: int = 3, per_sm: int = 4
+) -> list[Callable[[], Any]]:
+    """The bare-gather probe over the case's index sets: about four programs per SM, 16-row
+    tiles, three stages (the fastest of a few shapes tried on the H200)."""
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    splits = max(1, min(TOPK // block_n, triton.next_power_of_2(per_sm * sms // case.batch)))
+    out = torch.empty(case.batch * splits * 576, device="cuda", dtype=torch.float32)
+    kv = case.kv.view(torch.uint8) if case.kv.dtype == torch.float8_e4m3fn else case.kv
+    return [
+        (
+            lambda i=i: _gather_probe_kernel[(case.batch, splits)](
+                kv, case.idx[i], out, kv.stride(0), TOPK // splits, TOPK, block_n,
+                num_warps=warps, num_stages=stages,
+            )
+        )
+        for i in range(case.n_sets)
+    ]  # fmt: skip
+
+
 def floors_us(batch: int, heads: int, row_bytes: int) -> tuple[float, float]:
     kv_bytes = batch * TOPK * row_bytes
     io_bytes = batch * heads * (576 + 512) * 2
@@ -218,17 +273,28 @@ def run_bench(
                 case = Case(kv[dname], batch, heads, dtype)
                 ours, ours_s = graph_time_us(case.ours(kmod), args.reps)
                 ours2, _ = graph_time_us(case.ours(kmod), args.reps)  # spread check
+                kv_format = KV_FORMAT[dname]
+                # The portable path: the tl.dot tile this GPU's limits pick, and the one a
+                # 99 KB SM120 picks, both as overrides (a tile override means tl.dot).
+                tl_dot_cfg = kmod._default_config(heads, kv_format, limits=kmod.H200_LIMITS)
+                sm120 = kmod.DeviceLimits(*SM120_LIMITS)
+                sm120_cfg = kmod._default_config(heads, kv_format, limits=sm120)
+                tl_dot, _ = graph_time_us(case.ours(kmod, config=tl_dot_cfg), args.reps)
+                sm120_us, _ = graph_time_us(case.ours(kmod, config=sm120_cfg), args.reps)
+                gather = None
+                if dname != "fp8":  # 576-wide rows only
+                    gather, _ = graph_time_us(gather_calls(case), args.reps)
                 base = base_err = None
-                if bmod is not None and dname != "fp8":  # vLLM's Triton MLA has no fp8_ds_mla
+                if bmod is not None and dname in ("bf16", "fp16"):  # 16-bit caches only
                     base, _ = graph_time_us(case.baseline(bmod), args.reps)
                     ref = case.outs[0].float()
                     diff = (case.base_out[0].float() - ref).norm() / ref.norm()
                     base_err = float(diff)
                 t_mem, t_comp = floors_us(batch, heads, case.row_bytes)
                 flops = 2.0 * batch * heads * TOPK * (576 + 512)
-                target = TARGET_US.get((batch, heads)) if dname != "fp8" else None
+                target = TARGET_US.get((batch, heads)) if kv_format == "16bit" else None
                 cfg, splits = kmod._plan(
-                    batch, heads, TOPK, torch.device("cuda"), kv_fp8=dname == "fp8"
+                    batch, heads, TOPK, torch.device("cuda"), None, None, kv_format
                 )
                 row = {
                     "dtype": dname,
@@ -243,11 +309,20 @@ def run_bench(
                     "ours_us_max": max(ours_s),
                     "baseline_us": base,
                     "speedup": (base / ours) if base else None,
+                    "tl_dot_us": tl_dot,
+                    "tl_dot_config": tl_dot_cfg,
+                    "tl_dot_speedup": (base / tl_dot) if base else None,
+                    "sm120_tile_us": sm120_us,
+                    "sm120_config": sm120_cfg,
+                    "gather_us": gather,
+                    "tl_dot_vs_gather": (gather / tl_dot) if gather else None,
                     "gathered_GBps": batch * TOPK * case.row_bytes / ours / 1e3,
                     "TFLOPs": flops / ours / 1e6,
                     "floor_us": max(t_mem, t_comp),
                     "bound": "mem" if t_mem >= t_comp else "compute",
                     "frac_of_floor": max(t_mem, t_comp) / ours,
+                    "tl_dot_frac_of_floor": max(t_mem, t_comp) / tl_dot,
+                    "sm120_tile_frac_of_floor": max(t_mem, t_comp) / sm120_us,
                     "baseline_vs_ours_rel_err": base_err,
                     "n_sets": case.n_sets,
                     "target_us": target,
@@ -260,7 +335,9 @@ def run_bench(
                     f"(rep {ours2:8.1f}) base {base or float('nan'):8.1f} us "
                     f"x{row['speedup'] or float('nan'):5.2f}  {row['gathered_GBps']:7.0f} GB/s "
                     f"{row['TFLOPs']:6.1f} TF/s  floor {row['frac_of_floor']:.2f}"
-                    f"  err {base_err if base_err is not None else float('nan'):.1e}",
+                    f"  err {base_err if base_err is not None else float('nan'):.1e}"
+                    f" | tl.dot {tl_dot:7.1f} sm120-tile {sm120_us:7.1f} gather "
+                    f"{gather or float('nan'):7.1f}",
                     flush=True,
                 )
                 del case
@@ -313,7 +390,56 @@ def render_md(result: dict[str, Any]) -> str:
             f"| {spd} | {r['gathered_GBps']:.0f} | {r['TFLOPs']:.1f} | {r['floor_us']:.1f} "
             f"| {r['frac_of_floor']:.2f} | {tgt} | {', '.join(met) or '-'} |"
         )
-    return "\n".join(lines) + "\n"
+    return "\n".join(lines + portable_md(result["rows"]) + fp8_md(result["rows"])) + "\n"
+
+
+def _f(value: float | None, fmt: str) -> str:
+    return "n/a" if value is None else format(value, fmt)
+
+
+def portable_md(rows: list[dict[str, Any]]) -> list[str]:
+    """The tl.dot path in the same run: the tile this GPU's limits pick (what a GPU without the
+    Gluon kernels runs), the tile a 99 KB SM120 picks, and a bare gather of the same rows."""
+    lines = [
+        "",
+        "## Portable (tl.dot) path, same run and baseline",
+        "",
+        "`tl.dot` = the tl.dot tile for this GPU's shared memory (no Gluon kernels); `SM120 tile` ="
+        " the tile the plan picks for a 99 KB GPU (SM120, SM86/89), run here; `gather` = a bare "
+        "gather of the same rows (`_gather_probe_kernel`: loads and sums them).",
+        "",
+        "| dtype | B | H | default µs | tl.dot µs | tl.dot speedup | SM120 tile µs | gather µs "
+        "| gather / tl.dot | tl.dot frac of floor |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        lines.append(
+            f"| {r['dtype']} | {r['B']} | {r['H']} | {r['ours_us']:.1f} | {r['tl_dot_us']:.1f} "
+            f"| {_f(r['tl_dot_speedup'], '.2f')} | {r['sm120_tile_us']:.1f} "
+            f"| {_f(r['gather_us'], '.1f')} | {_f(r['tl_dot_vs_gather'], '.2f')} "
+            f"| {r['tl_dot_frac_of_floor']:.2f} |"
+        )
+    return lines
+
+
+def fp8_md(rows: list[dict[str, Any]]) -> list[str]:
+    """fp8 rows against bf16 rows of the same case: the speed ratio and the memory floor."""
+    bf16 = {(r["B"], r["H"]): r for r in rows if r["dtype"] == "bf16"}
+    lines = [
+        "",
+        "## fp8 rows against bf16 rows (same run)",
+        "",
+        "| rows | B | H | µs | bf16 µs | speed vs bf16 | frac of floor |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        ref = bf16.get((r["B"], r["H"]))
+        if r["dtype"] in ("e4m3", "fp8") and ref:
+            lines.append(
+                f"| {r['dtype']} | {r['B']} | {r['H']} | {r['ours_us']:.1f} | {ref['ours_us']:.1f} "
+                f"| {ref['ours_us'] / r['ours_us']:.2f}x | {r['frac_of_floor']:.2f} |"
+            )
+    return lines
 
 
 def sweep_configs(heads: int) -> list[dict[str, int]]:
@@ -635,7 +761,21 @@ def plan_r8() -> list[tuple[int, int, dict[str, int], int]]:
     return _expand(cases)
 
 
+def plan_sm120() -> list[tuple[int, int, dict[str, int], int]]:
+    """64+ heads within a 99 KB block (SM120, SM86/89): 32-head blocks (the first plan), 64-head
+    blocks of 16-row tiles, 32-head blocks with 8 warps. Run with --dtypes bf16 or e4m3."""
+    tiles = [
+        {"BLOCK_H": h, "BLOCK_N": n, "num_warps": w, "num_stages": st}
+        for h, n, w, st in [(32, 32, 4, 2), (64, 16, 8, 2), (64, 16, 8, 3), (32, 32, 8, 2)]
+    ]
+    cases = [
+        (b, h, sp, tiles) for b, sp in ((8, (8, 16)), (32, (2, 4)), (128, (1,))) for h in (64, 128)
+    ]
+    return _expand(cases)
+
+
 PLANS = {
+    "sm120": plan_sm120,
     "v2": plan_v2,
     "r3": plan_r3,
     "r4": plan_r4,
@@ -654,7 +794,7 @@ def run_sweep_v2(
     cases: dict[tuple[int, int], Case] = {}
     combine = kmod._sparse_mla_combine_kernel
     name = args.dtypes.split(",")[0]  # the rows every point runs on
-    if (args.plan == "fp8") != (name == "fp8"):
+    if (args.plan == "fp8") != (name == "fp8") or (args.plan == "sm120" and name == "fp8"):
         raise SystemExit("--plan fp8 goes with --dtypes fp8 (and only it)")
     for batch, heads, cfg, splits in PLANS[args.plan]():
         key = (batch, heads)
@@ -702,7 +842,9 @@ def main() -> None:
     ap.add_argument("--mode", choices=["bench", "sweep", "sweep2"], default="bench")
     ap.add_argument("--batches", default="1,8,32,128")
     ap.add_argument("--heads", default="8,16,64,128")
-    ap.add_argument("--dtypes", default="bf16,fp16,fp8", help="fp8: fp8_ds_mla cache rows")
+    ap.add_argument(
+        "--dtypes", default="bf16,fp16,e4m3,fp8", help="fp8: fp8_ds_mla rows; e4m3: fp8 e4m3 rows"
+    )
     ap.add_argument("--reps", type=int, default=30)
     ap.add_argument("--plan", choices=sorted(PLANS), default="r3", help="sweep2's point list")
     ap.add_argument(
@@ -719,7 +861,11 @@ def main() -> None:
     kv = {}
     for dname in args.dtypes.split(","):
         rows = (torch.randn(args.cache_rows, 576, device="cuda") * 0.5).to(Q_DTYPES[dname])
-        kv[dname] = kmod.quantize_fp8_ds_mla(rows) if dname == "fp8" else rows
+        if dname == "fp8":
+            rows = kmod.quantize_fp8_ds_mla(rows)
+        elif dname == "e4m3":
+            rows = (rows.float() / E4M3_SCALE).to(torch.float8_e4m3fn)
+        kv[dname] = rows
     if args.mode == "sweep":
         run_sweep(args, kmod, kv)
     elif args.mode == "sweep2":

@@ -548,3 +548,83 @@ def test_v0_33_forward_mqa_kernel(kernel: str, dtype: str, num_heads: int, num_t
     )
     torch.cuda.synchronize()
     check(out, lse, case, dt)
+
+
+def _v0_16_impl(mod: ModuleType, num_heads: int, kv_cache_dtype: str, buf: torch.Tensor) -> Any:
+    return mod.TritonMLASparseImpl(
+        num_heads=num_heads,
+        head_size=_D,
+        scale=_SM_SCALE,
+        num_kv_heads=1,
+        alibi_slopes=None,
+        sliding_window=None,
+        kv_cache_dtype=kv_cache_dtype,
+        logits_soft_cap=None,
+        attn_type="decoder",
+        kv_sharing_target_layer_name=None,
+        indexer=SimpleNamespace(topk_indices_buffer=buf),
+        kv_lora_rank=512,
+    )
+
+
+@pytest.mark.parametrize("num_heads", [8, 16, 64, 128])
+@pytest.mark.parametrize("num_tokens", [8, 96])
+def test_v0_16_fp8_cache(num_heads: int, num_tokens: int) -> None:
+    """--kv-cache-dtype fp8: the cache holds fp8 e4m3 rows of 576 values (vLLM views it as fp8
+    before forward_mqa) with the layer's k_scale for all of them; against the float32 reference
+    on the scaled values. Unselected rows are NaN in fp8 as well."""
+    mod, _ = rendered("v0_16", "sparse_mla")
+    assert "fp8" in mod.TritonMLASparseBackend.supported_kv_cache_dtypes
+    gen = torch.Generator(device="cuda").manual_seed(_seed("fp8", num_heads, num_tokens))
+    case = make_case(gen, num_tokens, num_heads, torch.bfloat16)
+    k_scale = 0.03125
+    fp8_cache = (case.kv_cache.float() / k_scale).to(torch.float8_e4m3fn)
+    case.kv_cache = (fp8_cache.float() * k_scale).to(torch.bfloat16)  # exact: scale is 2^-5
+    buf = torch.full((num_tokens + 5, _TOPK), 12345, dtype=torch.int32, device="cuda")
+    buf[:num_tokens] = case.logical
+    impl = _v0_16_impl(mod, num_heads, "fp8", buf)
+    meta = mod.FlashMLASparseMetadata(
+        num_reqs=len(case.seq_lens),
+        max_query_len=1,
+        max_seq_len=max(case.seq_lens),
+        num_actual_tokens=num_tokens,
+        query_start_loc=torch.arange(num_tokens + 1, dtype=torch.int32, device="cuda"),
+        slot_mapping=torch.zeros(num_tokens, dtype=torch.int64, device="cuda"),
+        block_table=case.block_table,
+        req_id_per_token=case.req_id,
+    )
+    layer = AttentionLayer()
+    layer._k_scale_float = k_scale
+    _poison_allocator(64 << 20)
+    out, lse = impl.forward_mqa(case.q, fp8_cache, meta, layer)
+    torch.cuda.synchronize()
+    check(out, lse, case, torch.bfloat16)
+
+
+def test_unsupported_heads_and_caches_are_refused_at_construction(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The backend states the head counts this GPU serves and refuses the rest when the layer
+    is built: here as an SM86 (99 KB, no fp8 conversion) and with more heads than covered."""
+    mod, _ = rendered("v0_16", "sparse_mla")
+    buf = torch.zeros((4, _TOPK), dtype=torch.int32, device="cuda")
+    caps = mod.TritonMLASparseBackend
+    assert caps.get_supported_num_heads("auto") == list(range(1, 129))
+    assert caps.get_supported_num_heads("fp8") == list(range(1, 129))  # the H200: SM90
+    with pytest.raises(NotImplementedError, match="129 query heads.*1 to 128"):
+        _v0_16_impl(mod, 129, "auto", buf)
+    with pytest.raises(NotImplementedError, match="fp8_ds_mla"):
+        _v0_16_impl(mod, 64, "fp8_ds_mla", buf)
+    sm86 = mod.DeviceLimits((8, 6), 101376)
+    monkeypatch.setattr(mod, "_device_limits", lambda index: sm86)
+    assert caps.get_supported_num_heads("fp8") == []
+    assert caps.get_supported_num_heads("auto") == list(range(1, 129))
+    with pytest.raises(NotImplementedError, match="fp8 rows need SM89 or newer"):
+        _v0_16_impl(mod, 64, "fp8", buf)
+    _v0_16_impl(mod, 64, "auto", buf)  # 16-bit rows: 32-head tiles fit 99 KB
+    mod33, _ = rendered("v0_33", "sparse_mla")
+    with pytest.raises(NotImplementedError, match="129 query heads"):
+        mod33.TritonMLASparseImpl(
+            129, _D, _SM_SCALE, 1, None, None, "auto", None, "decoder", None,
+            indexer=SimpleNamespace(topk_indices_buffer=buf),
+        )  # fmt: skip

@@ -96,7 +96,8 @@ def _check(
     o2, l2 = kmod.sparse_mla_decode(q, kv, idx, sm_scale, out=out, lse=lse, **kwargs)
     torch.cuda.synchronize()
     assert o2 is out and l2 is lse
-    ref_o, ref_l = kmod.reference_sparse_mla(q, kv, idx, sm_scale)
+    kv_scale = float(kwargs.get("kv_scale", 1.0))
+    ref_o, ref_l = kmod.reference_sparse_mla(q, kv, idx, sm_scale, kv_scale)
 
     assert not torch.isnan(out).any(), "output has NaN: unwritten element or NaN row read"
     assert not torch.isnan(lse).any(), "lse has NaN: unwritten element or NaN row read"
@@ -377,9 +378,51 @@ def test_fp8_ds_mla_strided_rows_and_splits(kmod: ModuleType, num_heads: int) ->
     wide[:, :656] = rows
     for splits in (1, 3, 16):
         _check(kmod, q, wide[:, :656], idx, num_splits=splits)
-    prefetch = {**kmod._default_config(num_heads, kv_fp8=True), "PREFETCH_IDX": 1, "num_stages": 3}
+    prefetch = {**kmod._default_config(num_heads, "fp8_ds_mla"), "PREFETCH_IDX": 1, "num_stages": 3}
     _check(kmod, q, wide[:, :656], idx, num_splits=3, config=prefetch)
     _check(kmod, q, wide[:, :656], torch.cat([idx, idx], dim=1))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize(("num_heads", "num_tokens", "topk"), _FP8_GRID)
+def test_fp8_e4m3_rows(kmod: ModuleType, num_heads: int, num_tokens: int, topk: int) -> None:
+    """fp8 e4m3 rows [N, 576] with one scale for the cache (vLLM's --kv-cache-dtype fp8 for
+    MLA), under a bf16 or fp16 q, against the reference on the scaled values. Unselected rows
+    are NaN in fp8 too."""
+    seed = zlib.crc32(f"e4m3-{num_heads}-{num_tokens}-{topk}".encode())
+    gen = torch.Generator(device="cuda").manual_seed(seed)
+    pattern = "mixed" if num_tokens > 1 else ("tail", "scattered", "plain")[topk % 3]
+    dtype = (torch.bfloat16, torch.float16)[(num_heads // 8 + num_tokens) % 2]
+    q, kv, idx = _make_inputs(gen, num_tokens, num_heads, topk, dtype, pattern)
+    kv_scale = 0.03125
+    rows = (kv.float() / kv_scale).to(torch.float8_e4m3fn)
+    assert rows[kv[:, 0].isnan()].float().isnan().all()
+    _check(kmod, q, rows, idx, kv_scale=kv_scale)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("kv_format", ["16bit", "fp8", "fp8_ds_mla"])
+@pytest.mark.parametrize("num_heads", [8, 32, 64, 128])
+def test_tiles_of_smaller_gpus(kmod: ModuleType, kv_format: str, num_heads: int) -> None:
+    """The tiles the plan picks for 99 KB (SM120, SM86/89) and SM100 GPUs, run here as
+    overrides: correct over 1 and 8 splits, fp8 rows with strided NaN padding between them."""
+    gen = torch.Generator(device="cuda").manual_seed(
+        zlib.crc32(f"tiles-{kv_format}-{num_heads}".encode())
+    )
+    q, kv, idx = _make_inputs(gen, 6, num_heads, 2048, torch.bfloat16, "mixed")
+    kv_scale = 1.0
+    if kv_format == "fp8":
+        kv_scale = 0.03125
+        rows = (kv.float() / kv_scale).to(torch.float8_e4m3fn)
+        wide = torch.full((rows.shape[0], 640), float("nan"), device="cuda").to(rows.dtype)
+        wide[:, :576] = rows
+        kv = wide[:, :576]
+    elif kv_format == "fp8_ds_mla":
+        kv = kmod.quantize_fp8_ds_mla(kv)
+    for limits in (kmod.DeviceLimits((12, 0), 101376), kmod.DeviceLimits((10, 0), 232448)):
+        cfg = kmod._default_config(num_heads, kv_format, limits=limits)
+        for splits in (1, 8):
+            _check(kmod, q, kv, idx, num_splits=splits, config=cfg, kv_scale=kv_scale)
 
 
 @pytest.mark.gpu

@@ -1,0 +1,180 @@
+"""Compile every kernel configuration that backend/sparse_mla.py's plan can choose for GPU
+targets, with Triton's own compiler, without a GPU and without a launch.
+
+Reads {"targets": [{"arch": 120, "capability": [12, 0], "smem": 101376}, ...]} on stdin and
+writes {"triton": version, "jobs": [job + result, ...]} to stdout. Run as a subprocess so that
+the Triton under test can be another version than the installed one (PYTHONPATH first). A job
+names a kernel of the module, its target, pointer types, constexprs, warps and stages; its
+result is the compiled shared memory per block, registers and stack per thread, or the error.
+Only the stdlib, torch (the kernel module imports it) and the Triton under test are used.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import traceback
+from pathlib import Path
+
+KERNEL = Path(__file__).resolve().parents[2] / "backend" / "sparse_mla.py"
+FLOAT_ARGS = {"qk_scale", "v_scale"}
+
+
+def _load_kernels():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("sparse_mla_under_compile", KERNEL)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _resources(cubin: bytes) -> tuple[int, int]:
+    """(registers, stack bytes) of the cubin's kernel, from Triton's bundled cuobjdump."""
+    import triton
+
+    tool = Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "cuobjdump"
+    with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
+        f.write(cubin)
+        f.flush()
+        out = subprocess.run(
+            [str(tool), "-res-usage", f.name], capture_output=True, text=True, check=True
+        ).stdout
+    usage = [line for line in out.splitlines() if "REG:" in line][-1]
+    regs = int(re.search(r"REG:(\d+)", usage).group(1))
+    stack = int(re.search(r"STACK:(\d+)", usage).group(1))
+    return regs, stack
+
+
+def compile_job(module, job: dict) -> dict:
+    import triton
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+
+    fn = getattr(module, job["kernel"])
+    pointers, constexprs = job["pointers"], job["constexprs"]
+    signature, attrs = {}, {}
+    for i, name in enumerate(fn.arg_names):
+        if name in constexprs:
+            signature[name] = "constexpr"
+        elif name in pointers:
+            signature[name] = "*" + pointers[name]
+            attrs[(i,)] = [["tt.divisibility", 16]]  # torch allocations are 16-byte aligned
+        elif name in FLOAT_ARGS:
+            signature[name] = "fp32"
+        else:
+            signature[name] = "i32"
+            if name.startswith("stride"):
+                attrs[(i,)] = [["tt.divisibility", 16]]
+    if fn.is_gluon():
+        from triton.experimental.gluon._runtime import GluonASTSource as ASTSource
+    src = ASTSource(fn, signature, constexprs, attrs)
+    options = {"num_warps": job["num_warps"], "num_stages": job.get("num_stages", 2)}
+    compiled = triton.compile(src, target=GPUTarget("cuda", job["arch"], 32), options=options)
+    regs, stack = _resources(compiled.asm["cubin"])
+    return {"shared": int(compiled.metadata.shared), "regs": regs, "stack": stack, "error": None}
+
+
+def _split_job(module, arch: int, kv_format: str, cfg: dict) -> dict:
+    kv = {"16bit": "bf16", "fp8": "fp8e4nv", "fp8_ds_mla": "u8"}[kv_format]
+    pointers = dict(Q="bf16", KV=kv, IDX="i32", Out="bf16", LSE="fp32", PO="fp32", PLSE="fp32")
+    if cfg.get("WGMMA"):
+        swapped = cfg["BLOCK_H"] in (8, 16)
+        kernel = "_sparse_mla_wgmma_swapped_kernel" if swapped else "_sparse_mla_wgmma_kernel"
+        shape = {"BLOCK_H": cfg["BLOCK_H"]} if swapped else {"BLOCK_N": cfg["BLOCK_N"]}
+        constexprs = {**shape, "NUM_STAGES": cfg["num_stages"]}
+        pointers["PO"] = "bf16"  # 16-bit partials
+    else:
+        kernel = "_sparse_mla_split_kernel"
+        constexprs = {
+            "BLOCK_H": cfg["BLOCK_H"],
+            "BLOCK_N": cfg["BLOCK_N"],
+            "D_V": 512,
+            "D_PE": 64,
+            "DV_SPLIT": 1,
+            "KV_FMT": module._KV_FMT_CODE[kv_format],
+            "PREFETCH_IDX": bool(cfg.get("PREFETCH_IDX", 0)),
+        }
+    # Split with PDL (SM90+) writes partials; the largest epilogue of the two.
+    constexprs.update(IS_SPLIT=True, USE_PDL=arch >= 90)
+    return {
+        "kernel": kernel,
+        "arch": arch,
+        "kv_format": kv_format,
+        "config": cfg,
+        "pointers": pointers,
+        "constexprs": constexprs,
+        "num_warps": cfg["num_warps"],
+        "num_stages": cfg["num_stages"],
+    }
+
+
+def _merge_jobs(module, arch: int, gluon: bool) -> list[dict]:
+    """One merge per padded split count up to 128 (topk 2048 over 16-row tiles), at its widest
+    column chunk: with the plan's warp rule every chunk of 128+ columns holds 4 x BLOCK_S
+    values per thread and narrower ones fewer, so the widest is the largest footprint."""
+    jobs = []
+    for partial in ("fp32", "bf16") if gluon else ("fp32",):
+        elem = 4 if partial == "fp32" else 2
+        for block_s in (2, 4, 8, 16, 32, 64, 128):
+            block_dv = max(64, min(512, 8192 // block_s))
+            jobs.append(
+                {
+                    "kernel": "_sparse_mla_combine_kernel",
+                    "arch": arch,
+                    "kv_format": None,
+                    "config": {"BLOCK_S": block_s, "BLOCK_DV": block_dv},
+                    "pointers": dict(PO=partial, PLSE="fp32", Out="bf16", LSE="fp32"),
+                    "constexprs": dict(
+                        BLOCK_S=block_s, D_V=512, BLOCK_DV=block_dv, USE_PDL=arch >= 90
+                    ),
+                    "num_warps": module._merge_warps(block_dv, elem),
+                    "num_stages": 2,
+                }
+            )
+    return jobs
+
+
+def plan_jobs(module, target: dict) -> list[dict]:
+    """Every distinct configuration the plan chooses on this target: each row format the
+    target serves, every head count from 1 to MAX_HEADS, with and without the Gluon kernels
+    where this Triton and target have them; then the merges."""
+    limits = module.DeviceLimits(tuple(target["capability"]), target["smem"])
+    gluon = module._gluon_usable(limits.capability)
+    jobs, seen = [], set()
+    for kv_format in module.KV_FORMATS:
+        for heads in range(1, module.MAX_HEADS + 1):
+            if module._unsupported(heads, kv_format, limits) is not None:
+                continue
+            for wgmma in (False, True) if gluon else (False,):
+                cfg = module._default_config(heads, kv_format, wgmma, limits)
+                key = (kv_format, json.dumps(cfg, sort_keys=True))
+                if key not in seen:
+                    seen.add(key)
+                    jobs.append(_split_job(module, target["arch"], kv_format, cfg))
+    return jobs + _merge_jobs(module, target["arch"], gluon)
+
+
+def main() -> None:
+    request = json.load(sys.stdin)
+    os.environ.setdefault("TRITON_CACHE_DIR", tempfile.mkdtemp(prefix="triton-cache-"))
+    import triton
+
+    module = _load_kernels()
+    jobs = [job for target in request["targets"] for job in plan_jobs(module, target)]
+    jobs += request.get("extra_jobs", [])
+    for job in jobs:
+        try:
+            job.update(compile_job(module, job))
+        except Exception as exc:  # reported per job: a config that does not compile is a finding
+            last = traceback.format_exception_only(type(exc), exc)[-1].strip()
+            job.update(shared=None, regs=None, stack=None, error=last[:2000])
+    json.dump({"triton": triton.__version__, "jobs": jobs}, sys.stdout)
+
+
+if __name__ == "__main__":
+    main()

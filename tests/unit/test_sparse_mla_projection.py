@@ -1,0 +1,27 @@
+"""The committed RTX PRO 6000 projection is what benchmarks/sparse_mla/project_sm120.py makes of
+the committed H200 benchmark (one source of numbers), and it is a projection a reader can
+check: never under the target's roofline floor, the efficiency the H200 measured."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from module_file import load_module_file
+
+ROOT = Path(__file__).resolve().parents[2]
+RESULTS = ROOT / "benchmarks" / "results"
+
+
+def test_projection_matches_the_committed_benchmark() -> None:
+    script = load_module_file(ROOT / "benchmarks/sparse_mla/project_sm120.py", "project_sm120")
+    result = json.loads((RESULTS / "sparse_mla_h200.json").read_text())
+    rows = script.project(result)
+    committed = (RESULTS / "sparse_mla_rtx_pro_6000_projection.md").read_text()
+    assert committed == script.render(result, rows)
+    assert len(rows) == len(result["rows"]) > 0
+    for row, measured in zip(rows, result["rows"], strict=True):
+        assert 0 < row["efficiency"] <= 1.0
+        assert row["projected_us"] >= row["rtx_floor_us"]
+        assert row["config"] == measured["sm120_config"]
+        assert row["config"]["BLOCK_H"] <= 32 or row["H"] <= 16  # a 99 KB GPU's tiles

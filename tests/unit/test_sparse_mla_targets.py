@@ -1,0 +1,164 @@
+"""Every kernel configuration backend/sparse_mla.py's plan can choose, compiled for SM80, 86,
+89, 90, 100 and 120 with Triton's own compiler (no GPU, no launch) under the installed Triton
+and under Triton 3.5.1 (vLLM 0.16's torch 2.9.1 brings it), and checked against each target's
+limits: opt-in shared memory per block, 255 registers per thread, 64K registers per block. The
+shared memory the plan assumes per tile (``_TILES``) must cover what the compiler allocates.
+The two Tritons compile in two subprocesses side by side (sparse_mla_compile.py)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+from module_file import load_module_file
+from vllm_wheels import CACHE
+
+pytest.importorskip("torch", reason="the kernel module needs torch")
+triton = pytest.importorskip("triton", reason="the kernel module imports triton")
+HERE = Path(__file__).resolve().parent
+KERNEL = HERE.parents[1] / "backend" / "sparse_mla.py"
+OLD_TRITON = "3.5.1"
+
+# arch -> (compute capability, opt-in shared memory per block in bytes), from NVIDIA's CUDA C++
+# Programming Guide, "Technical Specifications per Compute Capability" (A100 163 KB; GA10x,
+# AD10x and GB20x 99 KB; H100/H200 and B200 227 KB).
+TARGETS = {
+    80: ((8, 0), 166912),
+    86: ((8, 6), 101376),
+    89: ((8, 9), 101376),
+    90: ((9, 0), 232448),
+    100: ((10, 0), 232448),
+    120: ((12, 0), 101376),
+}
+# fp8 e4m3 rows on SM86 (no fp8 conversion in hardware): the compile that the plan's refusal
+# avoids, kept here so the refusal stays needed.
+FP8_ON_SM86 = {
+    "kernel": "_sparse_mla_split_kernel",
+    "arch": 86,
+    "kv_format": "fp8",
+    "config": {"expect": "error"},
+    "pointers": dict(Q="bf16", KV="fp8e4nv", IDX="i32", Out="bf16", LSE="fp32", PO="fp32",
+                     PLSE="fp32"),
+    "constexprs": dict(BLOCK_H=16, BLOCK_N=32, D_V=512, D_PE=64, DV_SPLIT=1, KV_FMT=2,
+                       PREFETCH_IDX=False, IS_SPLIT=True, USE_PDL=False),
+    "num_warps": 4,
+    "num_stages": 2,
+}  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def kmod() -> ModuleType:
+    return load_module_file(KERNEL, "sparse_mla_targets")
+
+
+def _old_triton() -> Path:
+    """Triton 3.5.1 from PyPI, installed once outside the repo."""
+    dest = CACHE / f"triton-{OLD_TRITON}"
+    if not (dest / "triton" / "__init__.py").exists():
+        pip = [sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--target", str(dest)]
+        subprocess.run([*pip, f"triton=={OLD_TRITON}"], check=True)
+    return dest
+
+
+def _compile_all(pythonpath: Path | None) -> dict:
+    request = {
+        "targets": [{"arch": a, "capability": c, "smem": s} for a, (c, s) in TARGETS.items()],
+        "extra_jobs": [FP8_ON_SM86],
+    }
+    env = dict(os.environ)
+    if pythonpath is not None:
+        env["PYTHONPATH"] = os.pathsep.join([str(pythonpath), env.get("PYTHONPATH", "")])
+    done = subprocess.run(
+        [sys.executable, str(HERE / "sparse_mla_compile.py")],
+        input=json.dumps(request),
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=1500,
+    )
+    assert done.returncode == 0, done.stderr[-4000:]
+    return json.loads(done.stdout)
+
+
+@pytest.fixture(scope="module")
+def compiled() -> dict[str, dict]:
+    """Triton version -> the compile report, both versions compiled at once."""
+    with ThreadPoolExecutor(2) as pool:
+        reports = list(pool.map(_compile_all, [None, _old_triton()]))
+    return {report["triton"]: report for report in reports}
+
+
+def test_both_tritons_compiled(compiled: dict[str, dict]) -> None:
+    assert set(compiled) == {triton.__version__, OLD_TRITON}
+
+
+@pytest.mark.parametrize("arch", sorted(TARGETS))
+@pytest.mark.parametrize("which", ["installed", OLD_TRITON])
+def test_every_planned_config_fits_the_target(
+    kmod: ModuleType, compiled: dict[str, dict], arch: int, which: str
+) -> None:
+    version = triton.__version__ if which == "installed" else OLD_TRITON
+    capability, smem = TARGETS[arch]
+    family = kmod._mma_family(capability)
+    jobs = [
+        j for j in compiled[version]["jobs"] if j["arch"] == arch and "expect" not in j["config"]
+    ]
+    kinds = {j["kernel"] for j in jobs}
+    assert {"_sparse_mla_split_kernel", "_sparse_mla_combine_kernel"} <= kinds
+    if arch == 90 and kmod._gluon_usable(capability) and version == triton.__version__:
+        assert {"_sparse_mla_wgmma_kernel", "_sparse_mla_wgmma_swapped_kernel"} <= kinds
+    formats = {j["kv_format"] for j in jobs} - {None}
+    assert formats == ({"16bit"} if arch in (80, 86) else set(kmod.KV_FORMATS))
+    for job in jobs:
+        what = f"{job['kernel']} {job['kv_format']} {job['config']} on sm_{arch}, Triton {version}"
+        assert job["error"] is None, f"{what}: {job['error']}"
+        assert job["shared"] <= smem, f"{what}: {job['shared']} B of shared memory > {smem}"
+        assert job["regs"] <= 255, what
+        assert job["regs"] * job["num_warps"] * 32 <= 65536, what
+        if job["kernel"] == "_sparse_mla_split_kernel":
+            heads = min(64, max(16, job["config"]["BLOCK_H"]))
+            declared = [
+                need[family]
+                for cfg, need in kmod._TILES[job["kv_format"], heads]
+                if cfg == job["config"]
+            ]
+            assert declared and job["shared"] <= declared[0], f"{what}: _TILES says {declared}"
+
+
+def test_fp8_rows_are_refused_where_they_do_not_compile(
+    kmod: ModuleType, compiled: dict[str, dict]
+) -> None:
+    for report in compiled.values():
+        (job,) = [j for j in report["jobs"] if "expect" in j["config"]]
+        assert job["error"] is not None, "fp8 e4m3 rows compiled for sm_86: drop the refusal?"
+    for arch in (80, 86):
+        limits = kmod.DeviceLimits(*TARGETS[arch])
+        for kv_format in ("fp8", "fp8_ds_mla"):
+            assert kmod.sparse_mla_supported_heads(kv_format, limits) == []
+            with pytest.raises(ValueError, match="SM89 or newer"):
+                kmod._default_config(8, kv_format, limits=limits)
+        assert kmod.sparse_mla_supported_heads("16bit", limits) == list(range(1, 129))
+
+
+def test_small_shared_memory_gets_smaller_tiles(kmod: ModuleType) -> None:
+    """The 64-head tl.dot tile (155,904 B on mma.sync targets) does not fit 99 KB GPUs; they
+    take 32-head blocks. SM100's tensor-memory lowering needs 287,536 B for it: 32-row tiles."""
+    sm120 = kmod.DeviceLimits(*TARGETS[120])
+    assert kmod._default_config(64, limits=sm120)["BLOCK_H"] == 32
+    assert kmod._default_config(128, "fp8", limits=sm120)["BLOCK_H"] == 32
+    assert kmod._default_config(64, "fp8_ds_mla", limits=sm120)["BLOCK_H"] == 16
+    sm100 = kmod.DeviceLimits(*TARGETS[100])
+    assert kmod._default_config(64, limits=sm100)["BLOCK_N"] == 32
+    assert kmod._default_config(64, limits=kmod.H200_LIMITS)["BLOCK_N"] == 64
+
+
+@pytest.mark.parametrize("heads", [0, 129])
+def test_head_counts_outside_the_range_are_refused(kmod: ModuleType, heads: int) -> None:
+    with pytest.raises(ValueError, match="1 to 128"):
+        kmod._default_config(heads, limits=kmod.H200_LIMITS)
