@@ -14,6 +14,7 @@ import click
 
 from glmops import __version__
 from glmops.errors import ExitCode, GlmopsError, InputError
+from glmops.up import PHASES
 
 PROJECT = Path(__file__).resolve().parent.parent
 
@@ -92,8 +93,14 @@ def reports_errors(func: Callable[..., Any]) -> Callable[..., Any]:
 
 
 def run_playbook(
-    playbook: Path, *, limit: str | None = None, extra: tuple[str, ...] = (), **opts: Any
+    playbook: Path,
+    *,
+    limit: str | None = None,
+    extra: tuple[str, ...] = (),
+    prepare: Callable[[Any], None] | None = None,
+    **opts: Any,
 ) -> ExitCode:
+    """Run a playbook with the verbs' options; `prepare(executor)` may watch the run."""
     from glmops.connection import ConnectionSettings
     from glmops.executor import Executor, RunOptions
     from glmops.inventory import load_inventory, parse_extra_vars
@@ -128,6 +135,8 @@ def run_playbook(
     )
     runlog = RunLog(options.run_root, masker)
     executor = Executor(inventory, options, reporter, masker, runlog)
+    if prepare is not None:
+        prepare(executor)
     code = executor.run(plays, playbook)
     failed = [n for n, s in executor.sessions.items() if s.tally.failed or s.tally.unreachable]
     retry_file = options.run_root.parent / "last-failed"
@@ -210,6 +219,24 @@ _playbook_verb(
     "Apply the vLLM patch set (sparse MLA backend, GGUF fixes) to HOSTS' vllm_venv.",
     needs_hosts=True,
 )
+
+
+@main.command()
+@click.argument("hosts", nargs=-1)
+@click.option("--skip", default="", help="phases to leave out (a,b): " + ",".join(PHASES))
+@click.option("--restart", is_flag=True, help="forget what earlier runs finished; run every phase")
+@run_options
+@reports_errors
+def up(hosts: tuple[str, ...], limit: str | None, skip: str, restart: bool, **opts: Any) -> int:
+    """Provision, patch, model files, deploy and verify HOSTS (default: all), in phases.
+
+    A re-run continues where the last one stopped on each host.
+    """
+    from glmops.up import run_up
+
+    pattern = _hosts_limit(hosts, limit) or "all"
+    inventory = opts.pop("inventory") or default_inventory()
+    return run_up(inventory, pattern, skip=tuple(_tag_set(skip)), restart=restart, opts=opts)
 
 
 @main.command()
