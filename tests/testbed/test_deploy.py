@@ -23,7 +23,7 @@ from tests.conftest import Runner
 from tests.testbed.conftest import booted, host_read
 
 gguf = pytest.importorskip("gguf", reason="gguf is in the test extras")
-from tests.unit.test_gguf_split import split_set, write_model  # noqa: E402
+from tests.gguf_models import split_set, write_model  # noqa: E402
 
 pytestmark = pytest.mark.testbed
 
