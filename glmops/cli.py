@@ -240,6 +240,41 @@ def up(hosts: tuple[str, ...], limit: str | None, skip: str, restart: bool, **op
 
 
 @main.command()
+@click.argument("hosts", nargs=-1)
+@click.option("-i", "--inventory", type=click.Path(path_type=Path), default=None)
+@click.option("--check", is_flag=True, help="change nothing; report which hosts lack files")
+@click.option("--per-source", type=click.IntRange(1), default=2, help="copies one source serves")
+@click.option("--no-tree", is_flag=True, help="only the controller sends (no host seeds others)")
+@click.option("--verify-all", is_flag=True, help="hash every file on every host")
+@click.option("--refresh", is_flag=True, help="resolve branches again (a new manifest)")
+@click.option("-e", "--extra-vars", "extra_vars", multiple=True, metavar="KEY=VALUE")
+@click.option("--json", "json_events", is_flag=True, help="JSON events on stdout")
+@click.option("-v", "--verbose", count=True)
+@click.option("--strict-host-keys", is_flag=True)
+@reports_errors
+def model(hosts: tuple[str, ...], inventory: Path | None, **opts: Any) -> ExitCode:
+    """Fetch the model from the Hub once and copy it to HOSTS as a tree, verified."""
+    from glmops.model.command import model_command, options_from_cli
+
+    options = options_from_cli(
+        opts["check"],
+        opts["per_source"],
+        not opts["no_tree"],
+        opts["verify_all"],
+        opts["refresh"],
+        opts["strict_host_keys"],
+    )
+    return model_command(
+        inventory or default_inventory(),
+        ",".join(hosts) or "all",
+        options,
+        extra_vars=opts["extra_vars"],
+        json_events=opts["json_events"],
+        verbose=opts["verbose"],
+    )
+
+
+@main.command()
 @click.argument("hosts", nargs=-1, required=True)
 @click.option("-i", "--inventory", type=click.Path(path_type=Path), default=None)
 @click.option("--capability", default="", help="compute capability X.Y (default: the host's GPU)")

@@ -28,6 +28,7 @@ PACKAGES: tuple[str, ...] = (
     "procps",
     "python3",
     "python3-venv",
+    "rsync",  # the model fan-out's transfers (with rrsync, its restricted server side)
     "sudo",
     "systemd",
     "systemd-sysv",

@@ -1,0 +1,146 @@
+#!/usr/bin/env python3
+"""Model files on the host against the manifest (stdlib only); prints one JSON object.
+
+`{"mode": "preflight", "model_dir", "files": [[path, size], ...], "extra_bytes", "margin_bytes"}`:
+room on the filesystem that will hold model_dir (its nearest existing parent) for the files
+not yet there, plus extra_bytes (the merged GGUF) and a margin. Observes only.
+
+`{"mode": "verify", "model_dir", "manifest": {...}, "digest", "full", "check"}`: each file's
+size and sha256. A file whose size and mtime match the state file of an earlier verification is
+trusted unless `full`; every other file is hashed. A file that fails is deleted, so it is
+never served and the next transfer sends it whole. When all files pass, the manifest and the
+state file (manifest digest, size and mtime of each file) are written atomically. `check`
+writes and deletes nothing.
+"""
+
+import hashlib
+import json
+import os
+import sys
+from concurrent.futures import ThreadPoolExecutor
+
+STATE = ".glmops-model-state.json"
+MANIFEST = ".glmops-model-manifest.json"
+
+
+def nearest_existing(path):
+    while not os.path.exists(path):
+        path = os.path.dirname(path) or "/"
+    return path
+
+
+def preflight(args):
+    root = args["model_dir"]
+    needed = int(args.get("extra_bytes") or 0) + int(args.get("margin_bytes") or 0)
+    for rel, size in args["files"]:
+        try:
+            have = os.stat(os.path.join(root, rel)).st_size
+        except OSError:
+            have = 0
+        needed += 0 if have == int(size) else int(size)
+    mount = nearest_existing(root)
+    st = os.statvfs(mount)
+    free = st.f_bavail * st.f_frsize
+    ok = free >= needed
+    msg = f"{mount}: {needed} bytes needed, {free} free"
+    return {"failed": False, "ok": ok, "path": mount, "needed": needed, "free": free, "msg": msg}
+
+
+def sha256(path):
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(8 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def read_json(path):
+    try:
+        with open(path) as f:
+            return json.load(f)
+    except (OSError, ValueError):
+        return {}
+
+
+def write_atomic(path, text):
+    tmp = f"{path}.glmops-tmp"
+    with open(tmp, "w") as f:
+        f.write(text)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+def check(root, entry, known, full, write):
+    """(path, verdict, size, mtime_ns, hashed bytes): verdict ok, missing or bad."""
+    path = os.path.join(root, entry["path"])
+    try:
+        st = os.stat(path)
+    except OSError:
+        return entry["path"], "missing", 0, 0, 0
+    if st.st_size != entry["size"]:
+        if write:
+            os.unlink(path)
+        return entry["path"], "bad", 0, 0, 0
+    if not full and known.get(entry["path"]) == [st.st_size, st.st_mtime_ns]:
+        return entry["path"], "ok", st.st_size, st.st_mtime_ns, 0
+    if sha256(path) != entry["sha256"]:
+        if write:
+            os.unlink(path)
+        return entry["path"], "bad", 0, 0, st.st_size
+    return entry["path"], "ok", st.st_size, st.st_mtime_ns, st.st_size
+
+
+def verify(args):
+    root = args["model_dir"]
+    state = read_json(os.path.join(root, STATE))
+    known = state.get("files", {}) if state.get("digest") == args["digest"] else {}
+    files = args["manifest"]["files"]
+    write = not args.get("check")
+    with ThreadPoolExecutor(max_workers=min(8, os.cpu_count() or 1)) as pool:
+        results = list(pool.map(lambda e: check(root, e, known, args.get("full"), write), files))
+    missing = [p for p, v, *_ in results if v == "missing"]
+    bad = [p for p, v, *_ in results if v == "bad"]
+    hashed = sum(r[4] for r in results)
+    complete = not missing and not bad
+    changed = False
+    if complete and write:
+        new = {"digest": args["digest"], "files": {p: [s, m] for p, _, s, m, _ in results}}
+        if new != state:
+            write_atomic(os.path.join(root, STATE), json.dumps(new, sort_keys=True))
+            changed = True
+        text = json.dumps(args["manifest"], indent=1, sort_keys=True) + "\n"
+        if read_json(os.path.join(root, MANIFEST)) != args["manifest"]:
+            write_atomic(os.path.join(root, MANIFEST), text)
+            changed = True
+    msg = (
+        f"{len(files)} files verified ({hashed} bytes hashed)"
+        if complete
+        else f"{len(missing)} missing, {len(bad)} failed their check (deleted)"
+    )
+    return {
+        "failed": False,
+        "changed": changed or (bool(bad) and write),
+        "complete": complete,
+        "missing": missing,
+        "bad": bad,
+        "hashed_bytes": hashed,
+        "msg": msg,
+    }
+
+
+def main(argv):
+    args = json.loads(argv[1]) if len(argv) > 1 else {}
+    mode = args.get("mode")
+    if mode == "preflight":
+        out = preflight(args)
+    elif mode == "verify":
+        out = verify(args)
+    else:
+        out = {"failed": True, "msg": f"unknown mode {mode!r}"}
+    print(json.dumps(out))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))

@@ -1,0 +1,7 @@
+"""Model files from the Hugging Face Hub onto every host: fetch once, verify, fan out as a tree.
+
+`source` reads the inventory's declaration, `fetch` brings the files onto the controller with a
+manifest, `preflight` checks each host's disk before any byte moves, `fanout` distributes them
+over the hosts' own network, and `phase.run_model_phase` ties them together for `glmops model`
+and `glmops up`.
+"""

@@ -1,0 +1,347 @@
+"""The model phase: fetch once on the controller, check every host's disk, fan out, verify.
+
+`run_model_phase` is what `glmops model` and `glmops up` call. It reads, per host:
+`model_source` (glmops.model.source), `model_dir` (default /var/lib/glmops/models/GLM-5),
+`hf_token` (a secret; else $HF_TOKEN), `hf_endpoint` (else $HF_ENDPOINT), `model_disk_margin_bytes`,
+and what decides the merged file (`gguf_needs_single_file`, `vllm_profile`, the facts). Files
+land in `<model_dir>/weights/<repo path>` and `<model_dir>/config/`; each host's result says
+so (`gguf_shards`, `glm5_hf_config_dir`), for deploy.
+"""
+
+from __future__ import annotations
+
+import shutil
+import threading
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from glmops.connection import ConnectionSettings, open_connection, quote
+from glmops.context import RemoteInfo, TaskContext
+from glmops.errors import GlmopsError, HostUnreachable, InputError
+from glmops.facts import parse_facts
+from glmops.facts_gather import gather
+from glmops.inventory import Host
+from glmops.model.access import (
+    RUN_DIR,
+    RunKey,
+    authorize_script,
+    known_host_lines,
+    revoke_script,
+)
+from glmops.model.fanout import FanOut, Plan, Target
+from glmops.model.fetch import HubAccess, ModelCache, default_cache_root, download, resolve
+from glmops.model.manifest import Manifest
+from glmops.model.progress import human_bytes
+from glmops.model.source import model_dir, parse_source
+from glmops.output import Reporter
+from glmops.results import Status, TaskResult
+from glmops.runlog import Masker, RunLog
+from glmops.serving import needs_single_file
+
+TASK = "model files"
+#: Room left free beyond the files (and merged file): 2% of their size, at least 1 GiB.
+MARGIN_FRACTION = 0.02
+MARGIN_MIN = 1 << 30
+
+
+@dataclass
+class ModelOptions:
+    check: bool = False
+    per_source: int = 2  # transfers one source serves at once
+    tree: bool = True  # False: the controller pushes to every host (the baseline)
+    full_verify: bool = False  # hash every file on every host, trusting no state file
+    refresh: bool = False  # resolve the source again instead of keeping the manifest
+    cache_root: Path | None = None
+    on_event: Callable[..., None] | None = None  # transfer events (progress, tests)
+    sudo_password: str | None = None
+    connection: ConnectionSettings = field(default_factory=ConnectionSettings)
+
+
+def run_model_phase(
+    hosts: list[Host],
+    reporter: Reporter,
+    runlog: RunLog,
+    masker: Masker,
+    options: ModelOptions,
+) -> dict[str, TaskResult]:
+    """Bring every host's model files to the manifest; a TaskResult per host (also reported)."""
+    results: dict[str, TaskResult] = {}
+    groups: dict[str, list[Host]] = {}
+    for host in hosts:
+        if not host.vars.get("model_source"):
+            results[host.name] = TaskResult(Status.SKIPPED, "no model_source in the inventory")
+            continue
+        source = parse_source(host.vars["model_source"], f"host '{host.name}'")
+        groups.setdefault(source.key, []).append(host)
+    for members in groups.values():
+        results.update(_one_source(members, reporter, runlog, masker, options))
+    for name, result in results.items():
+        reporter.task(name, TASK, result)
+    return results
+
+
+def _one_source(
+    hosts: list[Host], reporter: Reporter, runlog: RunLog, masker: Masker, options: ModelOptions
+) -> dict[str, TaskResult]:
+    first = hosts[0].vars
+    for host in hosts:
+        masker.add_secret_vars(host.vars)
+    hub = HubAccess.from_env(first.get("hf_token"), first.get("hf_endpoint"))
+    masker.add(hub.token)
+    source = parse_source(first["model_source"], f"host '{hosts[0].name}'")
+    cache = ModelCache(options.cache_root or default_cache_root(), source)
+    manifest = resolve(cache, hub, reporter.note, refresh=options.refresh)
+    reporter.note(
+        f"manifest {manifest.digest[:12]}: {len(manifest.files)} files, "
+        f"{human_bytes(manifest.total_bytes)} ({cache.manifest_path})"
+    )
+    results: dict[str, TaskResult] = {}
+    ctxs = _connect(hosts, runlog, masker, options, results)
+    if not options.check:  # a key a killed run left behind goes first
+        _parallel(ctxs, _revoke)
+    states = _parallel(ctxs, lambda c: _verify(c, manifest, options))
+    need = {n: c for n, c in ctxs.items() if not states[n].get("complete")}
+    for name in ctxs.keys() - need.keys():
+        results[name] = TaskResult(
+            Status.OK,
+            f"complete: manifest {manifest.digest[:12]} verified ({states[name]['msg']})",
+            data=_paths(ctxs[name], manifest),
+        )
+    for name, refusal in _parallel(need, lambda c: _preflight(c, manifest)).items():
+        if refusal:
+            results[name] = TaskResult(Status.FAILED, refusal)
+            need.pop(name)
+    if not need:
+        return results
+    if options.check:
+        for name, ctx in need.items():
+            missing = states[name].get("missing", []) + states[name].get("bad", [])
+            results[name] = TaskResult(
+                Status.CHANGED, f"would copy {len(missing)} file(s)", data=_paths(ctx, manifest)
+            )
+        return results
+    _controller_room(cache, manifest)
+    download(cache, manifest, hub, reporter.note)
+    seeds = [ctx for name, ctx in ctxs.items() if name not in need]
+    results.update(_distribute(cache, manifest, need, seeds, reporter, options))
+    return results
+
+
+def _connect(
+    hosts: list[Host],
+    runlog: RunLog,
+    masker: Masker,
+    options: ModelOptions,
+    results: dict[str, TaskResult],
+) -> dict[str, TaskContext]:
+    def one(host: Host) -> TaskContext | str:
+        try:
+            conn = open_connection(host.name, host.connection, options.connection)
+            probe = conn.run('id -u; printf "%s\\n" "$HOME"', timeout=30)
+            uid, home = probe.stdout.splitlines()[:2]
+        except (HostUnreachable, ValueError) as error:
+            return str(error) or "cannot run commands"
+        return TaskContext(
+            host=host,
+            conn=conn,
+            remote=RemoteInfo(uid=int(uid), home=home, python=None),
+            log=runlog,
+            masker=masker,
+            check=options.check,
+            become=bool(host.connection.become),
+            sudo_password=options.sudo_password,
+            task_name=TASK,
+        )
+
+    ctxs = {}
+    with ThreadPoolExecutor(max_workers=min(len(hosts), 32)) as pool:
+        for host, ctx in zip(hosts, pool.map(one, hosts), strict=True):
+            if isinstance(ctx, str):
+                results[host.name] = TaskResult(Status.UNREACHABLE, ctx)
+            else:
+                ctxs[host.name] = ctx
+    return ctxs
+
+
+def _parallel(ctxs: dict[str, TaskContext], work: Callable[[TaskContext], Any]) -> dict[str, Any]:
+    if not ctxs:
+        return {}
+    with ThreadPoolExecutor(max_workers=min(len(ctxs), 32)) as pool:
+        return dict(zip(ctxs, pool.map(work, ctxs.values()), strict=True))
+
+
+def _verify(ctx: TaskContext, manifest: Manifest, options: ModelOptions) -> dict[str, Any]:
+    import json
+
+    args = {
+        "mode": "verify",
+        "model_dir": model_dir(ctx.vars or ctx.host.vars),
+        "manifest": json.loads(manifest.to_json()),
+        "digest": manifest.digest,
+        "full": options.full_verify,
+        "check": ctx.check,
+    }
+    return ctx.run_helper("model_files", args, timeout=6 * 3600)
+
+
+def _preflight(ctx: TaskContext, manifest: Manifest) -> str | None:
+    """None when the disk has room; else the refusal, naming host, path, needed and free."""
+    variables = ctx.host.vars
+    shards = sum(f.size for f in manifest.files if f.path.endswith(".gguf"))
+    single, why = needs_single_file(parse_facts(_facts(ctx)), variables)
+    extra = shards if single else 0
+    margin = variables.get("model_disk_margin_bytes")
+    margin = (
+        int(margin)
+        if margin is not None
+        else max(MARGIN_MIN, int(manifest.total_bytes * MARGIN_FRACTION))
+    )
+    reply = ctx.run_helper(
+        "model_files",
+        {
+            "mode": "preflight",
+            "model_dir": model_dir(variables),
+            "files": [[f.path, f.size] for f in manifest.files],
+            "extra_bytes": extra,
+            "margin_bytes": margin,
+        },
+    )
+    if reply["ok"]:
+        return None
+    merged = f" + {extra} for the merged file ({why})" if extra else ""
+    return (
+        f"not enough disk on {ctx.host.name} for {model_dir(variables)}: {reply['path']} needs "
+        f"{reply['needed']} bytes (the missing files{merged} + a margin of {margin}), "
+        f"{reply['free']} free; nothing was copied"
+    )
+
+
+def _facts(ctx: TaskContext) -> dict[str, Any]:
+    try:
+        return gather(ctx, ctx.host.vars)
+    except GlmopsError:
+        return {}
+
+
+def _controller_room(cache: ModelCache, manifest: Manifest) -> None:
+    missing = sum(f.size for f in manifest.files if not cache.verified(f))
+    path = cache.dir
+    while not path.exists():
+        path = path.parent
+    free = shutil.disk_usage(path).free
+    if missing and free < missing + MARGIN_MIN:
+        raise InputError(
+            f"not enough disk on the controller for the model cache: {path} needs "
+            f"{missing + MARGIN_MIN} bytes, {free} free (set GLMOPS_MODEL_CACHE elsewhere)"
+        )
+
+
+def _paths(ctx: TaskContext, manifest: Manifest) -> dict[str, Any]:
+    root = model_dir(ctx.host.vars)
+    first = manifest.gguf_first_shard()
+    return {
+        "model_dir": root,
+        "gguf_shards": f"{root}/{first}" if first else None,
+        "glm5_hf_config_dir": f"{root}/config"
+        if any(s["part"] == "config" for s in manifest.sources)
+        else None,
+        "manifest_digest": manifest.digest,
+    }
+
+
+def _distribute(
+    cache: ModelCache,
+    manifest: Manifest,
+    need: dict[str, TaskContext],
+    seeds: list[TaskContext],
+    reporter: Reporter,
+    options: ModelOptions,
+) -> dict[str, TaskResult]:
+    key = RunKey.generate()
+    fleet = [*need.values(), *seeds]
+    plan = Plan(
+        manifest,
+        cache.files,
+        key,
+        options.connection.known_hosts,
+        per_source=options.per_source,
+        tree=options.tree,
+        verify=lambda t: _verify(t.ctx, manifest, replace(options, full_verify=False)),
+    )
+    lock = threading.Lock()
+
+    def event(kind: str, **info: Any) -> None:
+        if kind in ("transfer", "retry", "failed"):
+            text = {"transfer": "copying from {source}", "retry": "{msg}; trying another source"}
+            with lock:
+                reporter.note(text.get(kind, "{msg}").format(**info), info["host"])
+        if options.on_event:
+            options.on_event(kind, **info)
+
+    targets = [Target(n, c, model_dir(c.host.vars)) for n, c in need.items()]
+    seed_targets = [Target(c.host.name, c, model_dir(c.host.vars), done=True) for c in seeds]
+    leftovers: list[str] = []
+    try:
+        _parallel({c.host.name: c for c in fleet}, lambda c: _grant(c, key, fleet, plan))
+        fan = FanOut(plan, targets, seed_targets, event)
+        done = fan.run()
+    finally:
+        for name, error in _parallel({c.host.name: c for c in fleet}, _revoke).items():
+            if error:
+                leftovers.append(f"{name} ({error})")
+    sent = ", ".join(f"{s}: {human_bytes(b)}" for s, b in sorted(fan.sent.items()) if b)
+    reporter.note(f"fan-out: bytes each source sent: {sent or 'none'}")
+    if leftovers:
+        reporter.note(
+            "could not remove this run's key from: "
+            + "; ".join(leftovers)
+            + " (the next glmops model run removes it)"
+        )
+    results = {}
+    for name, target in done.items():
+        data = {**_paths(target.ctx, manifest), "source": target.source, "bytes": target.received}
+        if target.done:
+            rate = target.received / target.seconds if target.seconds else 0
+            results[name] = TaskResult(
+                Status.CHANGED,
+                f"copied from {target.source}: {human_bytes(target.received)} in "
+                f"{target.seconds:.1f} s ({human_bytes(rate)}/s), verified against manifest "
+                f"{manifest.digest[:12]}",
+                data=data,
+            )
+        else:
+            results[name] = TaskResult(Status.FAILED, target.error or "not copied", data=data)
+    return results
+
+
+def _grant(ctx: TaskContext, key: RunKey, fleet: list[TaskContext], plan: Plan) -> None:
+    """This run's key on one host: its private half (root-only, under /run) and its public
+    half authorized for a read-only rsync of model_dir, from the fleet's addresses only."""
+    root = model_dir(ctx.host.vars)
+    addresses = [c.host.connection.address for c in fleet]
+    as_user = replace(ctx, become=False)
+    as_user.run(
+        authorize_script(key.authorized_line(root, addresses)), check=True, what="authorize"
+    )
+    run = f"{RUN_DIR}/{key.run_id}"
+    known = known_host_lines(plan.known_hosts, [c.host for c in fleet])
+    files = "".join(f"{f.path}\n" for f in plan.manifest.files)
+    for name, text in (("key", key.private_pem), ("known_hosts", known), ("files", files)):
+        ctx.run(
+            f"umask 077 && mkdir -p {quote(run)} && cat > {quote(run + '/' + name)}",
+            stdin=text,
+            check=True,
+            what=f"write {run}/{name}",
+        )
+
+
+def _revoke(ctx: TaskContext) -> str | None:
+    try:
+        replace(ctx, become=False).run(revoke_script(), check=True, what="revoke")
+        ctx.run(f"rm -rf {quote(RUN_DIR)}", check=True, what=f"remove {RUN_DIR}")
+    except (GlmopsError, OSError) as error:
+        return str(error)[:200]
+    return None

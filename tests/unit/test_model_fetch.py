@@ -1,0 +1,199 @@
+"""The controller-side fetch against a real Hub-compatible server (olah, offline, local repos).
+
+The repos hold LFS pointers, so the manifest's sha256 and sizes come from the server's tree
+listing exactly as from huggingface.co; small files go through the git blob-id check.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from glmops.model.fetch import FetchError, HubAccess, ModelCache, download, resolve
+from glmops.model.manifest import load_manifest
+from glmops.model.source import parse_source
+from tests.hub_server import HubRepo, olah_server
+
+WEIGHTS = "unsloth-test/GLM-5-GGUF"
+BASE = "zai-test/GLM-5"
+TOKEN = "hf_testtoken_9c1f2e7d5b"  # a made-up token: must never appear anywhere
+
+
+def blob(seed: int, size: int) -> bytes:
+    return random.Random(seed).randbytes(size)
+
+
+def shard_name(i: int, n: int = 3) -> str:
+    return f"UD-Q4_K_XL/GLM-5-UD-Q4_K_XL-{i:05d}-of-{n:05d}.gguf"
+
+
+@pytest.fixture(scope="module")
+def hub(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict]:
+    work = tmp_path_factory.mktemp("hub")
+    with olah_server(work) as (endpoint, mirrors):
+        weights = HubRepo(mirrors, WEIGHTS)
+        files = {shard_name(i): blob(i, 3_000_000 + i) for i in (1, 2, 3)}
+        files["Q8_0/GLM-5-Q8_0.gguf"] = blob(9, 5000)  # another quant: not included
+        files["README.md"] = b"# synthetic\n"
+        for name, data in files.items():
+            weights.put(name, data)
+        weights_commit = weights.commit()
+        base = HubRepo(mirrors, BASE)
+        config = {
+            "config.json": b'{"model_type": "glm_moe_dsa"}\n',
+            "generation_config.json": b'{"eos_token_id": 1}\n',
+            "tokenizer.json": blob(7, 40_000),  # large enough to be an LFS file
+            "tokenizer_config.json": b'{"model_max_length": 202752}\n',
+        }
+        for name, data in config.items():
+            base.put(name, data)
+        base.put("model-00001-of-00002.safetensors", blob(8, 4000))  # not a config file
+        base.commit()
+        yield {
+            "endpoint": endpoint,
+            "mirrors": mirrors,
+            "weights": weights,
+            "weights_commit": weights_commit,
+            "base": base,
+            "files": {**{f"weights/{k}": v for k, v in files.items()}}
+            | {f"config/{k}": v for k, v in config.items()},
+        }
+
+
+def source(revision: str = "main"):
+    return parse_source(
+        {
+            "repo": WEIGHTS,
+            "revision": revision,
+            "include": ["UD-Q4_K_XL/*"],
+            "config": {"repo": BASE, "revision": "main"},
+        },
+        "test",
+    )
+
+
+def test_manifest_from_the_hubs_lfs_metadata_and_blob_ids(hub: dict, tmp_path: Path) -> None:
+    cache = ModelCache(tmp_path, source())
+    notes: list[str] = []
+    manifest = resolve(cache, HubAccess(hub["endpoint"], TOKEN), notes.append)
+    by_path = {f.path: f for f in manifest.files}
+    assert set(by_path) == {
+        *(f"weights/{shard_name(i)}" for i in (1, 2, 3)),
+        "config/config.json",
+        "config/generation_config.json",
+        "config/tokenizer.json",
+        "config/tokenizer_config.json",
+    }
+    for path, entry in by_path.items():
+        data = hub["files"][path]
+        assert (entry.size, entry.sha256) == (len(data), hashlib.sha256(data).hexdigest())
+    assert by_path["config/tokenizer.json"].origin == "lfs"
+    assert by_path["config/config.json"].origin == "blob"
+    assert manifest.sources[0]["commit"] == hub["weights_commit"]
+    assert any(f"is commit {hub['weights_commit']}" in n for n in notes)
+    assert manifest.gguf_first_shard() == f"weights/{shard_name(1)}"
+
+
+def test_manifest_is_kept_even_when_the_branch_moves(hub: dict, tmp_path: Path) -> None:
+    access = HubAccess(hub["endpoint"])
+    cache = ModelCache(tmp_path, source())
+    first = resolve(cache, access, print)
+    stamp = cache.manifest_path.stat().st_mtime_ns
+    repo: HubRepo = hub["weights"]
+    repo.put("UD-Q4_K_XL/notes.txt", b"moved on\n")
+    moved = repo.commit("move the branch")
+    try:
+        again = resolve(cache, access, print)
+        assert again == first and again.sources[0]["commit"] == hub["weights_commit"] != moved
+        assert cache.manifest_path.stat().st_mtime_ns == stamp
+        refreshed = resolve(cache, access, print, refresh=True)
+        assert refreshed.sources[0]["commit"] == moved
+    finally:
+        repo._git("reset", "-q", "--hard", hub["weights_commit"])
+
+
+def test_download_verifies_and_refetches_a_corrupt_file(hub: dict, tmp_path: Path) -> None:
+    access = HubAccess(hub["endpoint"], TOKEN)
+    cache = ModelCache(tmp_path, source(hub["weights_commit"]))
+    manifest = resolve(cache, access, print)
+    notes: list[str] = []
+    assert download(cache, manifest, access, notes.append) > 0
+    for entry in manifest.files:
+        assert cache.path(entry).read_bytes() == hub["files"][entry.path]
+    assert download(cache, manifest, access, notes.append) == 0  # all verified: nothing moves
+
+    entry = next(f for f in manifest.files if f.path.endswith(".gguf"))
+    shard = cache.path(entry)
+    data = bytearray(shard.read_bytes())
+    data[1234] ^= 0x01
+    shard.write_bytes(data)
+    assert download(cache, manifest, access, notes.append) == entry.size
+    assert shard.read_bytes() == hub["files"][entry.path]
+    assert any("does not match the manifest" in n for n in notes)
+    text = "\n".join(notes) + "".join(
+        p.read_text(errors="replace") for p in tmp_path.rglob("*") if p.is_file()
+    )
+    assert TOKEN not in text
+
+
+def test_unknown_pattern_and_repo_are_clear_errors(hub: dict, tmp_path: Path) -> None:
+    access = HubAccess(hub["endpoint"])
+    bad = parse_source({"repo": WEIGHTS, "include": ["UD-IQ1_S/*"]}, "test")
+    with pytest.raises(FetchError, match=r"no file matches UD-IQ1_S/\*"):
+        resolve(ModelCache(tmp_path, bad), access, print)
+    missing = parse_source({"repo": "nobody/nothing", "include": ["*"]}, "test")
+    with pytest.raises(FetchError, match="nobody/nothing@main"):
+        resolve(ModelCache(tmp_path, missing), access, print)
+
+
+FETCH_SCRIPT = """
+import sys
+from pathlib import Path
+from glmops.model.fetch import HubAccess, ModelCache, download, resolve
+from glmops.model.source import parse_source
+src = parse_source({"repo": sys.argv[2], "include": ["big/*"]}, "test")
+cache = ModelCache(Path(sys.argv[1]), src)
+access = HubAccess.from_env()
+download(cache, resolve(cache, access, print), access, print)
+"""
+
+
+def test_fetch_killed_mid_file_then_a_rerun_completes_and_verifies(
+    hub: dict, tmp_path: Path
+) -> None:
+    repo_id = "unsloth-test/big-model"
+    big = HubRepo(hub["mirrors"], repo_id)
+    data = blob(42, 96_000_000)
+    big.put("big/model-00001-of-00001.gguf", data)
+    big.commit()
+    env = {**os.environ, "HF_ENDPOINT": hub["endpoint"], "PYTHONPATH": os.getcwd()}
+    proc = subprocess.Popen([sys.executable, "-c", FETCH_SCRIPT, str(tmp_path), repo_id], env=env)
+    partial = None
+    deadline = time.monotonic() + 120
+    while partial is None and proc.poll() is None and time.monotonic() < deadline:
+        found = [p for p in tmp_path.rglob("*.glmops-partial") if p.stat().st_size > 0]
+        partial = found[0] if found else None
+        time.sleep(0.005)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    assert partial is not None, "the download finished before it could be interrupted"
+    cache = ModelCache(tmp_path, parse_source({"repo": repo_id, "include": ["big/*"]}, "test"))
+    manifest = load_manifest(cache.manifest_path)  # written before any large byte moved
+    final = cache.path(manifest.files[0])
+    assert not final.exists()  # a partial file never takes the real name
+    assert partial.exists()  # kept for the next run to continue
+
+    access = HubAccess(hub["endpoint"])
+    assert download(cache, manifest, access, print) == len(data)
+    assert cache.verified(manifest.files[0])
+    assert hashlib.sha256(final.read_bytes()).hexdigest() == manifest.files[0].sha256
+    assert not list(tmp_path.rglob("*.glmops-partial"))
