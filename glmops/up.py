@@ -30,6 +30,8 @@ PHASES = ("provision", "patch", "model", "deploy", "verify")
 PLAYBOOKS = {"provision": "provision.yml", "patch": "patch.yml", "deploy": "deploy.yml"}
 #: Phases that change nothing, so they run every time (a converged host is still checked).
 ALWAYS = ("verify",)
+#: What the model phase tells deploy: where the shards and the HF config landed.
+MODEL_PATHS = ("gguf_shards", "glm5_hf_config_dir")
 SECRET_NAME = re.compile(r"password|secret|token|api_key", re.IGNORECASE)
 
 
@@ -40,6 +42,8 @@ class Outcome:
     status: str  # ok | changed | failed | unreachable | skipped | done
     msg: str = ""
     changed: int = 0
+    #: Values later phases read (the model phase's gguf_shards and glm5_hf_config_dir).
+    values: dict[str, Any] = field(default_factory=dict)
 
     @property
     def stops(self) -> bool:
@@ -60,6 +64,7 @@ class Progress:
 
     path: Path
     hosts: dict[str, dict[str, str]] = field(default_factory=dict)
+    values: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     @classmethod
     def load(cls, path: Path) -> Progress:
@@ -69,7 +74,8 @@ class Progress:
             return cls(path)
         except (OSError, ValueError) as error:
             raise InputError(f"{path}: unreadable progress of `glmops up`: {error}") from None
-        return cls(path, {str(h): dict(p) for h, p in data.get("hosts", {}).items()})
+        hosts = {str(h): dict(p) for h, p in data.get("hosts", {}).items()}
+        return cls(path, hosts, {str(h): dict(v) for h, v in data.get("values", {}).items()})
 
     def done(self, host: str, phase: str, fingerprint: str) -> bool:
         return self.hosts.get(host, {}).get(phase) == fingerprint
@@ -84,7 +90,8 @@ class Progress:
     def save(self) -> None:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         temp = self.path.with_suffix(f".tmp{os.getpid()}")
-        temp.write_text(json.dumps({"hosts": self.hosts}, indent=1, sort_keys=True) + "\n")
+        state = {"hosts": self.hosts, "values": self.values}
+        temp.write_text(json.dumps(state, indent=1, sort_keys=True) + "\n")
         os.replace(temp, self.path)
 
 
@@ -136,6 +143,8 @@ def converge(
                 continue
             if outcome.changed:
                 progress.forget(host.name, later)
+            if outcome.values:
+                progress.values.setdefault(host.name, {}).update(outcome.values)
             if phase not in ALWAYS:
                 progress.finish(host.name, phase, fingerprint(host, phase))
         if record:
@@ -143,9 +152,23 @@ def converge(
     return summary
 
 
-def print_summary(summary: dict[str, dict[str, Outcome]], hosts: list[Host]) -> None:
-    """One line per host with each phase's outcome, then what stopped a host, and why."""
+def print_summary(
+    summary: dict[str, dict[str, Outcome]], hosts: list[Host], *, as_json: bool = False
+) -> None:
+    """One line per host with each phase's outcome, then what stopped a host, and why; with
+    as_json one `up` event holding the same."""
     phases = list(summary)
+    if as_json:
+        table = {
+            h.name: {
+                p: {"status": o.status, "changed": o.changed, "msg": o.msg}
+                for p in phases
+                if (o := summary[p].get(h.name))
+            }
+            for h in hosts
+        }
+        click.echo(json.dumps({"event": "up", "phases": phases, "hosts": table}))
+        return
     width = max(len(h.name) for h in hosts) + 2
     click.echo("UP " + "".ljust(width - 3) + "".join(p.ljust(14) for p in phases))
     for host in hosts:
@@ -184,28 +207,52 @@ def run_up(
     if not restart:
         progress = Progress.load(progress.path)
     phases = tuple(p for p in PHASES if p not in skip)
-    runners = PhaseRunners(inventory_path, opts)
+    runners = PhaseRunners(inventory_path, opts, progress)
     summary = converge(hosts, phases, runners, progress, record=not opts.get("check"))
-    print_summary(summary, hosts)
+    print_summary(summary, hosts, as_json=bool(opts.get("json_events")))
     return exit_code(summary)
 
 
 class PhaseRunners:
     """How each phase runs on a list of hosts: a playbook, the model phase, the host checks."""
 
-    def __init__(self, inventory: Path, opts: dict[str, Any]):
+    def __init__(self, inventory: Path, opts: dict[str, Any], progress: Progress):
         self.inventory = inventory
         self.opts = opts
+        self.progress = progress
 
     def __call__(self, phase: str, hosts: list[Host]) -> dict[str, Outcome]:
-        click.secho(f"== glmops up: {phase} on {', '.join(h.name for h in hosts)}", bold=True)
+        names = ", ".join(h.name for h in hosts)
+        click.secho(f"== glmops up: {phase} on {names}", bold=True, err=True)
+        if phase == "deploy":
+            return self.deploy(hosts)
         if phase in PLAYBOOKS:
             return self.playbook(PROJECT / "playbooks" / PLAYBOOKS[phase], hosts)
         if phase == "model":
             return self.model(hosts)
         return self.verify(hosts)
 
-    def playbook(self, path: Path, hosts: list[Host]) -> dict[str, Outcome]:
+    def deploy(self, hosts: list[Host]) -> dict[str, Outcome]:
+        """deploy.yml, told where the model phase put the files on hosts whose inventory does
+        not say (one run per distinct set of paths)."""
+        groups: dict[tuple[str, ...], list[Host]] = {}
+        for host in hosts:
+            found = self.progress.values.get(host.name, {})
+            extra = tuple(
+                f"{name}={found[name]}"
+                for name in MODEL_PATHS
+                if found.get(name) and name not in host.vars
+            )
+            groups.setdefault(extra, []).append(host)
+        outcomes: dict[str, Outcome] = {}
+        for extra, members in groups.items():
+            path = PROJECT / "playbooks" / PLAYBOOKS["deploy"]
+            outcomes.update(self.playbook(path, members, extra))
+        return outcomes
+
+    def playbook(
+        self, path: Path, hosts: list[Host], extra: tuple[str, ...] = ()
+    ) -> dict[str, Outcome]:
         from glmops.cli import run_playbook
 
         failures: dict[str, str] = {}
@@ -223,7 +270,8 @@ class PhaseRunners:
             executor.reporter.task = task
 
         names = ",".join(h.name for h in hosts)
-        run_playbook(path, limit=names, prepare=watch, **{**self.opts, "inventory": self.inventory})
+        opts = {**self.opts, "inventory": self.inventory}
+        run_playbook(path, limit=names, extra=extra, prepare=watch, **opts)
         sessions = seen["executor"].sessions if "executor" in seen else {}
         outcomes = {}
         for host in hosts:
@@ -241,7 +289,42 @@ class PhaseRunners:
         return outcomes
 
     def model(self, hosts: list[Host]) -> dict[str, Outcome]:
-        return {h.name: Outcome("skipped", "no model phase in this glmops") for h in hosts}
+        """The model files from the Hub, fetched once and fanned out (glmops.model)."""
+        from glmops.connection import ConnectionSettings
+        from glmops.executor import default_run_root
+        from glmops.model.phase import ModelOptions, run_model_phase
+        from glmops.output import Reporter
+        from glmops.runlog import Masker, RunLog
+
+        password = os.environ.get("GLMOPS_BECOME_PASSWORD")
+        masker = Masker({password} if password else set())
+        options = ModelOptions(
+            check=bool(self.opts.get("check")),
+            sudo_password=password,
+            connection=ConnectionSettings(strict_host_keys=bool(self.opts.get("strict_host_keys"))),
+        )
+        reporter = Reporter(
+            masker,
+            verbosity=self.opts.get("verbose", 0),
+            json_events=self.opts.get("json_events", False),
+            check=options.check,
+        )
+        reporter.play("model files", [h.name for h in hosts])
+        results = run_model_phase(
+            hosts, reporter, RunLog(default_run_root(), masker), masker, options
+        )
+        outcomes = {}
+        for host in hosts:
+            result = results.get(host.name)
+            if result is None:
+                outcomes[host.name] = Outcome("failed", "the model phase gave no result")
+                continue
+            status = result.status.value
+            values = {k: result.data[k] for k in MODEL_PATHS if result.data.get(k)}
+            outcomes[host.name] = Outcome(
+                status, result.msg, int(status == "changed"), values if not result.failed else {}
+            )
+        return outcomes
 
     def verify(self, hosts: list[Host]) -> dict[str, Outcome]:
         from glmops.verify import run_verify

@@ -94,6 +94,23 @@ def loading_phase(lines: Iterable[str]) -> str | None:
     return phase
 
 
+#: vLLM's words when the host has no usable NVIDIA GPU (platform detection, CUDA, NVML).
+NO_GPU = re.compile(
+    r"Failed to infer device type|No CUDA GPUs are available|Found no NVIDIA driver"
+    r"|NVML Shared Library Not Found|CUDA driver initialization failed"
+    r"|no CUDA-capable device",
+    re.IGNORECASE,
+)
+
+
+def stop_cause(lines: list[str]) -> str | None:
+    """Why vLLM stopped, when its journal says it in words glmops knows; else None."""
+    for line in reversed(lines):
+        if NO_GPU.search(line):
+            return f"vLLM stopped for lack of a GPU: {line.strip()}"
+    return None
+
+
 def failure_summary(lines: list[str], limit: int = 5) -> list[str]:
     """The lines most likely to explain a failed start (errors and tracebacks' last lines)."""
     picked = [
