@@ -1,14 +1,16 @@
 """The dress rehearsal: `glmops up` from the Hub to a started vLLM, on two simulated GPU hosts.
 
 Two testbed hosts with the rtx-pro-6000-x8 profile (a SIMULATED nvidia-smi: 8x compute
-capability 12.0; no real GPU, no NVIDIA driver). tb141's venv holds the real vLLM 0.16.0 wheel,
-tb142's vLLM 0.33.0 with vllm-gguf-plugin, each beside the CPU torch (tests/testbed/
-vllm_venvs.py), so vLLM's own code runs. A real Hub server (olah, tests/hub_server.py) serves a
-synthetic GLM-5 GGUF in 10 shards with glm-dsa tensor names, and a base repo with the config
-and tokenizer files. One `glmops up` (provision left out: the venvs are built above) fetches,
-fans out, patches, merges on the 0.16 host only, asks vLLM's own selector for (12.0, float16),
-renders the unit with the seeds' flags and starts it; vLLM then stops for lack of a GPU, and
-glmops says so with the journal's tail. A second `glmops up` changes nothing.
+capability 12.0; no real GPU, no NVIDIA driver). tb141's venv holds the real vLLM 0.16.0
+wheel, tb142's vLLM 0.33.0 with vllm-gguf-plugin, each beside the CPU torch
+(tests/testbed/vllm_venvs.py) and the few packages `vllm serve` imports that the CPU
+wheelhouse lacks (vllm_wheels.SERVE_DEPS), so vLLM's own code runs until it looks for the
+GPU. A real Hub server (olah, tests/hub_server.py) serves a synthetic GLM-5 GGUF in 10 shards
+with glm-dsa tensor names, and a base repo with the config and tokenizer files. One
+`glmops up` (provision left out: the venvs are built above) fetches, fans out, patches,
+merges on the 0.16 host only, asks vLLM's own selector for (12.0, float16), renders the unit
+with the seeds' flags and starts it; vLLM then stops for lack of a GPU, and glmops says so
+with the journal's tail. A second `glmops up` changes nothing.
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ from tests.glmops_cli import run_cli, tasks_named
 from tests.hub_server import HubRepo, olah_server
 from tests.testbed.conftest import booted
 from tests.testbed.vllm_venvs import install_with_torch
-from tests.vllm_wheels import PLUGIN, PLUGIN_VERSION, fetch_wheel
+from tests.vllm_wheels import PLUGIN, PLUGIN_VERSION, fetch_serve_deps, fetch_wheel
 
 gguf = pytest.importorskip("gguf", reason="gguf is in the test extras")
 from tests.gguf_models import split_set  # noqa: E402
@@ -143,9 +145,10 @@ def host_text(bed: Testbed, host: str, path: str) -> str:
 def test_up_from_the_hub_to_a_started_vllm_that_stops_for_lack_of_a_gpu(
     bed: Testbed, hub: str, cpu_wheelhouse: Path, run_playbook: Runner, tmp_path: Path
 ) -> None:
+    serve_deps = tuple(fetch_serve_deps())
     plugin = fetch_wheel(PLUGIN, PLUGIN_VERSION)
     for host, version in VERSIONS.items():
-        extra = (plugin,) if host == V033 else ()
+        extra = (*serve_deps, plugin) if host == V033 else serve_deps
         install_with_torch(
             run_playbook,
             bed.inventory_path,
