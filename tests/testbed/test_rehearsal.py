@@ -15,6 +15,7 @@ with the journal's tail. A second `glmops up` changes nothing.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 from collections.abc import Iterator
@@ -85,8 +86,9 @@ def bed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Testbed]:
 
 
 @pytest.fixture(scope="module")
-def hub(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """olah serving the 10 shards and the base repo's config and tokenizer."""
+def hub(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, dict[str, str]]]:
+    """olah serving the 10 shards and the base repo's config and tokenizer; (its endpoint,
+    {shard name: sha256})."""
     local = tmp_path_factory.mktemp("gguf")
     first = split_set(local, stem="GLM-5-UD-Q4_K_XL", split_max_tensors=2)
     shards = sorted(first.parent.glob("GLM-5-UD-Q4_K_XL-*-of-00010.gguf"))
@@ -101,7 +103,7 @@ def hub(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         base.put("tokenizer.json", json.dumps({"model": {"type": "BPE"}}).encode())
         base.put("tokenizer_config.json", b'{"tokenizer_class": "PreTrainedTokenizerFast"}')
         base.commit()
-        yield endpoint
+        yield endpoint, {s.name: hashlib.sha256(s.read_bytes()).hexdigest() for s in shards}
 
 
 def inventory(bed: Testbed, home: Path) -> Path:
@@ -143,8 +145,13 @@ def host_text(bed: Testbed, host: str, path: str) -> str:
 
 
 def test_up_from_the_hub_to_a_started_vllm_that_stops_for_lack_of_a_gpu(
-    bed: Testbed, hub: str, cpu_wheelhouse: Path, run_playbook: Runner, tmp_path: Path
+    bed: Testbed,
+    hub: tuple[str, dict[str, str]],
+    cpu_wheelhouse: Path,
+    run_playbook: Runner,
+    tmp_path: Path,
 ) -> None:
+    endpoint, shard_sums = hub
     serve_deps = tuple(fetch_serve_deps())
     plugin = fetch_wheel(PLUGIN, PLUGIN_VERSION)
     for host, version in VERSIONS.items():
@@ -159,7 +166,7 @@ def test_up_from_the_hub_to_a_started_vllm_that_stops_for_lack_of_a_gpu(
             extra=extra,
         )
     inv = inventory(bed, tmp_path)
-    code, events, stderr = up(hub, tmp_path, inv)
+    code, events, stderr = up(endpoint, tmp_path, inv)
     assert code == 2, stderr[-4000:]
     table = summary(events)
     for host in (V016, V033):
@@ -188,8 +195,12 @@ def test_up_from_the_hub_to_a_started_vllm_that_stops_for_lack_of_a_gpu(
             f"--tokenizer {CONFIG_DIR}",
         ):
             assert flag in exec_start, (flag, exec_start)
+        # the 10 shards from the Hub, verified on arrival
+        sums = bed.exec(host, ["sh", "-c", f"cd {SHARDS} && sha256sum *-of-00010.gguf"]).stdout
+        assert {ln.split()[1]: ln.split()[0] for ln in sums.splitlines()} == shard_sums
         # vLLM itself ran and said why it stopped
         journal = bed.exec(host, ["journalctl", "-u", "vllm-glm5", "--no-pager"]).stdout
+        assert "RuntimeError: Failed to infer device type" in journal
         assert "for lack of a GPU" not in journal  # glmops' words, not vLLM's
         assert any(line.strip() in journal for line in msg.splitlines()[-3:]), msg
     # merged only where the 0.16 loader needs one file
@@ -197,7 +208,7 @@ def test_up_from_the_hub_to_a_started_vllm_that_stops_for_lack_of_a_gpu(
     assert merged == [True, False]
     assert "TRITON_MLA_SPARSE" in json.dumps(events)
 
-    code, events, stderr = up(hub, tmp_path, inv)
+    code, events, stderr = up(endpoint, tmp_path, inv)
     assert code == 2, stderr[-4000:]
     again = summary(events)
     for host in (V016, V033):
