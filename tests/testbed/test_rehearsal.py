@@ -174,6 +174,7 @@ def test_up_from_the_hub_to_a_started_vllm_that_stops_for_lack_of_a_gpu(
         assert [row[p]["status"] for p in ("patch", "model")] == ["changed", "changed"], row
         assert row["deploy"]["status"] == "failed" and "verify" not in row, row
         msg = row["deploy"]["msg"]
+        print(f"{host}: deploy failed as it should: {msg}")  # shown with pytest -s
         assert msg.startswith("task 'attention backend vLLM selected"), msg
         assert "vLLM stopped for lack of a GPU: " in msg, msg
         assert "journal tail:" in msg, msg
