@@ -1,6 +1,6 @@
 """Reading vLLM's journal: the attention backend it selected, and how far loading got.
 
-Line formats from vllm-internals.md §7 (identical 0.16 → 0.33 unless noted). Worker prefixes
+vLLM's log lines are the same on the 0.16 and 0.33 layouts unless noted. Worker prefixes
 such as `(Worker_TP0 pid=123) ` and the bracket style of the candidate list vary, so nothing is
 anchored on them.
 """

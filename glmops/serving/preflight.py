@@ -1,4 +1,4 @@
-"""Reading the patch-set preflight's reply (hosthelpers/vllm_preflight.py, issue 3).
+"""Reading the patch-set preflight's reply (hosthelpers/vllm_preflight.py).
 
 That helper asks the host's vLLM which attention backend it would pick for GLM-5 on the host's
 GPU. Its reply (`selected`, `candidates: [{backend, valid, reasons}]`, `error`) belongs to the
