@@ -9,7 +9,7 @@ from typing import Any
 
 import click
 
-from glmops.errors import ExitCode
+from glmops.errors import ExitCode, GlmopsError
 from glmops.inventory import Host
 from glmops.up import MODEL_PATHS, PLAYBOOKS, PROJECT, Outcome, Progress
 
@@ -128,11 +128,16 @@ class PhaseRunners:
         return outcomes
 
     def verify(self, hosts: list[Host]) -> dict[str, Outcome]:
-        from glmops.verify import run_verify
-
+        """`glmops verify`'s host checks, one host at a time (each gets its own verdict)."""
         outcomes = {}
         for host in hosts:
-            code = run_verify(self.inventory, host.name, as_json=False, keyword=None)
+            try:
+                from glmops.verify import run_verify
+
+                code = run_verify(self.inventory, host.name, as_json=False, keyword=None)
+            except (GlmopsError, ImportError) as error:
+                outcomes[host.name] = Outcome("failed", f"cannot run the host checks: {error}")
+                continue
             outcomes[host.name] = (
                 Outcome("ok")
                 if code == ExitCode.OK
