@@ -180,12 +180,15 @@ def print_summary(
                 click.echo(f"{name}: {phase} {outcome.status}: {outcome.msg}")
 
 
-def exit_code(summary: dict[str, dict[str, Outcome]]) -> ExitCode:
+def exit_code(summary: dict[str, dict[str, Outcome]], *, check: bool = False) -> ExitCode:
+    """The verbs' exit codes, over every phase and host."""
     outcomes = [o for row in summary.values() for o in row.values()]
     if any(o.status == "unreachable" for o in outcomes):
         return ExitCode.HOST_UNREACHABLE
     if any(o.status == "failed" for o in outcomes):
         return ExitCode.HOST_FAILED
+    if check and any(o.status == "changed" for o in outcomes):
+        return ExitCode.CHECK_FOUND_CHANGES
     return ExitCode.OK
 
 
@@ -212,4 +215,4 @@ def run_up(
     runners = PhaseRunners(inventory_path, opts, progress)
     summary = converge(hosts, phases, runners, progress, record=not opts.get("check"))
     print_summary(summary, hosts, as_json=bool(opts.get("json_events")))
-    return exit_code(summary)
+    return exit_code(summary, check=bool(opts.get("check")))

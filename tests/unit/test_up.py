@@ -64,5 +64,7 @@ def test_a_change_reruns_the_later_phases_and_new_variables_rerun_the_phase(
 
 def test_check_mode_records_nothing(tmp_path: Path) -> None:
     path = tmp_path / "up.json"
-    converge(inventory(tmp_path), PHASES, Script({}), Progress.load(path), record=False)
+    script = Script({("patch", "h1"): Outcome("changed", changed=1)})
+    summary = converge(inventory(tmp_path), PHASES, script, Progress.load(path), record=False)
     assert not path.exists()
+    assert exit_code(summary, check=True) == 3 and exit_code(summary) == 0
