@@ -62,8 +62,10 @@ def bed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Testbed]:
 
 
 @pytest.fixture(scope="module")
-def hub(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    with olah_server(tmp_path_factory.mktemp("hub")) as (endpoint, mirrors):
+def hub(bed: Testbed, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    # on the first host's link, so that host can fetch from it too when it is the seed
+    address = f"10.231.{FIRST_INDEX}.1"
+    with olah_server(tmp_path_factory.mktemp("hub"), address) as (endpoint, mirrors):
         weights = HubRepo(mirrors, SOURCE["repo"])
         for name, data in SHARDS.items():
             weights.put(name, data)
@@ -145,6 +147,13 @@ def test_tree_fanout_verified_no_keys_left_and_second_run_changes_nothing(
     bed: Testbed, hub: str, home: Path
 ) -> None:
     inv = inventory(bed, home)
+    code, events, stderr = run_model(hub, home, inv, "--check", ok=(3,))
+    assert code == 3, stderr[-3000:]
+    assert {e["status"] for e in tasks_named(events, "model files")} == {"changed"}
+    for host in HOSTS:  # check mode: not a byte, not a key on any host
+        assert bed.exec(host, ["test", "-e", MODEL_DIR]).returncode != 0, host
+        assert bed.exec(host, ["test", "-e", "/run/glmops-fanout"]).returncode != 0, host
+
     code, events, stderr = run_model(hub, home, inv, "--per-source", "1")
     assert code == 0, stderr[-3000:]
     results = {e["host"]: e for e in tasks_named(events, "model files")}
@@ -261,4 +270,25 @@ def test_seed_cut_off_mid_fanout_others_finish_from_another_source(
     code, events, stderr = run_model(hub, home, inv, "-e", f"model_dir={root}")
     assert code == 0, stderr[-3000:]
     assert {e["status"] for e in tasks_named(events, "model files")} == {"ok"}
+    no_keys_left(bed)
+
+
+def test_a_seed_host_fetches_from_the_hub_and_the_controller_sends_nothing(
+    bed: Testbed, hub: str, home: Path
+) -> None:
+    root = "/srv/models/seeded"
+    inv = inventory(bed, home)
+    args = ("-e", f"model_dir={root}", "--seed", HOSTS[0], "--per-source", "1")
+    code, events, stderr = run_model(hub, home, inv, *args)
+    assert code == 0, stderr[-3000:]
+    results = {e["host"]: e for e in tasks_named(events, "model files")}
+    assert results[HOSTS[0]]["msg"].startswith("fetched from the Hub (seed)")
+    for host in HOSTS[1:]:
+        assert results[host]["status"] == "changed"
+        assert "from controller" not in results[host]["msg"], results[host]["msg"]
+    for host in HOSTS:
+        assert sha256_on(bed, host, root) == expected_sums(), host
+    note = next(e["msg"] for e in events if "bytes each source sent" in e.get("msg", ""))
+    assert "controller" not in note and HOSTS[0] in note
+    assert all(TOKEN not in p.read_text(errors="replace") for p in (home / "runs").rglob("*.log"))
     no_keys_left(bed)
