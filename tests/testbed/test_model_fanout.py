@@ -204,17 +204,24 @@ def test_a_flipped_byte_on_one_host_is_detected_and_fetched_again(
 def test_a_disk_too_small_is_refused_before_any_transfer(
     bed: Testbed, hub: str, home: Path
 ) -> None:
+    """50 MB hold the 36 MB of files but not the merged file a single-file vLLM needs too."""
     small = "/srv/small"
-    bed.exec(HOSTS[2], ["sh", "-c", f"mkdir -p {small} && mount -t tmpfs -o size=8m tmpfs {small}"])
+    mount = f"mkdir -p {small} && mount -t tmpfs -o size=50m tmpfs {small}"
+    assert bed.exec(HOSTS[2], ["sh", "-c", mount]).returncode == 0
     try:
-        inv = inventory(bed, home, **{HOSTS[2]: {"model_dir": f"{small}/GLM-5"}})
+        host_vars = {"model_dir": f"{small}/GLM-5", "gguf_needs_single_file": True}
+        inv = inventory(bed, home, **{HOSTS[2]: host_vars})
         code, events, stderr = run_model(hub, home, inv, ok=(2,))
         assert code == 2
         result = next(e for e in tasks_named(events, "model files") if e["host"] == HOSTS[2])
         assert result["status"] == "failed"
-        for word in (HOSTS[2], small, "needs", "free", "nothing was copied"):
+        merged = sum(len(d) for d in SHARDS.values())
+        for word in (HOSTS[2], small, "needs", "free", f"+ {merged} for the merged file"):
             assert word in result["msg"], result["msg"]
+        assert "nothing was copied" in result["msg"]
         assert bed.exec(HOSTS[2], ["ls", "-A", small]).stdout == ""  # not a byte moved
+        others = {e["host"]: e["status"] for e in tasks_named(events, "model files")}
+        assert others[HOSTS[0]] == others[HOSTS[1]] == "ok"  # the others are not held back
     finally:
         bed.exec(HOSTS[2], ["umount", small])
 
