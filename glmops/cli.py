@@ -245,6 +245,9 @@ def up(hosts: tuple[str, ...], limit: str | None, skip: str, restart: bool, **op
 @click.option("--check", is_flag=True, help="change nothing; report which hosts lack files")
 @click.option("--per-source", type=click.IntRange(1), default=2, help="copies one source serves")
 @click.option("--no-tree", is_flag=True, help="only the controller sends (no host seeds others)")
+@click.option(
+    "--seed", default=None, help="a host that fetches from the Hub instead of the controller"
+)
 @click.option("--verify-all", is_flag=True, help="hash every file on every host")
 @click.option("--refresh", is_flag=True, help="resolve branches again (a new manifest)")
 @click.option("-e", "--extra-vars", "extra_vars", multiple=True, metavar="KEY=VALUE")
@@ -263,6 +266,7 @@ def model(hosts: tuple[str, ...], inventory: Path | None, **opts: Any) -> ExitCo
         opts["verify_all"],
         opts["refresh"],
         opts["strict_host_keys"],
+        opts["seed"],
     )
     return model_command(
         inventory or default_inventory(),

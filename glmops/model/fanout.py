@@ -59,6 +59,7 @@ class Plan:
     known_hosts: Path  # glmops' known_hosts on the controller
     per_source: int = 2
     tree: bool = True  # False: only the controller serves (the baseline)
+    controller: bool = True  # False: a seed host fetched from the Hub; the controller sends nothing
     verify: Callable[[Target], dict[str, Any]] | None = None
 
 
@@ -67,8 +68,9 @@ class FanOut:
         self.plan = plan
         self.targets = {t.name: t for t in targets}
         self.hosts = {t.name: t for t in [*targets, *seeds]}
-        self.sources: dict[str, int] = {CONTROLLER: 0}  # source -> transfers running now
-        if plan.tree:
+        # source -> transfers running now
+        self.sources: dict[str, int] = {CONTROLLER: 0} if plan.controller else {}
+        if plan.tree or not plan.controller:
             self.sources.update({s.name: 0 for s in seeds})
         self.sent: dict[str, int] = {}  # bytes each source sent
         self.dead: set[str] = set()
@@ -116,7 +118,7 @@ class FanOut:
         return min(free, key=lambda x: (x[0], not x[1]))[2]
 
     def _limit(self, source: str) -> int:
-        if source == CONTROLLER and not self.plan.tree:
+        if not self.plan.tree:  # the one source sends to every host at once
             return len(self.targets)
         return self.plan.per_source
 
