@@ -22,7 +22,7 @@ from typing import Any
 
 from glmops.connection import quote
 from glmops.context import TaskContext
-from glmops.errors import CommandTimeout, HostUnreachable
+from glmops.errors import GlmopsError
 from glmops.model.access import RUN_DIR, RunKey, ssh_command, ssh_target
 from glmops.model.manifest import Manifest
 
@@ -129,8 +129,13 @@ class FanOut:
         outcome, sent, message = self._copy(source, target)
         elapsed = time.monotonic() - started
         if outcome == "ok":
-            verified = self.plan.verify(target) if self.plan.verify else {"complete": True}
-            if not verified.get("complete"):
+            try:
+                verified = self.plan.verify(target) if self.plan.verify else {"complete": True}
+            except GlmopsError as error:
+                verified = {"complete": False, "lost": str(error)}
+            if verified.get("lost"):
+                outcome, message = "target", f"{target.name}: {verified['lost']}"
+            elif not verified.get("complete"):
                 outcome = "retry"
                 message = f"copy from {source} failed verification: {verified.get('msg')}"
         with self._cv:
@@ -172,7 +177,7 @@ class FanOut:
             if source == CONTROLLER:
                 return self._push(target)
             return self._pull(self.hosts[source], target)
-        except (HostUnreachable, CommandTimeout) as error:
+        except (GlmopsError, OSError, subprocess.SubprocessError) as error:
             return "target", 0, f"{target.name}: {error}"
 
     def _push(self, target: Target) -> tuple[str, int, str]:

@@ -181,7 +181,7 @@ def test_tree_fanout_verified_no_keys_left_and_second_run_changes_nothing(
     assert "copying from" not in stderr
 
 
-def test_a_flipped_byte_on_one_host_is_detected_and_fetched_again(
+def test_a_flipped_byte_and_a_truncated_file_are_detected_and_fetched_again(
     bed: Testbed, hub: str, home: Path
 ) -> None:
     inv = inventory(bed, home)
@@ -193,11 +193,14 @@ def test_a_flipped_byte_on_one_host_is_detected_and_fetched_again(
     )
     assert bed.exec(HOSTS[1], ["python3", "-c", flip]).returncode == 0
     assert sha256_on(bed, HOSTS[1]) != expected_sums()
+    truncate = ["truncate", "-s", "100", f"{MODEL_DIR}/config/tokenizer.json"]
+    assert bed.exec(HOSTS[2], truncate).returncode == 0
     code, events, stderr = run_model(hub, home, inv)
     assert code == 0, stderr[-3000:]
     status = {e["host"]: e["status"] for e in tasks_named(events, "model files")}
-    assert status == {HOSTS[0]: "ok", HOSTS[1]: "changed", HOSTS[2]: "ok"}
+    assert status == {HOSTS[0]: "ok", HOSTS[1]: "changed", HOSTS[2]: "changed"}
     assert sha256_on(bed, HOSTS[1]) == expected_sums()
+    assert sha256_on(bed, HOSTS[2]) == expected_sums()
     no_keys_left(bed)
 
 
