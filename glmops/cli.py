@@ -14,6 +14,7 @@ import click
 
 from glmops import __version__, gpus
 from glmops.errors import ExitCode, GlmopsError, InputError
+from glmops.up import PHASES
 
 PROJECT = Path(__file__).resolve().parent.parent
 
@@ -99,8 +100,14 @@ def reports_errors(func: Callable[..., Any]) -> Callable[..., Any]:
 
 
 def run_playbook(
-    playbook: Path, *, limit: str | None = None, extra: tuple[str, ...] = (), **opts: Any
+    playbook: Path,
+    *,
+    limit: str | None = None,
+    extra: tuple[str, ...] = (),
+    prepare: Callable[[Any], None] | None = None,
+    **opts: Any,
 ) -> ExitCode:
+    """Run a playbook with the verbs' options; `prepare(executor)` may watch the run."""
     from glmops.connection import ConnectionSettings
     from glmops.executor import Executor, RunOptions
     from glmops.inventory import load_inventory, parse_extra_vars
@@ -149,6 +156,8 @@ def run_playbook(
     )
     runlog = RunLog(options.run_root, masker)
     executor = Executor(inventory, options, reporter, masker, runlog)
+    if prepare is not None:
+        prepare(executor)
     code = executor.run(plays, playbook)
     failed = [n for n, s in executor.sessions.items() if s.tally.failed or s.tally.unreachable]
     retry_file = options.run_root.parent / "last-failed"
@@ -252,10 +261,31 @@ _playbook_verb(
 
 @main.command()
 @click.argument("hosts", nargs=-1)
+@click.option("--skip", default="", help="phases to leave out (a,b): " + ",".join(PHASES))
+@click.option("--restart", is_flag=True, help="forget what earlier runs finished; run every phase")
+@run_options
+@reports_errors
+def up(hosts: tuple[str, ...], limit: str | None, skip: str, restart: bool, **opts: Any) -> int:
+    """Provision, patch, model files, deploy and verify HOSTS (default: all), in phases.
+
+    A re-run continues where the last one stopped on each host.
+    """
+    from glmops.up import run_up
+
+    pattern = _hosts_limit(hosts, limit) or "all"
+    inventory = opts.pop("inventory") or default_inventory()
+    return run_up(inventory, pattern, skip=tuple(_tag_set(skip)), restart=restart, opts=opts)
+
+
+@main.command()
+@click.argument("hosts", nargs=-1)
 @click.option("-i", "--inventory", type=click.Path(path_type=Path), default=None)
 @click.option("--check", is_flag=True, help="change nothing; report which hosts lack files")
 @click.option("--per-source", type=click.IntRange(1), default=2, help="copies one source serves")
 @click.option("--no-tree", is_flag=True, help="only the controller sends (no host seeds others)")
+@click.option(
+    "--seed", default=None, help="a host that fetches from the Hub instead of the controller"
+)
 @click.option("--verify-all", is_flag=True, help="hash every file on every host")
 @click.option("--refresh", is_flag=True, help="resolve branches again (a new manifest)")
 @click.option("-e", "--extra-vars", "extra_vars", multiple=True, metavar="KEY=VALUE")
@@ -274,6 +304,7 @@ def model(hosts: tuple[str, ...], inventory: Path | None, **opts: Any) -> ExitCo
         opts["verify_all"],
         opts["refresh"],
         opts["strict_host_keys"],
+        opts["seed"],
     )
     return model_command(
         inventory or default_inventory(),

@@ -19,6 +19,7 @@ from typing import Any
 
 from glmops.connection import CommandResult, Connection, quote
 from glmops.errors import CommandTimeout, GlmopsError
+from glmops.facts import HostFacts, parse_facts
 from glmops.inventory import Host
 from glmops.runlog import Masker, RunLog
 
@@ -92,6 +93,11 @@ class TaskContext:
         if self.reconnect is None:
             raise GlmopsError("this context cannot reconnect")
         self.conn = self.reconnect()
+
+    @property
+    def facts(self) -> HostFacts:
+        """The host's gathered facts, typed: what modules read about the host."""
+        return parse_facts(self.vars.get("facts") or {})
 
     @property
     def state_dir(self) -> str:

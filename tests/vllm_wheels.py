@@ -88,6 +88,21 @@ def fetch_vllm_wheel(version: str) -> Path:
     return fetch_wheel("vllm", version)
 
 
+#: What `vllm serve` (0.16 and 0.33) imports before it looks for a GPU that the CPU wheelhouse,
+#: built for vLLM's CPU build, lacks; found by starting it until only the GPU was missing.
+SERVE_DEPS = (
+    ("diskcache", "5.6.3"),
+    ("openai-harmony", "0.0.8"),
+    ("grpcio-reflection", "1.85.1"),
+    ("orjson", "3.13.0"),
+)
+
+
+def fetch_serve_deps() -> list[Path]:
+    """The SERVE_DEPS wheels (cached), to install `--no-deps` beside a vLLM wheel."""
+    return [fetch_wheel(project, version) for project, version in SERVE_DEPS]
+
+
 def _unpack(whl: Path, package: str, dest: Path, skip: tuple[str, ...] = ()) -> Path:
     """The wheel's `package/` under dest (cached), without its compiled .so files, whose
     dotted names go to dest/compiled_modules.json; the wheel's METADATA beside it."""

@@ -51,7 +51,13 @@ def _exit_code(tallies: dict[str, HostTally], check: bool) -> ExitCode:
 
 
 def options_from_cli(
-    check: bool, per_source: int, tree: bool, verify_all: bool, refresh: bool, strict: bool
+    check: bool,
+    per_source: int,
+    tree: bool,
+    verify_all: bool,
+    refresh: bool,
+    strict: bool,
+    seed: str | None = None,
 ) -> ModelOptions:
     import os
 
@@ -61,6 +67,7 @@ def options_from_cli(
         tree=tree,
         full_verify=verify_all,
         refresh=refresh,
+        seed=seed,
         sudo_password=os.environ.get("GLMOPS_BECOME_PASSWORD"),
         connection=ConnectionSettings(strict_host_keys=strict),
     )

@@ -22,7 +22,7 @@ from typing import Any
 
 from glmops.connection import quote
 from glmops.context import TaskContext
-from glmops.errors import CommandTimeout, HostUnreachable
+from glmops.errors import GlmopsError
 from glmops.model.access import RUN_DIR, RunKey, ssh_command, ssh_target
 from glmops.model.manifest import Manifest
 
@@ -59,6 +59,7 @@ class Plan:
     known_hosts: Path  # glmops' known_hosts on the controller
     per_source: int = 2
     tree: bool = True  # False: only the controller serves (the baseline)
+    controller: bool = True  # False: a seed host fetched from the Hub; the controller sends nothing
     verify: Callable[[Target], dict[str, Any]] | None = None
 
 
@@ -67,8 +68,9 @@ class FanOut:
         self.plan = plan
         self.targets = {t.name: t for t in targets}
         self.hosts = {t.name: t for t in [*targets, *seeds]}
-        self.sources: dict[str, int] = {CONTROLLER: 0}  # source -> transfers running now
-        if plan.tree:
+        # source -> transfers running now
+        self.sources: dict[str, int] = {CONTROLLER: 0} if plan.controller else {}
+        if plan.tree or not plan.controller:
             self.sources.update({s.name: 0 for s in seeds})
         self.sent: dict[str, int] = {}  # bytes each source sent
         self.dead: set[str] = set()
@@ -116,7 +118,7 @@ class FanOut:
         return min(free, key=lambda x: (x[0], not x[1]))[2]
 
     def _limit(self, source: str) -> int:
-        if source == CONTROLLER and not self.plan.tree:
+        if not self.plan.tree:  # the one source sends to every host at once
             return len(self.targets)
         return self.plan.per_source
 
@@ -127,8 +129,13 @@ class FanOut:
         outcome, sent, message = self._copy(source, target)
         elapsed = time.monotonic() - started
         if outcome == "ok":
-            verified = self.plan.verify(target) if self.plan.verify else {"complete": True}
-            if not verified.get("complete"):
+            try:
+                verified = self.plan.verify(target) if self.plan.verify else {"complete": True}
+            except GlmopsError as error:
+                verified = {"complete": False, "lost": str(error)}
+            if verified.get("lost"):
+                outcome, message = "target", f"{target.name}: {verified['lost']}"
+            elif not verified.get("complete"):
                 outcome = "retry"
                 message = f"copy from {source} failed verification: {verified.get('msg')}"
         with self._cv:
@@ -170,7 +177,7 @@ class FanOut:
             if source == CONTROLLER:
                 return self._push(target)
             return self._pull(self.hosts[source], target)
-        except (HostUnreachable, CommandTimeout) as error:
+        except (GlmopsError, OSError, subprocess.SubprocessError) as error:
             return "target", 0, f"{target.name}: {error}"
 
     def _push(self, target: Target) -> tuple[str, int, str]:

@@ -34,7 +34,7 @@ from glmops.model.access import (
 from glmops.model.fanout import FanOut, Plan, Target
 from glmops.model.fetch import HubAccess, ModelCache, default_cache_root, download, resolve
 from glmops.model.manifest import Manifest
-from glmops.model.progress import human_bytes
+from glmops.model.progress import Meter, human_bytes
 from glmops.model.source import model_dir, parse_source
 from glmops.output import Reporter
 from glmops.results import Status, TaskResult
@@ -54,6 +54,7 @@ class ModelOptions:
     tree: bool = True  # False: the controller pushes to every host (the baseline)
     full_verify: bool = False  # hash every file on every host, trusting no state file
     refresh: bool = False  # resolve the source again instead of keeping the manifest
+    seed: str | None = None  # a host that fetches from the Hub instead of the controller
     cache_root: Path | None = None
     on_event: Callable[..., None] | None = None  # transfer events (progress, tests)
     sudo_password: str | None = None
@@ -100,6 +101,24 @@ def _one_source(
     )
     results: dict[str, TaskResult] = {}
     ctxs = _connect(hosts, runlog, masker, options, results)
+    try:
+        results.update(_converge(ctxs, cache, manifest, hub, reporter, options))
+    finally:
+        for ctx in ctxs.values():
+            ctx.conn.close()
+    return results
+
+
+def _converge(
+    ctxs: dict[str, TaskContext],
+    cache: ModelCache,
+    manifest: Manifest,
+    hub: HubAccess,
+    reporter: Reporter,
+    options: ModelOptions,
+) -> dict[str, TaskResult]:
+    """Verify what each host has, refuse hosts without room, fetch once, then fan out."""
+    results: dict[str, TaskResult] = {}
     if not options.check:  # a key a killed run left behind goes first
         _parallel(ctxs, _revoke)
     states = _parallel(ctxs, lambda c: _verify(c, manifest, options))
@@ -123,11 +142,92 @@ def _one_source(
                 Status.CHANGED, f"would copy {len(missing)} file(s)", data=_paths(ctx, manifest)
             )
         return results
-    _controller_room(cache, manifest)
-    download(cache, manifest, hub, reporter.note)
+    if options.seed:
+        refused = _seed_ready(ctxs, need, states, manifest, hub, reporter, options.seed)
+        if isinstance(refused, TaskResult):
+            return {**results, **dict.fromkeys(need, refused)}
+        results.update(refused)
+    else:
+        _controller_room(cache, manifest)
+        download(cache, manifest, hub, reporter.note)
     seeds = [ctx for name, ctx in ctxs.items() if name not in need]
-    results.update(_distribute(cache, manifest, need, seeds, reporter, options))
+    if need:
+        results.update(_distribute(cache, manifest, need, seeds, reporter, options))
     return results
+
+
+def _seed_ready(
+    ctxs: dict[str, TaskContext],
+    need: dict[str, TaskContext],
+    states: dict[str, dict[str, Any]],
+    manifest: Manifest,
+    hub: HubAccess,
+    reporter: Reporter,
+    seed_name: str,
+) -> TaskResult | dict[str, TaskResult]:
+    """The seed host complete (fetching from the Hub if needed): its result, or why not."""
+    if seed_name not in ctxs:
+        raise InputError(f"seed host {seed_name} is not among the reachable hosts")
+    seed = ctxs[seed_name]
+    if seed_name not in need:
+        if states[seed_name].get("complete"):
+            return {}
+        return TaskResult(Status.FAILED, f"seed {seed_name} was refused: no source")
+    missing = states[seed_name]["missing"] + states[seed_name]["bad"]
+    failed = _seed_fetch(seed, manifest, missing, hub, reporter)
+    if failed:
+        return failed
+    need.pop(seed_name)
+    return {
+        seed_name: TaskResult(
+            Status.CHANGED,
+            f"fetched from the Hub (seed), verified against manifest {manifest.digest[:12]}",
+            data={**_paths(seed, manifest), "source": "hub"},
+        )
+    }
+
+
+def _seed_fetch(
+    seed: TaskContext, manifest: Manifest, missing: list[str], hub: HubAccess, reporter: Reporter
+) -> TaskResult | None:
+    """The seed host downloads from the Hub itself; None when it then verifies complete."""
+    from huggingface_hub import hf_hub_url
+    from huggingface_hub.utils import build_hf_headers
+
+    commits = {s["part"]: (s["repo"], s["commit"]) for s in manifest.sources}
+    files = []
+    for entry in manifest.files:
+        if entry.path in missing:
+            part, _, repo_path = entry.path.partition("/")
+            repo, commit = commits[part]
+            url = hf_hub_url(repo, repo_path, revision=commit, endpoint=hub.endpoint)
+            files.append(
+                {"path": entry.path, "url": url, "size": entry.size, "sha256": entry.sha256}
+            )
+    headers = {
+        k: v
+        for k, v in build_hf_headers(token=hub.token).items()
+        if k.lower() in ("authorization", "user-agent")
+    }
+    root = model_dir(seed.host.vars)
+    target = Target(seed.host.name, seed, root)
+    reporter.note(f"fetching {len(files)} file(s) from the Hub onto the seed", seed.host.name)
+    with Meter(
+        "seed fetch", manifest.total_bytes, lambda: _arrived([target], manifest), reporter.note, 30
+    ):
+        reply = seed.run_helper(
+            "model_fetch",
+            {"model_dir": root, "files": files, "headers": headers},
+            timeout=24 * 3600,
+        )
+    if reply.get("failed"):
+        return TaskResult(Status.FAILED, f"seed {seed.host.name} could not fetch: {reply['msg']}")
+    verified = _verify(seed, manifest, ModelOptions())
+    if not verified.get("complete"):
+        return TaskResult(
+            Status.FAILED, f"seed {seed.host.name}: {verified['msg']} after its fetch"
+        )
+    return None
 
 
 def _connect(
@@ -269,6 +369,7 @@ def _distribute(
         options.connection.known_hosts,
         per_source=options.per_source,
         tree=options.tree,
+        controller=options.seed is None,
         verify=lambda t: _verify(t.ctx, manifest, replace(options, full_verify=False)),
     )
     lock = threading.Lock()
@@ -287,7 +388,9 @@ def _distribute(
     try:
         _parallel({c.host.name: c for c in fleet}, lambda c: _grant(c, key, fleet, plan))
         fan = FanOut(plan, targets, seed_targets, event)
-        done = fan.run()
+        total = manifest.total_bytes * len(targets)
+        with Meter("fan-out", total, lambda: _arrived(targets, manifest), reporter.note, 30):
+            done = fan.run()
     finally:
         for name, error in _parallel({c.host.name: c for c in fleet}, _revoke).items():
             if error:
@@ -315,6 +418,19 @@ def _distribute(
         else:
             results[name] = TaskResult(Status.FAILED, target.error or "not copied", data=data)
     return results
+
+
+def _arrived(targets: list[Target], manifest: Manifest) -> int:
+    """Bytes on the targets so far (for the progress line): one `du` per host still copying."""
+    total = 0
+    for target in targets:
+        if target.done:
+            total += manifest.total_bytes
+            continue
+        parts = " ".join(quote(f"{target.model_dir}/{s['part']}") for s in manifest.sources)
+        result = target.ctx.run(f"du -s -B1 --apparent-size {parts} 2>/dev/null", timeout=60)
+        total += sum(int(line.split()[0]) for line in result.stdout.splitlines() if line.strip())
+    return total
 
 
 def _grant(ctx: TaskContext, key: RunKey, fleet: list[TaskContext], plan: Plan) -> None:

@@ -56,7 +56,7 @@ class Meter:
     def _safe_done(self) -> int:
         try:
             return self._done()
-        except OSError:
+        except Exception:  # a progress line is never worth failing the transfer for
             return 0
 
     def _loop(self) -> None:

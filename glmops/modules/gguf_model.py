@@ -11,10 +11,9 @@ import os
 from typing import Any
 
 from glmops.context import TaskContext
-from glmops.facts import parse_facts
 from glmops.modules.base import Arg, Module, Plan, register
 from glmops.results import Status, TaskResult
-from glmops.serving import needs_single_file
+from glmops.serving import ServeError, needs_single_file
 
 
 @register
@@ -30,6 +29,7 @@ class GgufModel(Module):
         "output": Arg(str, doc="merged file (default: <shard prefix>.gguf beside the shards)"),
         "sha256": Arg(bool, default=False, doc="also hash all tensor data when verifying"),
         "timeout": Arg((int, float), default=6 * 3600, doc="seconds the merge may take"),
+        "vllm_profile": Arg(str, doc="vLLM layout name (default: the patch manifest's)"),
     }
 
     def plan(self, ctx: TaskContext) -> Plan:
@@ -122,7 +122,10 @@ class GgufModel(Module):
     def _single_file(self, ctx: TaskContext) -> tuple[bool, str]:
         if self.params["single_file"] is not None:
             return bool(self.params["single_file"]), "task argument single_file"
-        return needs_single_file(parse_facts(ctx.vars.get("facts") or {}), ctx.vars)
+        try:
+            return needs_single_file(ctx.facts, {"vllm_profile": self.params["vllm_profile"]})
+        except ServeError as error:
+            raise ValueError(str(error)) from None
 
 
 def _default_output(first: str) -> str:

@@ -13,7 +13,7 @@ from typing import Any
 
 from glmops.context import TaskContext
 from glmops.modules.base import Arg, Module, Plan, register
-from glmops.modules.vllm_ready import UNIT_ARGS, collect_artifacts, dead, probe
+from glmops.modules.vllm_ready import UNIT_ARGS, collect_artifacts, dead, probe, stopped_why
 from glmops.results import Status, TaskResult
 from glmops.serving.journal import parse_backend
 
@@ -87,7 +87,8 @@ class VllmBackendCheck(Module):
                 )
             why = dead(unit, restarts)
             if why:
-                return self._fail(ctx, f"{why} before it logged a backend selection", data)
+                why = f"{why} before it logged a backend selection"
+                return self._fail(ctx, stopped_why(ctx, p["unit"], why), data)
             if elapsed >= float(p["timeout"]):
                 return self._fail(
                     ctx, f"no backend selection in the journal after {p['timeout']} s", data

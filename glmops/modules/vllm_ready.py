@@ -18,7 +18,7 @@ from glmops.connection import quote
 from glmops.context import TaskContext
 from glmops.modules.base import Arg, Module, Plan, register
 from glmops.results import Status, TaskResult
-from glmops.serving.journal import failure_summary, loading_phase, parse_backend
+from glmops.serving.journal import failure_summary, loading_phase, parse_backend, stop_cause
 
 FREEZE = (
     "import importlib.metadata as m; print('\\n'.join(sorted("
@@ -57,6 +57,14 @@ def dead(unit: dict[str, str], restarts_before: int | None) -> str | None:
     if restarts_before is not None and restarts is not None and restarts > restarts_before:
         return f"vLLM restarted {restarts - restarts_before} time(s) while loading"
     return None
+
+
+def stopped_why(ctx: TaskContext, unit: str, why: str, tail: int = 15) -> str:
+    """`why` the unit is dead, with the cause vLLM's journal names and the journal's tail."""
+    lines = probe(ctx, {"unit": unit, "http": False, "journal_lines": 400}).get("journal") or []
+    cause = stop_cause(lines)
+    head = f"{cause} ({why})" if cause else why
+    return head + "; journal tail:\n" + "\n".join(f"  {line}" for line in lines[-tail:])
 
 
 def collect_artifacts(ctx: TaskContext, unit: str, venv: str | None, why: str) -> Path:
@@ -140,7 +148,7 @@ class VllmReady(Module):
             elapsed = time.monotonic() - started
             why = dead(unit, restarts_before)
             if why:
-                return self._fail(ctx, f"{why}", lines, elapsed)
+                return self._fail(ctx, stopped_why(ctx, p["unit"], why), lines, elapsed)
             health = reply.get("health", {})
             models = reply.get("models")
             done = reply.get("completion")

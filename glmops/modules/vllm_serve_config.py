@@ -14,31 +14,44 @@ from typing import Any
 
 from glmops.connection import quote
 from glmops.context import TaskContext
-from glmops.facts import parse_facts
 from glmops.modules.base import Arg, Module, Plan, register
 from glmops.results import TaskResult
 from glmops.serving import ServeError, gguf_loader_problem, serve_flags
+from glmops.serving.flags import INPUTS
+
+#: Inputs without which no unit can be written.
+REQUIRED = ("vllm_venv", "glm5_hf_config_dir")
 
 
 @register
 class VllmServeConfig(Module):
-    """`vllm_serve_config: {model: "{{ model.serve_path }}", model_fingerprint: ...}`."""
+    """`vllm_serve_config: {model: "{{ model.serve_path }}", vllm_venv: ..., ...}`.
+
+    Reads only its arguments (the serving inputs, each declared with its default) and the
+    host's facts; playbooks/deploy.yml passes the inventory's values explicitly.
+    """
 
     name = "vllm_serve_config"
     args = {
         "model": Arg(str, required=True, doc="the file vLLM loads (merged file or first shard)"),
         "model_fingerprint": Arg(dict, default={}, doc="identifies the model files' content"),
         "require_files": Arg(bool, default=True, doc="fail when venv or HF config is missing"),
+        **{
+            name: Arg(spec.types, required=name in REQUIRED, default=spec.default, doc=spec.doc)
+            for name, spec in INPUTS.items()
+        },
+        "vllm_api_key": Arg(str, doc="secret; only checked here, written by the env template"),
     }
 
     def plan(self, ctx: TaskContext) -> Plan:
-        facts = parse_facts(ctx.vars.get("facts") or {})
+        facts = ctx.facts
+        inputs = {name: self.params[name] for name in INPUTS}
         try:
-            config = serve_flags(facts, {**ctx.vars, "vllm_model": self.params["model"]})
+            config = serve_flags(facts, {**inputs, "vllm_model": self.params["model"]})
         except ServeError as error:
             raise ValueError(str(error)) from None
         data = config.as_data()
-        key = ctx.vars.get("vllm_api_key")
+        key = self.params["vllm_api_key"]
         if key is not None and (not isinstance(key, str) or any(c in key for c in '"\\\n\r$`')):
             raise ValueError(
                 "vllm_api_key must be text without quotes, backslashes, $, ` or newlines"
@@ -47,11 +60,11 @@ class VllmServeConfig(Module):
         if self.params["require_files"]:
             self._require(ctx, data)
             if str(self.params["model"]).endswith(".gguf"):
-                problem = gguf_loader_problem(facts, ctx.vars)
+                problem = gguf_loader_problem(facts, inputs)
                 if problem:
                     raise ValueError(f"cannot serve: {problem}")
         manifest = facts.patch_manifest
-        inputs = {
+        started_with = {
             "vllm_version": facts.venv.vllm_version if facts.venv else None,
             "profile": config.profile,
             "patch_manifest_sha256": (
@@ -62,8 +75,8 @@ class VllmServeConfig(Module):
             "model": self.params["model"],
             "model_fingerprint": self.params["model_fingerprint"],
         }
-        data["inputs"] = inputs
-        data["inputs_json"] = json.dumps(inputs, indent=1, sort_keys=True) + "\n"
+        data["inputs"] = started_with
+        data["inputs_json"] = json.dumps(started_with, indent=1, sort_keys=True) + "\n"
         why = "; ".join(f"{flag} ({reason})" for flag, reason in config.reasons.items())
         warn = f"; warnings: {'; '.join(config.warnings)}" if config.warnings else ""
         return Plan(

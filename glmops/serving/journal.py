@@ -1,6 +1,6 @@
 """Reading vLLM's journal: the attention backend it selected, and how far loading got.
 
-Line formats from vllm-internals.md §7 (identical 0.16 → 0.33 unless noted). Worker prefixes
+vLLM's log lines are the same on the 0.16 and 0.33 layouts unless noted. Worker prefixes
 such as `(Worker_TP0 pid=123) ` and the bracket style of the candidate list vary, so nothing is
 anchored on them.
 """
@@ -92,6 +92,23 @@ def loading_phase(lines: Iterable[str]) -> str | None:
             if pattern.search(line):
                 phase = name
     return phase
+
+
+#: vLLM's words when the host has no usable NVIDIA GPU (platform detection, CUDA, NVML).
+NO_GPU = re.compile(
+    r"Failed to infer device type|No CUDA GPUs are available|Found no NVIDIA driver"
+    r"|NVML Shared Library Not Found|CUDA driver initialization failed"
+    r"|no CUDA-capable device",
+    re.IGNORECASE,
+)
+
+
+def stop_cause(lines: list[str]) -> str | None:
+    """Why vLLM stopped, when its journal says it in words glmops knows; else None."""
+    for line in reversed(lines):
+        if NO_GPU.search(line):
+            return f"vLLM stopped for lack of a GPU: {line.strip()}"
+    return None
 
 
 def failure_summary(lines: list[str], limit: int = 5) -> list[str]:

@@ -1,4 +1,4 @@
-"""The patch manifest (written by the patch set, issue 3) against the files on disk.
+"""The patch manifest (written by hosthelpers/vllm_patch.py) against the files on disk.
 
 The manifest's exact shape belongs to the patch-set work; this reads the likely spellings:
 `files` as a list of {path, sha256_after|after|sha256} or as {path: {...}} / {path: sha}.

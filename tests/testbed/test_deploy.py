@@ -14,16 +14,18 @@ import json
 import os
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
 
 from glmops.testbed import Testbed
 from tests.conftest import Runner
+from tests.glmops_cli import run_cli
 from tests.testbed.conftest import booted, host_read
 
 gguf = pytest.importorskip("gguf", reason="gguf is in the test extras")
-from tests.unit.test_gguf_split import split_set, write_model  # noqa: E402
+from tests.gguf_models import split_set, write_model  # noqa: E402
 
 pytestmark = pytest.mark.testbed
 
@@ -33,7 +35,8 @@ VENV = "/opt/glmops-test/vllm-venv"
 MODELS = "/srv/models/GLM-5-synthetic"
 HF = "/srv/models/GLM-5-hf"
 API_KEY = "sk-testbed-4d1f9a7c"  # a throwaway key for a local test host
-PLAYBOOK = (Path(__file__).resolve().parents[2] / "playbooks" / "deploy.yml").read_text()
+PROJECT = Path(__file__).resolve().parents[2]
+PLAYBOOK = (PROJECT / "playbooks" / "deploy.yml").read_text()
 UNIT = "/etc/systemd/system/vllm-glm5.service"
 ENV = "/etc/glmops/vllm-glm5.env"
 
@@ -297,3 +300,28 @@ def test_cleanup_standin_is_not_left_running(bed: Testbed) -> None:
     """Stop the stand-in so the module's testbed goes down clean (runs last in this file)."""
     sh(bed, "systemctl disable --now vllm-glm5 || true")
     assert sh(bed, "systemctl is-active vllm-glm5 || true") != "active"
+
+
+def test_up_on_a_converged_host_changes_nothing(inventory: Path, tmp_path: Path) -> None:
+    """`glmops up` runs the deploy phase to convergence; a second `up` finds it done, and
+    after --restart the phase runs again and changes nothing."""
+    env = {
+        **os.environ,
+        "GLMOPS_HOME": str(tmp_path / "home"),
+        "GLMOPS_RUN_DIR": str(tmp_path / "runs"),
+    }
+    args = ("up", HOST, "-i", str(inventory), "--skip", "provision,patch,model,verify")
+
+    def up(*more: str) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+        code, events, stderr = run_cli(*args, *more, env=env, cwd=PROJECT, timeout=600)
+        assert code == 0, stderr[-3000:]
+        [summary] = [e for e in events if e.get("event") == "up"]
+        return summary["hosts"][HOST], [e for e in events if e.get("event") == "task"]
+
+    first, tasks = up()
+    assert first["deploy"]["status"] in ("ok", "changed") and tasks, first
+    again, tasks = up()
+    assert again["deploy"]["status"] == "done" and tasks == [], again
+    rerun, tasks = up("--restart")
+    assert rerun["deploy"] == {"status": "ok", "changed": 0, "msg": ""}, rerun
+    assert tasks and not [t for t in tasks if t["status"] == "changed"], tasks

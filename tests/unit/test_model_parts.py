@@ -149,3 +149,19 @@ def test_run_key_is_authorized_read_only_and_removed(tmp_path: Path) -> None:
 def test_progress_line_says_bytes_rate_and_time_left() -> None:
     line = progress_line("fetch", 100_000_000_000, 402_000_000_000, 250_000_000)
     assert line == "fetch: 100.0 GB / 402.0 GB (25%), 250.0 MB/s, ETA 20 min 8 s"
+
+
+def test_meter_reports_this_runs_rate_while_a_transfer_runs() -> None:
+    import time
+
+    from glmops.model.progress import Meter
+
+    done = [1000]  # bytes already there when the run starts (a resumed transfer)
+    lines: list[str] = []
+    with Meter("fetch", 10_000, lambda: done[0], lines.append, interval=0.05):
+        for _ in range(6):
+            time.sleep(0.05)
+            done[0] += 1000
+    assert lines, "no progress line while the transfer ran"
+    assert all(line.startswith("fetch: ") and "/s, ETA" in line for line in lines)
+    assert "10.0 KB" in lines[-1]

@@ -20,7 +20,7 @@ from glmops.serving import (
     systemd_quote,
     vllm_profile,
 )
-from glmops.serving.journal import failure_summary
+from glmops.serving.journal import failure_summary, stop_cause
 from glmops.serving.preflight import parse_preflight
 from tests.manifests import written_manifest
 from tests.serving_inputs import BASE, facts
@@ -225,3 +225,13 @@ def test_parse_preflight_patchset_reply() -> None:
     assert result.backend is None and result.error and result.error.startswith("No valid")
     assert result.rejected["TRITON_MLA"] == ["sparse not supported"]
     assert parse_preflight({"failed": False, "selected": "TRITON_MLA_SPARSE"}).error is None
+
+
+def test_stop_cause_names_a_missing_gpu() -> None:
+    lines = [
+        "vllm-glm5[9]: INFO non-default args: {...}",
+        "vllm-glm5[9]: RuntimeError: Failed to infer device type, please set VLLM_LOGGING_LEVEL",
+        "systemd[1]: vllm-glm5.service: Main process exited, code=exited, status=1/FAILURE",
+    ]
+    assert stop_cause(lines) == f"vLLM stopped for lack of a GPU: {lines[1]}"
+    assert stop_cause(lines[:1] + lines[2:]) is None

@@ -1,0 +1,89 @@
+#!/usr/bin/env python3
+"""Download model files from the Hub onto this host, the seed of a fan-out (stdlib only).
+
+`{"model_dir", "files": [{"path", "url", "size", "sha256"}], "headers": {...}}` (arguments
+arrive on stdin, so the token in headers is never in argv). Each file goes to
+`<file>.glmops-partial`, which a later run continues with a Range request (a server that
+ignores Range answers 200 and the file starts over); it takes its name only once its size and
+sha256 match. Authorization is never forwarded on a redirect (the Hub redirects to a CDN with
+signed URLs). Prints one JSON object.
+"""
+
+import hashlib
+import json
+import os
+import sys
+import urllib.error
+import urllib.request
+
+PARTIAL = ".glmops-partial"
+
+
+def sha256(path):
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(8 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def get(url, headers, partial):
+    """Append to partial from where it ends; returns the bytes received."""
+    have = os.path.getsize(partial) if os.path.exists(partial) else 0
+    request = urllib.request.Request(url)
+    for name, value in headers.items():
+        request.add_unredirected_header(name, value)  # kept off redirects to other hosts
+    if have:
+        request.add_header("Range", f"bytes={have}-")
+    try:
+        response = urllib.request.urlopen(request, timeout=60)
+    except urllib.error.HTTPError as error:
+        if error.code == 416:  # the partial file is already whole
+            return 0
+        raise
+    received = 0
+    with response, open(partial, "ab" if response.status == 206 else "wb") as out:
+        while chunk := response.read(8 << 20):
+            out.write(chunk)
+            received += len(chunk)
+    return received
+
+
+def fetch(root, entry, headers):
+    final = os.path.join(root, entry["path"])
+    partial = final + PARTIAL
+    os.makedirs(os.path.dirname(final), exist_ok=True)
+    received = 0
+    for _attempt in (1, 2):
+        received += get(entry["url"], headers, partial)
+        if os.path.getsize(partial) == entry["size"] and sha256(partial) == entry["sha256"]:
+            os.replace(partial, final)
+            return received, None
+        os.unlink(partial)  # a wrong file is never kept under any name; start over once
+    return received, f"{entry['path']}: the downloaded file does not match its sha256"
+
+
+def main(argv):
+    args = json.loads(argv[1]) if len(argv) > 1 else {}
+    total, errors = 0, []
+    for entry in args.get("files") or []:
+        try:
+            received, error = fetch(args["model_dir"], entry, args.get("headers") or {})
+        except (OSError, urllib.error.URLError) as exc:
+            received, error = 0, f"{entry['path']}: {exc}"
+        total += received
+        if error:
+            errors.append(error)
+    out = {
+        "failed": bool(errors),
+        "changed": total > 0,
+        "received_bytes": total,
+        "errors": errors,
+        "msg": "; ".join(errors) if errors else f"{total} bytes downloaded",
+    }
+    print(json.dumps(out))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))

@@ -1,0 +1,218 @@
+"""`glmops up`: provision, patch, model files, deploy and verify, as phases, per host.
+
+Each phase is an idempotent step (a playbook, the model phase, the host checks) run on the
+hosts that still need it. A host that fails or is unreachable in one phase skips the later
+ones; the others go on. What each host finished is kept on the controller
+(`.glmops/up/<inventory>.json`, beside the run directories) with a fingerprint of the host's
+variables and the phase's playbook, so a re-run continues where the last one stopped; a phase
+that changes something makes the later ones run again, and a converged host re-runs only
+the read-only verify phase.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import click
+
+from glmops.errors import ExitCode, InputError
+from glmops.inventory import Host, load_inventory, parse_extra_vars
+
+PROJECT = Path(__file__).resolve().parent.parent
+PHASES = ("provision", "patch", "model", "deploy", "verify")
+PLAYBOOKS = {"provision": "provision.yml", "patch": "patch.yml", "deploy": "deploy.yml"}
+#: Phases that change nothing, so they run every time (a converged host is still checked).
+ALWAYS = ("verify",)
+#: What the model phase tells deploy: where the shards and the HF config landed.
+MODEL_PATHS = ("gguf_shards", "glm5_hf_config_dir")
+SECRET_NAME = re.compile(r"password|secret|token|api_key", re.IGNORECASE)
+
+
+@dataclass
+class Outcome:
+    """What one phase did on one host."""
+
+    status: str  # ok | changed | failed | unreachable | skipped | done
+    msg: str = ""
+    changed: int = 0
+    #: Values later phases read (the model phase's gguf_shards and glm5_hf_config_dir).
+    values: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def stops(self) -> bool:
+        return self.status in ("failed", "unreachable")
+
+    def cell(self) -> str:
+        if self.status == "changed":
+            return f"changed {self.changed}"
+        return self.status
+
+
+PhaseRunner = Callable[[str, list[Host]], dict[str, Outcome]]
+
+
+@dataclass
+class Progress:
+    """The phases each host finished, with the fingerprint they finished under."""
+
+    path: Path
+    hosts: dict[str, dict[str, str]] = field(default_factory=dict)
+    values: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+    @classmethod
+    def load(cls, path: Path) -> Progress:
+        try:
+            data = json.loads(path.read_text())
+        except FileNotFoundError:
+            return cls(path)
+        except (OSError, ValueError) as error:
+            raise InputError(f"{path}: unreadable progress of `glmops up`: {error}") from None
+        hosts = {str(h): dict(p) for h, p in data.get("hosts", {}).items()}
+        return cls(path, hosts, {str(h): dict(v) for h, v in data.get("values", {}).items()})
+
+    def done(self, host: str, phase: str, fingerprint: str) -> bool:
+        return self.hosts.get(host, {}).get(phase) == fingerprint
+
+    def finish(self, host: str, phase: str, fingerprint: str) -> None:
+        self.hosts.setdefault(host, {})[phase] = fingerprint
+
+    def forget(self, host: str, phases: tuple[str, ...]) -> None:
+        for phase in phases:
+            self.hosts.get(host, {}).pop(phase, None)
+
+    def save(self) -> None:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        temp = self.path.with_suffix(f".tmp{os.getpid()}")
+        state = {"hosts": self.hosts, "values": self.values}
+        temp.write_text(json.dumps(state, indent=1, sort_keys=True) + "\n")
+        os.replace(temp, self.path)
+
+
+def fingerprint(host: Host, phase: str) -> str:
+    """What a finished phase depends on: the host's variables (secrets left out) and the
+    phase's playbook; a change to either runs the phase again."""
+    variables = {k: v for k, v in host.vars.items() if not SECRET_NAME.search(k)}
+    digest = hashlib.sha256(json.dumps(variables, sort_keys=True, default=str).encode())
+    if phase in PLAYBOOKS:
+        digest.update((PROJECT / "playbooks" / PLAYBOOKS[phase]).read_bytes())
+    return digest.hexdigest()[:16]
+
+
+def progress_path(inventory: Path) -> Path:
+    from glmops.executor import default_run_root
+
+    key = hashlib.sha256(str(inventory.resolve()).encode()).hexdigest()[:12]
+    return default_run_root().parent / "up" / f"{inventory.stem}-{key}.json"
+
+
+def converge(
+    hosts: list[Host],
+    phases: tuple[str, ...],
+    runner: PhaseRunner,
+    progress: Progress,
+    *,
+    record: bool = True,
+) -> dict[str, dict[str, Outcome]]:
+    """Run each phase on the hosts that still need it; {phase: {host: outcome}}. With
+    record False (check mode) the progress file is left as it was."""
+    summary: dict[str, dict[str, Outcome]] = {}
+    alive = list(hosts)
+    for index, phase in enumerate(phases):
+        later = phases[index + 1 :]
+        summary[phase] = row = {}
+        todo = []
+        for host in alive:
+            if phase not in ALWAYS and progress.done(host.name, phase, fingerprint(host, phase)):
+                row[host.name] = Outcome("done", "finished in an earlier run; unchanged since")
+            else:
+                todo.append(host)
+        outcomes = runner(phase, todo) if todo else {}
+        for host in todo:
+            outcome = outcomes.get(host.name) or Outcome("failed", "the phase gave no result")
+            row[host.name] = outcome
+            if outcome.stops:
+                progress.forget(host.name, (phase, *later))
+                alive.remove(host)
+                continue
+            if outcome.changed:
+                progress.forget(host.name, later)
+            if outcome.values:
+                progress.values.setdefault(host.name, {}).update(outcome.values)
+            if phase not in ALWAYS:
+                progress.finish(host.name, phase, fingerprint(host, phase))
+        if record:
+            progress.save()
+    return summary
+
+
+def print_summary(
+    summary: dict[str, dict[str, Outcome]], hosts: list[Host], *, as_json: bool = False
+) -> None:
+    """One line per host with each phase's outcome, then what stopped a host, and why; with
+    as_json one `up` event holding the same."""
+    phases = list(summary)
+    if as_json:
+        table = {
+            h.name: {
+                p: {"status": o.status, "changed": o.changed, "msg": o.msg}
+                for p in phases
+                if (o := summary[p].get(h.name))
+            }
+            for h in hosts
+        }
+        click.echo(json.dumps({"event": "up", "phases": phases, "hosts": table}))
+        return
+    width = max(len(h.name) for h in hosts) + 2
+    click.echo("UP " + "".ljust(width - 3) + "".join(p.ljust(14) for p in phases))
+    for host in hosts:
+        cells = [summary[p][host.name].cell() if host.name in summary[p] else "-" for p in phases]
+        click.echo(host.name.ljust(width) + "".join(c.ljust(14) for c in cells))
+    for phase in phases:
+        for name, outcome in summary[phase].items():
+            if outcome.stops or outcome.status == "skipped":
+                click.echo(f"{name}: {phase} {outcome.status}: {outcome.msg}")
+
+
+def exit_code(summary: dict[str, dict[str, Outcome]], *, check: bool = False) -> ExitCode:
+    """The verbs' exit codes, over every phase and host."""
+    outcomes = [o for row in summary.values() for o in row.values()]
+    if any(o.status == "unreachable" for o in outcomes):
+        return ExitCode.HOST_UNREACHABLE
+    if any(o.status == "failed" for o in outcomes):
+        return ExitCode.HOST_FAILED
+    if check and any(o.status == "changed" for o in outcomes):
+        return ExitCode.CHECK_FOUND_CHANGES
+    return ExitCode.OK
+
+
+def run_up(
+    inventory_path: Path,
+    pattern: str,
+    *,
+    skip: tuple[str, ...] = (),
+    restart: bool = False,
+    opts: dict[str, Any],
+) -> ExitCode:
+    """`glmops up`: every phase not skipped, on the hosts `pattern` selects."""
+    unknown = [p for p in skip if p not in PHASES]
+    if unknown:
+        raise InputError(f"--skip {','.join(unknown)}: phases are {', '.join(PHASES)}")
+    extra_vars = parse_extra_vars(list(opts.get("extra_vars") or ()))
+    hosts = load_inventory(inventory_path, extra_vars).select(pattern)
+    progress = Progress(progress_path(inventory_path))
+    if not restart:
+        progress = Progress.load(progress.path)
+    phases = tuple(p for p in PHASES if p not in skip)
+    from glmops.up_phases import PhaseRunners
+
+    runners = PhaseRunners(inventory_path, opts, progress)
+    summary = converge(hosts, phases, runners, progress, record=not opts.get("check"))
+    print_summary(summary, hosts, as_json=bool(opts.get("json_events")))
+    return exit_code(summary, check=bool(opts.get("check")))

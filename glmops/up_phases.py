@@ -1,0 +1,146 @@
+"""How each phase of `glmops up` runs on a list of hosts: a playbook through the engine, the
+model phase (glmops.model), or the host checks (glmops.verify); each answers an Outcome per host."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import click
+
+from glmops.errors import ExitCode, GlmopsError
+from glmops.inventory import Host
+from glmops.up import MODEL_PATHS, PLAYBOOKS, PROJECT, Outcome, Progress
+
+
+class PhaseRunners:
+    """How each phase runs on a list of hosts: a playbook, the model phase, the host checks."""
+
+    def __init__(self, inventory: Path, opts: dict[str, Any], progress: Progress):
+        self.inventory = inventory
+        self.opts = opts
+        self.progress = progress
+
+    def __call__(self, phase: str, hosts: list[Host]) -> dict[str, Outcome]:
+        names = ", ".join(h.name for h in hosts)
+        click.secho(f"== glmops up: {phase} on {names}", bold=True, err=True)
+        if phase == "deploy":
+            return self.deploy(hosts)
+        if phase in PLAYBOOKS:
+            return self.playbook(PROJECT / "playbooks" / PLAYBOOKS[phase], hosts)
+        if phase == "model":
+            return self.model(hosts)
+        return self.verify(hosts)
+
+    def deploy(self, hosts: list[Host]) -> dict[str, Outcome]:
+        """deploy.yml, told where the model phase put the files on hosts whose inventory does
+        not say (one run per distinct set of paths)."""
+        groups: dict[tuple[str, ...], list[Host]] = {}
+        for host in hosts:
+            found = self.progress.values.get(host.name, {})
+            extra = tuple(
+                f"{name}={found[name]}"
+                for name in MODEL_PATHS
+                if found.get(name) and name not in host.vars
+            )
+            groups.setdefault(extra, []).append(host)
+        outcomes: dict[str, Outcome] = {}
+        for extra, members in groups.items():
+            path = PROJECT / "playbooks" / PLAYBOOKS["deploy"]
+            outcomes.update(self.playbook(path, members, extra))
+        return outcomes
+
+    def playbook(
+        self, path: Path, hosts: list[Host], extra: tuple[str, ...] = ()
+    ) -> dict[str, Outcome]:
+        from glmops.cli import run_playbook
+
+        failures: dict[str, str] = {}
+        seen: dict[str, Any] = {}
+
+        def watch(executor: Any) -> None:
+            seen["executor"] = executor
+            report = executor.reporter.task
+
+            def task(host: str, name: str, result: Any, **kwargs: Any) -> None:
+                if result.failed and not result.ignored and host not in failures:
+                    failures[host] = f"task '{name}': {executor.reporter.masker.mask(result.msg)}"
+                report(host, name, result, **kwargs)
+
+            executor.reporter.task = task
+
+        names = ",".join(h.name for h in hosts)
+        opts = {**self.opts, "inventory": self.inventory}
+        run_playbook(path, limit=names, extra=extra, prepare=watch, **opts)
+        sessions = seen["executor"].sessions if "executor" in seen else {}
+        outcomes = {}
+        for host in hosts:
+            tally = sessions[host.name].tally if host.name in sessions else None
+            if tally is None:
+                outcomes[host.name] = Outcome("failed", "the playbook did not reach this host")
+            elif tally.unreachable:
+                outcomes[host.name] = Outcome("unreachable", failures.get(host.name, ""))
+            elif tally.failed:
+                outcomes[host.name] = Outcome("failed", failures.get(host.name, ""))
+            elif tally.changed:
+                outcomes[host.name] = Outcome("changed", "", tally.changed)
+            else:
+                outcomes[host.name] = Outcome("ok")
+        return outcomes
+
+    def model(self, hosts: list[Host]) -> dict[str, Outcome]:
+        """The model files from the Hub, fetched once and fanned out (glmops.model)."""
+        from glmops.connection import ConnectionSettings
+        from glmops.executor import default_run_root
+        from glmops.model.phase import ModelOptions, run_model_phase
+        from glmops.output import Reporter
+        from glmops.runlog import Masker, RunLog
+
+        password = os.environ.get("GLMOPS_BECOME_PASSWORD")
+        masker = Masker({password} if password else set())
+        options = ModelOptions(
+            check=bool(self.opts.get("check")),
+            sudo_password=password,
+            connection=ConnectionSettings(strict_host_keys=bool(self.opts.get("strict_host_keys"))),
+        )
+        reporter = Reporter(
+            masker,
+            verbosity=self.opts.get("verbose", 0),
+            json_events=self.opts.get("json_events", False),
+            check=options.check,
+        )
+        reporter.play("model files", [h.name for h in hosts])
+        results = run_model_phase(
+            hosts, reporter, RunLog(default_run_root(), masker), masker, options
+        )
+        outcomes = {}
+        for host in hosts:
+            result = results.get(host.name)
+            if result is None:
+                outcomes[host.name] = Outcome("failed", "the model phase gave no result")
+                continue
+            status = result.status.value
+            values = {k: result.data[k] for k in MODEL_PATHS if result.data.get(k)}
+            outcomes[host.name] = Outcome(
+                status, result.msg, int(status == "changed"), values if not result.failed else {}
+            )
+        return outcomes
+
+    def verify(self, hosts: list[Host]) -> dict[str, Outcome]:
+        """`glmops verify`'s host checks, one host at a time (each gets its own verdict)."""
+        outcomes = {}
+        for host in hosts:
+            try:
+                from glmops.verify import run_verify
+
+                code = run_verify(self.inventory, host.name, as_json=False, keyword=None)
+            except (GlmopsError, ImportError) as error:
+                outcomes[host.name] = Outcome("failed", f"cannot run the host checks: {error}")
+                continue
+            outcomes[host.name] = (
+                Outcome("ok")
+                if code == ExitCode.OK
+                else Outcome("failed", "host checks failed (see above; `glmops verify`)")
+            )
+        return outcomes

@@ -1,0 +1,70 @@
+"""glmops.up.converge: phases per host, a re-run continues where the last stopped."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from glmops.inventory import Host, load_inventory
+from glmops.up import PHASES, Outcome, Progress, converge, exit_code
+
+
+class Script:
+    """A phase runner that answers from a table and records what it was asked to run."""
+
+    def __init__(self, answers: dict[tuple[str, str], Outcome]):
+        self.answers = answers
+        self.calls: list[tuple[str, list[str]]] = []
+
+    def __call__(self, phase: str, hosts: list[Host]) -> dict[str, Outcome]:
+        self.calls.append((phase, [h.name for h in hosts]))
+        return {h.name: self.answers.get((phase, h.name), Outcome("ok")) for h in hosts}
+
+
+def inventory(folder: Path, h2_x: int = 2) -> list[Host]:
+    path = folder / "hosts.yml"
+    path.write_text(
+        "all:\n  hosts:\n"
+        "    h1: {connection: local, x: 1}\n"
+        f"    h2: {{connection: local, x: {h2_x}}}\n"
+    )
+    return load_inventory(path).select("all")
+
+
+def test_failed_host_stops_and_resumes_where_it_stopped(tmp_path: Path) -> None:
+    path = tmp_path / "up.json"
+    first = Script({("patch", "h2"): Outcome("failed", "task 'x': boom")})
+    summary = converge(inventory(tmp_path), PHASES, first, Progress.load(path))
+    assert first.calls[:2] == [("provision", ["h1", "h2"]), ("patch", ["h1", "h2"])]
+    assert ("deploy", ["h1"]) in first.calls
+    assert summary["deploy"].keys() == {"h1"} and summary["patch"]["h2"].msg == "task 'x': boom"
+    assert exit_code(summary) == 2
+
+    again = Script({})
+    summary = converge(inventory(tmp_path), PHASES, again, Progress.load(path))
+    # h1 converged: only the read-only verify runs; h2 continues at patch
+    assert again.calls == [
+        ("patch", ["h2"]),
+        ("model", ["h2"]),
+        ("deploy", ["h2"]),
+        ("verify", ["h1", "h2"]),
+    ]
+    assert summary["provision"]["h2"].status == "done" and exit_code(summary) == 0
+
+
+def test_a_change_reruns_the_later_phases_and_new_variables_rerun_the_phase(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "up.json"
+    converge(inventory(tmp_path), PHASES, Script({}), Progress.load(path))
+    changed = inventory(tmp_path, h2_x=3)
+    script = Script({("provision", "h2"): Outcome("changed", changed=2)})
+    converge(changed, PHASES, script, Progress.load(path))
+    assert script.calls == [(p, ["h2"]) for p in PHASES[:-1]] + [("verify", ["h1", "h2"])]
+
+
+def test_check_mode_records_nothing(tmp_path: Path) -> None:
+    path = tmp_path / "up.json"
+    script = Script({("patch", "h1"): Outcome("changed", changed=1)})
+    summary = converge(inventory(tmp_path), PHASES, script, Progress.load(path), record=False)
+    assert not path.exists()
+    assert exit_code(summary, check=True) == 3 and exit_code(summary) == 0
