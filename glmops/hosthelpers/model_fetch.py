@@ -6,15 +6,15 @@ arrive on stdin, so the token in headers is never in argv). Each file goes to
 `<file>.glmops-partial`, which a later run continues with a Range request (a server that
 ignores Range answers 200 and the file starts over); it takes its name only once its size and
 sha256 match. Authorization is never forwarded on a redirect (the Hub redirects to a CDN with
-signed URLs). Prints one JSON object.
+signed URLs). Replies through the shared envelope.
 """
 
 import hashlib
-import json
 import os
-import sys
 import urllib.error
 import urllib.request
+
+from _envelope import main
 
 PARTIAL = ".glmops-partial"
 
@@ -63,8 +63,7 @@ def fetch(root, entry, headers):
     return received, f"{entry['path']}: the downloaded file does not match its sha256"
 
 
-def main(argv):
-    args = json.loads(argv[1]) if len(argv) > 1 else {}
+def run(args):
     total, errors = 0, []
     for entry in args.get("files") or []:
         try:
@@ -81,9 +80,8 @@ def main(argv):
         "errors": errors,
         "msg": "; ".join(errors) if errors else f"{total} bytes downloaded",
     }
-    print(json.dumps(out))
-    return 0
+    return out
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv))
+    main(run)

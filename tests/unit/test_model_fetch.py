@@ -7,7 +7,6 @@ listing exactly as from huggingface.co; small files go through the git blob-id c
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 import random
 import signal
@@ -22,6 +21,7 @@ import pytest
 from glmops.model.fetch import FetchError, HubAccess, ModelCache, download, resolve
 from glmops.model.manifest import load_manifest
 from glmops.model.source import parse_source
+from tests.helper_launch import run_helper_here
 from tests.hub_server import HubRepo, olah_server
 
 WEIGHTS = "unsloth-test/GLM-5-GGUF"
@@ -205,8 +205,6 @@ def test_seed_helper_downloads_verifies_and_never_keeps_a_wrong_file(
 ) -> None:
     from huggingface_hub import hf_hub_url
 
-    from glmops.context import helper_source
-
     access = HubAccess(hub["endpoint"], TOKEN)
     manifest = resolve(ModelCache(tmp_path / "cache", source()), access, print)
     commit = manifest.sources[0]["commit"]
@@ -230,13 +228,7 @@ def test_seed_helper_downloads_verifies_and_never_keeps_a_wrong_file(
             "files": entries,
             "headers": {"authorization": f"Bearer {TOKEN}"},
         }
-        proc = subprocess.run(
-            [sys.executable, "-c", helper_source("model_fetch"), json.dumps(args)],
-            capture_output=True,
-            text=True,
-            check=True,
-        )
-        return json.loads(proc.stdout.splitlines()[-1])
+        return run_helper_here("model_fetch", args)
 
     reply = run(files)
     assert not reply["failed"] and reply["received_bytes"] == sum(f["size"] for f in files)

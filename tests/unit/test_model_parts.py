@@ -6,17 +6,16 @@ import hashlib
 import json
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-from glmops.context import helper_command, helper_stdin
 from glmops.errors import InputError
 from glmops.model.access import RunKey, authorize_script, revoke_script
 from glmops.model.manifest import FileEntry, Manifest
 from glmops.model.progress import progress_line
 from glmops.model.source import model_dir, parse_source
+from tests.helper_launch import run_helper_here
 
 
 def test_source_declaration_and_its_errors() -> None:
@@ -47,15 +46,7 @@ def test_source_declaration_and_its_errors() -> None:
 
 
 def run_helper(args: dict) -> dict:
-    """The helper as a host runs it: the engine's launcher, arguments on stdin."""
-    proc = subprocess.run(
-        ["sh", "-c", helper_command("model_files", sys.executable)],
-        input=helper_stdin("model_files", args),
-        capture_output=True,
-        text=True,
-        check=True,
-    )
-    return json.loads(proc.stdout.splitlines()[-1])
+    return run_helper_here("model_files", args)
 
 
 def manifest_for(files: dict[str, bytes]) -> Manifest:
