@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from glmops.connection import CommandResult, Connection, quote
-from glmops.errors import CommandTimeout, GlmopsError
+from glmops.errors import CommandTimeout, GlmopsError, ModuleError
 from glmops.inventory import Host
 from glmops.runlog import Masker, RunLog
 
@@ -166,7 +166,7 @@ class TaskContext:
                     if path.is_file():
                         return path
         searched = ", ".join(str(p) for p in self.search_paths)
-        raise ValueError(f"{kind[:-1]} file '{name}' not found (searched: {searched})")
+        raise ModuleError(f"{kind[:-1]} file '{name}' not found (searched: {searched})")
 
     # -- files -----------------------------------------------------------------------------
     def stat(self, path: str, *, checksum: bool = True) -> FileState | None:

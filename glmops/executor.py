@@ -34,6 +34,7 @@ from glmops.errors import (
     ExitCode,
     HostUnreachable,
     InputError,
+    ModuleError,
     TemplateError,
 )
 from glmops.inventory import Host, Inventory, load_inventory
@@ -386,16 +387,18 @@ class Executor:
             result = TaskResult(Status.FAILED, f"timed out: {error}")
         except CommandInterrupted as error:
             result = TaskResult(Status.FAILED, f"interrupted: {error}; its command was ended")
-        except (TemplateError, ValueError) as error:
+        except (TemplateError, ModuleError) as error:
             result = TaskResult(Status.FAILED, str(error))
         except RemoteCommandError as error:
             result = TaskResult(Status.FAILED, str(error))
         except Exception as error:  # a bug in a module fails its task, never the whole run
-            self.runlog.write(session.host.name, traceback.format_exc())
+            trace = traceback.format_exc()
+            self.runlog.write(session.host.name, trace)
             result = TaskResult(
                 Status.FAILED,
                 f"internal error in module '{task.module}': {error!r}"
                 f" (traceback in {self.runlog.path}/{session.host.name}.log)",
+                data={"traceback": trace},
             )
         finally:
             self._running.pop(session.host.name, None)
@@ -425,7 +428,7 @@ class Executor:
         params = render_value(task.args, variables, where=where)
         problems = check_types(module_cls, params)
         if problems:
-            raise ValueError(f"{where}: {problems[0]}")
+            raise ModuleError(f"{where}: {problems[0]}")
         ctx = self._context(play, session, task)
         if task.check_mode is False:
             ctx.check = False

@@ -93,6 +93,8 @@ class Reporter:
                     self.err.print(f"{'':>12} [dim]because[/] {_escape(self.masker.mask(line))}")
             if self.verbosity >= 2 and result.data.get("stdout"):
                 self.err.print(_escape(self.masker.mask(str(result.data["stdout"])).rstrip()))
+            if self.verbosity >= 2 and result.data.get("traceback"):
+                self.err.print(_escape(self.masker.mask(str(result.data["traceback"])).rstrip()))
             if diff and not self.json_events:
                 self.out.print(f"--- diff: {host} / {_escape(task)}", style="bold")
                 for line in diff.splitlines():

@@ -160,7 +160,10 @@ def _task(raw: Any, section: str, play: SourceMap, index: int, play_tags: list[s
         found = ", ".join(modules) or "none"
         raise InputError(f"a task needs exactly one module (found: {found})", **where(raw))
     module = modules[0]
-    params, problems = validate_params(REGISTRY[module], raw[module])
+    try:
+        params, problems = validate_params(REGISTRY[module], raw[module])
+    except ValueError as error:  # a module's normalize() refusing the raw arguments
+        raise InputError(str(error), **where(raw, module)) from None
     if problems:
         raise InputError(problems[0], **where(raw, module))
     name = str(raw.get("name") or f"{module}")

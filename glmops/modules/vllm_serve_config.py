@@ -14,6 +14,7 @@ from typing import Any
 
 from glmops.connection import quote
 from glmops.context import TaskContext
+from glmops.errors import ModuleError
 from glmops.facts import parse_facts
 from glmops.modules.base import Arg, Module, Plan, register
 from glmops.results import TaskResult
@@ -36,11 +37,11 @@ class VllmServeConfig(Module):
         try:
             config = serve_flags(facts, {**ctx.vars, "vllm_model": self.params["model"]})
         except ServeError as error:
-            raise ValueError(str(error)) from None
+            raise ModuleError(str(error)) from None
         data = config.as_data()
         key = ctx.vars.get("vllm_api_key")
         if key is not None and (not isinstance(key, str) or any(c in key for c in '"\\\n\r$`')):
-            raise ValueError(
+            raise ModuleError(
                 "vllm_api_key must be text without quotes, backslashes, $, ` or newlines"
             )
         data["api_key_set"] = bool(key)
@@ -49,7 +50,7 @@ class VllmServeConfig(Module):
             if str(self.params["model"]).endswith(".gguf"):
                 problem = gguf_loader_problem(facts, ctx.vars)
                 if problem:
-                    raise ValueError(f"cannot serve: {problem}")
+                    raise ModuleError(f"cannot serve: {problem}")
         manifest = facts.patch_manifest
         inputs = {
             "vllm_version": facts.venv.vllm_version if facts.venv else None,
@@ -97,4 +98,4 @@ class VllmServeConfig(Module):
         if not probe.stdout.strip():
             missing.append(f"{tokenizer}: no tokenizer.json / tokenizer_config.json")
         if missing:
-            raise ValueError("cannot serve: missing " + "; ".join(missing))
+            raise ModuleError("cannot serve: missing " + "; ".join(missing))
