@@ -450,8 +450,9 @@ def _drain(
             busy = True
         if not marker_seen and (match := _PGID_LINE.match(err)):
             marker_seen = True
+            group = int(match.group(1))  # before the buffer changes under the match
             del err[: match.end()]
-            on_group(int(match.group(1)))
+            on_group(group)
         if (
             channel.exit_status_ready()
             and not channel.recv_ready()

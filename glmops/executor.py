@@ -188,14 +188,18 @@ class Executor:
                 session.conn.cancel(grace)
 
     def _heartbeat(self) -> None:
-        """Say which hosts are still busy, and with what, so a slow host is never a mystery."""
-        while not self._done.wait(HEARTBEAT_SECONDS):
+        """Every HEARTBEAT_SECONDS of a task, say which hosts are still busy and with what, so
+        a slow host is never a mystery (the first line comes HEARTBEAT_SECONDS after it
+        started)."""
+        told: dict[tuple[str, float], int] = {}  # (host, started) -> heartbeats given
+        while not self._done.wait(min(1.0, HEARTBEAT_SECONDS / 4)):
             now = time.monotonic()
-            busy = [
-                f"{host} '{task}' ({now - started:.0f} s)"
-                for host, (task, started) in list(self._running.items())
-                if now - started >= HEARTBEAT_SECONDS
-            ]
+            busy = []
+            for host, (task, started) in list(self._running.items()):
+                due = int((now - started) // HEARTBEAT_SECONDS)
+                if due > told.get((host, started), 0):
+                    told[(host, started)] = due
+                    busy.append(f"{host} '{task}' ({now - started:.0f} s)")
             if busy:
                 self.reporter.note("still running: " + ", ".join(busy))
 
@@ -378,6 +382,8 @@ class Executor:
         self, play: Play, playbook: Path, session: HostSession, task: Task, *, handler: bool = False
     ) -> TaskResult:
         started = time.monotonic()
+        source = f"{task.source}:{task.line}"
+        self.reporter.task_start(session.host.name, task.name, source, handler=handler)
         self._running[session.host.name] = (task.name, started)
         try:
             result = self._attempts(play, playbook, session, task)
@@ -412,7 +418,14 @@ class Executor:
             f"task {task.name!r}: {result.status.value} "
             f"({time.monotonic() - started:.2f}s) {result.msg}",
         )
-        self.reporter.task(session.host.name, task.name, result, handler=handler)
+        self.reporter.task(
+            session.host.name,
+            task.name,
+            result,
+            handler=handler,
+            source=source,
+            duration=time.monotonic() - started,
+        )
         return result
 
     def _attempts(self, play: Play, playbook: Path, session: HostSession, task: Task) -> TaskResult:

@@ -67,6 +67,7 @@ class Command(Module):
             line = f"cd {quote(self.params['chdir'])} && {line}"
         result = ctx.run(line)
         data = {
+            "cmd": line,
             "rc": result.rc,
             "stdout": result.stdout,
             "stderr": result.stderr,
