@@ -12,10 +12,8 @@ from typing import Any
 
 import click
 
-from glmops import __version__
+from glmops import __version__, paths
 from glmops.errors import ExitCode, GlmopsError, InputError
-
-PROJECT = Path(__file__).resolve().parent.parent
 
 
 def default_inventory() -> Path:
@@ -228,9 +226,7 @@ def _playbook_verb(name: str, playbook: str, summary: str, *, needs_hosts: bool 
     @run_options
     @reports_errors
     def verb(hosts: tuple[str, ...], limit: str | None, **opts: Any) -> ExitCode:
-        return run_playbook(
-            PROJECT / "playbooks" / playbook, limit=_hosts_limit(hosts, limit), **opts
-        )
+        return run_playbook(paths.playbooks() / playbook, limit=_hosts_limit(hosts, limit), **opts)
 
 
 _playbook_verb(
@@ -263,7 +259,7 @@ def preflight(
     """Which attention backend HOSTS' vLLM would pick for GLM-5, and why not the others."""
     extra = (f"preflight_capability={capability}", f"preflight_dtype={dtype}")
     return run_playbook(
-        PROJECT / "playbooks" / "preflight.yml",
+        paths.playbooks() / "preflight.yml",
         limit=",".join(hosts),
         extra=extra,
         inventory=inventory,
@@ -313,8 +309,14 @@ def status(hosts: tuple[str, ...], inventory: Path | None, as_json: bool) -> Exi
 def verify(
     hosts: tuple[str, ...], inventory: Path | None, as_json: bool, keyword: str | None
 ) -> ExitCode:
-    """Run the testinfra host checks (tests/host) against HOSTS."""
-    from glmops.verify import run_verify
+    """Run the testinfra host checks (tests/host) against HOSTS (needs glmops[verify])."""
+    try:
+        from glmops.verify import run_verify
+    except ImportError as error:
+        raise InputError(
+            f"glmops verify needs the 'verify' extra ({error.name} is missing): "
+            "pip install 'glmops[verify]'"
+        ) from None
 
     return run_verify(inventory or default_inventory(), ",".join(hosts) or "all", as_json, keyword)
 

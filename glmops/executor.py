@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from glmops import runlock
+from glmops import paths, runlock
 from glmops.connection import (
     KILL_GRACE_SECONDS,
     Connection,
@@ -577,8 +577,7 @@ def _facts_summary(facts: dict[str, Any]) -> str:
 
 def _search_paths(playbook: Path) -> list[Path]:
     """Where `src:` of copy/template is looked up: beside the playbook, then the project's."""
-    project = Path(__file__).resolve().parent.parent
-    return [playbook.parent, playbook.parent.parent, project]
+    return [playbook.parent, playbook.parent.parent, paths.root()]
 
 
 def observe(

@@ -17,12 +17,13 @@ from typing import Any
 import testinfra.backend
 from testinfra.backend.base import BaseBackend, CommandResult
 
+from glmops import paths
 from glmops.connection import Connection, ConnectionSettings, open_connection
 from glmops.errors import ExitCode, InputError
 from glmops.inventory import Host, load_inventory
 
-PROJECT = Path(__file__).resolve().parent.parent
-HOST_TESTS = PROJECT / "tests" / "host"
+PROJECT = paths.root()  # holds tests/host/, in a checkout or an installed wheel
+HOST_TESTS = paths.host_checks()
 INVENTORY_ENV = "GLMOPS_VERIFY_INVENTORY"
 
 
