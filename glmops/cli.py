@@ -5,7 +5,9 @@ from __future__ import annotations
 import functools
 import getpass
 import os
+import subprocess
 import sys
+import traceback
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -91,6 +93,12 @@ def reports_errors(func: Callable[..., Any]) -> Callable[..., Any]:
         except GlmopsError as error:
             click.secho(f"error: {error}", fg="red", err=True)
             sys.exit(int(error.exit_code))
+        except (OSError, subprocess.SubprocessError) as error:
+            # The machine refused something (a file, a process): a message, never a traceback.
+            click.secho(f"error: {error}", fg="red", err=True)
+            if os.environ.get("GLMOPS_DEBUG"):
+                traceback.print_exc()
+            sys.exit(int(ExitCode.USAGE))
         sys.exit(int(code or 0))
 
     return wrapper

@@ -49,6 +49,46 @@ def preflight() -> None:
         )
 
 
+#: Kernel limits each booted host needs a share of: systemd in a container holds inotify
+#: instances and watches (the defaults, 128 instances per user, run out near 15 hosts with
+#: "Too many open files"). Sized for every host a machine can run, so a second testbed or
+#: another test run beside this one fits too.
+INOTIFY = {
+    "fs/inotify/max_user_instances": (1024, 32),  # (floor, per host)
+    "fs/inotify/max_user_watches": (524288, 16384),
+}
+SYSCTL_ROOT = Path("/proc/sys")
+
+
+def inotify_needs(n: int, current: dict[str, int]) -> dict[str, int]:
+    """The limits to raise for n hosts (name -> new value); those already high enough stay."""
+    wanted = {name: floor + per_host * n for name, (floor, per_host) in INOTIFY.items()}
+    return {name: value for name, value in wanted.items() if current.get(name, 0) < value}
+
+
+def ensure_inotify(n: int, root: Path = SYSCTL_ROOT) -> None:
+    """Raise the inotify limits n hosts need, or refuse up front with the sysctl to run."""
+    current = {}
+    for name in INOTIFY:
+        try:
+            current[name] = int((root / name).read_text())
+        except (OSError, ValueError):
+            current[name] = 0
+    needs = inotify_needs(n, current)
+    failed = []
+    for name, value in needs.items():
+        try:
+            (root / name).write_text(f"{value}\n")
+        except OSError:
+            failed.append(f"{name.replace('/', '.')}={value}")
+    if failed:
+        raise TestbedError(
+            f"{n} testbed hosts need higher inotify limits than this kernel allows glmops to set "
+            f"(systemd in the hosts would fail with 'Too many open files'); run: sysctl -w "
+            + " ".join(failed)
+        )
+
+
 class Testbed:
     """Local systemd-nspawn hosts reachable over real SSH, with an inventory for them."""
 
@@ -145,6 +185,7 @@ class Testbed:
             )
         profile = get_profile(gpu_profile) if gpu_profile else None
         preflight()
+        ensure_inotify(n)
         with self._locked():
             base = rootfs.ensure_base(self._log)
             pubkey = self._ensure_key()
