@@ -69,6 +69,12 @@ class TaskContext:
     sudo_password: str | None = None
     timeout: float | None = None
     task_name: str = ""
+    #: Run as this user instead of root when becoming (`become_user`).
+    become_user: str | None = None
+    #: Environment variables every command of the task gets (`environment:`).
+    environment: dict[str, str] = field(default_factory=dict)
+    #: Keep commands and their output out of the run log (`no_log: true`).
+    no_log: bool = False
     vars: dict[str, Any] = field(default_factory=dict)
     search_paths: list[Path] = field(default_factory=list)
     #: Show a progress line to the operator (and the JSON stream); set by the executor.
@@ -120,14 +126,18 @@ class TaskContext:
             stdin = (password or "") + (stdin or "")
         limit = self._limit(timeout)
         started = time.monotonic()
+        logged = "(a no_log task's command)" if self.no_log else command
         try:
-            result = self.conn.run(wrapped, stdin=stdin, timeout=limit, kill_wrap=self._wrap)
+            result = self.conn.run(wrapped, stdin=stdin, timeout=limit, kill_wrap=self._sudo)
         except CommandTimeout:
-            self.log.command(self.host.name, command, "timeout", time.monotonic() - started, "", "")
+            self.log.command(self.host.name, logged, "timeout", time.monotonic() - started, "", "")
             raise
         result = CommandResult(command, result.rc, result.stdout, result.stderr, result.duration)
         shown = result.stdout if log_output else f"({len(result.stdout)} bytes, not logged)\n"
-        self.log.command(self.host.name, command, result.rc, result.duration, shown, result.stderr)
+        stderr = result.stderr
+        if self.no_log:
+            shown, stderr = "(not logged: no_log)\n", ""
+        self.log.command(self.host.name, logged, result.rc, result.duration, shown, stderr)
         if check and not result.ok:
             raise RemoteCommandError(what or f"command {command!r}", result)
         return result
@@ -138,11 +148,25 @@ class TaskContext:
         return self._wrap(command)
 
     def _wrap(self, command: str) -> tuple[str, str | None]:
-        if not self.become or self.remote.uid == 0:
+        if self.environment:
+            exports = "".join(
+                f"{name}={quote(value)}; export {name}; "
+                for name, value in self.environment.items()
+            )
+            command = exports + command
+        return self._sudo(command)
+
+    def _sudo(self, command: str) -> tuple[str, str | None]:
+        """Through sudo when the task becomes root (or `become_user`), else as it is."""
+        user = self.become_user if self.become_user not in (None, "root") else None
+        if not self.become or (self.remote.uid == 0 and user is None):
             return command, None
+        if self.remote.uid == 0:  # root needs no sudo (which a host may lack) to be someone
+            return f"runuser -u {quote(user)} -- /bin/sh -c {quote(command)}", None
+        who = f"-u {quote(user)} " if user else ""
         if self.sudo_password is None:
-            return f"sudo -n -H -- /bin/sh -c {quote(command)}", None
-        return f"sudo -S -p '' -H -- /bin/sh -c {quote(command)}", self.sudo_password + "\n"
+            return f"sudo -n -H {who}-- /bin/sh -c {quote(command)}", None
+        return f"sudo -S -p '' -H {who}-- /bin/sh -c {quote(command)}", self.sudo_password + "\n"
 
     def _limit(self, timeout: float | None) -> float:
         limit = timeout or self.host.connection.command_timeout

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 import os
+import re
 import signal
 import sys
 import threading
@@ -333,6 +334,9 @@ class Executor:
             sudo_password=self.options.sudo_password,
             timeout=task.timeout if task else None,
             task_name=task.name if task else "",
+            # glmops' own state (notifications, the lock) is always kept as root
+            become_user=(task.become_user or play.become_user) if task else None,
+            no_log=bool(task and task.no_log),
             reconnect=lambda: self._reconnect(session),
             notify_progress=lambda text: self.reporter.note(text, host.name),
         )
@@ -386,26 +390,10 @@ class Executor:
         self.reporter.task_start(session.host.name, task.name, source, handler=handler)
         self._running[session.host.name] = (task.name, started)
         try:
-            result = self._attempts(play, playbook, session, task)
-        except HostUnreachable:
-            raise
-        except CommandTimeout as error:
-            result = TaskResult(Status.FAILED, f"timed out: {error}")
-        except CommandInterrupted as error:
-            result = TaskResult(Status.FAILED, f"interrupted: {error}; its command was ended")
-        except (TemplateError, ModuleError) as error:
-            result = TaskResult(Status.FAILED, str(error))
-        except RemoteCommandError as error:
-            result = TaskResult(Status.FAILED, str(error))
-        except Exception as error:  # a bug in a module fails its task, never the whole run
-            trace = traceback.format_exc()
-            self.runlog.write(session.host.name, trace)
-            result = TaskResult(
-                Status.FAILED,
-                f"internal error in module '{task.module}': {error!r}"
-                f" (traceback in {self.runlog.path}/{session.host.name}.log)",
-                data={"traceback": trace},
-            )
+            if task.loop is None:
+                result = self._guarded(play, playbook, session, task, {})
+            else:
+                result = self._looped(play, playbook, session, task)
         finally:
             self._running.pop(session.host.name, None)
         if result.failed and task.ignore_errors:
@@ -413,6 +401,10 @@ class Executor:
         session.tally.count(result)
         if task.register:
             session.registered[task.register] = result.registered()
+        if not result.failed:  # set_fact
+            session.registered.update(result.data.get("set_vars") or {})
+        if task.no_log:
+            result = _censored(result)
         self.runlog.write(
             session.host.name,
             f"task {task.name!r}: {result.status.value} "
@@ -428,9 +420,64 @@ class Executor:
         )
         return result
 
-    def _attempts(self, play: Play, playbook: Path, session: HostSession, task: Task) -> TaskResult:
+    def _guarded(
+        self,
+        play: Play,
+        playbook: Path,
+        session: HostSession,
+        task: Task,
+        item_vars: dict[str, Any],
+    ) -> TaskResult:
+        """One run of a task (or of one loop item), every failure turned into its result."""
+        try:
+            return self._attempts(play, playbook, session, task, item_vars)
+        except HostUnreachable:
+            raise
+        except CommandTimeout as error:
+            return TaskResult(Status.FAILED, f"timed out: {error}")
+        except CommandInterrupted as error:
+            return TaskResult(Status.FAILED, f"interrupted: {error}; its command was ended")
+        except (TemplateError, ModuleError, RemoteCommandError) as error:
+            return TaskResult(Status.FAILED, str(error))
+        except Exception as error:  # a bug in a module fails its task, never the whole run
+            trace = traceback.format_exc()
+            self.runlog.write(session.host.name, trace)
+            return TaskResult(
+                Status.FAILED,
+                f"internal error in module '{task.module}': {error!r}"
+                f" (traceback in {self.runlog.path}/{session.host.name}.log)",
+                data={"traceback": trace},
+            )
+
+    def _looped(self, play: Play, playbook: Path, session: HostSession, task: Task) -> TaskResult:
+        """`loop:` the task once per item (as `loop_var`); the result holds every item's."""
         where = f"{task.where} on host '{session.host.name}'"
-        variables = self.variables(play, playbook, session, task)
+        try:
+            items = render_value(
+                task.loop, self.variables(play, playbook, session, task), where=where
+            )
+        except TemplateError as error:
+            return TaskResult(Status.FAILED, str(error))
+        if not isinstance(items, list):
+            return TaskResult(Status.FAILED, f"{where}: 'loop' rendered to {items!r}, not a list")
+        results = []
+        for item in items:
+            if self.interrupted:
+                break
+            one = self._guarded(play, playbook, session, task, {task.loop_var: item})
+            results.append({**one.registered(), task.loop_var: item})
+        return _loop_result(results, task.loop_var)
+
+    def _attempts(
+        self,
+        play: Play,
+        playbook: Path,
+        session: HostSession,
+        task: Task,
+        item_vars: dict[str, Any],
+    ) -> TaskResult:
+        where = f"{task.where} on host '{session.host.name}'"
+        variables = {**self.variables(play, playbook, session, task), **item_vars}
         module_cls = REGISTRY[task.module]
         if task.when is not None and not evaluate_condition(task.when, variables, where=where):
             return TaskResult(
@@ -443,6 +490,9 @@ class Executor:
         if problems:
             raise ModuleError(f"{where}: {problems[0]}")
         ctx = self._context(play, session, task)
+        ctx.environment = _environment(
+            render_value({**play.environment, **task.environment}, variables, where=where), where
+        )
         if task.check_mode is False:
             ctx.check = False
         ctx.vars, ctx.search_paths = variables, _search_paths(playbook)
@@ -565,6 +615,41 @@ class Executor:
         session.facts = gather(
             ctx, {**play.defaults, **session.host.vars, **play.vars, **self.options.extra_vars}
         )
+
+
+def _environment(values: Any, where: str) -> dict[str, str]:
+    if not isinstance(values, dict):
+        raise ModuleError(f"{where}: 'environment' must be a mapping")
+    for name in values:
+        if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", str(name)):
+            raise ModuleError(f"{where}: environment variable name {name!r} is not valid")
+    return {str(k): "" if v is None else str(v) for k, v in values.items()}
+
+
+def _loop_result(results: list[dict[str, Any]], loop_var: str) -> TaskResult:
+    """One result for a looped task: failed if an item failed, changed if one changed."""
+    counts: dict[str, int] = {}
+    for one in results:
+        counts[one["status"]] = counts.get(one["status"], 0) + 1
+    if counts.get("failed"):
+        status = Status.FAILED
+    elif counts.get("changed"):
+        status = Status.CHANGED
+    elif results and counts.get("skipped") == len(results):
+        status = Status.SKIPPED
+    else:
+        status = Status.OK
+    summary = ", ".join(f"{n} {s}" for s, n in sorted(counts.items()))
+    failed = [f"{loop_var}={one[loop_var]!r}: {one['msg']}" for one in results if one["failed"]]
+    msg = f"{len(results)} item(s): {summary or 'none'}" + (
+        f"; {'; '.join(failed)}" if failed else ""
+    )
+    return TaskResult(status, msg, data={"results": results})
+
+
+def _censored(result: TaskResult) -> TaskResult:
+    """What a `no_log` task shows: its status, never its output, message or diff."""
+    return TaskResult(result.status, "(output hidden: no_log)", None, {}, ignored=result.ignored)
 
 
 def _facts_summary(facts: dict[str, Any]) -> str:

@@ -33,10 +33,28 @@ TASK_KEYS = frozenset(
         "changed_when",
         "failed_when",
         "check_mode",
+        "loop",
+        "loop_var",
+        "environment",
+        "no_log",
+        "become_user",
     }
 )
 PLAY_KEYS = frozenset(
-    {"name", "hosts", "vars", "defaults", "tasks", "handlers", "become", "gather_facts", "tags"}
+    {
+        "name",
+        "hosts",
+        "vars",
+        "vars_files",
+        "defaults",
+        "tasks",
+        "handlers",
+        "become",
+        "become_user",
+        "environment",
+        "gather_facts",
+        "tags",
+    }
 )
 
 
@@ -63,6 +81,13 @@ class Task:
     failed_when: Any = None
     #: False: run even under --check (for read-only probes whose output later tasks use).
     check_mode: bool | None = None
+    #: Run once per item (a list, or a template that renders to one), as `loop_var`.
+    loop: Any = None
+    loop_var: str = "item"
+    environment: dict[str, Any] = field(default_factory=dict)
+    #: Hide the task's output, diff and commands from the screen, events and run log.
+    no_log: bool = False
+    become_user: str | None = None
 
     @property
     def where(self) -> str:
@@ -88,6 +113,8 @@ class Play:
     tasks: list[Task] = field(default_factory=list)
     handlers: list[Task] = field(default_factory=list)
     become: bool | None = None
+    become_user: str | None = None
+    environment: dict[str, Any] = field(default_factory=dict)
     gather_facts: bool = True
     tags: list[str] = field(default_factory=list)
 
@@ -121,9 +148,11 @@ def _play(raw: Any, parent: SourceList, index: int) -> Play:
         hosts=raw["hosts"],
         source=raw.source,
         line=raw.line,
-        vars=_mapping(raw, "vars"),
+        vars={**_mapping(raw, "vars"), **_vars_files(raw)},
         defaults=_mapping(raw, "defaults"),
         become=_optional_bool(raw, "become"),
+        become_user=_optional_str(raw, "become_user"),
+        environment=_mapping(raw, "environment"),
         gather_facts=bool(raw.get("gather_facts", True)),
         tags=play_tags,
     )
@@ -189,6 +218,11 @@ def _task(raw: Any, section: str, play: SourceMap, index: int, play_tags: list[s
         changed_when=raw.get("changed_when"),
         failed_when=raw.get("failed_when"),
         check_mode=_optional_bool(raw, "check_mode"),
+        loop=_loop(raw),
+        loop_var=_optional_str(raw, "loop_var") or "item",
+        environment=_mapping(raw, "environment"),
+        no_log=bool(_optional_bool(raw, "no_log")),
+        become_user=_optional_str(raw, "become_user"),
     )
 
 
@@ -215,6 +249,37 @@ def _strings(value: Any) -> list[str]:
     if isinstance(value, list):
         return [text for item in value for text in _strings(item)]
     return []
+
+
+def _loop(raw: SourceMap) -> Any:
+    value = raw.get("loop")
+    if value is None or isinstance(value, list):
+        return value
+    if isinstance(value, str) and "{{" in value:
+        if problem := syntax_problem(value, expression=False):
+            raise InputError(f"'loop': {problem}", **where(raw, "loop"))
+        return value
+    raise InputError(
+        "'loop' must be a list or a template that renders to one", **where(raw, "loop")
+    )
+
+
+def _vars_files(raw: SourceMap) -> dict[str, Any]:
+    """`vars_files:` read when the playbook loads, relative to the playbook; later files win."""
+    from glmops.inventory import load_vars_file
+
+    merged: dict[str, Any] = {}
+    for name in _string_list(raw, "vars_files"):
+        path = Path(raw.source).parent / name
+        merged.update(load_vars_file(path, f"vars_files of play at {raw.source}:{raw.line}"))
+    return merged
+
+
+def _optional_str(raw: SourceMap, key: str) -> str | None:
+    value = raw.get(key)
+    if value is not None and not isinstance(value, str):
+        raise InputError(f"'{key}' must be a string", **where(raw, key))
+    return value
 
 
 def _list(raw: SourceMap, key: str) -> list[Any]:
