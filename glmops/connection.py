@@ -36,10 +36,21 @@ KEEPALIVE_SECONDS = 15
 CONNECT_ATTEMPTS = 3
 #: Seconds between SIGTERM and SIGKILL when a command's process group is ended.
 KILL_GRACE_SECONDS = 2
-#: How a remote command announces its process group: sshd starts every command in a session of
-#: its own, so the shell's pid is the group every child of the command inherits.
+#: How a remote command announces its process group, on a stderr line of its own: sshd starts
+#: every command in a session of its own, so the shell's pid is the group its children
+#: inherit; a command under sudo (which may start a session of its own) announces again from
+#: inside (`announce_group`). Every group announced is ended on a timeout or interrupt.
 PGID_MARKER = "glmops-pgid:"
-_PGID_LINE = re.compile(rb"^glmops-pgid:(\d+)\n")
+_PGID_LINE = re.compile(rb"(?m)^glmops-pgid:(\d+)\n")
+
+
+def announce_group(command: str) -> str:
+    """`command`, first telling the connection its process group (read from /proc)."""
+    return (
+        "read -r _ _ _ _ glmops_pgid _ < /proc/$$/stat && "
+        f'echo "{PGID_MARKER}$glmops_pgid" >&2; unset glmops_pgid; {command}'
+    )
+
 
 #: Makes the command that signals a process group, e.g. through sudo for a become task;
 #: returns (command, stdin).
@@ -230,10 +241,10 @@ class SSHConnection:
             )
             rc = channel.recv_exit_status()
         except CommandTimeout:
-            self._end_group(pgid, kill_wrap)
+            self._end_groups(pgid, kill_wrap)
             raise CommandTimeout(f"command timed out after {timeout:g} s") from None
         except CommandInterrupted:
-            self._end_group(pgid, kill_wrap)
+            self._end_groups(pgid, kill_wrap)
             raise
         except (OSError, paramiko.SSHException, EOFError) as error:
             raise HostUnreachable(f"connection to {self._target()} lost: {error}") from None
@@ -272,20 +283,21 @@ class SSHConnection:
         with self._lock:
             groups = dict(self._groups)
         for group, wrap in groups.items():
-            self._end_group([group], wrap, grace)
+            self._end_groups([group], wrap, grace)
 
-    def _end_group(
-        self, pgid: list[int], kill_wrap: KillWrap | None, grace: float = KILL_GRACE_SECONDS
+    def _end_groups(
+        self, pgids: list[int], kill_wrap: KillWrap | None, grace: float = KILL_GRACE_SECONDS
     ) -> None:
-        """SIGTERM the command's process group, then SIGKILL what is left after a grace."""
-        if not pgid:
+        """SIGTERM the command's process groups, then SIGKILL what is left after a grace."""
+        if not pgids:
             return
-        group = pgid[0]
+        groups = " ".join(f"-{group}" for group in pgids)
         command = (
-            f"kill -TERM -- -{group} 2>/dev/null || exit 0; "
-            f"for i in $(seq {int(grace * 10)}); do "
-            f"kill -0 -- -{group} 2>/dev/null || exit 0; sleep 0.1; done; "
-            f"kill -KILL -- -{group} 2>/dev/null; exit 0"
+            f"kill -TERM {groups} 2>/dev/null; "
+            f"for i in $(seq {int(grace * 10)}); do alive=; "
+            f"for g in {groups}; do kill -0 $g 2>/dev/null && alive=1; done; "
+            '[ -n "$alive" ] || exit 0; sleep 0.1; done; '
+            f"kill -KILL {groups} 2>/dev/null; exit 0"
         )
         command, stdin = kill_wrap(command) if kill_wrap else (command, None)
         try:
@@ -352,6 +364,7 @@ class LocalConnection:
                 self._running.discard(proc)
         if self._cancelled.is_set() and proc.returncode < 0:
             raise CommandInterrupted("the run was interrupted")
+        stderr = _PGID_LINE.sub(b"", stderr.encode()).decode()
         return CommandResult(command, proc.returncode, stdout, stderr, time.monotonic() - started)
 
     def hold(self, command: str, *, stdin: str | None = None) -> tuple[str, Release | None]:
@@ -437,9 +450,9 @@ def _drain(
     on_group: Callable[[int], None],
 ) -> tuple[str, str]:
     """Read stdout and stderr until the command exits; CommandTimeout past the deadline,
-    CommandInterrupted once cancelled. The first stderr line names the process group."""
+    CommandInterrupted once cancelled. Lines announcing process groups are taken out of stderr
+    and passed to `on_group`."""
     out, err = bytearray(), bytearray()
-    marker_seen = False
     while True:
         busy = False
         while channel.recv_ready():
@@ -448,10 +461,9 @@ def _drain(
         while channel.recv_stderr_ready():
             err += channel.recv_stderr(65536)
             busy = True
-        if not marker_seen and (match := _PGID_LINE.match(err)):
-            marker_seen = True
+        while match := _PGID_LINE.search(err):
             group = int(match.group(1))  # before the buffer changes under the match
-            del err[: match.end()]
+            del err[match.start() : match.end()]
             on_group(group)
         if (
             channel.exit_status_ready()

@@ -17,7 +17,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from glmops.connection import CommandResult, Connection, quote
+from glmops.connection import CommandResult, Connection, announce_group, quote
 from glmops.errors import CommandTimeout, GlmopsError, ModuleError
 from glmops.inventory import Host
 from glmops.runlog import Masker, RunLog
@@ -161,6 +161,7 @@ class TaskContext:
         user = self.become_user if self.become_user not in (None, "root") else None
         if not self.become or (self.remote.uid == 0 and user is None):
             return command, None
+        command = announce_group(command)  # sudo may start a process group of its own
         if self.remote.uid == 0:  # root needs no sudo (which a host may lack) to be someone
             return f"runuser -u {quote(user)} -- /bin/sh -c {quote(command)}", None
         who = f"-u {quote(user)} " if user else ""
