@@ -91,6 +91,7 @@ class Connection(Protocol):
         stdin: str | None = None,
         timeout: float | None = None,
         kill_wrap: KillWrap | None = None,
+        essential: bool = False,
     ) -> CommandResult: ...
 
     def hold(self, command: str, *, stdin: str | None = None) -> tuple[str, Release | None]:
@@ -210,15 +211,18 @@ class SSHConnection:
         stdin: str | None = None,
         timeout: float | None = None,
         kill_wrap: KillWrap | None = None,
+        essential: bool = False,
     ) -> CommandResult:
         """Execute on a fresh channel; stdin is sent whole, then closed.
 
         The channel is driven directly (not through Invoke's runner, which feeds stdin a byte
         at a time and cannot bound a command without a pty) so a deadline always holds. A
         command past its deadline, or cancelled, is ended with its whole process group (its
-        children too) over a second channel, not only abandoned.
+        children too) over a second channel, not only abandoned. `essential` commands (short
+        bookkeeping, such as recording notifications) still run after a cancel.
         """
-        if self._cancelled.is_set():
+        cancelled = threading.Event() if essential else self._cancelled
+        if cancelled.is_set():
             raise CommandInterrupted("the run was interrupted")
         started = time.monotonic()
         pgid: list[int] = []
@@ -236,7 +240,7 @@ class SSHConnection:
             stdout, stderr = _drain(
                 channel,
                 None if timeout is None else started + timeout,
-                self._cancelled,
+                cancelled,
                 on_group,
             )
             rc = channel.recv_exit_status()
@@ -338,9 +342,10 @@ class LocalConnection:
         stdin: str | None = None,
         timeout: float | None = None,
         kill_wrap: KillWrap | None = None,
+        essential: bool = False,
     ) -> CommandResult:
         """Run in a session of its own, so a timeout or a cancel ends its children too."""
-        if self._cancelled.is_set():
+        if self._cancelled.is_set() and not essential:
             raise CommandInterrupted("the run was interrupted")
         started = time.monotonic()
         proc = subprocess.Popen(
@@ -351,8 +356,9 @@ class LocalConnection:
             text=True,
             start_new_session=True,
         )
-        with self._lock:
-            self._running.add(proc)
+        if not essential:
+            with self._lock:
+                self._running.add(proc)
         try:
             stdout, stderr = proc.communicate(stdin if stdin is not None else "", timeout=timeout)
         except subprocess.TimeoutExpired:
@@ -362,7 +368,7 @@ class LocalConnection:
         finally:
             with self._lock:
                 self._running.discard(proc)
-        if self._cancelled.is_set() and proc.returncode < 0:
+        if self._cancelled.is_set() and proc.returncode < 0 and not essential:
             raise CommandInterrupted("the run was interrupted")
         stderr = _PGID_LINE.sub(b"", stderr.encode()).decode()
         return CommandResult(command, proc.returncode, stdout, stderr, time.monotonic() - started)

@@ -115,11 +115,13 @@ class TaskContext:
         what: str | None = None,
         stdin: str | None = None,
         log_output: bool = True,
+        essential: bool = False,
     ) -> CommandResult:
         """Run a shell command (through sudo when the task becomes root).
 
         log_output=False keeps stdout out of the run log (file contents, which may hold
-        secrets the masker cannot recognise, e.g. in base64).
+        secrets the masker cannot recognise, e.g. in base64). essential=True runs it even
+        after the run was interrupted (glmops' own bookkeeping on the host).
         """
         wrapped, password = self._wrap(command)
         if password is not None or stdin is not None:
@@ -128,7 +130,9 @@ class TaskContext:
         started = time.monotonic()
         logged = "(a no_log task's command)" if self.no_log else command
         try:
-            result = self.conn.run(wrapped, stdin=stdin, timeout=limit, kill_wrap=self._sudo)
+            result = self.conn.run(
+                wrapped, stdin=stdin, timeout=limit, kill_wrap=self._sudo, essential=essential
+            )
         except CommandTimeout:
             self.log.command(self.host.name, logged, "timeout", time.monotonic() - started, "", "")
             raise
@@ -283,12 +287,14 @@ class TaskContext:
         command = " && ".join(steps)
         try:
             self.run(
+                # an interrupt or timeout (SIGTERM) also takes the temporary file away
+                f"trap {quote(f'rm -f {q_tmp}; exit 143')} TERM INT HUP; "
                 f"({command}) || {{ rc=$?; rm -f {q_tmp}; exit $rc; }}",
                 check=True,
                 what=f"write {path}",
             )
         finally:
-            self.conn.run(f"rm -f {quote(staged)}", timeout=30)
+            self.conn.run(f"rm -f {quote(staged)}", timeout=30, essential=True)
         return backup_path
 
     # -- host-side python helpers ------------------------------------------------------------

@@ -44,7 +44,7 @@ def write_pending(ctx: TaskContext, key: str, pending: set[str], known: set[str]
     plays = {name: names for name, names in plays.items() if names}
     path = _path(ctx)
     if not plays:
-        ctx.run(f"rm -f {quote(path)}", check=True, what="clear pending handlers")
+        ctx.run(f"rm -f {quote(path)}", check=True, what="clear pending handlers", essential=True)
         return
     text = json.dumps({"version": FORMAT_VERSION, "plays": plays}, sort_keys=True)
     folder = path.rsplit("/", 1)[0]
@@ -53,11 +53,12 @@ def write_pending(ctx: TaskContext, key: str, pending: set[str], known: set[str]
         f"> {quote(path + '.tmp')} && mv -f {quote(path + '.tmp')} {quote(path)}",
         check=True,
         what="record pending handlers",
+        essential=True,  # a notification must be kept even when the run is being interrupted
     )
 
 
 def _read(ctx: TaskContext) -> dict[str, list[str]]:
-    result = ctx.run(f"cat {quote(_path(ctx))} 2>/dev/null")
+    result = ctx.run(f"cat {quote(_path(ctx))} 2>/dev/null", essential=True)
     try:
         data: Any = json.loads(result.stdout) if result.ok and result.stdout.strip() else {}
     except json.JSONDecodeError:
