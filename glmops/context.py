@@ -102,6 +102,8 @@ class TaskContext:
     @property
     def state_dir(self) -> str:
         """Where glmops keeps state on the host (pending handlers, backups)."""
+        if self.host.connection.state_dir:
+            return self.host.connection.state_dir
         privileged = self.become or self.remote.uid == 0
         return "/var/lib/glmops" if privileged else f"{self.remote.home}/.local/state/glmops"
 

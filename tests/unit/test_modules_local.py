@@ -63,9 +63,9 @@ def test_check_and_diff_change_nothing(
 
 
 def _backups(target: Path) -> list[Path]:
-    return sorted(Path("/var/lib/glmops/backups").glob(f"{str(target).lstrip('/')}.*")) + sorted(
-        Path.home().glob(f".local/state/glmops/backups{target}.*")
-    )
+    """Backups of `target` in the test inventory's state dir (tmp_path/state)."""
+    state = target.parent.parent / "state"
+    return sorted(state.glob(f"backups{target}.*"))
 
 
 def test_copy_backs_up_only_when_asked_and_keeps_the_newest_five(
@@ -361,7 +361,10 @@ def test_heartbeat_names_the_busy_host(
 
 def test_play_defaults_yield_to_the_inventory(run_playbook: Runner, tmp_path: Path) -> None:
     inventory = tmp_path / "inv.yml"
-    inventory.write_text("all:\n  hosts:\n    here: {connection: local, from_inventory: inv}\n")
+    inventory.write_text(
+        f"all:\n  vars: {{state_dir: '{tmp_path}/state'}}\n"
+        "  hosts:\n    here: {connection: local, from_inventory: inv}\n"
+    )
     outcome = run_playbook(
         """
     - hosts: all

@@ -29,7 +29,10 @@ def test_piped_tables_are_never_cut() -> None:
 @pytest.fixture
 def workdir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     monkeypatch.chdir(tmp_path)
-    (tmp_path / "hosts.yml").write_text("all:\n  hosts:\n    here: {connection: local}\n")
+    (tmp_path / "hosts.yml").write_text(
+        f"all:\n  vars: {{state_dir: '{tmp_path}/state'}}\n"
+        "  hosts:\n    here: {connection: local}\n"
+    )
     return tmp_path
 
 
