@@ -215,7 +215,7 @@ def main() -> None:
     """Provision GPU hosts and serve GLM-5 with vLLM, over SSH, Ansible-style.
 
     Exit codes: 0 ok, 2 a host failed, 3 --check found changes, 4 a host unreachable,
-    5 usage or input error.
+    5 usage or input error, 130/143 interrupted (SIGINT/SIGTERM).
     """
 
 
