@@ -9,7 +9,7 @@ import pytest
 from click.testing import CliRunner
 
 from glmops.cli import main
-from glmops.testbed.core import INOTIFY, ensure_inotify, inotify_needs
+from glmops.testbed.core import INOTIFY, ensure_inotify, inotify_needs, raise_limits
 from glmops.testbed.errors import TestbedError
 
 INSTANCES, WATCHES = "fs/inotify/max_user_instances", "fs/inotify/max_user_watches"
@@ -39,10 +39,21 @@ def test_up_raises_the_limits_it_needs(tmp_path: Path) -> None:
     assert int((root / WATCHES).read_text()) == inotify_needs(64, {})[WATCHES]
 
 
-def test_up_refuses_with_the_sysctl_when_it_cannot_set_them(tmp_path: Path) -> None:
+def _refuse(name: str, value: int) -> None:
+    raise PermissionError(30, "Read-only file system", name)  # as a container's /proc/sys
+
+
+def test_up_refuses_with_the_sysctl_when_it_cannot_set_them() -> None:
+    stock = {INSTANCES: 128, WATCHES: 10**7}
+    failed = raise_limits(64, stock, _refuse)
+    assert failed == [f"fs.inotify.max_user_instances={inotify_needs(64, stock)[INSTANCES]}"]
+    assert raise_limits(3, stock, _refuse) == [], "a few hosts fit the stock limit"
+
+
+def test_the_refusal_names_the_sysctl(tmp_path: Path) -> None:
     root = _sysctl_tree(tmp_path, 128, 10**7)
     (root / INSTANCES).unlink()
-    (root / INSTANCES).mkdir()  # unwritable, as in a container with a read-only /proc/sys
+    (root / INSTANCES).mkdir()  # neither readable as a number nor writable
     with pytest.raises(TestbedError, match=r"sysctl -w fs\.inotify\.max_user_instances=\d+$"):
         ensure_inotify(64, root)
 
