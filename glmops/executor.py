@@ -184,9 +184,16 @@ class Executor:
         os._exit(128 + signum)
 
     def _cancel_all(self, grace: float = KILL_GRACE_SECONDS) -> None:
-        for session in list(self.sessions.values()):
-            if session.conn is not None:
-                session.conn.cancel(grace)
+        """Cancel every host's connection at once (each may wait out the grace)."""
+        cancels = [
+            threading.Thread(target=session.conn.cancel, args=(grace,), daemon=True)
+            for session in list(self.sessions.values())
+            if session.conn is not None
+        ]
+        for thread in cancels:
+            thread.start()
+        for thread in cancels:
+            thread.join(grace + 30)
 
     def _heartbeat(self) -> None:
         """Every HEARTBEAT_SECONDS of a task, say which hosts are still busy and with what, so
