@@ -244,6 +244,8 @@ class SSHConnection:
                 on_group,
             )
             rc = channel.recv_exit_status()
+            if rc == -1 and not self._fabric.transport.is_active():
+                raise OSError("the connection closed while the command ran (host rebooted?)")
         except CommandTimeout:
             self._end_groups(pgid, kill_wrap)
             raise CommandTimeout(f"command timed out after {timeout:g} s") from None
