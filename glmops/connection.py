@@ -247,7 +247,11 @@ class SSHConnection:
             if rc == -1 and not self._fabric.transport.is_active():
                 raise OSError("the connection closed while the command ran (host rebooted?)")
         except CommandTimeout:
-            self._end_groups(pgid, kill_wrap)
+            if not self._end_groups(pgid, kill_wrap):
+                raise HostUnreachable(
+                    f"{self._target()} stopped answering: the command passed its {timeout:g} s "
+                    "timeout and the host cannot be reached to end it"
+                ) from None
             raise CommandTimeout(f"command timed out after {timeout:g} s") from None
         except CommandInterrupted:
             self._end_groups(pgid, kill_wrap)
@@ -293,10 +297,11 @@ class SSHConnection:
 
     def _end_groups(
         self, pgids: list[int], kill_wrap: KillWrap | None, grace: float = KILL_GRACE_SECONDS
-    ) -> None:
-        """SIGTERM the command's process groups, then SIGKILL what is left after a grace."""
+    ) -> bool:
+        """SIGTERM the command's process groups, then SIGKILL what is left after a grace;
+        False when the host could not be reached to do it."""
         if not pgids:
-            return
+            return True
         groups = " ".join(f"-{group}" for group in pgids)
         command = (
             f"kill -TERM {groups} 2>/dev/null; "
@@ -313,7 +318,8 @@ class SSHConnection:
             channel.recv_exit_status()
             channel.close()
         except (OSError, paramiko.SSHException, EOFError, AttributeError):
-            pass  # the host is gone: there is nothing left to end
+            return False  # the host is gone, or its network: nothing can be ended from here
+        return True
 
     def put(self, data: bytes, remote_path: str, mode: int = 0o600) -> None:
         sftp = self._fabric.sftp()
