@@ -32,8 +32,10 @@ def run_options(func: Callable[..., Any]) -> Callable[..., Any]:
             default=None,
             help="inventory file (default: $GLMOPS_INVENTORY, else inventory/hosts.yml)",
         ),
-        click.option("--check", is_flag=True, help="change nothing; report what would change"),
-        click.option("--diff", is_flag=True, help="show unified diffs of files that change"),
+        click.option(
+            "-C", "--check", is_flag=True, help="change nothing; report what would change"
+        ),
+        click.option("-D", "--diff", is_flag=True, help="show unified diffs of files that change"),
         click.option("--limit", "-l", default=None, help="hosts, groups or globs to run on"),
         click.option("--tags", "-t", default="", help="run only tasks with these tags (a,b)"),
         click.option("--skip-tags", default="", help="skip tasks with these tags"),

@@ -63,6 +63,7 @@ def test_check_mode_exit_3(workdir: Path) -> None:
     assert invoke("run", "play.yml", "-i", "hosts.yml", "--check").exit_code == 3
     assert invoke("run", "play.yml", "-i", "hosts.yml").exit_code == 0
     assert invoke("run", "play.yml", "-i", "hosts.yml", "--check").exit_code == 0
+    assert invoke("run", "play.yml", "-i", "hosts.yml", "-C", "-D").exit_code == 0
 
 
 @pytest.mark.parametrize(
