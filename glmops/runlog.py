@@ -7,6 +7,7 @@ can be understood after the fact without re-running anything.
 from __future__ import annotations
 
 import re
+import shutil
 import threading
 import time
 import uuid
@@ -69,6 +70,11 @@ class Masker:
             return self._pattern
 
 
+#: Run directories kept under the run root; older ones are removed when a run starts.
+RUNS_KEPT = 50
+_RUN_NAME = re.compile(r"\d{8}-\d{6}-[0-9a-f]{6}")
+
+
 class RunLog:
     """The run directory (`.glmops/runs/<time>-<id>/`) and its per-host log files."""
 
@@ -78,6 +84,7 @@ class RunLog:
         self.path.mkdir(parents=True, exist_ok=True)
         self.masker = masker
         self._lock = threading.Lock()
+        _prune(root, keep=self.path)
 
     def host_dir(self, host: str) -> Path:
         folder = self.path / host
@@ -97,6 +104,14 @@ class RunLog:
             if stream.strip():
                 parts.append(f"  {name} (tail):\n" + _indent(stream[-OUTPUT_TAIL:]))
         self.write(host, "\n".join(parts))
+
+
+def _prune(root: Path, keep: Path) -> None:
+    """Remove all but the newest RUNS_KEPT run directories (names sort by time)."""
+    runs = sorted(p for p in root.iterdir() if p.is_dir() and _RUN_NAME.fullmatch(p.name))
+    for old in runs[:-RUNS_KEPT]:
+        if old != keep:
+            shutil.rmtree(old, ignore_errors=True)
 
 
 def _indent(text: str) -> str:

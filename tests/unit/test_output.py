@@ -105,3 +105,16 @@ def test_masking_goes_by_secret_names_and_values_not_words_inside_names(
     msg = outcome.results()[0]["msg"]
     assert "hunter2-long-secret" not in msg and "********" in msg
     assert "glmtokenizer" in msg and "user=root" in msg, msg
+
+
+def test_old_run_directories_are_pruned(tmp_path: Path) -> None:
+    from glmops.runlog import RUNS_KEPT, RunLog
+
+    root = tmp_path / "runs"
+    for i in range(RUNS_KEPT + 5):
+        (root / f"20250101-{i:06d}-abcdef").mkdir(parents=True)
+    (root / "not-a-run").mkdir()
+    log = RunLog(root, Masker())
+    runs = sorted(p.name for p in root.iterdir())
+    assert len(runs) == RUNS_KEPT + 1 and "not-a-run" in runs and log.path.name in runs
+    assert "20250101-000005-abcdef" not in runs and "20250101-000006-abcdef" in runs
