@@ -84,7 +84,8 @@ class File(Module):
         steps = {"directory": [f"mkdir -p -- {path}"], "touch": [f"touch -- {path}"]}.get(state, [])
         steps += _attribute_commands(path, self.params)
         ctx.run(" && ".join(steps), check=True, what=f"set up {self.params['path']}")
-        return TaskResult(Status.CHANGED, plan.reason.removeprefix("would ").capitalize())
+        done = plan.reason.removeprefix("would ")
+        return TaskResult(Status.CHANGED, done[:1].upper() + done[1:])  # paths keep their case
 
 
 def _attribute_fixes(current, params) -> list[str]:

@@ -206,3 +206,18 @@ def test_vars_files_environment_no_log_and_become_user(
     logs = "".join(p.read_text() for p in outcome.run_dir.glob("*.log"))
     assert "the-hidden-output" not in logs
     assert outcome.status("as nobody") == "changed", outcome.results()[-1]["msg"]
+
+
+def test_messages_keep_the_case_of_paths(
+    run_playbook: Runner, local_inventory: Path, tmp_path: Path
+) -> None:
+    outcome = run_playbook(
+        f"""
+    - hosts: all
+      gather_facts: false
+      tasks:
+        - file: {{path: "{tmp_path}/root/MixedCase Dir"}}
+    """,
+        local_inventory,
+    )
+    assert f"Create directory {tmp_path}/root/MixedCase Dir" == outcome.results()[0]["msg"]
