@@ -6,6 +6,7 @@ typo fails before any host is touched, with the file and line.
 
 from __future__ import annotations
 
+import difflib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -181,8 +182,11 @@ def _task(raw: Any, section: str, play: SourceMap, index: int, play_tags: list[s
     modules = [key for key in raw if key not in TASK_KEYS]
     unknown = [key for key in modules if key not in REGISTRY]
     if unknown:
+        close = difflib.get_close_matches(str(unknown[0]), [*TASK_KEYS, *REGISTRY], n=1)
+        hint = f"did you mean '{close[0]}'? " if close else ""
         raise InputError(
-            f"unknown module or task key '{unknown[0]}' (modules: {', '.join(sorted(REGISTRY))})",
+            f"unknown module or task key '{unknown[0]}' ({hint}modules: "
+            f"{', '.join(sorted(REGISTRY))})",
             **where(raw, unknown[0]),
         )
     if len(modules) != 1:
