@@ -13,6 +13,7 @@ from typing import Any
 
 from glmops.errors import InputError
 from glmops.modules import REGISTRY, validate_params
+from glmops.modules.base import check_types
 from glmops.templating import syntax_problem
 from glmops.yamlsrc import SourceList, SourceMap, load_yaml, where
 
@@ -198,6 +199,9 @@ def _task(raw: Any, section: str, play: SourceMap, index: int, play_tags: list[s
     except ValueError as error:  # a module's normalize() refusing the raw arguments
         raise InputError(str(error), **where(raw, module)) from None
     if problems:
+        raise InputError(problems[0], **where(raw, module))
+    literal = {k: v for k, v in params.items() if not any("{" in t for t in _strings(v))}
+    if problems := check_types(REGISTRY[module], literal):  # templated ones: once rendered
         raise InputError(problems[0], **where(raw, module))
     name = str(raw.get("name") or f"{module}")
     _check_templates(raw, module)
