@@ -2,7 +2,9 @@
 
 A host that fails or cannot be reached stops only itself. Handlers run once per host at the
 end of a play, only when a change notified them; a notification is written to the host before
-anything else happens, so a later failure cannot lose it: the next run replays it.
+anything else happens, so a later failure cannot lose it: the next run replays it. A changing
+run holds each host's run lock (runlock.py). SIGINT/SIGTERM stop the run: no new task starts,
+running commands are ended with their process groups, and the recap says what was interrupted.
 """
 
 from __future__ import annotations
