@@ -51,6 +51,9 @@ from glmops.runlog import Masker, RunLog
 from glmops.templating import evaluate_condition, render_value, resolve_variables
 
 HEARTBEAT_SECONDS = 30
+#: Result data of a task whose command was ended midway (timeout, interrupt): it may have
+#: changed the host, so its notifications are kept.
+ENDED_MIDWAY = "ended_midway"
 
 
 def default_run_root() -> Path:
@@ -274,7 +277,9 @@ class Executor:
                 result = self._run_task(play, playbook, session, task)
                 if self.interrupted and not session.interrupted:
                     session.interrupted = f"in '{task.name}'"
-                if result.changed and task.notify:
+                # A task ended mid-command may have changed the host: its notification is
+                # kept too (a needless restart later beats a lost one).
+                if (result.changed or result.data.get(ENDED_MIDWAY)) and task.notify:
                     new = set(task.notify) - pending
                     pending |= set(task.notify)
                     if new and not self.options.check:
@@ -443,9 +448,13 @@ class Executor:
         except HostUnreachable:
             raise
         except CommandTimeout as error:
-            return TaskResult(Status.FAILED, f"timed out: {error}")
+            return TaskResult(Status.FAILED, f"timed out: {error}", data={ENDED_MIDWAY: True})
         except CommandInterrupted as error:
-            return TaskResult(Status.FAILED, f"interrupted: {error}; its command was ended")
+            return TaskResult(
+                Status.FAILED,
+                f"interrupted: {error}; its command was ended",
+                data={ENDED_MIDWAY: True},
+            )
         except (TemplateError, ModuleError, RemoteCommandError) as error:
             return TaskResult(Status.FAILED, str(error))
         except Exception as error:  # a bug in a module fails its task, never the whole run
