@@ -498,3 +498,26 @@ def test_another_playbook_never_drops_pending_notifications(
     again = run_playbook(first, local_inventory, extra=["v=1", "fail=false"], name="app.yml")
     assert again.exit_code == 0
     assert log.read_text() == "other\napp\n", "the notification of app.yml was dropped"
+
+
+def test_a_task_ended_midway_keeps_its_notification(
+    run_playbook: Runner, local_inventory: Path, tmp_path: Path
+) -> None:
+    root = tmp_path / "root"
+    play = f"""
+    - hosts: all
+      gather_facts: false
+      tasks:
+        - name: changes, then hangs
+          shell: {{cmd: "touch {root}/changed && sleep {{{{ hang }}}}", creates: "{root}/changed"}}
+          timeout: 1
+          notify: restart
+      handlers:
+        - name: restart
+          shell: echo restarted >> {root}/restarts
+    """
+    timed_out = run_playbook(play, local_inventory, extra=["hang=30"])
+    assert timed_out.exit_code == 2 and (root / "changed").exists()
+    again = run_playbook(play, local_inventory, extra=["hang=0"])
+    assert again.exit_code == 0 and again.status("changes, then hangs") == "ok"
+    assert (root / "restarts").read_text() == "restarted\n", "the notification was lost"
