@@ -5,18 +5,18 @@ from __future__ import annotations
 import functools
 import getpass
 import os
+import subprocess
 import sys
+import traceback
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import click
 
-from glmops import __version__, gpus
+from glmops import __version__, gpus, paths
 from glmops.errors import ExitCode, GlmopsError, InputError
 from glmops.up import PHASES
-
-PROJECT = Path(__file__).resolve().parent.parent
 
 
 def default_inventory() -> Path:
@@ -33,8 +33,10 @@ def run_options(func: Callable[..., Any]) -> Callable[..., Any]:
             default=None,
             help="inventory file (default: $GLMOPS_INVENTORY, else inventory/hosts.yml)",
         ),
-        click.option("--check", is_flag=True, help="change nothing; report what would change"),
-        click.option("--diff", is_flag=True, help="show unified diffs of files that change"),
+        click.option(
+            "-C", "--check", is_flag=True, help="change nothing; report what would change"
+        ),
+        click.option("-D", "--diff", is_flag=True, help="show unified diffs of files that change"),
         click.option("--limit", "-l", default=None, help="hosts, groups or globs to run on"),
         click.option("--tags", "-t", default="", help="run only tasks with these tags (a,b)"),
         click.option("--skip-tags", default="", help="skip tasks with these tags"),
@@ -94,6 +96,12 @@ def reports_errors(func: Callable[..., Any]) -> Callable[..., Any]:
         except GlmopsError as error:
             click.secho(f"error: {error}", fg="red", err=True)
             sys.exit(int(error.exit_code))
+        except (OSError, subprocess.SubprocessError) as error:
+            # The machine refused something (a file, a process): a message, never a traceback.
+            click.secho(f"error: {error}", fg="red", err=True)
+            if os.environ.get("GLMOPS_DEBUG"):
+                traceback.print_exc()
+            sys.exit(int(ExitCode.USAGE))
         sys.exit(int(code or 0))
 
     return wrapper
@@ -218,7 +226,7 @@ def main() -> None:
     """Provision GPU hosts and serve GLM-5 with vLLM, over SSH, Ansible-style.
 
     Exit codes: 0 ok, 2 a host failed, 3 --check found changes, 4 a host unreachable,
-    5 usage or input error.
+    5 usage or input error, 130/143 interrupted (SIGINT/SIGTERM).
     """
 
 
@@ -237,9 +245,7 @@ def _playbook_verb(name: str, playbook: str, summary: str, *, needs_hosts: bool 
     @run_options
     @reports_errors
     def verb(hosts: tuple[str, ...], limit: str | None, **opts: Any) -> ExitCode:
-        return run_playbook(
-            PROJECT / "playbooks" / playbook, limit=_hosts_limit(hosts, limit), **opts
-        )
+        return run_playbook(paths.playbooks() / playbook, limit=_hosts_limit(hosts, limit), **opts)
 
 
 _playbook_verb(
@@ -329,7 +335,7 @@ def preflight(
     """Which attention backend HOSTS' vLLM would pick for GLM-5, and why not the others."""
     extra = (f"preflight_capability={capability}", f"preflight_dtype={dtype}")
     return run_playbook(
-        PROJECT / "playbooks" / "preflight.yml",
+        paths.playbooks() / "preflight.yml",
         limit=",".join(hosts),
         extra=extra,
         inventory=inventory,
@@ -379,8 +385,14 @@ def status(hosts: tuple[str, ...], inventory: Path | None, as_json: bool) -> Exi
 def verify(
     hosts: tuple[str, ...], inventory: Path | None, as_json: bool, keyword: str | None
 ) -> ExitCode:
-    """Run the testinfra host checks (tests/host) against HOSTS."""
-    from glmops.verify import run_verify
+    """Run the testinfra host checks (tests/host) against HOSTS (needs glmops[verify])."""
+    try:
+        from glmops.verify import run_verify
+    except ImportError as error:
+        raise InputError(
+            f"glmops verify needs the 'verify' extra ({error.name} is missing): "
+            "pip install 'glmops[verify]'"
+        ) from None
 
     return run_verify(inventory or default_inventory(), ",".join(hosts) or "all", as_json, keyword)
 

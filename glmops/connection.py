@@ -35,10 +35,21 @@ KEEPALIVE_SECONDS = 15
 CONNECT_ATTEMPTS = 3
 #: Seconds between SIGTERM and SIGKILL when a command's process group is ended.
 KILL_GRACE_SECONDS = 2
-#: How a remote command announces its process group: sshd starts every command in a session of
-#: its own, so the shell's pid is the group every child of the command inherits.
+#: How a remote command announces its process group, on a stderr line of its own: sshd starts
+#: every command in a session of its own, so the shell's pid is the group its children
+#: inherit; a command under sudo (which may start a session of its own) announces again from
+#: inside (`announce_group`). Every group announced is ended on a timeout or interrupt.
 PGID_MARKER = "glmops-pgid:"
-_PGID_LINE = re.compile(rb"^glmops-pgid:(\d+)\n")
+_PGID_LINE = re.compile(rb"(?m)^glmops-pgid:(\d+)\n")
+
+
+def announce_group(command: str) -> str:
+    """`command`, first telling the connection its process group (read from /proc)."""
+    return (
+        "read -r _ _ _ _ glmops_pgid _ < /proc/$$/stat && "
+        f'echo "{PGID_MARKER}$glmops_pgid" >&2; unset glmops_pgid; {command}'
+    )
+
 
 #: Makes the command that signals a process group, e.g. through sudo for a become task;
 #: returns (command, stdin).
@@ -79,6 +90,7 @@ class Connection(Protocol):
         stdin: str | None = None,
         timeout: float | None = None,
         kill_wrap: KillWrap | None = None,
+        essential: bool = False,
     ) -> CommandResult: ...
 
     def hold(self, command: str, *, stdin: str | None = None) -> tuple[str, Release | None]:
@@ -198,15 +210,18 @@ class SSHConnection:
         stdin: str | None = None,
         timeout: float | None = None,
         kill_wrap: KillWrap | None = None,
+        essential: bool = False,
     ) -> CommandResult:
         """Execute on a fresh channel; stdin is sent whole, then closed.
 
         The channel is driven directly (not through Invoke's runner, which feeds stdin a byte
         at a time and cannot bound a command without a pty) so a deadline always holds. A
         command past its deadline, or cancelled, is ended with its whole process group (its
-        children too) over a second channel, not only abandoned.
+        children too) over a second channel, not only abandoned. `essential` commands (short
+        bookkeeping, such as recording notifications) still run after a cancel.
         """
-        if self._cancelled.is_set():
+        cancelled = threading.Event() if essential else self._cancelled
+        if cancelled.is_set():
             raise CommandInterrupted("the run was interrupted")
         started = time.monotonic()
         pgid: list[int] = []
@@ -224,15 +239,21 @@ class SSHConnection:
             stdout, stderr = _drain(
                 channel,
                 None if timeout is None else started + timeout,
-                self._cancelled,
+                cancelled,
                 on_group,
             )
             rc = channel.recv_exit_status()
+            if rc == -1 and not self._fabric.transport.is_active():
+                raise OSError("the connection closed while the command ran (host rebooted?)")
         except CommandTimeout:
-            self._end_group(pgid, kill_wrap)
+            if not self._end_groups(pgid, kill_wrap):
+                raise HostUnreachable(
+                    f"{self._target()} stopped answering: the command passed its {timeout:g} s "
+                    "timeout and the host cannot be reached to end it"
+                ) from None
             raise CommandTimeout(f"command timed out after {timeout:g} s") from None
         except CommandInterrupted:
-            self._end_group(pgid, kill_wrap)
+            self._end_groups(pgid, kill_wrap)
             raise
         except (OSError, paramiko.SSHException, EOFError) as error:
             raise HostUnreachable(f"connection to {self._target()} lost: {error}") from None
@@ -271,20 +292,22 @@ class SSHConnection:
         with self._lock:
             groups = dict(self._groups)
         for group, wrap in groups.items():
-            self._end_group([group], wrap, grace)
+            self._end_groups([group], wrap, grace)
 
-    def _end_group(
-        self, pgid: list[int], kill_wrap: KillWrap | None, grace: float = KILL_GRACE_SECONDS
-    ) -> None:
-        """SIGTERM the command's process group, then SIGKILL what is left after a grace."""
-        if not pgid:
-            return
-        group = pgid[0]
+    def _end_groups(
+        self, pgids: list[int], kill_wrap: KillWrap | None, grace: float = KILL_GRACE_SECONDS
+    ) -> bool:
+        """SIGTERM the command's process groups, then SIGKILL what is left after a grace;
+        False when the host could not be reached to do it."""
+        if not pgids:
+            return True
+        groups = " ".join(f"-{group}" for group in pgids)
         command = (
-            f"kill -TERM -- -{group} 2>/dev/null || exit 0; "
-            f"for i in $(seq {int(grace * 10)}); do "
-            f"kill -0 -- -{group} 2>/dev/null || exit 0; sleep 0.1; done; "
-            f"kill -KILL -- -{group} 2>/dev/null; exit 0"
+            f"kill -TERM {groups} 2>/dev/null; "
+            f"for i in $(seq {int(grace * 10)}); do alive=; "
+            f"for g in {groups}; do kill -0 $g 2>/dev/null && alive=1; done; "
+            '[ -n "$alive" ] || exit 0; sleep 0.1; done; '
+            f"kill -KILL {groups} 2>/dev/null; exit 0"
         )
         command, stdin = kill_wrap(command) if kill_wrap else (command, None)
         try:
@@ -294,7 +317,8 @@ class SSHConnection:
             channel.recv_exit_status()
             channel.close()
         except (OSError, paramiko.SSHException, EOFError, AttributeError):
-            pass  # the host is gone: there is nothing left to end
+            return False  # the host is gone, or its network: nothing can be ended from here
+        return True
 
     def put(self, data: bytes, remote_path: str, mode: int = 0o600) -> None:
         sftp = self._fabric.sftp()
@@ -325,9 +349,10 @@ class LocalConnection:
         stdin: str | None = None,
         timeout: float | None = None,
         kill_wrap: KillWrap | None = None,
+        essential: bool = False,
     ) -> CommandResult:
         """Run in a session of its own, so a timeout or a cancel ends its children too."""
-        if self._cancelled.is_set():
+        if self._cancelled.is_set() and not essential:
             raise CommandInterrupted("the run was interrupted")
         started = time.monotonic()
         proc = subprocess.Popen(
@@ -338,8 +363,9 @@ class LocalConnection:
             text=True,
             start_new_session=True,
         )
-        with self._lock:
-            self._running.add(proc)
+        if not essential:
+            with self._lock:
+                self._running.add(proc)
         try:
             stdout, stderr = proc.communicate(stdin if stdin is not None else "", timeout=timeout)
         except subprocess.TimeoutExpired:
@@ -349,8 +375,9 @@ class LocalConnection:
         finally:
             with self._lock:
                 self._running.discard(proc)
-        if self._cancelled.is_set() and proc.returncode < 0:
+        if self._cancelled.is_set() and proc.returncode < 0 and not essential:
             raise CommandInterrupted("the run was interrupted")
+        stderr = _PGID_LINE.sub(b"", stderr.encode()).decode()
         return CommandResult(command, proc.returncode, stdout, stderr, time.monotonic() - started)
 
     def hold(self, command: str, *, stdin: str | None = None) -> tuple[str, Release | None]:
@@ -436,9 +463,9 @@ def _drain(
     on_group: Callable[[int], None],
 ) -> tuple[str, str]:
     """Read stdout and stderr until the command exits; CommandTimeout past the deadline,
-    CommandInterrupted once cancelled. The first stderr line names the process group."""
+    CommandInterrupted once cancelled. Lines announcing process groups are taken out of stderr
+    and passed to `on_group`."""
     out, err = bytearray(), bytearray()
-    marker_seen = False
     while True:
         busy = False
         while channel.recv_ready():
@@ -447,10 +474,10 @@ def _drain(
         while channel.recv_stderr_ready():
             err += channel.recv_stderr(65536)
             busy = True
-        if not marker_seen and (match := _PGID_LINE.match(err)):
-            marker_seen = True
-            del err[: match.end()]
-            on_group(int(match.group(1)))
+        while match := _PGID_LINE.search(err):
+            group = int(match.group(1))  # before the buffer changes under the match
+            del err[match.start() : match.end()]
+            on_group(group)
         if (
             channel.exit_status_ready()
             and not channel.recv_ready()

@@ -17,8 +17,8 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from glmops.connection import CommandResult, Connection, quote
-from glmops.errors import CommandTimeout, GlmopsError
+from glmops.connection import CommandResult, Connection, announce_group, quote
+from glmops.errors import CommandTimeout, GlmopsError, ModuleError
 from glmops.facts import HostFacts, parse_facts
 from glmops.inventory import Host
 from glmops.runlog import Masker, RunLog
@@ -70,6 +70,12 @@ class TaskContext:
     sudo_password: str | None = None
     timeout: float | None = None
     task_name: str = ""
+    #: Run as this user instead of root when becoming (`become_user`).
+    become_user: str | None = None
+    #: Environment variables every command of the task gets (`environment:`).
+    environment: dict[str, str] = field(default_factory=dict)
+    #: Keep commands and their output out of the run log (`no_log: true`).
+    no_log: bool = False
     vars: dict[str, Any] = field(default_factory=dict)
     search_paths: list[Path] = field(default_factory=list)
     #: Show a progress line to the operator (and the JSON stream); set by the executor.
@@ -102,6 +108,8 @@ class TaskContext:
     @property
     def state_dir(self) -> str:
         """Where glmops keeps state on the host (pending handlers, backups)."""
+        if self.host.connection.state_dir:
+            return self.host.connection.state_dir
         privileged = self.become or self.remote.uid == 0
         return "/var/lib/glmops" if privileged else f"{self.remote.home}/.local/state/glmops"
 
@@ -115,25 +123,33 @@ class TaskContext:
         what: str | None = None,
         stdin: str | None = None,
         log_output: bool = True,
+        essential: bool = False,
     ) -> CommandResult:
         """Run a shell command (through sudo when the task becomes root).
 
         log_output=False keeps stdout out of the run log (file contents, which may hold
-        secrets the masker cannot recognise, e.g. in base64).
+        secrets the masker cannot recognise, e.g. in base64). essential=True runs it even
+        after the run was interrupted (glmops' own bookkeeping on the host).
         """
         wrapped, password = self._wrap(command)
         if password is not None or stdin is not None:
             stdin = (password or "") + (stdin or "")
         limit = self._limit(timeout)
         started = time.monotonic()
+        logged = "(a no_log task's command)" if self.no_log else command
         try:
-            result = self.conn.run(wrapped, stdin=stdin, timeout=limit, kill_wrap=self._wrap)
+            result = self.conn.run(
+                wrapped, stdin=stdin, timeout=limit, kill_wrap=self._sudo, essential=essential
+            )
         except CommandTimeout:
-            self.log.command(self.host.name, command, "timeout", time.monotonic() - started, "", "")
+            self.log.command(self.host.name, logged, "timeout", time.monotonic() - started, "", "")
             raise
         result = CommandResult(command, result.rc, result.stdout, result.stderr, result.duration)
         shown = result.stdout if log_output else f"({len(result.stdout)} bytes, not logged)\n"
-        self.log.command(self.host.name, command, result.rc, result.duration, shown, result.stderr)
+        stderr = result.stderr
+        if self.no_log:
+            shown, stderr = "(not logged: no_log)\n", ""
+        self.log.command(self.host.name, logged, result.rc, result.duration, shown, stderr)
         if check and not result.ok:
             raise RemoteCommandError(what or f"command {command!r}", result)
         return result
@@ -144,9 +160,23 @@ class TaskContext:
         return self._wrap(command)
 
     def _wrap(self, command: str) -> tuple[str, str | None]:
-        if not self.become or self.remote.uid == 0:
+        if self.environment:
+            exports = "".join(
+                f"{name}={quote(value)}; export {name}; "
+                for name, value in self.environment.items()
+            )
+            command = exports + command
+        return self._sudo(command)
+
+    def _sudo(self, command: str) -> tuple[str, str | None]:
+        """Through sudo when the task becomes root (or `become_user`), else as it is."""
+        user = self.become_user if self.become_user not in (None, "root") else None
+        if not self.become or (self.remote.uid == 0 and user is None):
             return command, None
-        return sudo_wrap(command, self.sudo_password)
+        command = announce_group(command)  # sudo may start a process group of its own
+        if self.remote.uid == 0:  # root needs no sudo (which a host may lack) to be someone
+            return f"runuser -u {quote(user)} -- /bin/sh -c {quote(command)}", None
+        return sudo_wrap(command, self.sudo_password, user)
 
     def _limit(self, timeout: float | None) -> float:
         limit = timeout or self.host.connection.command_timeout
@@ -170,7 +200,7 @@ class TaskContext:
                     if path.is_file():
                         return path
         searched = ", ".join(str(p) for p in self.search_paths)
-        raise ValueError(f"{kind[:-1]} file '{name}' not found (searched: {searched})")
+        raise ModuleError(f"{kind[:-1]} file '{name}' not found (searched: {searched})")
 
     # -- files -----------------------------------------------------------------------------
     def stat(self, path: str, *, checksum: bool = True) -> FileState | None:
@@ -265,12 +295,14 @@ class TaskContext:
         command = " && ".join(steps)
         try:
             self.run(
+                # an interrupt or timeout (SIGTERM) also takes the temporary file away
+                f"trap {quote(f'rm -f {q_tmp}; exit 143')} TERM INT HUP; "
                 f"({command}) || {{ rc=$?; rm -f {q_tmp}; exit $rc; }}",
                 check=True,
                 what=f"write {path}",
             )
         finally:
-            self.conn.run(f"rm -f {quote(staged)}", timeout=30)
+            self.conn.run(f"rm -f {quote(staged)}", timeout=30, essential=True)
         return backup_path
 
     # -- host-side python helpers ------------------------------------------------------------
@@ -311,12 +343,16 @@ def _backup_command(path: str, backup_dir: str, backup_path: str) -> str:
     )
 
 
-def sudo_wrap(command: str, password: str | None) -> tuple[str, str | None]:
-    """`command` run as root through sudo, and the stdin prefix that goes with it: `-n` when no
-    password is known (fails rather than prompts), else `-S` reading it from stdin's first line."""
+def sudo_wrap(
+    command: str, password: str | None, user: str | None = None
+) -> tuple[str, str | None]:
+    """`command` run as root (or `user`) through sudo, and the stdin prefix that goes with it:
+    `-n` when no password is known (fails rather than prompts), else `-S` reading it from
+    stdin's first line."""
+    who = f"-u {quote(user)} " if user else ""
     if password is None:
-        return f"sudo -n -H -- /bin/sh -c {quote(command)}", None
-    return f"sudo -S -p '' -H -- /bin/sh -c {quote(command)}", password + "\n"
+        return f"sudo -n -H {who}-- /bin/sh -c {quote(command)}", None
+    return f"sudo -S -p '' -H {who}-- /bin/sh -c {quote(command)}", password + "\n"
 
 
 # The one helper launcher. stdin holds the arguments (one JSON line), the envelope's source (one

@@ -45,6 +45,12 @@ class TemplateError(GlmopsError):
     """A template or `when` expression failed for one host; names the playbook, task and host."""
 
 
+class ModuleError(GlmopsError):
+    """An expected failure a module reports (a missing file, a refused plan): the task fails
+    with this message and no traceback. Any other exception from a module is a bug: the task
+    fails with its traceback in the run log (and on stderr under -vv)."""
+
+
 class HostUnreachable(GlmopsError):
     """The host could not be connected to or authenticated against."""
 

@@ -2,13 +2,16 @@
 
 A host that fails or cannot be reached stops only itself. Handlers run once per host at the
 end of a play, only when a change notified them; a notification is written to the host before
-anything else happens, so a later failure cannot lose it: the next run replays it.
+anything else happens, so a later failure cannot lose it: the next run replays it. A changing
+run holds each host's run lock (runlock.py). SIGINT/SIGTERM stop the run: no new task starts,
+running commands are ended with their process groups, and the recap says what was interrupted.
 """
 
 from __future__ import annotations
 
 import functools
 import os
+import re
 import signal
 import sys
 import threading
@@ -19,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from glmops import runlock
+from glmops import paths, runlock
 from glmops.connection import (
     KILL_GRACE_SECONDS,
     Connection,
@@ -34,6 +37,7 @@ from glmops.errors import (
     ExitCode,
     HostUnreachable,
     InputError,
+    ModuleError,
     TemplateError,
 )
 from glmops.inventory import Host, Inventory, load_inventory
@@ -47,6 +51,9 @@ from glmops.runlog import Masker, RunLog
 from glmops.templating import evaluate_condition, render_value, resolve_variables
 
 HEARTBEAT_SECONDS = 30
+#: Result data of a task whose command was ended midway (timeout, interrupt): it may have
+#: changed the host, so its notifications are kept.
+ENDED_MIDWAY = "ended_midway"
 
 
 def default_run_root() -> Path:
@@ -182,19 +189,30 @@ class Executor:
         os._exit(128 + signum)
 
     def _cancel_all(self, grace: float = KILL_GRACE_SECONDS) -> None:
-        for session in list(self.sessions.values()):
-            if session.conn is not None:
-                session.conn.cancel(grace)
+        """Cancel every host's connection at once (each may wait out the grace)."""
+        cancels = [
+            threading.Thread(target=session.conn.cancel, args=(grace,), daemon=True)
+            for session in list(self.sessions.values())
+            if session.conn is not None
+        ]
+        for thread in cancels:
+            thread.start()
+        for thread in cancels:
+            thread.join(grace + 30)
 
     def _heartbeat(self) -> None:
-        """Say which hosts are still busy, and with what, so a slow host is never a mystery."""
-        while not self._done.wait(HEARTBEAT_SECONDS):
+        """Every HEARTBEAT_SECONDS of a task, say which hosts are still busy and with what, so
+        a slow host is never a mystery (the first line comes HEARTBEAT_SECONDS after it
+        started)."""
+        told: dict[tuple[str, float], int] = {}  # (host, started) -> heartbeats given
+        while not self._done.wait(min(1.0, HEARTBEAT_SECONDS / 4)):
             now = time.monotonic()
-            busy = [
-                f"{host} '{task}' ({now - started:.0f} s)"
-                for host, (task, started) in list(self._running.items())
-                if now - started >= HEARTBEAT_SECONDS
-            ]
+            busy = []
+            for host, (task, started) in list(self._running.items()):
+                due = int((now - started) // HEARTBEAT_SECONDS)
+                if due > told.get((host, started), 0):
+                    told[(host, started)] = due
+                    busy.append(f"{host} '{task}' ({now - started:.0f} s)")
             if busy:
                 self.reporter.note("still running: " + ", ".join(busy))
 
@@ -259,7 +277,9 @@ class Executor:
                 result = self._run_task(play, playbook, session, task)
                 if self.interrupted and not session.interrupted:
                     session.interrupted = f"in '{task.name}'"
-                if result.changed and task.notify:
+                # A task ended mid-command may have changed the host: its notification is
+                # kept too (a needless restart later beats a lost one).
+                if (result.changed or result.data.get(ENDED_MIDWAY)) and task.notify:
                     new = set(task.notify) - pending
                     pending |= set(task.notify)
                     if new and not self.options.check:
@@ -328,6 +348,9 @@ class Executor:
             sudo_password=self.options.sudo_password,
             timeout=task.timeout if task else None,
             task_name=task.name if task else "",
+            # glmops' own state (notifications, the lock) is always kept as root
+            become_user=(task.become_user or play.become_user) if task else None,
+            no_log=bool(task and task.no_log),
             reconnect=lambda: self._reconnect(session),
             notify_progress=lambda text: self.reporter.note(text, host.name),
         )
@@ -377,26 +400,14 @@ class Executor:
         self, play: Play, playbook: Path, session: HostSession, task: Task, *, handler: bool = False
     ) -> TaskResult:
         started = time.monotonic()
+        source = f"{task.source}:{task.line}"
+        self.reporter.task_start(session.host.name, task.name, source, handler=handler)
         self._running[session.host.name] = (task.name, started)
         try:
-            result = self._attempts(play, playbook, session, task)
-        except HostUnreachable:
-            raise
-        except CommandTimeout as error:
-            result = TaskResult(Status.FAILED, f"timed out: {error}")
-        except CommandInterrupted as error:
-            result = TaskResult(Status.FAILED, f"interrupted: {error}; its command was ended")
-        except (TemplateError, ValueError) as error:
-            result = TaskResult(Status.FAILED, str(error))
-        except RemoteCommandError as error:
-            result = TaskResult(Status.FAILED, str(error))
-        except Exception as error:  # a bug in a module fails its task, never the whole run
-            self.runlog.write(session.host.name, traceback.format_exc())
-            result = TaskResult(
-                Status.FAILED,
-                f"internal error in module '{task.module}': {error!r}"
-                f" (traceback in {self.runlog.path}/{session.host.name}.log)",
-            )
+            if task.loop is None:
+                result = self._guarded(play, playbook, session, task, {})
+            else:
+                result = self._looped(play, playbook, session, task)
         finally:
             self._running.pop(session.host.name, None)
         if result.failed and task.ignore_errors:
@@ -404,17 +415,87 @@ class Executor:
         session.tally.count(result)
         if task.register:
             session.registered[task.register] = result.registered()
+        if not result.failed:  # set_fact
+            session.registered.update(result.data.get("set_vars") or {})
+        if task.no_log:
+            result = _censored(result)
         self.runlog.write(
             session.host.name,
             f"task {task.name!r}: {result.status.value} "
             f"({time.monotonic() - started:.2f}s) {result.msg}",
         )
-        self.reporter.task(session.host.name, task.name, result, handler=handler)
+        self.reporter.task(
+            session.host.name,
+            task.name,
+            result,
+            handler=handler,
+            source=source,
+            duration=time.monotonic() - started,
+        )
         return result
 
-    def _attempts(self, play: Play, playbook: Path, session: HostSession, task: Task) -> TaskResult:
+    def _guarded(
+        self,
+        play: Play,
+        playbook: Path,
+        session: HostSession,
+        task: Task,
+        item_vars: dict[str, Any],
+    ) -> TaskResult:
+        """One run of a task (or of one loop item), every failure turned into its result."""
+        try:
+            return self._attempts(play, playbook, session, task, item_vars)
+        except HostUnreachable:
+            raise
+        except CommandTimeout as error:
+            return TaskResult(Status.FAILED, f"timed out: {error}", data={ENDED_MIDWAY: True})
+        except CommandInterrupted as error:
+            return TaskResult(
+                Status.FAILED,
+                f"interrupted: {error}; its command was ended",
+                data={ENDED_MIDWAY: True},
+            )
+        except (TemplateError, ModuleError, RemoteCommandError) as error:
+            return TaskResult(Status.FAILED, str(error))
+        except Exception as error:  # a bug in a module fails its task, never the whole run
+            trace = traceback.format_exc()
+            self.runlog.write(session.host.name, trace)
+            return TaskResult(
+                Status.FAILED,
+                f"internal error in module '{task.module}': {error!r}"
+                f" (traceback in {self.runlog.path}/{session.host.name}.log)",
+                data={"traceback": trace},
+            )
+
+    def _looped(self, play: Play, playbook: Path, session: HostSession, task: Task) -> TaskResult:
+        """`loop:` the task once per item (as `loop_var`); the result holds every item's."""
         where = f"{task.where} on host '{session.host.name}'"
-        variables = self.variables(play, playbook, session, task)
+        try:
+            items = render_value(
+                task.loop, self.variables(play, playbook, session, task), where=where
+            )
+        except TemplateError as error:
+            return TaskResult(Status.FAILED, str(error))
+        if not isinstance(items, list):
+            return TaskResult(Status.FAILED, f"{where}: 'loop' rendered to {items!r}, not a list")
+        results = []
+        for item in items:
+            if self.interrupted:
+                break
+            one = self._guarded(play, playbook, session, task, {task.loop_var: item})
+            results.append({**one.registered(), task.loop_var: item})
+        return _loop_result(results, task.loop_var)
+
+    def _attempts(
+        self,
+        play: Play,
+        playbook: Path,
+        session: HostSession,
+        task: Task,
+        item_vars: dict[str, Any],
+    ) -> TaskResult:
+        where = f"{task.where} on host '{session.host.name}'"
+        variables = {**self.variables(play, playbook, session, task), **item_vars}
         module_cls = REGISTRY[task.module]
         if task.when is not None and not evaluate_condition(task.when, variables, where=where):
             return TaskResult(
@@ -425,8 +506,11 @@ class Executor:
         params = render_value(task.args, variables, where=where)
         problems = check_types(module_cls, params)
         if problems:
-            raise ValueError(f"{where}: {problems[0]}")
+            raise ModuleError(f"{where}: {problems[0]}")
         ctx = self._context(play, session, task)
+        ctx.environment = _environment(
+            render_value({**play.environment, **task.environment}, variables, where=where), where
+        )
         if task.check_mode is False:
             ctx.check = False
         ctx.vars, ctx.search_paths = variables, _search_paths(playbook)
@@ -551,6 +635,41 @@ class Executor:
         )
 
 
+def _environment(values: Any, where: str) -> dict[str, str]:
+    if not isinstance(values, dict):
+        raise ModuleError(f"{where}: 'environment' must be a mapping")
+    for name in values:
+        if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", str(name)):
+            raise ModuleError(f"{where}: environment variable name {name!r} is not valid")
+    return {str(k): "" if v is None else str(v) for k, v in values.items()}
+
+
+def _loop_result(results: list[dict[str, Any]], loop_var: str) -> TaskResult:
+    """One result for a looped task: failed if an item failed, changed if one changed."""
+    counts: dict[str, int] = {}
+    for one in results:
+        counts[one["status"]] = counts.get(one["status"], 0) + 1
+    if counts.get("failed"):
+        status = Status.FAILED
+    elif counts.get("changed"):
+        status = Status.CHANGED
+    elif results and counts.get("skipped") == len(results):
+        status = Status.SKIPPED
+    else:
+        status = Status.OK
+    summary = ", ".join(f"{n} {s}" for s, n in sorted(counts.items()))
+    failed = [f"{loop_var}={one[loop_var]!r}: {one['msg']}" for one in results if one["failed"]]
+    msg = f"{len(results)} item(s): {summary or 'none'}" + (
+        f"; {'; '.join(failed)}" if failed else ""
+    )
+    return TaskResult(status, msg, data={"results": results})
+
+
+def _censored(result: TaskResult) -> TaskResult:
+    """What a `no_log` task shows: its status, never its output, message or diff."""
+    return TaskResult(result.status, "(output hidden: no_log)", None, {}, ignored=result.ignored)
+
+
 def _facts_summary(facts: dict[str, Any]) -> str:
     gpus = facts.get("gpus") or []
     names = sorted({f"{g.get('name')} ({g.get('compute_cap')})" for g in gpus})
@@ -561,8 +680,7 @@ def _facts_summary(facts: dict[str, Any]) -> str:
 
 def _search_paths(playbook: Path) -> list[Path]:
     """Where `src:` of copy/template is looked up: beside the playbook, then the project's."""
-    project = Path(__file__).resolve().parent.parent
-    return [playbook.parent, playbook.parent.parent, project]
+    return [playbook.parent, playbook.parent.parent, paths.root()]
 
 
 def observe(

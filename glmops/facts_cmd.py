@@ -2,15 +2,15 @@
 
 from __future__ import annotations
 
-import json
+import sys
 from pathlib import Path
 
-from rich.console import Console
 from rich.table import Table
 
 from glmops.errors import ExitCode
 from glmops.executor import observe
 from glmops.facts import parse_facts
+from glmops.output import console, event_line
 from glmops.playbook import Play
 
 
@@ -19,7 +19,8 @@ def print_facts(inventory_path: Path, pattern: str, as_json: bool) -> ExitCode:
     code, executor = observe(inventory_path, [play])
     gathered = {name: s.facts for name, s in executor.sessions.items() if s.facts is not None}
     if as_json:
-        print(json.dumps(gathered, indent=2, sort_keys=True))
+        for name, facts in gathered.items():
+            print(event_line("facts", host=name, facts=facts))
         return code
     table = Table(title="facts", title_justify="left")
     for column in (
@@ -53,7 +54,7 @@ def print_facts(inventory_path: Path, pattern: str, as_json: bool) -> ExitCode:
             facts.kernel_module or "-",
             vllm or "-",
         )
-    Console().print(table)
+    console(sys.stdout).print(table)
     return code
 
 

@@ -48,6 +48,12 @@ CONNECTION_KEYS: dict[str, ConnKey] = {
     ),
     "connect_timeout": ConnKey((int, float), 15, "seconds to establish the SSH connection"),
     "command_timeout": ConnKey((int, float), 3600, "default seconds one remote command may run"),
+    "state_dir": ConnKey(
+        (str,),
+        None,
+        "glmops' state on the host: pending notifications, run lock, backups "
+        "(default: /var/lib/glmops as root, else ~/.local/state/glmops)",
+    ),
 }
 
 
@@ -65,6 +71,7 @@ class ConnectionSpec:
     host_key_checking: str = "accept-new"
     connect_timeout: float = 15
     command_timeout: float = 3600
+    state_dir: str | None = None
 
 
 @dataclass

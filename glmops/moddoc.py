@@ -22,7 +22,7 @@ END = "<!-- modules: end -->"
 def summary(module: type[Module]) -> str:
     """The first sentence of the module's docstring, on one line."""
     text = " ".join((inspect.getdoc(module) or "").split())
-    first = re.split(r"(?<=\.)\s", text, maxsplit=1)[0]
+    first = re.split(r"(?<!e\.g\.)(?<!i\.e\.)(?<=\.)\s+(?=[A-Z`])", text, maxsplit=1)[0]
     return first or "(no description)"
 
 

@@ -44,7 +44,7 @@ def write_pending(ctx: TaskContext, key: str, pending: set[str], known: set[str]
     plays = {name: names for name, names in plays.items() if names}
     path = _path(ctx)
     if not plays:
-        ctx.run(f"rm -f {quote(path)}", check=True, what="clear pending handlers")
+        ctx.run(f"rm -f {quote(path)}", check=True, what="clear pending handlers", essential=True)
         return
     text = format_pending(plays)
     folder = path.rsplit("/", 1)[0]
@@ -53,6 +53,7 @@ def write_pending(ctx: TaskContext, key: str, pending: set[str], known: set[str]
         f"> {quote(path + '.tmp')} && mv -f {quote(path + '.tmp')} {quote(path)}",
         check=True,
         what="record pending handlers",
+        essential=True,  # a notification must be kept even when the run is being interrupted
     )
 
 
@@ -82,7 +83,7 @@ def pending_names(text: str | bytes | None) -> list[str]:
 
 
 def _read(ctx: TaskContext) -> dict[str, list[str]]:
-    result = ctx.run(f"cat {quote(_path(ctx))} 2>/dev/null")
+    result = ctx.run(f"cat {quote(_path(ctx))} 2>/dev/null", essential=True)
     return parse_pending(result.stdout if result.ok else None)
 
 

@@ -1,7 +1,9 @@
 """What a run shows: task lines and logs on stderr, diffs and the recap on stdout.
 
 With --json, stdout carries one JSON event per line instead (task results, diffs, the recap),
-for machines; stderr still carries the human log.
+for machines; stderr still carries the human log. `glmops facts --json` and `status --json`
+write the same kind of lines (`event_line`): one schema, versioned by its `schema` field.
+Output that is not a terminal is never cut to a width: tables take the width they need.
 """
 
 from __future__ import annotations
@@ -17,6 +19,26 @@ from rich.table import Table
 
 from glmops.results import HostTally, Status, TaskResult
 from glmops.runlog import Masker
+
+#: The JSON event schema: every line is an object with `schema`, `event` and `time`.
+SCHEMA = "glmops.event/1"
+
+
+def event_line(kind: str, **fields: Any) -> str:
+    """One JSON event (one line) of the documented schema."""
+    event = {"schema": SCHEMA, "event": kind, "time": round(time.time(), 3), **fields}
+    return json.dumps(event, default=str, sort_keys=False)
+
+
+def console(file: TextIO) -> Console:
+    """A rich console for `file`; when it is not a terminal, wide enough never to cut a table."""
+    try:
+        interactive = file.isatty()
+    except (AttributeError, ValueError):
+        interactive = False
+    width = None if interactive else 100_000
+    return Console(file=file, highlight=False, soft_wrap=True, width=width)
+
 
 STYLE = {
     Status.OK: "green",
@@ -44,13 +66,13 @@ class Reporter:
         self.json_events = json_events
         self.check = check
         self.explain = explain
-        self.out = Console(file=stdout or sys.stdout, highlight=False, soft_wrap=True)
-        self.err = Console(file=stderr or sys.stderr, highlight=False, soft_wrap=True)
+        self.out = console(stdout or sys.stdout)
+        self.err = console(stderr or sys.stderr)
         self._lock = threading.Lock()
 
     def _event(self, kind: str, **fields: Any) -> None:
         if self.json_events:
-            line = json.dumps({"event": kind, "time": round(time.time(), 3), **fields}, default=str)
+            line = event_line(kind, **fields)
             with self._lock:
                 self.out.file.write(self.masker.mask(line) + "\n")
                 self.out.file.flush()
@@ -66,7 +88,23 @@ class Reporter:
             prefix = f"[{host}] " if host else ""
             self.err.print(f"[dim]{prefix}{self.masker.mask(message)}[/]", markup=True)
 
-    def task(self, host: str, task: str, result: TaskResult, *, handler: bool = False) -> None:
+    def task_start(self, host: str, task: str, source: str, *, handler: bool = False) -> None:
+        """A task starts on a host: a line now, so a long task is never silent."""
+        self._event("task_start", host=host, task=task, source=source, handler=handler)
+        with self._lock:
+            kind = "handler " if handler else ""
+            self.err.print(f"[dim]{'start':>12} {host} {kind}{_escape(task)}[/]")
+
+    def task(
+        self,
+        host: str,
+        task: str,
+        result: TaskResult,
+        *,
+        handler: bool = False,
+        source: str | None = None,
+        duration: float | None = None,
+    ) -> None:
         msg = self.masker.mask(result.msg)
         diff = self.masker.mask(result.diff) if result.diff else None
         self._event(
@@ -78,6 +116,9 @@ class Reporter:
             diff=diff,
             ignored=result.ignored,
             explain=result.data.get("explain") or [],
+            source=source,
+            duration=None if duration is None else round(duration, 3),
+            rc=result.data.get("rc"),
         )
         label = result.status.value + (" (ignored)" if result.ignored else "")
         if self.check and result.status is Status.CHANGED:
@@ -91,8 +132,8 @@ class Reporter:
             if self.explain or self.verbosity >= 1:
                 for line in result.data.get("explain") or []:
                     self.err.print(f"{'':>12} [dim]because[/] {_escape(self.masker.mask(line))}")
-            if self.verbosity >= 2 and result.data.get("stdout"):
-                self.err.print(_escape(self.masker.mask(str(result.data["stdout"])).rstrip()))
+            if self.verbosity >= 2:
+                self._details(result.data)
             if diff and not self.json_events:
                 self.out.print(f"--- diff: {host} / {_escape(task)}", style="bold")
                 for line in diff.splitlines():
@@ -100,6 +141,19 @@ class Reporter:
                         "green" if line.startswith("+") else "red" if line.startswith("-") else None
                     )
                     self.out.print(_escape(line), style=style)
+
+    def _details(self, data: dict[str, Any]) -> None:
+        """-vv: the command a task ran, its rc, stdout and stderr (and a bug's traceback)."""
+        if data.get("cmd"):
+            self.err.print(f"{'':>12} [dim]$[/] {_escape(self.masker.mask(str(data['cmd'])))}")
+        if data.get("rc") is not None:
+            self.err.print(f"{'':>12} [dim]rc={data['rc']}[/]")
+        for key in ("stdout", "stderr", "traceback"):
+            text = str(data.get(key) or "").rstrip()
+            if text:
+                self.err.print(f"{'':>12} [dim]{key}:[/]")
+                for line in self.masker.mask(text).splitlines():
+                    self.err.print(f"{'':>14}{_escape(line)}")
 
     def recap(
         self,

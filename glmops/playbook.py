@@ -6,12 +6,14 @@ typo fails before any host is touched, with the file and line.
 
 from __future__ import annotations
 
+import difflib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from glmops.errors import InputError
 from glmops.modules import REGISTRY, validate_params
+from glmops.modules.base import check_types
 from glmops.templating import syntax_problem
 from glmops.yamlsrc import SourceList, SourceMap, load_yaml, where
 
@@ -33,10 +35,28 @@ TASK_KEYS = frozenset(
         "changed_when",
         "failed_when",
         "check_mode",
+        "loop",
+        "loop_var",
+        "environment",
+        "no_log",
+        "become_user",
     }
 )
 PLAY_KEYS = frozenset(
-    {"name", "hosts", "vars", "defaults", "tasks", "handlers", "become", "gather_facts", "tags"}
+    {
+        "name",
+        "hosts",
+        "vars",
+        "vars_files",
+        "defaults",
+        "tasks",
+        "handlers",
+        "become",
+        "become_user",
+        "environment",
+        "gather_facts",
+        "tags",
+    }
 )
 
 
@@ -63,6 +83,13 @@ class Task:
     failed_when: Any = None
     #: False: run even under --check (for read-only probes whose output later tasks use).
     check_mode: bool | None = None
+    #: Run once per item (a list, or a template that renders to one), as `loop_var`.
+    loop: Any = None
+    loop_var: str = "item"
+    environment: dict[str, Any] = field(default_factory=dict)
+    #: Hide the task's output, diff and commands from the screen, events and run log.
+    no_log: bool = False
+    become_user: str | None = None
 
     @property
     def where(self) -> str:
@@ -88,6 +115,8 @@ class Play:
     tasks: list[Task] = field(default_factory=list)
     handlers: list[Task] = field(default_factory=list)
     become: bool | None = None
+    become_user: str | None = None
+    environment: dict[str, Any] = field(default_factory=dict)
     gather_facts: bool = True
     tags: list[str] = field(default_factory=list)
 
@@ -121,9 +150,11 @@ def _play(raw: Any, parent: SourceList, index: int) -> Play:
         hosts=raw["hosts"],
         source=raw.source,
         line=raw.line,
-        vars=_mapping(raw, "vars"),
+        vars={**_mapping(raw, "vars"), **_vars_files(raw)},
         defaults=_mapping(raw, "defaults"),
         become=_optional_bool(raw, "become"),
+        become_user=_optional_str(raw, "become_user"),
+        environment=_mapping(raw, "environment"),
         gather_facts=bool(raw.get("gather_facts", True)),
         tags=play_tags,
     )
@@ -152,16 +183,25 @@ def _task(raw: Any, section: str, play: SourceMap, index: int, play_tags: list[s
     modules = [key for key in raw if key not in TASK_KEYS]
     unknown = [key for key in modules if key not in REGISTRY]
     if unknown:
+        close = difflib.get_close_matches(str(unknown[0]), [*TASK_KEYS, *REGISTRY], n=1)
+        hint = f"did you mean '{close[0]}'? " if close else ""
         raise InputError(
-            f"unknown module or task key '{unknown[0]}' (modules: {', '.join(sorted(REGISTRY))})",
+            f"unknown module or task key '{unknown[0]}' ({hint}modules: "
+            f"{', '.join(sorted(REGISTRY))})",
             **where(raw, unknown[0]),
         )
     if len(modules) != 1:
         found = ", ".join(modules) or "none"
         raise InputError(f"a task needs exactly one module (found: {found})", **where(raw))
     module = modules[0]
-    params, problems = validate_params(REGISTRY[module], raw[module])
+    try:
+        params, problems = validate_params(REGISTRY[module], raw[module])
+    except ValueError as error:  # a module's normalize() refusing the raw arguments
+        raise InputError(str(error), **where(raw, module)) from None
     if problems:
+        raise InputError(problems[0], **where(raw, module))
+    literal = {k: v for k, v in params.items() if not any("{" in t for t in _strings(v))}
+    if problems := check_types(REGISTRY[module], literal):  # templated ones: once rendered
         raise InputError(problems[0], **where(raw, module))
     name = str(raw.get("name") or f"{module}")
     _check_templates(raw, module)
@@ -186,6 +226,11 @@ def _task(raw: Any, section: str, play: SourceMap, index: int, play_tags: list[s
         changed_when=raw.get("changed_when"),
         failed_when=raw.get("failed_when"),
         check_mode=_optional_bool(raw, "check_mode"),
+        loop=_loop(raw),
+        loop_var=_optional_str(raw, "loop_var") or "item",
+        environment=_mapping(raw, "environment"),
+        no_log=bool(_optional_bool(raw, "no_log")),
+        become_user=_optional_str(raw, "become_user"),
     )
 
 
@@ -212,6 +257,37 @@ def _strings(value: Any) -> list[str]:
     if isinstance(value, list):
         return [text for item in value for text in _strings(item)]
     return []
+
+
+def _loop(raw: SourceMap) -> Any:
+    value = raw.get("loop")
+    if value is None or isinstance(value, list):
+        return value
+    if isinstance(value, str) and "{{" in value:
+        if problem := syntax_problem(value, expression=False):
+            raise InputError(f"'loop': {problem}", **where(raw, "loop"))
+        return value
+    raise InputError(
+        "'loop' must be a list or a template that renders to one", **where(raw, "loop")
+    )
+
+
+def _vars_files(raw: SourceMap) -> dict[str, Any]:
+    """`vars_files:` read when the playbook loads, relative to the playbook; later files win."""
+    from glmops.inventory import load_vars_file
+
+    merged: dict[str, Any] = {}
+    for name in _string_list(raw, "vars_files"):
+        path = Path(raw.source).parent / name
+        merged.update(load_vars_file(path, f"vars_files of play at {raw.source}:{raw.line}"))
+    return merged
+
+
+def _optional_str(raw: SourceMap, key: str) -> str | None:
+    value = raw.get(key)
+    if value is not None and not isinstance(value, str):
+        raise InputError(f"'{key}' must be a string", **where(raw, key))
+    return value
 
 
 def _list(raw: SourceMap, key: str) -> list[Any]:

@@ -1,10 +1,10 @@
 """One changing run at a time per host: a lock on the host, held for the run's connection.
 
-The lock is an flock(1) on `<state dir>/run.lock`, held by a command that lives as long as the
-run's connection (it waits on its stdin): a run that ends, or dies (`kill -9`, a lost
+The lock is an flock(1) on `<state dir>/run-<host>.lock`, held by a command that lives as long
+as the run's connection (it waits on its stdin): a run that ends, or dies (`kill -9`, a lost
 controller), closes the connection and the lock goes with it, so no stale lock can block the
-next run. Beside it, `run.lock.info` names the holder (pid, controller, user, start time) for the
-message a second run gets. `--check` runs change nothing and take no lock.
+next run. Beside it, `run-<host>.lock.info` names the holder (pid, controller, user, start
+time) for the message a second run gets. `--check` runs change nothing and take no lock.
 """
 
 from __future__ import annotations
@@ -19,7 +19,6 @@ from glmops.connection import Release, quote
 from glmops.context import TaskContext
 from glmops.errors import GlmopsError
 
-LOCK_FILE = "run.lock"
 LOCKED = "glmops-locked"
 BUSY = "glmops-busy"
 
@@ -40,9 +39,14 @@ def holder_info(run_dir: str) -> dict[str, object]:
 
 
 def acquire(ctx: TaskContext, info: dict[str, object]) -> Release:
-    """Take the host's run lock, or raise HostLocked naming the run that holds it."""
+    """Take the host's run lock, or raise HostLocked naming the run that holds it.
+
+    The lock is per inventory host name, so several names for one machine (`connection:
+    local` hosts) do not exclude each other within one run.
+    """
     folder = ctx.state_dir
-    lock, about = f"{folder}/{LOCK_FILE}", f"{folder}/{LOCK_FILE}.info"
+    lock = f"{folder}/run-{ctx.host.name}.lock"
+    about = f"{lock}.info"
     script = (
         f"mkdir -p {quote(folder)} && exec 9>>{quote(lock)} || exit 1; "
         f"if flock -n 9; then printf '%s\\n' {quote(json.dumps(info))} > {quote(about)}; "

@@ -7,38 +7,72 @@ can be understood after the fact without re-running anything.
 from __future__ import annotations
 
 import re
+import shutil
 import threading
 import time
 import uuid
 from pathlib import Path
 from typing import Any
 
-SECRET_NAME = re.compile(r"(password|passwd|secret|token|api_key|apikey|private_key)", re.I)
+#: A variable holds a secret when a word of its name (split at `_`, `-`, `.`) is one of these,
+#: or it ends in `api_key`/`private_key`: `db_password`, `hf_token`, `vllm_api_key`; never
+#: `max_tokens` or `tokenizer`, where the word only appears inside another.
+SECRET_WORDS = frozenset({"password", "passwd", "passphrase", "secret", "token", "apikey"})
+SECRET_SUFFIXES = (("api", "key"), ("private", "key"), ("secret", "key"), ("access", "key"))
 MASK = "********"
 OUTPUT_TAIL = 2000
+#: Values shorter than this are masked only as whole words ("root" in "user=root", never in
+#: "rootfs").
+SHORT_SECRET = 8
+
+
+def is_secret_name(name: str) -> bool:
+    words = tuple(w for w in re.split(r"[_\-.]+", str(name).lower()) if w)
+    return bool(set(words) & SECRET_WORDS) or any(words[-2:] == s for s in SECRET_SUFFIXES)
 
 
 class Masker:
-    """Replaces every known secret value in text: vars named like secrets, and the sudo password."""
+    """Replaces every known secret value in text: the values of variables named as secrets
+    (`is_secret_name`), and the sudo password. Masking goes by value: a secret's value is
+    hidden wherever it appears, except where it is not secret in this run (it is also the
+    value of a variable not named as a secret, e.g. `user: root` beside `root_password: root`).
+    """
 
     def __init__(self, secrets: set[str] | None = None):
         self._secrets: set[str] = {s for s in (secrets or set()) if len(s) >= 3}
         self._lock = threading.Lock()
+        self._pattern: re.Pattern[str] | None = None
 
     def add(self, value: Any) -> None:
-        if isinstance(value, str) and len(value) >= 3:
+        if isinstance(value, str) and len(value) >= 3 and value not in self._secrets:
             with self._lock:
                 self._secrets.add(value)
+                self._pattern = None
 
     def add_secret_vars(self, variables: dict[str, Any]) -> None:
+        public = {v for k, v in variables.items() if isinstance(v, str) and not is_secret_name(k)}
         for key, value in variables.items():
-            if SECRET_NAME.search(str(key)):
-                self.add(value if isinstance(value, str) else None)
+            if is_secret_name(key) and isinstance(value, str) and value not in public:
+                self.add(value)
 
     def mask(self, text: str) -> str:
-        for secret in sorted(self._secrets, key=len, reverse=True):
-            text = text.replace(secret, MASK)
-        return text
+        pattern = self._compiled()
+        return pattern.sub(MASK, text) if pattern is not None else text
+
+    def _compiled(self) -> re.Pattern[str] | None:
+        with self._lock:
+            if self._pattern is None and self._secrets:
+                parts = [
+                    re.escape(s) if len(s) >= SHORT_SECRET else rf"(?<!\w){re.escape(s)}(?!\w)"
+                    for s in sorted(self._secrets, key=len, reverse=True)
+                ]
+                self._pattern = re.compile("|".join(parts))
+            return self._pattern
+
+
+#: Run directories kept under the run root; older ones are removed when a run starts.
+RUNS_KEPT = 50
+_RUN_NAME = re.compile(r"\d{8}-\d{6}-[0-9a-f]{6}")
 
 
 class RunLog:
@@ -50,6 +84,7 @@ class RunLog:
         self.path.mkdir(parents=True, exist_ok=True)
         self.masker = masker
         self._lock = threading.Lock()
+        _prune(root, keep=self.path)
 
     def host_dir(self, host: str) -> Path:
         folder = self.path / host
@@ -69,6 +104,14 @@ class RunLog:
             if stream.strip():
                 parts.append(f"  {name} (tail):\n" + _indent(stream[-OUTPUT_TAIL:]))
         self.write(host, "\n".join(parts))
+
+
+def _prune(root: Path, keep: Path) -> None:
+    """Remove all but the newest RUNS_KEPT run directories (names sort by time)."""
+    runs = sorted(p for p in root.iterdir() if p.is_dir() and _RUN_NAME.fullmatch(p.name))
+    for old in runs[:-RUNS_KEPT]:
+        if old != keep:
+            shutil.rmtree(old, ignore_errors=True)
 
 
 def _indent(text: str) -> str:

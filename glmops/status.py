@@ -9,16 +9,17 @@ from __future__ import annotations
 
 import hashlib
 import json
+import sys
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from rich.console import Console
 from rich.table import Table
 
 from glmops.errors import ExitCode
 from glmops.executor import observe
 from glmops.facts import HostFacts, parse_facts
+from glmops.output import console, event_line
 from glmops.playbook import Play, Task
 from glmops.serving import ServeError, needs_single_file, serve_flags, vllm_profile
 from glmops.serving.patches import patch_state
@@ -212,7 +213,8 @@ def collect(inventory_path: Path, pattern: str) -> tuple[ExitCode, list[dict[str
 def print_status(inventory_path: Path, pattern: str, as_json: bool) -> ExitCode:
     code, rows = collect(inventory_path, pattern)
     if as_json:
-        print(json.dumps(rows, indent=2, sort_keys=True))
+        for row in rows:
+            print(event_line("status", **row))
         return code
     table = Table(title="glmops status", title_justify="left")
     for column in COLUMNS:
@@ -235,5 +237,5 @@ def print_status(inventory_path: Path, pattern: str, as_json: bool) -> ExitCode:
             row["last_deploy"],
             f"[yellow]{drift}[/yellow]" if row["drift"] else "[green]none[/green]",
         )
-    Console().print(table)
+    console(sys.stdout).print(table)
     return code

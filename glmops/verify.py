@@ -18,6 +18,7 @@ from typing import Any
 import testinfra.backend
 from testinfra.backend.base import BaseBackend, CommandResult
 
+from glmops import paths
 from glmops.connection import CommandResult as ConnectionResult
 from glmops.connection import Connection, ConnectionSettings, open_connection
 from glmops.context import helper_command, helper_reply, helper_stdin, sudo_wrap
@@ -27,8 +28,8 @@ from glmops.inventory import Host, load_inventory
 from glmops.patchset.profiles import PROFILES, profile_by_name
 from glmops.serving import vllm_profile
 
-PROJECT = Path(__file__).resolve().parent.parent
-HOST_TESTS = PROJECT / "tests" / "host"
+PROJECT = paths.root()  # holds tests/host/, in a checkout or an installed wheel
+HOST_TESTS = paths.host_checks()
 INVENTORY_ENV = "GLMOPS_VERIFY_INVENTORY"
 
 

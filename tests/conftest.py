@@ -103,7 +103,8 @@ def run_playbook(tmp_path: Path) -> Runner:
 def local_inventory(tmp_path: Path) -> Path:
     path = tmp_path / "hosts.yml"
     path.write_text(
-        f"all:\n  vars: {{root: '{tmp_path}/root'}}\n  hosts:\n    here: {{connection: local}}\n"
+        f"all:\n  vars: {{root: '{tmp_path}/root', state_dir: '{tmp_path}/state'}}\n"
+        "  hosts:\n    here: {connection: local}\n"
     )
     (tmp_path / "root").mkdir()
     return path

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import fnmatch
+
 from glmops.connection import quote
 from glmops.context import TaskContext
 from glmops.modules.base import Arg, Module, Plan, register
@@ -19,7 +21,11 @@ class Apt(Module):
     free_form = "name"
     changes_facts = True
     args = {
-        "name": Arg((str, list), required=True, doc="a package or a list of packages"),
+        "name": Arg(
+            (str, list),
+            required=True,
+            doc="a package or a list of packages; name=version (or a glob) pins a version",
+        ),
         "state": Arg(str, default="present", choices=("present", "absent")),
         "update_cache": Arg(bool, default=False, doc="refresh the cache even if it is fresh"),
         "cache_valid_time": Arg(int, default=3600, doc="seconds before the cache is stale"),
@@ -33,23 +39,20 @@ class Apt(Module):
     def plan(self, ctx: TaskContext) -> Plan:
         names = self.packages()
         result = ctx.run(
-            "dpkg-query -W -f='${Package}\\t${db:Status-Abbrev}\\n' "
-            + " ".join(quote(n) for n in names)
+            "dpkg-query -W -f='${Package}\\t${Version}\\t${db:Status-Abbrev}\\n' "
+            + " ".join(quote(n.split("=")[0]) for n in names)
             + " 2>/dev/null"
         )
-        installed = {
-            line.split("\t")[0]
-            for line in result.stdout.splitlines()
-            if line.split("\t")[-1].startswith("ii")
-        }
-        wanted = [
-            n
-            for n in names
-            if (n.split("=")[0] in installed) != (self.params["state"] == "present")
-        ]
+        installed = {}  # package -> version, for those installed
+        for line in result.stdout.splitlines():
+            package, version, status = (line.split("\t") + ["", ""])[:3]
+            if status.startswith("ii"):
+                installed[package] = version
+        present = self.params["state"] == "present"
+        wanted = [n for n in names if _is_installed(n, installed) != present]
         if not wanted:
             return Plan(False, f"{', '.join(names)}: already {self.params['state']}")
-        verb = "install" if self.params["state"] == "present" else "remove"
+        verb = "install" if present else "remove"
         return Plan(True, f"would {verb} {', '.join(wanted)}", data={"packages": wanted})
 
     def apply(self, ctx: TaskContext, plan: Plan) -> TaskResult:
@@ -80,3 +83,12 @@ class Apt(Module):
             return int(age.stdout.strip()) > self.params["cache_valid_time"]
         except ValueError:
             return True
+
+
+def _is_installed(spec: str, installed: dict[str, str]) -> bool:
+    """`name` is installed in any version; `name=version` (a glob, as apt takes it: `1.2*`)
+    only in a matching one."""
+    package, pinned, version = spec.partition("=")
+    if package not in installed:
+        return False
+    return not pinned or fnmatch.fnmatchcase(installed[package], version)

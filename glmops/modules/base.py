@@ -76,6 +76,8 @@ class Module:
     args: ClassVar[dict[str, Arg]] = {}
     #: Argument that a plain string value fills (`command: echo hi`).
     free_form: ClassVar[str | None] = None
+    #: Takes any argument names (`set_fact: {name: value}`); `args` then lists none.
+    any_args: ClassVar[bool] = False
     #: A change by this module can change gathered facts, so they are gathered again.
     changes_facts: ClassVar[bool] = False
     #: Keys `register:` always holds for this module, with these values when the module did
@@ -115,6 +117,8 @@ def validate_params(module: type[Module], raw: Any) -> tuple[dict[str, Any], lis
     if not isinstance(raw, dict):
         return {}, [f"arguments of '{module.name}' must be a mapping"]
     raw = module.normalize(dict(raw))
+    if module.any_args:
+        return dict(raw), []
     problems = [
         f"unknown argument '{key}' for module '{module.name}' (allowed: "
         f"{', '.join(sorted(module.args))})"

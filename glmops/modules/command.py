@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from glmops.connection import quote
 from glmops.context import TaskContext
+from glmops.errors import ModuleError
 from glmops.modules.base import Arg, Module, Plan, register
 from glmops.results import Status, TaskResult
 
@@ -44,7 +45,7 @@ class Command(Module):
     def command_line(self) -> str:
         words = self.params["argv"]
         if not words:
-            raise ValueError("command: give cmd or argv")
+            raise ModuleError("command: give cmd or argv")
         return " ".join(quote(word) for word in words)
 
     def plan(self, ctx: TaskContext) -> Plan:
@@ -66,6 +67,7 @@ class Command(Module):
             line = f"cd {quote(self.params['chdir'])} && {line}"
         result = ctx.run(line)
         data = {
+            "cmd": line,
             "rc": result.rc,
             "stdout": result.stdout,
             "stderr": result.stderr,

@@ -8,6 +8,7 @@ import hashlib
 import jinja2
 
 from glmops.context import FileState, TaskContext
+from glmops.errors import ModuleError
 from glmops.modules.base import Arg, Module, Plan, mode_arg, register
 from glmops.modules.file import _attribute_commands, _attribute_fixes
 from glmops.results import Status, TaskResult
@@ -37,7 +38,7 @@ class Copy(Module):
         if self.params["content"] is not None:
             return self.params["content"].encode()
         if not self.params["src"]:
-            raise ValueError("copy: give src or content")
+            raise ModuleError("copy: give src or content")
         return ctx.find_file(self.params["src"], "files").read_bytes()
 
     def plan(self, ctx: TaskContext) -> Plan:
@@ -109,7 +110,7 @@ class Template(Copy):
         except jinja2.TemplateError as error:
             from glmops.templating import _describe
 
-            raise ValueError(f"template {path}: {_describe(error)}") from None
+            raise ModuleError(f"template {path}: {_describe(error)}") from None
 
 
 def _diff(ctx: TaskContext, dest: str, current: FileState | None, wanted: bytes) -> str | None:

@@ -1,22 +1,27 @@
-"""file: a directory, or an absent path, with mode and owner."""
+"""file: a directory, a symlink, an empty file, or an absent path, with mode and owner."""
 
 from __future__ import annotations
 
 from glmops.connection import quote
 from glmops.context import TaskContext
+from glmops.errors import ModuleError
 from glmops.modules.base import Arg, Module, Plan, mode_arg, register
 from glmops.results import Status, TaskResult
 
 
 @register
 class File(Module):
-    """Make `path` a directory (`state: directory`), remove it (`absent`), or fix a file's
-    mode and owner (`state: file`, which never creates one)."""
+    """Make `path` a directory (`state: directory`), a symlink to `src` (`link`), an empty file
+    if missing (`touch`), remove it (`absent`), or fix a file's mode and owner (`state: file`,
+    which never creates one)."""
 
     name = "file"
     args = {
         "path": Arg(str, required=True),
-        "state": Arg(str, default="directory", choices=("directory", "absent", "file")),
+        "state": Arg(
+            str, default="directory", choices=("directory", "absent", "file", "link", "touch")
+        ),
+        "src": Arg(str, doc="what a link points to (state: link)"),
         "mode": mode_arg(),
         "owner": Arg(str),
         "group": Arg(str),
@@ -29,6 +34,10 @@ class File(Module):
             return (
                 Plan(True, f"would remove {path}") if current else Plan(False, f"{path} is absent")
             )
+        if state == "link":
+            return self._plan_link(ctx, current)
+        if state == "touch" and current is None:
+            return Plan(True, f"would create empty file {path}")
         if current is None:
             if state == "file":
                 return Plan(None, f"{path} does not exist (state: file never creates one)")
@@ -44,6 +53,19 @@ class File(Module):
             return Plan(True, "would set " + ", ".join(fixes))
         return Plan(False, f"{path} is a {current.kind} with the wanted mode and owner")
 
+    def _plan_link(self, ctx: TaskContext, current) -> Plan:
+        path, src = self.params["path"], self.params["src"]
+        if not src:
+            raise ModuleError("file: state link needs src (what the link points to)")
+        if current is not None and current.kind not in ("link", "file"):
+            raise ModuleError(f"{path} is a {current.kind}; refusing to replace it with a link")
+        if current is not None and current.kind == "link":
+            target = ctx.run(f"readlink -- {quote(path)}", check=True, what=f"readlink {path}")
+            if target.stdout.rstrip("\n") == src:
+                return Plan(False, f"{path} is a link to {src}")
+            return Plan(True, f"would point {path} at {src} (now {target.stdout.strip()})")
+        return Plan(True, f"would link {path} → {src}")
+
     def apply(self, ctx: TaskContext, plan: Plan) -> TaskResult:
         path = quote(self.params["path"])
         if plan.data.get("conflict"):
@@ -53,10 +75,17 @@ class File(Module):
         if self.params["state"] == "absent":
             ctx.run(f"rm -rf -- {path}", check=True, what=f"remove {path}")
             return TaskResult(Status.CHANGED, f"removed {self.params['path']}")
-        steps = [f"mkdir -p -- {path}"] if self.params["state"] == "directory" else []
+        state = self.params["state"]
+        if state == "link":
+            ctx.run(
+                f"ln -sfn -- {quote(self.params['src'])} {path}", check=True, what=f"link {path}"
+            )
+            return TaskResult(Status.CHANGED, plan.reason.removeprefix("would "))
+        steps = {"directory": [f"mkdir -p -- {path}"], "touch": [f"touch -- {path}"]}.get(state, [])
         steps += _attribute_commands(path, self.params)
         ctx.run(" && ".join(steps), check=True, what=f"set up {self.params['path']}")
-        return TaskResult(Status.CHANGED, plan.reason.removeprefix("would ").capitalize())
+        done = plan.reason.removeprefix("would ")
+        return TaskResult(Status.CHANGED, done[:1].upper() + done[1:])  # paths keep their case
 
 
 def _attribute_fixes(current, params) -> list[str]:

@@ -11,6 +11,7 @@ import os
 from typing import Any
 
 from glmops.context import TaskContext
+from glmops.errors import ModuleError
 from glmops.modules.base import Arg, Module, Plan, register
 from glmops.results import Status, TaskResult
 from glmops.serving import ServeError, needs_single_file
@@ -36,7 +37,7 @@ class GgufModel(Module):
         checked = ctx.run_helper("gguf_split", {"mode": "validate", "path": self.params["shards"]})
         if checked.get("failed"):
             errors = checked.get("errors") or [checked.get("msg")]
-            raise ValueError(
+            raise ModuleError(
                 f"GGUF split set {self.params['shards']} is invalid: " + "; ".join(map(str, errors))
             )
         first = checked["first_shard"]
@@ -62,7 +63,7 @@ class GgufModel(Module):
             "gguf_split", {"mode": "merge", "path": first, "output": output, "check": True}
         )
         if merge.get("failed"):
-            raise ValueError(f"cannot merge into {output}: {merge.get('msg')}")
+            raise ModuleError(f"cannot merge into {output}: {merge.get('msg')}")
         data["fingerprint"] = {"output": output, "size": merge.get("size")}
         if not merge.get("changed"):
             return Plan(False, f"{merge.get('msg')}; merge skipped ({why})", data=data)
@@ -125,7 +126,7 @@ class GgufModel(Module):
         try:
             return needs_single_file(ctx.facts, {"vllm_profile": self.params["vllm_profile"]})
         except ServeError as error:
-            raise ValueError(str(error)) from None
+            raise ModuleError(str(error)) from None
 
 
 def _default_output(first: str) -> str:

@@ -13,6 +13,7 @@ from typing import Any
 
 from glmops.connection import quote
 from glmops.context import TaskContext
+from glmops.errors import ModuleError
 from glmops.modules.base import Arg, Module, Plan, register
 from glmops.results import TaskResult
 
@@ -28,7 +29,7 @@ class HfModel(Module):
         path = self.params["path"].rstrip("/")
         listing = ctx.run(f"find {quote(path)} -maxdepth 1 -type f -printf '%f %s\\n'")
         if not listing.ok:
-            raise ValueError(f"model folder {path} is missing on the host")
+            raise ModuleError(f"model folder {path} is missing on the host")
         files = dict(
             (name, int(size))
             for name, _, size in (line.rpartition(" ") for line in listing.stdout.splitlines())
@@ -40,7 +41,7 @@ class HfModel(Module):
         if "tokenizer.json" not in files and "tokenizer_config.json" not in files:
             missing.append("tokenizer.json / tokenizer_config.json")
         if missing:
-            raise ValueError(f"model folder {path} lacks {', '.join(missing)}")
+            raise ModuleError(f"model folder {path} lacks {', '.join(missing)}")
         small = sorted(f"{path}/{n}" for n in files if n.endswith(".json"))
         digests = ctx.run_helper("file_digests", {"paths": small})["digests"]
         fingerprint: dict[str, Any] = {

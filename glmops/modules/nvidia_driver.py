@@ -15,6 +15,7 @@ from typing import Any
 from glmops import driver_policy as policy
 from glmops.connection import quote
 from glmops.context import TaskContext
+from glmops.errors import ModuleError
 from glmops.facts import HostFacts, parse_cc, parse_facts
 from glmops.modules.base import Arg, Module, Plan, register
 from glmops.results import Status, TaskResult
@@ -165,7 +166,7 @@ class NvidiaDriver(Module):
             return Plan(False, f"{skip.because}", data=data)
         bad = policy.errors(decisions)
         if bad:
-            raise ValueError("driver policy: " + "; ".join(d.because for d in bad))
+            raise ModuleError("driver policy: " + "; ".join(d.because for d in bad))
         keyring = ctx.run("dpkg-query -W -f='${db:Status-Abbrev}' cuda-keyring 2>/dev/null")
         nouveau = policy.get(decisions, "nouveau")
         current = ctx.read(NOUVEAU_CONF) if nouveau and nouveau.value == "blacklist" else None

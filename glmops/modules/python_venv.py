@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from glmops.context import TaskContext
+from glmops.errors import ModuleError
 from glmops.modules.base import Arg, Module, Plan, register
 from glmops.results import Status, TaskResult
 
@@ -55,7 +56,7 @@ class PythonVenv(Module):
     def plan(self, ctx: TaskContext) -> Plan:
         reply = self._call(ctx, check=True)
         if reply.get("failed"):
-            raise ValueError(f"python_venv: {reply.get('msg')}")
+            raise ModuleError(f"python_venv: {reply.get('msg')}")
         return Plan(bool(reply.get("changed")), reply.get("msg", ""), data=reply)
 
     def apply(self, ctx: TaskContext, plan: Plan) -> TaskResult:

@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 
 from glmops.context import TaskContext
-from glmops.errors import CommandTimeout, GlmopsError, HostKeyChanged
+from glmops.errors import CommandTimeout, GlmopsError, HostKeyChanged, ModuleError
 from glmops.modules.base import Arg, Module, Plan, register
 from glmops.results import Status, TaskResult
 
@@ -72,9 +72,9 @@ class Reboot(Module):
         host_ids = ((ids[0] if ids else "") or None, (ids[1] if len(ids) > 1 else "") or None)
         why_not = refusal(ctx.host.connection.connection, host_ids, controller_identity())
         if why_not:
-            raise ValueError(f"refusing to reboot {ctx.host.name}: {why_not}")
+            raise ModuleError(f"refusing to reboot {ctx.host.name}: {why_not}")
         if not host_ids[1]:
-            raise ValueError(f"cannot read {BOOT_ID} on {ctx.host.name}: no way to prove a reboot")
+            raise ModuleError(f"cannot read {BOOT_ID} on {ctx.host.name}: no way to prove a reboot")
         return Plan(
             True,
             f"would reboot ({self.params['reason']}); boot_id now {host_ids[1]}",

@@ -8,7 +8,7 @@ replica that never comes up fails this task instead of silently staying out of r
 from __future__ import annotations
 
 from glmops.context import TaskContext
-from glmops.errors import GlmopsError
+from glmops.errors import ModuleError
 from glmops.fleet.router import RouterClient, RouterError, worker_changes
 from glmops.modules.base import Arg, Module, Plan, register
 from glmops.results import Status, TaskResult
@@ -34,7 +34,7 @@ class RouterWorkers(Module):
         try:
             current = client.workers()
         except RouterError as error:
-            raise GlmopsError(f"router_workers: {error}") from error
+            raise ModuleError(f"router_workers: {error}") from error
         wanted = [str(url) for url in self.params["workers"]]
         state = self.params["state"]
         if state == "absent":

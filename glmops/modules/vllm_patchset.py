@@ -15,6 +15,7 @@ from typing import Any
 
 from glmops.connection import quote
 from glmops.context import TaskContext
+from glmops.errors import ModuleError
 from glmops.modules.base import Arg, Module, Plan, register
 from glmops.patchset import (
     ANCHOR_FILES,
@@ -56,7 +57,7 @@ class VllmPatchset(Module):
             HELPER, {"mode": "read", "files": list(ANCHOR_FILES)}, python=self._python()
         )
         if read.get("failed"):
-            raise ValueError(f"cannot read vLLM in {self.params['venv']}: {read.get('msg')}")
+            raise ModuleError(f"cannot read vLLM in {self.params['venv']}: {read.get('msg')}")
         if self.params["state"] == "absent":
             return self._plan_restore(read)
         try:
@@ -66,7 +67,7 @@ class VllmPatchset(Module):
                 profile, read["files"], {k: v for k, v in options.items() if v is not None}
             )
         except (UnsupportedLayout, PatchError) as error:
-            raise ValueError(f"{self.params['venv']}: {error}; nothing was changed") from None
+            raise ModuleError(f"{self.params['venv']}: {error}; nothing was changed") from None
         explain = [f"profile {profile.name}: {profile.description}"] + [
             f"{c.item} {c.path}: {'apply' if c.changed else 'ok'} ({c.reason})" for c in changes
         ]

@@ -16,6 +16,7 @@ from typing import Any
 
 from glmops.connection import quote
 from glmops.context import TaskContext
+from glmops.errors import ModuleError
 from glmops.modules.base import Arg, Module, Plan, register
 from glmops.results import Status, TaskResult
 from glmops.serving.journal import failure_summary, loading_phase, parse_backend, stop_cause
@@ -40,7 +41,7 @@ def probe(ctx: TaskContext, args: dict[str, Any]) -> dict[str, Any]:
         "vllm_probe", args, timeout=float(args.get("completion_timeout", 120)) + 60
     )
     if reply.get("failed"):
-        raise ValueError(f"vllm_probe: {reply.get('msg')}")
+        raise ModuleError(f"vllm_probe: {reply.get('msg')}")
     return reply
 
 

@@ -11,6 +11,7 @@ vLLM's Python alone.
 from __future__ import annotations
 
 from glmops.context import TaskContext
+from glmops.errors import ModuleError
 from glmops.modules.base import Arg, Module, Plan, register
 from glmops.results import TaskResult
 from glmops.serving.preflight import parse_preflight
@@ -53,7 +54,7 @@ class VllmSelectionPreflight(Module):
             args["capability"] = p["capability"]
         reply = ctx.run_helper(HELPER, {**args, "check": True}, python=p["python"], timeout=300)
         if reply.get("failed") and not reply.get("candidates"):
-            raise ValueError(f"preflight could not ask vLLM ({p['python']}): {reply.get('msg')}")
+            raise ModuleError(f"preflight could not ask vLLM ({p['python']}): {reply.get('msg')}")
         result = parse_preflight(reply)
         expected = [str(n).upper() for n in p["expected"]]
         stubbed = reply.get("compiled_modules_stubbed")
@@ -71,12 +72,12 @@ class VllmSelectionPreflight(Module):
             "explain": explain,
         }
         if result.error:
-            raise ValueError(
+            raise ModuleError(
                 f"preflight: {vllm} would select no attention backend: {result.error}; "
                 f"reasons: {result.rejected or reply}{note}"
             )
         if expected and result.backend not in expected:
-            raise ValueError(
+            raise ModuleError(
                 f"preflight: {vllm} would select {result.backend}, expected {' or '.join(expected)}"
                 f" ({p['why']}); others rejected: {result.rejected}{note}"
             )

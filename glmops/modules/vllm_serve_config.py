@@ -14,6 +14,7 @@ from typing import Any
 
 from glmops.connection import quote
 from glmops.context import TaskContext
+from glmops.errors import ModuleError
 from glmops.modules.base import Arg, Module, Plan, register
 from glmops.results import TaskResult
 from glmops.serving import ServeError, gguf_loader_problem, serve_flags
@@ -49,11 +50,11 @@ class VllmServeConfig(Module):
         try:
             config = serve_flags(facts, {**inputs, "vllm_model": self.params["model"]})
         except ServeError as error:
-            raise ValueError(str(error)) from None
+            raise ModuleError(str(error)) from None
         data = config.as_data()
         key = self.params["vllm_api_key"]
         if key is not None and (not isinstance(key, str) or any(c in key for c in '"\\\n\r$`')):
-            raise ValueError(
+            raise ModuleError(
                 "vllm_api_key must be text without quotes, backslashes, $, ` or newlines"
             )
         data["api_key_set"] = bool(key)
@@ -62,7 +63,7 @@ class VllmServeConfig(Module):
             if str(self.params["model"]).endswith(".gguf"):
                 problem = gguf_loader_problem(facts, inputs)
                 if problem:
-                    raise ValueError(f"cannot serve: {problem}")
+                    raise ModuleError(f"cannot serve: {problem}")
         manifest = facts.patch_manifest
         started_with = {
             "vllm_version": facts.venv.vllm_version if facts.venv else None,
@@ -110,4 +111,4 @@ class VllmServeConfig(Module):
         if not probe.stdout.strip():
             missing.append(f"{tokenizer}: no tokenizer.json / tokenizer_config.json")
         if missing:
-            raise ValueError("cannot serve: missing " + "; ".join(missing))
+            raise ModuleError("cannot serve: missing " + "; ".join(missing))

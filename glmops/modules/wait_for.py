@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from glmops.context import TaskContext
+from glmops.errors import ModuleError
 from glmops.modules.base import Arg, Module, Plan, register
 from glmops.results import Status, TaskResult
 
@@ -26,7 +27,7 @@ class WaitFor(Module):
 
     def plan(self, ctx: TaskContext) -> Plan:
         if not self.params["port"] and not self.params["url"]:
-            raise ValueError("wait_for: give port or url")
+            raise ModuleError("wait_for: give port or url")
         target = self.params["url"] or f"{self.params['host']}:{self.params['port']}"
         return Plan(None, f"wait for {target}")
 

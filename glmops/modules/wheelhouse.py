@@ -13,6 +13,7 @@ from pathlib import Path
 
 from glmops.connection import quote
 from glmops.context import TaskContext
+from glmops.errors import ModuleError
 from glmops.modules.base import Arg, Module, Plan, register
 from glmops.results import Status, TaskResult
 
@@ -34,7 +35,7 @@ def sha256_file(path: Path) -> str:
 
 def local_files(src: Path, patterns: list[str]) -> dict[str, Path]:
     if not src.is_dir():
-        raise ValueError(f"wheelhouse: {src} is not a folder on the controller")
+        raise ModuleError(f"wheelhouse: {src} is not a folder on the controller")
     return {
         p.name: p
         for p in sorted(src.iterdir())

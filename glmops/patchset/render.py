@@ -4,13 +4,14 @@ plan instead of rendering a broken file onto a host."""
 from __future__ import annotations
 
 from functools import cache
-from pathlib import Path
 from typing import Any
 
 import jinja2
 
-TEMPLATE_DIR = Path(__file__).resolve().parents[2] / "templates" / "vllm"
-KERNEL_DIR = Path(__file__).resolve().parents[2] / "backend"
+from glmops import paths
+
+TEMPLATE_DIR = paths.templates() / "vllm"
+KERNEL_DIR = paths.backend()
 
 
 @cache

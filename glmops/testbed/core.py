@@ -9,7 +9,7 @@ import shutil
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -47,6 +47,53 @@ def preflight() -> None:
             + ", ".join(missing)
             + f"; install with: apt-get install -y {APT_PACKAGES}"
         )
+
+
+#: Kernel limits each booted host needs a share of: systemd in a container holds inotify
+#: instances and watches (the stock 128 instances per user run out near 15 hosts with "Too many
+#: open files"). `up` raises each to floor + per_host * n (room for another testbed beside this
+#: one); where it cannot, it refuses only when the limit is below `least` * n, what n hosts use.
+INOTIFY = {  # name: (floor, per_host, least per host)
+    "fs/inotify/max_user_instances": (1024, 32, 8),
+    "fs/inotify/max_user_watches": (524288, 16384, 2048),
+}
+SYSCTL_ROOT = Path("/proc/sys")
+
+
+def inotify_needs(n: int, current: dict[str, int]) -> dict[str, int]:
+    """The limits to raise for n hosts (name -> new value); those already high enough stay."""
+    wanted = {name: floor + per_host * n for name, (floor, per_host, _) in INOTIFY.items()}
+    return {name: value for name, value in wanted.items() if current.get(name, 0) < value}
+
+
+def ensure_inotify(n: int, root: Path = SYSCTL_ROOT) -> None:
+    """Raise the inotify limits n hosts need, or refuse up front with the sysctl to run."""
+    current = {}
+    for name in INOTIFY:
+        try:
+            current[name] = int((root / name).read_text())
+        except (OSError, ValueError):
+            current[name] = 0
+    failed = raise_limits(n, current, lambda name, value: (root / name).write_text(f"{value}\n"))
+    if failed:
+        raise TestbedError(
+            f"{n} testbed hosts need higher inotify limits than this kernel allows glmops to set "
+            f"(systemd in the hosts would fail with 'Too many open files'); run: sysctl -w "
+            + " ".join(failed)
+        )
+
+
+def raise_limits(n: int, current: dict[str, int], write: Callable[[str, int], object]) -> list[str]:
+    """Write each limit n hosts want; returns `name=value` for those that could not be set
+    and are below what n hosts use (the ones to refuse over)."""
+    failed = []
+    for name, value in inotify_needs(n, current).items():
+        try:
+            write(name, value)
+        except OSError:
+            if current.get(name, 0) < INOTIFY[name][2] * n:
+                failed.append(f"{name.replace('/', '.')}={value}")
+    return failed
 
 
 class Testbed:
@@ -145,6 +192,7 @@ class Testbed:
             )
         profile = get_profile(gpu_profile) if gpu_profile else None
         preflight()
+        ensure_inotify(n)
         with self._locked():
             base = rootfs.ensure_base(self._log)
             pubkey = self._ensure_key()

@@ -119,7 +119,8 @@ def facts(inventory: Path, name: str) -> dict:
         env={**os.environ, "GLMOPS_HOME": str(inventory.parent / "home")},
     )
     assert proc.returncode == 0, proc.stderr
-    return json.loads(proc.stdout)[name]
+    events = [json.loads(line) for line in proc.stdout.splitlines()]
+    return next(e["facts"] for e in events if e["event"] == "facts" and e["host"] == name)
 
 
 def by_task(events: list[dict]) -> dict[str, dict]:

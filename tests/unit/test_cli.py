@@ -15,7 +15,8 @@ def workdir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("GLMOPS_HOME", str(tmp_path / "home"))
     (tmp_path / "hosts.yml").write_text(
-        "all:\n  hosts:\n    good: {connection: local}\n    bad: {connection: local}\n"
+        f"all:\n  vars: {{state_dir: '{tmp_path}/state'}}\n"
+        "  hosts:\n    good: {connection: local}\n    bad: {connection: local}\n"
     )
     (tmp_path / "play.yml").write_text(
         "- hosts: all\n  gather_facts: false\n  tasks:\n"
@@ -62,6 +63,7 @@ def test_check_mode_exit_3(workdir: Path) -> None:
     assert invoke("run", "play.yml", "-i", "hosts.yml", "--check").exit_code == 3
     assert invoke("run", "play.yml", "-i", "hosts.yml").exit_code == 0
     assert invoke("run", "play.yml", "-i", "hosts.yml", "--check").exit_code == 0
+    assert invoke("run", "play.yml", "-i", "hosts.yml", "-C", "-D").exit_code == 0
 
 
 @pytest.mark.parametrize(

@@ -35,7 +35,10 @@ def _wait_for(predicate, timeout: float = 15) -> bool:
 
 @pytest.fixture
 def project(tmp_path: Path) -> Path:
-    (tmp_path / "hosts.yml").write_text("all:\n  hosts:\n    here: {connection: local}\n")
+    (tmp_path / "hosts.yml").write_text(
+        f"all:\n  vars: {{state_dir: '{tmp_path}/state'}}\n"
+        "  hosts:\n    here: {connection: local}\n"
+    )
     return tmp_path
 
 

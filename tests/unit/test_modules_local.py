@@ -63,9 +63,9 @@ def test_check_and_diff_change_nothing(
 
 
 def _backups(target: Path) -> list[Path]:
-    return sorted(Path("/var/lib/glmops/backups").glob(f"{str(target).lstrip('/')}.*")) + sorted(
-        Path.home().glob(f".local/state/glmops/backups{target}.*")
-    )
+    """Backups of `target` in the test inventory's state dir (tmp_path/state)."""
+    state = target.parent.parent / "state"
+    return sorted(state.glob(f"backups{target}.*"))
 
 
 def test_copy_backs_up_only_when_asked_and_keeps_the_newest_five(
@@ -361,7 +361,10 @@ def test_heartbeat_names_the_busy_host(
 
 def test_play_defaults_yield_to_the_inventory(run_playbook: Runner, tmp_path: Path) -> None:
     inventory = tmp_path / "inv.yml"
-    inventory.write_text("all:\n  hosts:\n    here: {connection: local, from_inventory: inv}\n")
+    inventory.write_text(
+        f"all:\n  vars: {{state_dir: '{tmp_path}/state'}}\n"
+        "  hosts:\n    here: {connection: local, from_inventory: inv}\n"
+    )
     outcome = run_playbook(
         """
     - hosts: all
@@ -495,3 +498,26 @@ def test_another_playbook_never_drops_pending_notifications(
     again = run_playbook(first, local_inventory, extra=["v=1", "fail=false"], name="app.yml")
     assert again.exit_code == 0
     assert log.read_text() == "other\napp\n", "the notification of app.yml was dropped"
+
+
+def test_a_task_ended_midway_keeps_its_notification(
+    run_playbook: Runner, local_inventory: Path, tmp_path: Path
+) -> None:
+    root = tmp_path / "root"
+    play = f"""
+    - hosts: all
+      gather_facts: false
+      tasks:
+        - name: changes, then hangs
+          shell: {{cmd: "touch {root}/changed && sleep {{{{ hang }}}}", creates: "{root}/changed"}}
+          timeout: 1
+          notify: restart
+      handlers:
+        - name: restart
+          shell: echo restarted >> {root}/restarts
+    """
+    timed_out = run_playbook(play, local_inventory, extra=["hang=30"])
+    assert timed_out.exit_code == 2 and (root / "changed").exists()
+    again = run_playbook(play, local_inventory, extra=["hang=0"])
+    assert again.exit_code == 0 and again.status("changes, then hangs") == "ok"
+    assert (root / "restarts").read_text() == "restarted\n", "the notification was lost"

@@ -112,3 +112,28 @@ def test_variables_refer_to_variables_and_broken_ones_fail_only_when_used() -> N
     assert render_value("{{ gguf }}", scope, where="w") == "/srv/models/glm5.gguf"
     with pytest.raises(TemplateError, match="'broken' could not be rendered.*nope"):
         render_value("{{ broken }}", scope, where="w")
+
+
+def test_a_misspelt_task_key_gets_a_suggestion(tmp_path) -> None:
+    import pytest
+
+    from glmops.errors import InputError
+    from glmops.playbook import load_playbook
+
+    path = tmp_path / "p.yml"
+    path.write_text("- hosts: all\n  tasks:\n    - command: 'true'\n      notfy: x\n")
+    with pytest.raises(InputError, match="p.yml:4: unknown module or task key 'notfy' "
+                       r"\(did you mean 'notify'\?"):  # fmt: skip
+        load_playbook(path)
+
+
+def test_a_literal_argument_of_the_wrong_type_fails_at_load(tmp_path) -> None:
+    import pytest
+
+    from glmops.errors import InputError
+    from glmops.playbook import load_playbook
+
+    path = tmp_path / "p.yml"
+    path.write_text("- hosts: all\n  tasks:\n    - file: {path: [/tmp/a, /tmp/b]}\n")
+    with pytest.raises(InputError, match=r"p.yml:3: argument 'path' of 'file' must be str"):
+        load_playbook(path)

@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 
 from glmops.connection import CommandResult
+from glmops.errors import ModuleError
 from glmops.facts import parse_facts
 from glmops.inventory import ConnectionSpec, Host
 from glmops.modules import nvidia_driver as nd
@@ -152,7 +153,7 @@ def test_no_gpu_host_is_never_touched() -> None:
 
 def test_policy_error_fails_the_task() -> None:
     ctx = FakeCtx({"facts": facts_json("12.0", driver=None)})
-    with pytest.raises(ValueError, match="too old"):
+    with pytest.raises(ModuleError, match="too old"):
         driver(ctx, branch="560", expected_compute_cap="12.0")
 
 
@@ -169,7 +170,7 @@ def test_reboot_refuses_the_controller() -> None:
 
 def test_reboot_plan_refuses_a_local_host_even_in_check_mode() -> None:
     ctx = FakeCtx({}, answers={"machine-id": (0, "x\ny\n")}, connection="local")
-    with pytest.raises(ValueError, match="refusing to reboot"):
+    with pytest.raises(ModuleError, match="refusing to reboot"):
         rb.Reboot({"reason": "t"}).plan(ctx)  # type: ignore[arg-type]
 
 

@@ -1,0 +1,120 @@
+"""What a person and a script read: full tables when piped, start lines and heartbeats, -vv
+details, one versioned JSON event schema, and masking by value."""
+
+from __future__ import annotations
+
+import io
+import json
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from glmops.cli import main
+from glmops.output import SCHEMA, Reporter
+from glmops.results import HostTally
+from glmops.runlog import Masker
+from tests.conftest import Runner
+
+LONG_HOST = "gpu-node-rack12-slot07-very-long-hostname-for-the-datacenter.example.internal"
+
+
+def test_piped_tables_are_never_cut() -> None:
+    out = io.StringIO()
+    reporter = Reporter(Masker(), stdout=out, stderr=io.StringIO())
+    reporter.recap({LONG_HOST: HostTally(ok=3)}, "runs/x", 0)
+    assert LONG_HOST in out.getvalue()
+
+
+@pytest.fixture
+def workdir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "hosts.yml").write_text(
+        f"all:\n  vars: {{state_dir: '{tmp_path}/state'}}\n"
+        "  hosts:\n    here: {connection: local}\n"
+    )
+    return tmp_path
+
+
+def test_minus_vv_shows_command_stdout_and_stderr(workdir: Path) -> None:
+    (workdir / "play.yml").write_text(
+        "- hosts: all\n  gather_facts: false\n  tasks:\n"
+        "    - shell: echo to-stdout; echo to-stderr >&2\n"
+    )
+    result = CliRunner().invoke(main, ["run", "play.yml", "-i", "hosts.yml", "-vv"])
+    assert result.exit_code == 0, result.output
+    for text in ("$ echo to-stdout; echo to-stderr >&2", "rc=0", "to-stdout", "to-stderr"):
+        assert text in result.stderr, result.stderr
+
+
+def test_json_events_share_one_versioned_schema(workdir: Path) -> None:
+    (workdir / "play.yml").write_text(
+        "- hosts: all\n  gather_facts: false\n  tasks:\n    - name: say\n      command: echo hi\n"
+    )
+    result = CliRunner().invoke(main, ["run", "play.yml", "-i", "hosts.yml", "--json"])
+    events = [json.loads(line) for line in result.stdout.splitlines()]
+    assert events and all(e["schema"] == SCHEMA for e in events)
+    start = next(e for e in events if e["event"] == "task_start")
+    done = next(e for e in events if e["event"] == "task")
+    assert start["source"] == done["source"] == "play.yml:4"
+    assert done["rc"] == 0 and done["duration"] >= 0
+    facts = CliRunner().invoke(main, ["facts", "here", "-i", "hosts.yml", "--json"])
+    lines = [json.loads(line) for line in facts.stdout.splitlines()]
+    assert [(e["schema"], e["event"], e["host"]) for e in lines] == [(SCHEMA, "facts", "here")]
+
+
+def test_first_heartbeat_comes_after_one_interval(
+    run_playbook: Runner, local_inventory: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import glmops.executor
+
+    monkeypatch.setattr(glmops.executor, "HEARTBEAT_SECONDS", 0.8)
+    outcome = run_playbook(
+        """
+    - hosts: all
+      gather_facts: false
+      tasks:
+        - name: slow step
+          command: sleep 1.4
+    """,
+        local_inventory,
+    )
+    assert outcome.exit_code == 0
+    assert outcome.stderr.count("still running: here 'slow step'") == 1, outcome.stderr
+    assert "start here slow step" in " ".join(outcome.stderr.split())
+
+
+def test_masking_goes_by_secret_names_and_values_not_words_inside_names(
+    run_playbook: Runner, local_inventory: Path
+) -> None:
+    outcome = run_playbook(
+        """
+    - hosts: all
+      gather_facts: false
+      vars:
+        db_password: hunter2-long-secret
+        tokenizer_name: glmtokenizer
+        root_password: root
+        user: root
+      tasks:
+        - name: show
+          shell: echo "{{ db_password }} {{ tokenizer_name }} user={{ user }}"; exit 1
+    """,
+        local_inventory,
+    )
+    msg = outcome.results()[0]["msg"]
+    assert "hunter2-long-secret" not in msg and "********" in msg
+    assert "glmtokenizer" in msg and "user=root" in msg, msg
+
+
+def test_old_run_directories_are_pruned(tmp_path: Path) -> None:
+    from glmops.runlog import RUNS_KEPT, RunLog
+
+    root = tmp_path / "runs"
+    for i in range(RUNS_KEPT + 5):
+        (root / f"20250101-{i:06d}-abcdef").mkdir(parents=True)
+    (root / "not-a-run").mkdir()
+    log = RunLog(root, Masker())
+    runs = sorted(p.name for p in root.iterdir())
+    assert len(runs) == RUNS_KEPT + 1 and "not-a-run" in runs and log.path.name in runs
+    assert "20250101-000005-abcdef" not in runs and "20250101-000006-abcdef" in runs
