@@ -5,6 +5,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
+from glmops.errors import InputError
 from glmops.modules.base import REGISTRY
 from glmops.serving.flags import DEFAULTS, INPUTS
 from tests.conftest import Runner
@@ -55,9 +58,12 @@ def test_module_reads_arguments_not_free_variables(
 
 
 def test_wrong_type_names_the_argument(run_playbook: Runner, local_inventory: Path) -> None:
-    outcome = run_playbook(PLAY.replace("{extra}", "vllm_extra_args: -O3"), local_inventory)
-    assert outcome.exit_code != 0
-    assert "argument 'vllm_extra_args' of 'vllm_serve_config' must be list" in outcome.stderr
+    """A literal of the wrong type is refused when the playbook loads, naming file and line."""
+    with pytest.raises(InputError) as refused:
+        run_playbook(PLAY.replace("{extra}", "vllm_extra_args: -O3"), local_inventory)
+    message = str(refused.value)
+    assert "argument 'vllm_extra_args' of 'vllm_serve_config' must be list" in message
+    assert "playbook.yml:" in message
 
 
 def _argv(inventory: Path) -> list[str]:
