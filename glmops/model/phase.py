@@ -19,7 +19,7 @@ from typing import Any
 
 from glmops.connection import ConnectionSettings
 from glmops.context import TaskContext
-from glmops.errors import InputError
+from glmops.errors import GlmopsError, InputError
 from glmops.inventory import Host
 from glmops.model.access import RunKey
 from glmops.model.fanout import FanOut, Plan, Target
@@ -197,6 +197,15 @@ def _controller_room(cache: ModelCache, manifest: Manifest) -> None:
         )
 
 
+def _try_grant(ctx: TaskContext, key: RunKey, fleet: list[TaskContext], plan: Plan) -> str | None:
+    """None when the host holds the run's key; else why not (that host only is left out)."""
+    try:
+        grant(ctx, key, fleet, plan)
+    except GlmopsError as error:
+        return str(error)[:300]
+    return None
+
+
 def _paths(ctx: TaskContext, manifest: Manifest) -> dict[str, Any]:
     root = model_dir(ctx.host.vars)
     first = manifest.gguf_first_shard()
@@ -240,11 +249,24 @@ def _distribute(
         if options.on_event:
             options.on_event(kind, **info)
 
-    targets = [Target(n, c, model_dir(c.host.vars)) for n, c in need.items()]
-    seed_targets = [Target(c.host.name, c, model_dir(c.host.vars), done=True) for c in seeds]
     leftovers: list[str] = []
     try:
-        parallel({c.host.name: c for c in fleet}, lambda c: grant(c, key, fleet, plan))
+        granted = parallel(
+            {c.host.name: c for c in fleet}, lambda c: _try_grant(c, key, fleet, plan)
+        )
+        refused = {
+            n: TaskResult(Status.FAILED, f"cannot grant the run's key: {e}")
+            for n, e in granted.items()
+            if e
+        }
+        targets = [
+            Target(n, c, model_dir(c.host.vars)) for n, c in need.items() if n not in refused
+        ]
+        seed_targets = [
+            Target(c.host.name, c, model_dir(c.host.vars), done=True)
+            for c in seeds
+            if c.host.name not in refused
+        ]
         fan = FanOut(plan, targets, seed_targets, event)
         total = manifest.total_bytes * len(targets)
         with Meter("fan-out", total, lambda: arrived(targets, manifest), reporter.note, 30):
@@ -261,7 +283,7 @@ def _distribute(
             + "; ".join(leftovers)
             + " (the next glmops model run removes it)"
         )
-    results = {}
+    results = {n: r for n, r in refused.items() if n in need}
     for name, target in done.items():
         data = {**_paths(target.ctx, manifest), "source": target.source, "bytes": target.received}
         if target.done:
