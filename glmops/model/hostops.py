@@ -156,7 +156,9 @@ def seed_fetch(
     }
     root = model_dir(seed.host.vars)
     target = Target(seed.host.name, seed, root)
-    reporter.note(f"fetching {len(files)} file(s) from the Hub onto the seed", seed.host.name)
+    reporter.note(
+        f"{seed.host.name}: fetching {len(files)} file(s) from the Hub (seed)", seed.host.name
+    )
     with Meter(
         "seed fetch", manifest.total_bytes, lambda: arrived([target], manifest), reporter.note, 30
     ):

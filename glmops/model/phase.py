@@ -76,9 +76,10 @@ def run_model_phase(
         groups.setdefault(source.key, []).append(host)
     for members in groups.values():
         results.update(_one_source(members, reporter, runlog, masker, options))
-    for name, result in results.items():
+    ordered = {h.name: results[h.name] for h in hosts if h.name in results}
+    for name, result in ordered.items():
         reporter.task(name, TASK, result)
-    return results
+    return ordered
 
 
 def _one_source(
@@ -123,7 +124,7 @@ def _converge(
     for name in ctxs.keys() - need.keys():
         results[name] = TaskResult(
             Status.OK,
-            f"complete: manifest {manifest.digest[:12]} verified ({states[name]['msg']})",
+            f"complete: manifest {manifest.digest[:12]} ({states[name]['msg']})",
             data=_paths(ctxs[name], manifest),
         )
     for name, refusal in parallel(need, lambda c: preflight(c, manifest)).items():
@@ -243,9 +244,12 @@ def _distribute(
 
     def event(kind: str, **info: Any) -> None:
         if kind in ("transfer", "retry", "failed"):
-            text = {"transfer": "copying from {source}", "retry": "{msg}; trying another source"}
+            text = {
+                "transfer": "{host}: copying from {source}",
+                "retry": "{host}: {msg}; trying another source",
+            }
             with lock:
-                reporter.note(text.get(kind, "{msg}").format(**info), info["host"])
+                reporter.note(text.get(kind, "{host}: {msg}").format(**info), info["host"])
         if options.on_event:
             options.on_event(kind, **info)
 
