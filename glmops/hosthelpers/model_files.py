@@ -116,7 +116,7 @@ def verify(args):
             write_atomic(os.path.join(root, MANIFEST), text)
             changed = True
     msg = (
-        f"{len(files)} files verified ({hashed} bytes hashed)"
+        f"{len(files)} files verified, {hashed} bytes hashed"
         if complete
         else f"{len(missing)} missing, {len(bad)} failed their check (deleted)"
     )

@@ -13,38 +13,35 @@ from __future__ import annotations
 import shutil
 import threading
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from glmops.connection import ConnectionSettings, open_connection, quote
-from glmops.context import RemoteInfo, TaskContext
-from glmops.errors import GlmopsError, HostUnreachable, InputError
-from glmops.facts import parse_facts
-from glmops.facts_gather import gather
+from glmops.connection import ConnectionSettings
+from glmops.context import TaskContext
+from glmops.errors import GlmopsError, InputError
 from glmops.inventory import Host
-from glmops.model.access import (
-    RUN_DIR,
-    RunKey,
-    authorize_script,
-    known_host_lines,
-    revoke_script,
-)
+from glmops.model.access import RunKey
 from glmops.model.fanout import FanOut, Plan, Target
 from glmops.model.fetch import HubAccess, ModelCache, default_cache_root, download, resolve
+from glmops.model.hostops import (
+    MARGIN_MIN,
+    TASK,
+    arrived,
+    connect,
+    grant,
+    parallel,
+    preflight,
+    revoke,
+    seed_fetch,
+    verify,
+)
 from glmops.model.manifest import Manifest
 from glmops.model.progress import Meter, human_bytes
 from glmops.model.source import model_dir, parse_source
 from glmops.output import Reporter
 from glmops.results import Status, TaskResult
 from glmops.runlog import Masker, RunLog
-from glmops.serving import needs_single_file
-
-TASK = "model files"
-#: Room left free beyond the files (and merged file): 2% of their size, at least 1 GiB.
-MARGIN_FRACTION = 0.02
-MARGIN_MIN = 1 << 30
 
 
 @dataclass
@@ -79,9 +76,10 @@ def run_model_phase(
         groups.setdefault(source.key, []).append(host)
     for members in groups.values():
         results.update(_one_source(members, reporter, runlog, masker, options))
-    for name, result in results.items():
+    ordered = {h.name: results[h.name] for h in hosts if h.name in results}
+    for name, result in ordered.items():
         reporter.task(name, TASK, result)
-    return results
+    return ordered
 
 
 def _one_source(
@@ -100,7 +98,7 @@ def _one_source(
         f"{human_bytes(manifest.total_bytes)} ({cache.manifest_path})"
     )
     results: dict[str, TaskResult] = {}
-    ctxs = _connect(hosts, runlog, masker, options, results)
+    ctxs = connect(hosts, runlog, masker, options, results)
     try:
         results.update(_converge(ctxs, cache, manifest, hub, reporter, options))
     finally:
@@ -120,16 +118,16 @@ def _converge(
     """Verify what each host has, refuse hosts without room, fetch once, then fan out."""
     results: dict[str, TaskResult] = {}
     if not options.check:  # a key a killed run left behind goes first
-        _parallel(ctxs, _revoke)
-    states = _parallel(ctxs, lambda c: _verify(c, manifest, options))
+        parallel(ctxs, revoke)
+    states = parallel(ctxs, lambda c: verify(c, manifest, options.full_verify))
     need = {n: c for n, c in ctxs.items() if not states[n].get("complete")}
     for name in ctxs.keys() - need.keys():
         results[name] = TaskResult(
             Status.OK,
-            f"complete: manifest {manifest.digest[:12]} verified ({states[name]['msg']})",
+            f"complete: manifest {manifest.digest[:12]} ({states[name]['msg']})",
             data=_paths(ctxs[name], manifest),
         )
-    for name, refusal in _parallel(need, lambda c: _preflight(c, manifest)).items():
+    for name, refusal in parallel(need, lambda c: preflight(c, manifest)).items():
         if refusal:
             results[name] = TaskResult(Status.FAILED, refusal)
             need.pop(name)
@@ -174,7 +172,7 @@ def _seed_ready(
             return {}
         return TaskResult(Status.FAILED, f"seed {seed_name} was refused: no source")
     missing = states[seed_name]["missing"] + states[seed_name]["bad"]
-    failed = _seed_fetch(seed, manifest, missing, hub, reporter)
+    failed = seed_fetch(seed, manifest, missing, hub, reporter)
     if failed:
         return failed
     need.pop(seed_name)
@@ -185,145 +183,6 @@ def _seed_ready(
             data={**_paths(seed, manifest), "source": "hub"},
         )
     }
-
-
-def _seed_fetch(
-    seed: TaskContext, manifest: Manifest, missing: list[str], hub: HubAccess, reporter: Reporter
-) -> TaskResult | None:
-    """The seed host downloads from the Hub itself; None when it then verifies complete."""
-    from huggingface_hub import hf_hub_url
-    from huggingface_hub.utils import build_hf_headers
-
-    commits = {s["part"]: (s["repo"], s["commit"]) for s in manifest.sources}
-    files = []
-    for entry in manifest.files:
-        if entry.path in missing:
-            part, _, repo_path = entry.path.partition("/")
-            repo, commit = commits[part]
-            url = hf_hub_url(repo, repo_path, revision=commit, endpoint=hub.endpoint)
-            files.append(
-                {"path": entry.path, "url": url, "size": entry.size, "sha256": entry.sha256}
-            )
-    headers = {
-        k: v
-        for k, v in build_hf_headers(token=hub.token).items()
-        if k.lower() in ("authorization", "user-agent")
-    }
-    root = model_dir(seed.host.vars)
-    target = Target(seed.host.name, seed, root)
-    reporter.note(f"fetching {len(files)} file(s) from the Hub onto the seed", seed.host.name)
-    with Meter(
-        "seed fetch", manifest.total_bytes, lambda: _arrived([target], manifest), reporter.note, 30
-    ):
-        reply = seed.run_helper(
-            "model_fetch",
-            {"model_dir": root, "files": files, "headers": headers},
-            timeout=24 * 3600,
-        )
-    if reply.get("failed"):
-        return TaskResult(Status.FAILED, f"seed {seed.host.name} could not fetch: {reply['msg']}")
-    verified = _verify(seed, manifest, ModelOptions())
-    if not verified.get("complete"):
-        return TaskResult(
-            Status.FAILED, f"seed {seed.host.name}: {verified['msg']} after its fetch"
-        )
-    return None
-
-
-def _connect(
-    hosts: list[Host],
-    runlog: RunLog,
-    masker: Masker,
-    options: ModelOptions,
-    results: dict[str, TaskResult],
-) -> dict[str, TaskContext]:
-    def one(host: Host) -> TaskContext | str:
-        try:
-            conn = open_connection(host.name, host.connection, options.connection)
-            probe = conn.run('id -u; printf "%s\\n" "$HOME"', timeout=30)
-            uid, home = probe.stdout.splitlines()[:2]
-        except (HostUnreachable, ValueError) as error:
-            return str(error) or "cannot run commands"
-        return TaskContext(
-            host=host,
-            conn=conn,
-            remote=RemoteInfo(uid=int(uid), home=home, python=None),
-            log=runlog,
-            masker=masker,
-            check=options.check,
-            become=bool(host.connection.become),
-            sudo_password=options.sudo_password,
-            task_name=TASK,
-        )
-
-    ctxs = {}
-    with ThreadPoolExecutor(max_workers=min(len(hosts), 32)) as pool:
-        for host, ctx in zip(hosts, pool.map(one, hosts), strict=True):
-            if isinstance(ctx, str):
-                results[host.name] = TaskResult(Status.UNREACHABLE, ctx)
-            else:
-                ctxs[host.name] = ctx
-    return ctxs
-
-
-def _parallel(ctxs: dict[str, TaskContext], work: Callable[[TaskContext], Any]) -> dict[str, Any]:
-    if not ctxs:
-        return {}
-    with ThreadPoolExecutor(max_workers=min(len(ctxs), 32)) as pool:
-        return dict(zip(ctxs, pool.map(work, ctxs.values()), strict=True))
-
-
-def _verify(ctx: TaskContext, manifest: Manifest, options: ModelOptions) -> dict[str, Any]:
-    import json
-
-    args = {
-        "mode": "verify",
-        "model_dir": model_dir(ctx.vars or ctx.host.vars),
-        "manifest": json.loads(manifest.to_json()),
-        "digest": manifest.digest,
-        "full": options.full_verify,
-        "check": ctx.check,
-    }
-    return ctx.run_helper("model_files", args, timeout=6 * 3600)
-
-
-def _preflight(ctx: TaskContext, manifest: Manifest) -> str | None:
-    """None when the disk has room; else the refusal, naming host, path, needed and free."""
-    variables = ctx.host.vars
-    shards = sum(f.size for f in manifest.files if f.path.endswith(".gguf"))
-    single, why = needs_single_file(parse_facts(_facts(ctx)), variables)
-    extra = shards if single else 0
-    margin = variables.get("model_disk_margin_bytes")
-    margin = (
-        int(margin)
-        if margin is not None
-        else max(MARGIN_MIN, int(manifest.total_bytes * MARGIN_FRACTION))
-    )
-    reply = ctx.run_helper(
-        "model_files",
-        {
-            "mode": "preflight",
-            "model_dir": model_dir(variables),
-            "files": [[f.path, f.size] for f in manifest.files],
-            "extra_bytes": extra,
-            "margin_bytes": margin,
-        },
-    )
-    if reply["ok"]:
-        return None
-    merged = f" + {extra} for the merged file ({why})" if extra else ""
-    return (
-        f"not enough disk on {ctx.host.name} for {model_dir(variables)}: {reply['path']} needs "
-        f"{reply['needed']} bytes (the missing files{merged} + a margin of {margin}), "
-        f"{reply['free']} free; nothing was copied"
-    )
-
-
-def _facts(ctx: TaskContext) -> dict[str, Any]:
-    try:
-        return gather(ctx, ctx.host.vars)
-    except GlmopsError:
-        return {}
 
 
 def _controller_room(cache: ModelCache, manifest: Manifest) -> None:
@@ -337,6 +196,15 @@ def _controller_room(cache: ModelCache, manifest: Manifest) -> None:
             f"not enough disk on the controller for the model cache: {path} needs "
             f"{missing + MARGIN_MIN} bytes, {free} free (set GLMOPS_MODEL_CACHE elsewhere)"
         )
+
+
+def _try_grant(ctx: TaskContext, key: RunKey, fleet: list[TaskContext], plan: Plan) -> str | None:
+    """None when the host holds the run's key; else why not (that host only is left out)."""
+    try:
+        grant(ctx, key, fleet, plan)
+    except GlmopsError as error:
+        return str(error)[:300]
+    return None
 
 
 def _paths(ctx: TaskContext, manifest: Manifest) -> dict[str, Any]:
@@ -370,29 +238,45 @@ def _distribute(
         per_source=options.per_source,
         tree=options.tree,
         controller=options.seed is None,
-        verify=lambda t: _verify(t.ctx, manifest, replace(options, full_verify=False)),
+        verify=lambda t: verify(t.ctx, manifest),
     )
     lock = threading.Lock()
 
     def event(kind: str, **info: Any) -> None:
         if kind in ("transfer", "retry", "failed"):
-            text = {"transfer": "copying from {source}", "retry": "{msg}; trying another source"}
+            text = {
+                "transfer": "{host}: copying from {source}",
+                "retry": "{host}: {msg}; trying another source",
+            }
             with lock:
-                reporter.note(text.get(kind, "{msg}").format(**info), info["host"])
+                reporter.note(text.get(kind, "{host}: {msg}").format(**info), info["host"])
         if options.on_event:
             options.on_event(kind, **info)
 
-    targets = [Target(n, c, model_dir(c.host.vars)) for n, c in need.items()]
-    seed_targets = [Target(c.host.name, c, model_dir(c.host.vars), done=True) for c in seeds]
     leftovers: list[str] = []
     try:
-        _parallel({c.host.name: c for c in fleet}, lambda c: _grant(c, key, fleet, plan))
+        granted = parallel(
+            {c.host.name: c for c in fleet}, lambda c: _try_grant(c, key, fleet, plan)
+        )
+        refused = {
+            n: TaskResult(Status.FAILED, f"cannot grant the run's key: {e}")
+            for n, e in granted.items()
+            if e
+        }
+        targets = [
+            Target(n, c, model_dir(c.host.vars)) for n, c in need.items() if n not in refused
+        ]
+        seed_targets = [
+            Target(c.host.name, c, model_dir(c.host.vars), done=True)
+            for c in seeds
+            if c.host.name not in refused
+        ]
         fan = FanOut(plan, targets, seed_targets, event)
         total = manifest.total_bytes * len(targets)
-        with Meter("fan-out", total, lambda: _arrived(targets, manifest), reporter.note, 30):
+        with Meter("fan-out", total, lambda: arrived(targets, manifest), reporter.note, 30):
             done = fan.run()
     finally:
-        for name, error in _parallel({c.host.name: c for c in fleet}, _revoke).items():
+        for name, error in parallel({c.host.name: c for c in fleet}, revoke).items():
             if error:
                 leftovers.append(f"{name} ({error})")
     sent = ", ".join(f"{s}: {human_bytes(b)}" for s, b in sorted(fan.sent.items()) if b)
@@ -403,7 +287,7 @@ def _distribute(
             + "; ".join(leftovers)
             + " (the next glmops model run removes it)"
         )
-    results = {}
+    results = {n: r for n, r in refused.items() if n in need}
     for name, target in done.items():
         data = {**_paths(target.ctx, manifest), "source": target.source, "bytes": target.received}
         if target.done:
@@ -418,46 +302,3 @@ def _distribute(
         else:
             results[name] = TaskResult(Status.FAILED, target.error or "not copied", data=data)
     return results
-
-
-def _arrived(targets: list[Target], manifest: Manifest) -> int:
-    """Bytes on the targets so far (for the progress line): one `du` per host still copying."""
-    total = 0
-    for target in targets:
-        if target.done:
-            total += manifest.total_bytes
-            continue
-        parts = " ".join(quote(f"{target.model_dir}/{s['part']}") for s in manifest.sources)
-        result = target.ctx.run(f"du -s -B1 --apparent-size {parts} 2>/dev/null", timeout=60)
-        total += sum(int(line.split()[0]) for line in result.stdout.splitlines() if line.strip())
-    return total
-
-
-def _grant(ctx: TaskContext, key: RunKey, fleet: list[TaskContext], plan: Plan) -> None:
-    """This run's key on one host: its private half (root-only, under /run) and its public
-    half authorized for a read-only rsync of model_dir, from the fleet's addresses only."""
-    root = model_dir(ctx.host.vars)
-    addresses = [c.host.connection.address for c in fleet]
-    as_user = replace(ctx, become=False)
-    as_user.run(
-        authorize_script(key.authorized_line(root, addresses)), check=True, what="authorize"
-    )
-    run = f"{RUN_DIR}/{key.run_id}"
-    known = known_host_lines(plan.known_hosts, [c.host for c in fleet])
-    files = "".join(f"{f.path}\n" for f in plan.manifest.files)
-    for name, text in (("key", key.private_pem), ("known_hosts", known), ("files", files)):
-        ctx.run(
-            f"umask 077 && mkdir -p {quote(run)} && cat > {quote(run + '/' + name)}",
-            stdin=text,
-            check=True,
-            what=f"write {run}/{name}",
-        )
-
-
-def _revoke(ctx: TaskContext) -> str | None:
-    try:
-        replace(ctx, become=False).run(revoke_script(), check=True, what="revoke")
-        ctx.run(f"rm -rf {quote(RUN_DIR)}", check=True, what=f"remove {RUN_DIR}")
-    except (GlmopsError, OSError) as error:
-        return str(error)[:200]
-    return None

@@ -1,0 +1,220 @@
+"""What the model phase does on each host: connect, verify, check the disk, fetch as the seed,
+and grant or revoke the run's key. Every call is one command or one host helper.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
+from typing import Any
+
+from glmops.connection import open_connection, quote
+from glmops.context import RemoteInfo, TaskContext
+from glmops.errors import GlmopsError, HostUnreachable
+from glmops.facts import parse_facts
+from glmops.facts_gather import gather
+from glmops.inventory import Host
+from glmops.model.access import RUN_DIR, RunKey, authorize_script, known_host_lines, revoke_script
+from glmops.model.fanout import Plan, Target
+from glmops.model.fetch import HubAccess
+from glmops.model.manifest import Manifest
+from glmops.model.progress import Meter
+from glmops.model.source import model_dir
+from glmops.output import Reporter
+from glmops.results import Status, TaskResult
+from glmops.runlog import Masker, RunLog
+from glmops.serving import needs_single_file
+
+TASK = "model files"
+#: Room left free beyond the files (and merged file): 2% of their size, at least 1 GiB.
+MARGIN_FRACTION = 0.02
+MARGIN_MIN = 1 << 30
+
+
+def connect(
+    hosts: list[Host],
+    runlog: RunLog,
+    masker: Masker,
+    options: Any,
+    results: dict[str, TaskResult],
+) -> dict[str, TaskContext]:
+    """A TaskContext per reachable host (options: check, sudo_password, connection); the
+    unreachable ones get their result in `results`."""
+
+    def one(host: Host) -> TaskContext | str:
+        try:
+            conn = open_connection(host.name, host.connection, options.connection)
+            probe = conn.run('id -u; printf "%s\\n" "$HOME"', timeout=30)
+            uid, home = probe.stdout.splitlines()[:2]
+        except (HostUnreachable, ValueError) as error:
+            return str(error) or "cannot run commands"
+        return TaskContext(
+            host=host,
+            conn=conn,
+            remote=RemoteInfo(uid=int(uid), home=home, python=None),
+            log=runlog,
+            masker=masker,
+            check=options.check,
+            become=bool(host.connection.become),
+            sudo_password=options.sudo_password,
+            task_name=TASK,
+        )
+
+    ctxs = {}
+    with ThreadPoolExecutor(max_workers=min(len(hosts), 32)) as pool:
+        for host, ctx in zip(hosts, pool.map(one, hosts), strict=True):
+            if isinstance(ctx, str):
+                results[host.name] = TaskResult(Status.UNREACHABLE, ctx)
+            else:
+                ctxs[host.name] = ctx
+    return ctxs
+
+
+def parallel(ctxs: dict[str, TaskContext], work: Callable[[TaskContext], Any]) -> dict[str, Any]:
+    if not ctxs:
+        return {}
+    with ThreadPoolExecutor(max_workers=min(len(ctxs), 32)) as pool:
+        return dict(zip(ctxs, pool.map(work, ctxs.values()), strict=True))
+
+
+def verify(ctx: TaskContext, manifest: Manifest, full: bool = False) -> dict[str, Any]:
+    """The host helper's verdict on model_dir (complete, missing, bad); in check mode it
+    writes and deletes nothing."""
+    args = {
+        "mode": "verify",
+        "model_dir": model_dir(ctx.vars or ctx.host.vars),
+        "manifest": json.loads(manifest.to_json()),
+        "digest": manifest.digest,
+        "full": full,
+        "check": ctx.check,
+    }
+    return ctx.run_helper("model_files", args, timeout=6 * 3600)
+
+
+def preflight(ctx: TaskContext, manifest: Manifest) -> str | None:
+    """None when the disk has room; else the refusal, naming host, path, needed and free."""
+    variables = ctx.host.vars
+    shards = sum(f.size for f in manifest.files if f.path.endswith(".gguf"))
+    single, why = needs_single_file(parse_facts(_facts(ctx)), variables)
+    extra = shards if single else 0
+    margin = variables.get("model_disk_margin_bytes")
+    margin = (
+        int(margin)
+        if margin is not None
+        else max(MARGIN_MIN, int(manifest.total_bytes * MARGIN_FRACTION))
+    )
+    reply = ctx.run_helper(
+        "model_files",
+        {
+            "mode": "preflight",
+            "model_dir": model_dir(variables),
+            "files": [[f.path, f.size] for f in manifest.files],
+            "extra_bytes": extra,
+            "margin_bytes": margin,
+        },
+    )
+    if reply["ok"]:
+        return None
+    merged = f" + {extra} for the merged file ({why})" if extra else ""
+    return (
+        f"not enough disk on {ctx.host.name} for {model_dir(variables)}: {reply['path']} needs "
+        f"{reply['needed']} bytes (the missing files{merged} + a margin of {margin}), "
+        f"{reply['free']} free; nothing was copied"
+    )
+
+
+def _facts(ctx: TaskContext) -> dict[str, Any]:
+    try:
+        return gather(ctx, ctx.host.vars)
+    except GlmopsError:
+        return {}
+
+
+def seed_fetch(
+    seed: TaskContext, manifest: Manifest, missing: list[str], hub: HubAccess, reporter: Reporter
+) -> TaskResult | None:
+    """The seed host downloads from the Hub itself; None when it then verifies complete."""
+    from huggingface_hub import hf_hub_url
+    from huggingface_hub.utils import build_hf_headers
+
+    commits = {s["part"]: (s["repo"], s["commit"]) for s in manifest.sources}
+    files = []
+    for entry in manifest.files:
+        if entry.path in missing:
+            part, _, repo_path = entry.path.partition("/")
+            repo, commit = commits[part]
+            url = hf_hub_url(repo, repo_path, revision=commit, endpoint=hub.endpoint)
+            files.append(
+                {"path": entry.path, "url": url, "size": entry.size, "sha256": entry.sha256}
+            )
+    headers = {
+        k: v
+        for k, v in build_hf_headers(token=hub.token).items()
+        if k.lower() in ("authorization", "user-agent")
+    }
+    root = model_dir(seed.host.vars)
+    target = Target(seed.host.name, seed, root)
+    reporter.note(
+        f"{seed.host.name}: fetching {len(files)} file(s) from the Hub (seed)", seed.host.name
+    )
+    with Meter(
+        "seed fetch", manifest.total_bytes, lambda: arrived([target], manifest), reporter.note, 30
+    ):
+        reply = seed.run_helper(
+            "model_fetch",
+            {"model_dir": root, "files": files, "headers": headers},
+            timeout=24 * 3600,
+        )
+    if reply.get("failed"):
+        return TaskResult(Status.FAILED, f"seed {seed.host.name} could not fetch: {reply['msg']}")
+    verified = verify(seed, manifest)
+    if not verified.get("complete"):
+        return TaskResult(
+            Status.FAILED, f"seed {seed.host.name}: {verified['msg']} after its fetch"
+        )
+    return None
+
+
+def arrived(targets: list[Target], manifest: Manifest) -> int:
+    """Bytes on the targets so far (for the progress line): one `du` per host still copying."""
+    total = 0
+    for target in targets:
+        if target.done:
+            total += manifest.total_bytes
+            continue
+        parts = " ".join(quote(f"{target.model_dir}/{s['part']}") for s in manifest.sources)
+        result = target.ctx.run(f"du -s -B1 --apparent-size {parts} 2>/dev/null", timeout=60)
+        total += sum(int(line.split()[0]) for line in result.stdout.splitlines() if line.strip())
+    return total
+
+
+def grant(ctx: TaskContext, key: RunKey, fleet: list[TaskContext], plan: Plan) -> None:
+    """This run's key on one host: its private half (root-only, under /run) and its public
+    half authorized for a read-only rsync of model_dir, from the fleet's addresses only."""
+    root = model_dir(ctx.host.vars)
+    addresses = [c.host.connection.address for c in fleet]
+    as_user = replace(ctx, become=False)
+    as_user.run(
+        authorize_script(key.authorized_line(root, addresses)), check=True, what="authorize"
+    )
+    run = f"{RUN_DIR}/{key.run_id}"
+    known = known_host_lines(plan.known_hosts, [c.host for c in fleet])
+    files = "".join(f"{f.path}\n" for f in plan.manifest.files)
+    for name, text in (("key", key.private_pem), ("known_hosts", known), ("files", files)):
+        ctx.run(
+            f"umask 077 && mkdir -p {quote(run)} && cat > {quote(run + '/' + name)}",
+            stdin=text,
+            check=True,
+            what=f"write {run}/{name}",
+        )
+
+
+def revoke(ctx: TaskContext) -> str | None:
+    try:
+        replace(ctx, become=False).run(revoke_script(), check=True, what="revoke")
+        ctx.run(f"rm -rf {quote(RUN_DIR)}", check=True, what=f"remove {RUN_DIR}")
+    except (GlmopsError, OSError) as error:
+        return str(error)[:200]
+    return None
