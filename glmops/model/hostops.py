@@ -10,6 +10,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from typing import Any
 
+from glmops import runlock
 from glmops.connection import open_connection, quote
 from glmops.context import RemoteInfo, TaskContext
 from glmops.errors import GlmopsError, HostUnreachable
@@ -43,14 +44,14 @@ def connect(
     """A TaskContext per reachable host (options: check, sudo_password, connection); the
     unreachable ones get their result in `results`."""
 
-    def one(host: Host) -> TaskContext | str:
+    def one(host: Host) -> TaskContext | TaskResult:
         try:
             conn = open_connection(host.name, host.connection, options.connection)
             probe = conn.run('id -u; printf "%s\\n" "$HOME"', timeout=30)
             uid, home = probe.stdout.splitlines()[:2]
         except (HostUnreachable, ValueError) as error:
-            return str(error) or "cannot run commands"
-        return TaskContext(
+            return TaskResult(Status.UNREACHABLE, str(error) or "cannot run commands")
+        ctx = TaskContext(
             host=host,
             conn=conn,
             remote=RemoteInfo(uid=int(uid), home=home, python=None),
@@ -61,12 +62,19 @@ def connect(
             sudo_password=options.sudo_password,
             task_name=TASK,
         )
+        if not options.check:  # one changing run per host; held until the connection closes
+            try:
+                runlock.acquire(ctx, runlock.holder_info(str(runlog.path)))
+            except runlock.HostLocked as error:
+                conn.close()
+                return TaskResult(Status.FAILED, f"run lock: {error}")
+        return ctx
 
     ctxs = {}
     with ThreadPoolExecutor(max_workers=min(len(hosts), 32)) as pool:
         for host, ctx in zip(hosts, pool.map(one, hosts), strict=True):
-            if isinstance(ctx, str):
-                results[host.name] = TaskResult(Status.UNREACHABLE, ctx)
+            if isinstance(ctx, TaskResult):
+                results[host.name] = ctx
             else:
                 ctxs[host.name] = ctx
     return ctxs

@@ -94,9 +94,16 @@ def _repo_spec(
     return RepoSpec(part, repo, revision, tuple(include))
 
 
+SAFE_PATH = re.compile(r"/[A-Za-z0-9._/-]*")
+
+
 def model_dir(variables: Mapping[str, Any]) -> str:
     """The host's model folder: files land in <model_dir>/weights/... and <model_dir>/config/."""
     path = str(variables.get("model_dir") or DEFAULT_MODEL_DIR).rstrip("/")
-    if not path.startswith("/") or "/../" in f"{path}/" or "\n" in path:
-        raise InputError(f"model_dir must be an absolute path without '..', not {path!r}")
+    # It is written into an authorized_keys command (rrsync's folder): plain path characters only.
+    if not SAFE_PATH.fullmatch(path) or "/../" in f"{path}/":
+        raise InputError(
+            f"model_dir must be an absolute path of letters, digits and . _ - / without '..', "
+            f"not {path!r}"
+        )
     return path

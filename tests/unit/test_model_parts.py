@@ -41,8 +41,9 @@ def test_source_declaration_and_its_errors() -> None:
         with pytest.raises(InputError, match="group_vars/gpu.yml") as error:
             parse_source(bad, "group_vars/gpu.yml")
         assert words in str(error.value)
-    with pytest.raises(InputError, match="absolute"):
-        model_dir({"model_dir": "models/x"})
+    for bad in ("models/x", '/srv/x" ,no-restrict', "/srv/a b"):  # it lands in authorized_keys
+        with pytest.raises(InputError, match="absolute"):
+            model_dir({"model_dir": bad})
 
 
 def run_helper(args: dict) -> dict:
