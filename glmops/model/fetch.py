@@ -211,11 +211,12 @@ def _fetch_one(
         report(f"{entry.path}: does not match the manifest; fetching it again")
         local.unlink()
     for attempt in (1, 2):
-        local = _download(hub, spec, commit, repo_path, cache.files / part)
-        if _matches(local, entry):
+        partial = _download(hub, spec, commit, repo_path, cache.files / part)
+        if _matches(partial, entry):
+            os.replace(partial, local)  # the real name only for a verified file
             cache.stamp(entry)
             return entry.size
-        local.unlink()  # never keep, and so never serve, a file that fails its check
+        partial.unlink()  # never keep, and so never serve, a file that fails its check
         if attempt == 1:
             report(f"{entry.path}: downloaded file fails its sha256 check; fetching again")
     raise FetchError(f"{repo}@{commit}: {repo_path} from the Hub does not match its sha256")
@@ -230,7 +231,8 @@ def _download(hub: HubAccess, spec: RepoSpec, commit: str, repo_path: str, local
 
     Bytes go to `<file>.glmops-partial` (a name of its own, so it survives a killed run and is
     never taken for the file); a Range request continues it, and a server that ignores Range
-    (answers 200) starts it over. Only the caller's sha256 check promotes a file into use.
+    (answers 200) starts it over. Returns the partial file: only the caller's sha256 check
+    gives it the file's name.
     """
     from huggingface_hub import hf_hub_url
     from huggingface_hub.utils import build_hf_headers, get_session, hf_raise_for_status
@@ -255,8 +257,7 @@ def _download(hub: HubAccess, spec: RepoSpec, commit: str, repo_path: str, local
                         out.write(chunk)
     except Exception as error:  # the HTTP library's errors: say which file, keep the partial
         raise FetchError(f"{spec.repo}@{commit}: {repo_path}: {_short(error)}") from None
-    os.replace(partial, final)
-    return final
+    return partial
 
 
 def _short(error: Exception) -> str:
