@@ -40,6 +40,7 @@ KILL_GRACE_SECONDS = 2
 #: inherit; a command under sudo (which may start a session of its own) announces again from
 #: inside (`announce_group`). Every group announced is ended on a timeout or interrupt.
 PGID_MARKER = "glmops-pgid:"
+MARKER_WAIT_SECONDS = 3
 _PGID_LINE = re.compile(rb"(?m)^glmops-pgid:(\d+)\n")
 
 
@@ -466,6 +467,8 @@ def _drain(
     CommandInterrupted once cancelled. Lines announcing process groups are taken out of stderr
     and passed to `on_group`."""
     out, err = bytearray(), bytearray()
+    announced = False
+    cancel_seen: float | None = None
     while True:
         busy = False
         while channel.recv_ready():
@@ -478,6 +481,7 @@ def _drain(
             group = int(match.group(1))  # before the buffer changes under the match
             del err[match.start() : match.end()]
             on_group(group)
+            announced = True
         if (
             channel.exit_status_ready()
             and not channel.recv_ready()
@@ -485,7 +489,10 @@ def _drain(
         ) and (channel.closed or channel.eof_received):
             break
         if cancelled.is_set():
-            raise CommandInterrupted("the run was interrupted")
+            # A command cancelled as it starts is ended too: wait (briefly) for its group.
+            cancel_seen = cancel_seen or time.monotonic()
+            if announced or time.monotonic() - cancel_seen > MARKER_WAIT_SECONDS:
+                raise CommandInterrupted("the run was interrupted")
         if deadline is not None and time.monotonic() > deadline:
             raise CommandTimeout("deadline passed")
         if not busy:
