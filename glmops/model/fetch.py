@@ -171,11 +171,12 @@ def _entry(cache: ModelCache, hub: HubAccess, spec: RepoSpec, commit: str, item:
         return FileEntry(path, int(item.lfs.size), item.lfs.sha256, "lfs")
     # Outside LFS the Hub gives only git's blob id: fetch the (small) file now, check it
     # against that id, and record its sha256 so hosts verify it like any other file.
-    local = _download(hub, spec, commit, item.path, cache.files / spec.part)
-    if git_blob_id(local) != item.blob_id:
-        local.unlink()
+    partial = _download(hub, spec, commit, item.path, cache.files / spec.part)
+    if git_blob_id(partial) != item.blob_id:
+        partial.unlink()
         raise FetchError(f"{spec.repo}@{commit}: {item.path} does not match its git blob id")
-    entry = FileEntry(path, local.stat().st_size, sha256_file(local), "blob")
+    entry = FileEntry(path, partial.stat().st_size, sha256_file(partial), "blob")
+    os.replace(partial, cache.path(entry))
     cache.stamp(entry)
     return entry
 
