@@ -3,7 +3,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-testbed_packages="debootstrap systemd-container iproute2 iptables openssh-client rsync git"
+testbed_packages="debootstrap systemd-container iproute2 iptables openssh-client rsync git procps"
 missing=""
 for package in $testbed_packages; do
   dpkg-query -W -f='${Status}' "$package" 2>/dev/null | grep -q "ok installed" || missing+=" $package"

@@ -1,9 +1,9 @@
 """vllm_backend_check: the attention backend vLLM actually selected, against the expected one.
 
 Reads the current run's journal for "Using X attention backend out of potential backends" or
-"Using AttentionBackendEnum.X backend" (vllm-internals.md §7); "No valid attention backend found"
-fails with vLLM's reasons. The selection is logged early (before weights load), so this check
-can stop a deploy long before a 400 GB load would have finished.
+"Using AttentionBackendEnum.X backend" (vLLM's selector logs one of the two); "No valid
+attention backend found" fails with vLLM's reasons. The selection is logged early (before
+weights load), so this check can stop a deploy long before a 400 GB load would have finished.
 """
 
 from __future__ import annotations

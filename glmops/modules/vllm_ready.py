@@ -1,6 +1,6 @@
 """vllm_ready: wait until the served model answers, with progress, a deadline and artifacts.
 
-Ready means, in order (gguf-drivers.md §5.3): GET /health is 200 (a refused connection is
+Ready means, in order: GET /health is 200 (a refused connection is
 "still loading": vLLM opens HTTP only once the engine is up), GET /v1/models lists the served
 name, and a one-token completion succeeds. Progress (elapsed time and the loading phase read
 from the journal) goes to stderr and the run log. A dead or crash-looping unit fails at once; on

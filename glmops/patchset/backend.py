@@ -1,4 +1,4 @@
-"""Item 2a: the rendered triton_mla_sparse.py in vLLM's MLA backends folder.
+"""Patch-set item: the rendered triton_mla_sparse.py in vLLM's MLA backends folder.
 
 The kernel source (backend/sparse_mla.py) is embedded verbatim, so the host file is
 self-contained while the kernel keeps one home in this repo. kernel="dense_reuse" renders the

@@ -1,4 +1,4 @@
-"""Item 2d: GLM-5 (glm_moe_dsa, GGUF architecture glm-dsa) GGUF loading, in whichever loader
+"""Patch-set item: GLM-5 (glm_moe_dsa, GGUF architecture glm-dsa) GGUF loading, in whichever loader
 the venv has.
 
 vLLM's in-tree loader (the 0.16 line):

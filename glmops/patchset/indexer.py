@@ -1,4 +1,4 @@
-"""Item 2e: the DSA indexer's logits on GPUs where DeepGEMM does not run (SM120, SM8x).
+"""Patch-set item: the DSA indexer's logits on GPUs where DeepGEMM does not run (SM120, SM8x).
 
 0.16 line: sparse_attn_indexer.sparse_attn_indexer calls vllm.utils.deep_gemm's
 fp8_mqa_logits / fp8_paged_mqa_logits with no capability check, while DeepGEMM runs only on

@@ -1,4 +1,4 @@
-"""Item 2c: TRITON_MLA_SPARSE appended to every MLA priority list of _get_backend_priorities.
+"""Patch-set item: TRITON_MLA_SPARSE appended to every MLA priority list of _get_backend_priorities.
 
 Appending last keeps native sparse kernels (FlashMLA, FlashInfer, FA) first wherever they
 validate (SM90/SM100, and FLASHINFER_MLA_SPARSE_SM120 for bf16 + fp8_ds_mla on 0.33), while

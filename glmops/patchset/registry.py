@@ -1,4 +1,4 @@
-"""Item 2b: TRITON_MLA_SPARSE as a real AttentionBackendEnum member, right after TRITON_MLA.
+"""Patch-set item: TRITON_MLA_SPARSE as a real AttentionBackendEnum member, right after TRITON_MLA.
 
 A static member (rather than a runtime register_backend call) works on every profile and
 exists before the first selection, which matters because _get_backend_priorities is @cache'd.

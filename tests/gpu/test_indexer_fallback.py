@@ -1,4 +1,4 @@
-"""The DSA indexer logits fallback (issue 3, item 2e) on a real GPU.
+"""The DSA indexer logits fallback on a real GPU.
 
 The module is the file `glmops patch` writes onto a vLLM 0.16 host, rendered beforehand by
 tests/gpu/prepare_rendered.py into .thirdparty/rendered/ (git-ignored, carried to the GPU

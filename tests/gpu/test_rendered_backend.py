@@ -1,5 +1,5 @@
 """The RENDERED vLLM backend's forward path on a GPU, with vLLM's own top-k index conversion,
-against a float32 reference (issue 3, item 6).
+against a float32 reference.
 
 What runs, and what is a stand-in (vLLM cannot be imported on the GPU machine: no deps,
 another Python), so read the results with this in mind:

