@@ -101,6 +101,14 @@ def _triton_only(sm: str) -> Backends:
     )
 
 
+HOPPER_BACKENDS = Backends(
+    bf16=("FLASHMLA_SPARSE", "FLASH_ATTN_MLA_SPARSE", "FLASHINFER_MLA_SPARSE_SM90"),
+    other=(),
+    why_bf16="Hopper has native sparse MLA kernels",
+    why_other="FlashMLASparse is bf16-only and the patch set adds no Hopper fallback; "
+    "set vllm_expected_backend if this combination is intended",
+)
+
 FAMILIES: tuple[GpuFamily, ...] = (
     GpuFamily(
         "sm120",
@@ -163,13 +171,7 @@ FAMILIES: tuple[GpuFamily, ...] = (
         (11, 8),
         520,
         machine="aarch64",
-        backends=Backends(
-            bf16=("FLASHMLA_SPARSE", "FLASH_ATTN_MLA_SPARSE", "FLASHINFER_MLA_SPARSE_SM90"),
-            other=(),
-            why_bf16="Hopper has native sparse MLA kernels",
-            why_other="FlashMLASparse is bf16-only and the patch set adds no Hopper fallback; "
-            "set vllm_expected_backend if this combination is intended",
-        ),
+        backends=HOPPER_BACKENDS,
         examples=("GH200",),
     ),
     GpuFamily(
@@ -179,13 +181,7 @@ FAMILIES: tuple[GpuFamily, ...] = (
         OPEN_RECOMMENDED,
         (11, 8),
         520,
-        backends=Backends(
-            bf16=("FLASHMLA_SPARSE", "FLASH_ATTN_MLA_SPARSE", "FLASHINFER_MLA_SPARSE_SM90"),
-            other=(),
-            why_bf16="Hopper has native sparse MLA kernels",
-            why_other="FlashMLASparse is bf16-only and the patch set adds no Hopper fallback; "
-            "set vllm_expected_backend if this combination is intended",
-        ),
+        backends=HOPPER_BACKENDS,
         simulated=Simulated("h200", "NVIDIA H200", 1, 143771, "580.159.04", "13.0", 700, "0x2335"),
         examples=("H100", "H200"),
     ),
