@@ -9,6 +9,8 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
+import subprocess
+import sys
 import time
 import uuid
 from collections.abc import Callable
@@ -388,6 +390,27 @@ def helper_reply(name: str, result: CommandResult) -> dict[str, Any]:
     if result.rc != 0 or not isinstance(reply, dict):
         raise RemoteCommandError(f"host helper {name}", result)
     return reply
+
+
+def run_helper_here(
+    name: str, args: dict[str, Any], *, env: dict[str, str] | None = None, timeout: float = 120
+) -> dict[str, Any]:
+    """A host helper run on this machine exactly as a host runs it (the launcher, the envelope,
+    arguments on stdin): for the testbed's facts fixtures and the helpers' tests."""
+    started = time.monotonic()
+    command = helper_command(name, sys.executable)
+    done = subprocess.run(
+        ["sh", "-c", command],
+        input=helper_stdin(name, args),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=env,
+    )
+    result = CommandResult(
+        command, done.returncode, done.stdout, done.stderr, time.monotonic() - started
+    )
+    return helper_reply(name, result)
 
 
 def helper_source(name: str) -> str:

@@ -10,14 +10,13 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
 from typing import Any
 
 from glmops import gpus
-from glmops.context import helper_command, helper_stdin
+from glmops.context import run_helper_here
 from glmops.testbed import simulated_nvidia_smi
 from glmops.testbed.profiles import GPU_PROFILES
 
@@ -39,16 +38,7 @@ def probe_simulated(profile: str) -> dict[str, Any]:
             GLMOPS_TESTBED_GPU_PROFILE=str(path),
         )
         args = {"model_dir": tmp, "gpu_source": "nvidia-smi"}
-        done = subprocess.run(
-            ["sh", "-c", helper_command("facts_probe", sys.executable)],
-            input=helper_stdin("facts_probe", args),
-            capture_output=True,
-            text=True,
-            timeout=120,
-            env=env,
-            check=True,
-        )
-    return json.loads(done.stdout.strip().splitlines()[-1])
+        return run_helper_here("facts_probe", args, env=env)
 
 
 def fixture(family: gpus.GpuFamily, base: dict[str, Any]) -> dict[str, Any]:

@@ -18,10 +18,10 @@ from pathlib import Path
 
 import pytest
 
+from glmops.context import run_helper_here
 from glmops.model.fetch import FetchError, HubAccess, ModelCache, download, resolve
 from glmops.model.manifest import load_manifest
 from glmops.model.source import parse_source
-from tests.helper_launch import run_helper_here
 from tests.hub_server import HubRepo, olah_server
 
 WEIGHTS = "unsloth-test/GLM-5-GGUF"

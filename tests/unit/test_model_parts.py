@@ -10,12 +10,12 @@ from pathlib import Path
 
 import pytest
 
+from glmops.context import run_helper_here
 from glmops.errors import InputError
 from glmops.model.access import RunKey, authorize_script, revoke_script
 from glmops.model.manifest import FileEntry, Manifest
 from glmops.model.progress import progress_line
 from glmops.model.source import model_dir, parse_source
-from tests.helper_launch import run_helper_here
 
 
 def test_source_declaration_and_its_errors() -> None:
