@@ -116,6 +116,8 @@ def _sparse_mla_split_kernel(
     IS_SPLIT: tl.constexpr,
     USE_PDL: tl.constexpr,  # the merge is launched as a programmatic dependent (SM90+)
     PREFETCH_IDX: tl.constexpr,  # load the next tile's indices one iteration ahead
+    FP8_TWICE: tl.constexpr,  # fp8 e4m3 rows: the latent gathered once per dot (async copies)
+    FP16_DOTS: tl.constexpr,  # fp8 e4m3 rows under a bf16 q: the dots in fp16
 ):
     if USE_PDL:
         # Lets the merge kernel's programs launch (and wait) while this grid runs; the merge
@@ -139,10 +141,22 @@ def _sparse_mla_split_kernel(
     offs_pe = tl.arange(0, D_PE)
     # The dots run in the cache's 16-bit type; fp8 rows are widened to q's.
     kv_ty = Q.dtype.element_ty if KV_FMT != 0 else KV.dtype.element_ty
+    if FP16_DOTS:
+        kv_ty = tl.float16  # e4m3 widens to fp16 in one instruction, to bf16 in two
 
     q_base = Q + t.to(tl.int64) * stride_qt + offs_h[:, None] * stride_qh
-    q_v = tl.load(q_base + offs_v[None, :], mask=mask_h[:, None], other=0.0).to(kv_ty)
-    q_pe = tl.load(q_base + D_V + offs_pe[None, :], mask=mask_h[:, None], other=0.0).to(kv_ty)
+    q_v = tl.load(q_base + offs_v[None, :], mask=mask_h[:, None], other=0.0)
+    q_pe = tl.load(q_base + D_V + offs_pe[None, :], mask=mask_h[:, None], other=0.0)
+    if FP16_DOTS:
+        # A bf16 q in fp16: shifted per head by a power of two that keeps |q| <= 2^14, so the
+        # conversion is exact (fp16 has more mantissa bits); the shift goes into the scores.
+        amax = tl.maximum(tl.max(tl.abs(q_v.to(tl.float32)), 1), tl.max(tl.abs(q_pe), 1))
+        shift = tl.maximum(tl.ceil(tl.log2(tl.maximum(amax.to(tl.float32), 1e-30))) - 14.0, 0.0)
+        q_v = q_v.to(tl.float32) * tl.exp2(-shift)[:, None]
+        q_pe = q_pe.to(tl.float32) * tl.exp2(-shift)[:, None]
+        qk_row = qk_scale * tl.exp2(shift)
+    q_v = q_v.to(kv_ty)
+    q_pe = q_pe.to(kv_ty)
     if DV_SPLIT == 2:
         q_o = tl.load(q_base + offs_o[None, :], mask=mask_h[:, None], other=0.0).to(kv_ty)
 
@@ -174,20 +188,35 @@ def _sparse_mla_split_kernel(
         # Invalid rows are never read (masked), so garbage/NaN there cannot leak in.
         if KV_FMT == 1:
             kv, k_pe = _gather_fp8_ds_mla(row, valid, offs_v, offs_pe, kv_ty, D_V)
+            kv_k = kv
         elif KV_FMT == 2:  # one scale for the whole cache: it is folded into qk_scale and v_scale
-            kv = tl.load(row[:, None] + offs_v[None, :], mask=valid[:, None], other=0.0).to(kv_ty)
+            kv_ptr = row[:, None] + offs_v[None, :]
+            kv = tl.load(kv_ptr, mask=valid[:, None], other=0.0).to(kv_ty)
+            # FP8_TWICE gathers the latent once per dot (the second from L2): a load whose
+            # widened value feeds two dots stays a plain register load that no gather
+            # overlaps, while each single-use load becomes an asynchronous copy (NOTES.md).
+            if FP8_TWICE:
+                kv_k = tl.load(kv_ptr, mask=valid[:, None], other=0.0, cache_modifier=".cg")
+                kv_k = kv_k.to(kv_ty)
+            else:
+                kv_k = kv
             k_pe = tl.load(row[:, None] + D_V + offs_pe[None, :], mask=valid[:, None], other=0.0)
             k_pe = k_pe.to(kv_ty)
         else:
             kv = tl.load(row[:, None] + offs_v[None, :], mask=valid[:, None], other=0.0)
+            kv_k = kv
             k_pe = tl.load(row[:, None] + D_V + offs_pe[None, :], mask=valid[:, None], other=0.0)
 
         s = tl.dot(q_pe, tl.trans(k_pe))
         if DV_SPLIT == 2:
             k_o = tl.load(row[:, None] + offs_o[None, :], mask=valid[:, None], other=0.0)
             s = tl.dot(q_o, tl.trans(k_o), s)
-        s = tl.dot(q_v, tl.trans(kv), s)
-        s = tl.where(valid[None, :], s * qk_scale, float("-inf"))
+        s = tl.dot(q_v, tl.trans(kv_k), s)
+        if FP16_DOTS:  # noqa: SIM108  (qk_row exists in this constexpr branch only)
+            s = s * qk_row[:, None]
+        else:
+            s = s * qk_scale
+        s = tl.where(valid[None, :], s, float("-inf"))
 
         m_new = tl.maximum(m_i, tl.max(s, 1))
         # While a head has seen no valid key, m is -inf: shift by 0 to avoid (-inf) - (-inf).
@@ -864,9 +893,23 @@ def _mma_family(capability: tuple[int, int]) -> str:
     return {9: "sm90", 10: "sm100"}.get(capability[0], "mma")
 
 
-def _tile(block_h: int, block_n: int, warps: int, stages: int, waves: int, prefetch: int = 0):
+def _tile(
+    block_h: int,
+    block_n: int,
+    warps: int,
+    stages: int,
+    waves: int,
+    prefetch: int = 0,
+    fp8_twice: int = 0,
+):
     cfg = {"BLOCK_H": block_h, "BLOCK_N": block_n, "num_warps": warps, "num_stages": stages}
-    return {**cfg, "WAVES": waves, **({"PREFETCH_IDX": 1} if prefetch else {})}
+    cfg = {**cfg, "WAVES": waves, **({"PREFETCH_IDX": 1} if prefetch else {})}
+    return {**cfg, **({"FP8_TWICE": 1, "FP16_DOTS": 1} if fp8_twice else {})}
+
+
+def _fp16_dots(cfg: dict[str, int]) -> bool:
+    """fp8 e4m3 rows under a bf16 q: the tl.dot kernel's dots in fp16 (q shifted per head)."""
+    return bool(cfg.get("FP16_DOTS", 0))
 
 
 # tl.dot tiles per (row format, head block), best first (the first ones are the H200 sweeps'
@@ -885,12 +928,17 @@ _TILES: dict[tuple[str, int], tuple[tuple[dict[str, int], dict[str, int]], ...]]
         (_tile(64, 32, 8, 2, 1), {"mma": 114816, "sm90": 147584, "sm100": 180912}),
         (_tile(32, 32, 4, 2, 2), {"mma": 75904, "sm90": 75904, "sm100": 75904}),
     ),
-    ("fp8", 16): ((_tile(16, 32, 4, 3, 2, 1), {"mma": 55296, "sm90": 55296, "sm100": 55296}),),
-    ("fp8", 32): ((_tile(32, 32, 4, 2, 2), {"mma": 71808, "sm90": 71808, "sm100": 71808}),),
+    # fp8 e4m3 rows: the latent gathered once per dot (FP8_TWICE; 1.1x at B >= 8, NOTES.md).
+    ("fp8", 16): (
+        (_tile(16, 32, 4, 2, 2, fp8_twice=1), {"mma": 54400, "sm90": 54400, "sm100": 54400}),
+    ),
+    ("fp8", 32): (
+        (_tile(32, 32, 4, 2, 2, fp8_twice=1), {"mma": 73856, "sm90": 73856, "sm100": 73856}),
+    ),
     ("fp8", 64): (
         (_tile(64, 64, 8, 2, 1), {"mma": 143616, "sm90": 184576, "sm100": 184608}),
         (_tile(64, 32, 8, 2, 1), {"mma": 108672, "sm90": 131072, "sm100": 129184}),
-        (_tile(32, 32, 4, 2, 2), {"mma": 71808, "sm90": 71808, "sm100": 71808}),
+        (_tile(32, 32, 4, 2, 2, fp8_twice=1), {"mma": 73856, "sm90": 73856, "sm100": 73856}),
     ),
     # Widening fp8_ds_mla rows takes the registers that prefetched indices would need.
     ("fp8_ds_mla", 16): (
@@ -1030,7 +1078,8 @@ def _pow2_floor(n: int) -> int:
 # tl.dot kernel (the tuning plans were written for it), its default tile updated by the
 # override, whatever the default kernel would have been.
 _TILE_KEYS = frozenset(
-    {"BLOCK_H", "BLOCK_N", "num_warps", "num_stages", "DV_SPLIT", "PREFETCH_IDX"}
+    {"BLOCK_H", "BLOCK_N", "num_warps", "num_stages", "DV_SPLIT", "PREFETCH_IDX", "FP8_TWICE"}
+    | {"FP16_DOTS"}
 )
 
 
@@ -1103,6 +1152,177 @@ def sparse_mla_workspace_numel(num_tokens: int, num_heads: int, num_splits: int)
     return num_tokens * num_splits * num_heads * (_D_V + 1)
 
 
+def _check_inputs(
+    q: torch.Tensor,
+    kv_rows: torch.Tensor,
+    indices: torch.Tensor,
+    kv_scale: float,
+    config: dict[str, int] | None,
+) -> str:
+    """Raises on a malformed call; returns the KV row format."""
+    if q.dim() != 3 or q.shape[-1] != _D_QK:
+        raise ValueError(f"q must be [T, H, {_D_QK}], got {tuple(q.shape)}")
+    kv_format = kv_row_format(kv_rows)
+    if kv_format == "fp8_ds_mla" and q.dtype != torch.bfloat16:
+        raise TypeError(f"fp8_ds_mla rows need a bf16 q (their rope part is bf16), got {q.dtype}")
+    if q.dtype not in (torch.float16, torch.bfloat16):
+        raise TypeError(f"q must be fp16 or bf16, got {q.dtype}")
+    if kv_format == "fp8_ds_mla" and not _fits_cp_async(kv_rows):  # fp32 scales, bf16 rope
+        raise ValueError("fp8_ds_mla rows must start 16-byte aligned (buffer and row stride)")
+    if kv_format != "fp8" and kv_scale != 1.0:
+        raise ValueError("kv_scale belongs to fp8 e4m3 rows (one scale for the whole cache)")
+    if indices.dim() != 2 or indices.shape[0] != q.shape[0] or indices.dtype != torch.int32:
+        raise ValueError("indices must be int32 [T, topk] with T = q.shape[0]")
+    if q.stride(-1) != 1 or kv_rows.stride(-1) != 1 or indices.stride(-1) != 1:
+        raise ValueError("the last dimension of q, kv_rows and indices must be contiguous")
+    if kv_format != "16bit" and (config or {}).get("DV_SPLIT", 1) != 1:
+        raise ValueError("DV_SPLIT is a 16-bit-cache tuning option; fp8 rows need 1")
+    return kv_format
+
+
+def _outputs(
+    q: torch.Tensor, out: torch.Tensor | None, lse: torch.Tensor | None
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The caller's ``out`` and ``lse`` once checked, or new ones."""
+    num_tokens, num_heads, _ = q.shape
+    if out is None:
+        out = torch.empty((num_tokens, num_heads, _D_V), dtype=q.dtype, device=q.device)
+    if lse is None:
+        lse = torch.empty((num_tokens, num_heads), dtype=torch.float32, device=q.device)
+    if out.shape != (num_tokens, num_heads, _D_V) or out.stride(-1) != 1:
+        raise ValueError("out must be [T, H, 512] with a contiguous last dimension")
+    if lse.shape != (num_tokens, num_heads) or lse.dtype != torch.float32:
+        raise ValueError("lse must be fp32 [T, H]")
+    return out, lse
+
+
+def _split_scratch(
+    q: torch.Tensor, num_splits: int, part16: bool, workspace: torch.Tensor | None
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Views of the split partials (outputs, then base-2 LSEs) in ``workspace`` or a new
+    buffer: 16-bit (q's dtype) where ``part16`` (the Gluon tiles), else fp32."""
+    num_tokens, num_heads, _ = q.shape
+    need = sparse_mla_workspace_numel(num_tokens, num_heads, num_splits)
+    if workspace is None:
+        workspace = torch.empty(need, dtype=torch.float32, device=q.device)
+    elif (
+        workspace.dtype != torch.float32
+        or workspace.dim() != 1
+        or not workspace.is_contiguous()
+        or workspace.numel() < need
+    ):
+        raise ValueError(f"workspace must be flat contiguous fp32, at least {need} elements")
+    n_po = num_tokens * num_splits * num_heads * _D_V // (2 if part16 else 1)
+    part_o = workspace[:n_po].view(q.dtype) if part16 else workspace[:n_po]
+    return part_o, workspace[n_po : n_po + num_tokens * num_splits * num_heads]
+
+
+def _early_merge(
+    cfg: dict[str, int], config: dict[str, int] | None, programs: int, is_split: bool, dev: int
+) -> bool:
+    """Whether the merge launches as a programmatic dependent of the split kernel."""
+    use_pdl = is_split and bool(cfg.get("PDL", 1)) and _has_pdl(dev)
+    if use_pdl and cfg.get("WGMMA") and "PDL" not in (config or {}):
+        # Measured: an early merge pays where the split grid leaves most SMs idle and costs
+        # 1-2 µs at about one program per SM (likely piling onto the few idle SMs; a
+        # heuristic from six cases, NOTES.md round 7).
+        use_pdl = 2 * programs <= _num_sms(dev)
+    return use_pdl
+
+
+def _launch_gluon(
+    args: tuple, cfg: dict[str, int], programs: int, is_split: bool, use_pdl: bool, wgmma: bool
+) -> None:
+    """One of the two Hopper Gluon split kernels, picked by the head block, after checking
+    that the tile is one they implement."""
+    block_h, block_n, stages = cfg["BLOCK_H"], cfg["BLOCK_N"], cfg["num_stages"]
+    swapped = block_h in (8, 16)
+    if swapped:  # keys as the MMA's M: 64-key tiles, shared memory for 2 (3 at 8 heads)
+        tile_ok = block_n == 64 and cfg["num_warps"] == 4
+        stages_ok = 2 <= stages <= (3 if block_h == 8 else 2)
+    else:
+        tile_ok = block_h == 64 and block_n in (16, 32, 64) and cfg["num_warps"] == 8
+        stages_ok = stages >= 2 and block_n * stages <= 128  # shared memory
+    if not (tile_ok and stages_ok and cfg.get("DV_SPLIT", 1) == 1 and wgmma):
+        raise ValueError(
+            "WGMMA needs BLOCK_H 64 (BLOCK_N 16/32/64, 8 warps, 2 to 128 / BLOCK_N "
+            "stages) or BLOCK_H 8/16 (BLOCK_N 64, 4 warps, 2 stages, 3 at 8 heads), "
+            "DV_SPLIT 1, q, out and 16-bit KV rows of one dtype, 16-byte-aligned buffers "
+            "and strides that are multiples of 16 elements, Triton 3.6's Gluon and a "
+            "Hopper GPU"
+        )
+    common = {"NUM_STAGES": stages, "IS_SPLIT": is_split, "USE_PDL": use_pdl}
+    if swapped:
+        _sparse_mla_wgmma_swapped_kernel[(programs,)](*args, BLOCK_H=block_h, **common, num_warps=4)
+    else:
+        _sparse_mla_wgmma_kernel[(programs,)](*args, BLOCK_N=block_n, **common, num_warps=8)
+
+
+def _launch_tl_dot(
+    args: tuple,
+    cfg: dict[str, int],
+    programs: int,
+    kv_format: str,
+    kv_scale: float,
+    is_split: bool,
+    use_pdl: bool,
+) -> None:
+    """The portable split kernel (every GPU, every row format)."""
+    _sparse_mla_split_kernel[(programs,)](
+        *args[:8],
+        float(kv_scale),
+        *args[8:],
+        BLOCK_H=cfg["BLOCK_H"],
+        BLOCK_N=cfg["BLOCK_N"],
+        D_V=_D_V,
+        D_PE=_D_PE,
+        DV_SPLIT=cfg.get("DV_SPLIT", 1),
+        KV_FMT=_KV_FMT_CODE[kv_format],
+        IS_SPLIT=is_split,
+        USE_PDL=use_pdl,
+        PREFETCH_IDX=bool(cfg.get("PREFETCH_IDX", 0)),
+        FP8_TWICE=bool(cfg.get("FP8_TWICE", 0)),
+        FP16_DOTS=kv_format == "fp8" and args[0].dtype == torch.bfloat16 and _fp16_dots(cfg),
+        num_warps=cfg["num_warps"],
+        num_stages=cfg["num_stages"],
+    )
+
+
+def _launch_merge(
+    part_o: torch.Tensor,
+    part_lse: torch.Tensor,
+    out: torch.Tensor,
+    lse: torch.Tensor,
+    num_splits: int,
+    cfg: dict[str, int],
+    use_pdl: bool,
+    dev: int,
+) -> None:
+    """The second kernel: merges the split partials of each (token, head) into out/lse."""
+    num_tokens, num_heads, _ = out.shape
+    block_s = max(2, triton.next_power_of_2(num_splits))
+    block_dv = cfg.get("COMBINE_DV", _merge_columns(num_tokens * num_heads, block_s, _num_sms(dev)))
+    combine_warps = cfg.get("COMBINE_WARPS", _merge_warps(block_dv, part_o.element_size()))
+    _sparse_mla_combine_kernel[(num_tokens * num_heads * (_D_V // block_dv),)](
+        part_o,
+        part_lse,
+        out,
+        lse,
+        num_heads,
+        num_splits,
+        out.stride(0),
+        out.stride(1),
+        lse.stride(0),
+        lse.stride(1),
+        BLOCK_S=block_s,
+        D_V=_D_V,
+        BLOCK_DV=block_dv,
+        USE_PDL=use_pdl,
+        num_warps=combine_warps,
+        launch_pdl=use_pdl,
+    )
+
+
 def sparse_mla_decode(
     q: torch.Tensor,
     kv_rows: torch.Tensor,
@@ -1124,34 +1344,10 @@ def sparse_mla_decode(
     ``kv_scale`` is the one scale of fp8 e4m3 rows (a row's values are its fp8 values times it).
     Returns ``(out [T, H, 512], lse [T, H] fp32)``.
     """
-    if q.dim() != 3 or q.shape[-1] != _D_QK:
-        raise ValueError(f"q must be [T, H, {_D_QK}], got {tuple(q.shape)}")
-    kv_format = kv_row_format(kv_rows)
-    if kv_format == "fp8_ds_mla" and q.dtype != torch.bfloat16:
-        raise TypeError(f"fp8_ds_mla rows need a bf16 q (their rope part is bf16), got {q.dtype}")
-    if q.dtype not in (torch.float16, torch.bfloat16):
-        raise TypeError(f"q must be fp16 or bf16, got {q.dtype}")
-    if kv_format == "fp8_ds_mla" and not _fits_cp_async(kv_rows):  # fp32 scales, bf16 rope
-        raise ValueError("fp8_ds_mla rows must start 16-byte aligned (buffer and row stride)")
-    if kv_format != "fp8" and kv_scale != 1.0:
-        raise ValueError("kv_scale belongs to fp8 e4m3 rows (one scale for the whole cache)")
-    if indices.dim() != 2 or indices.shape[0] != q.shape[0] or indices.dtype != torch.int32:
-        raise ValueError("indices must be int32 [T, topk] with T = q.shape[0]")
-    if q.stride(-1) != 1 or kv_rows.stride(-1) != 1 or indices.stride(-1) != 1:
-        raise ValueError("the last dimension of q, kv_rows and indices must be contiguous")
-    if kv_format != "16bit" and (config or {}).get("DV_SPLIT", 1) != 1:
-        raise ValueError("DV_SPLIT is a 16-bit-cache tuning option; fp8 rows need 1")
-
+    kv_format = _check_inputs(q, kv_rows, indices, kv_scale, config)
+    out, lse = _outputs(q, out, lse)
     num_tokens, num_heads, _ = q.shape
     topk = indices.shape[1]
-    if out is None:
-        out = torch.empty((num_tokens, num_heads, _D_V), dtype=q.dtype, device=q.device)
-    if lse is None:
-        lse = torch.empty((num_tokens, num_heads), dtype=torch.float32, device=q.device)
-    if out.shape != (num_tokens, num_heads, _D_V) or out.stride(-1) != 1:
-        raise ValueError("out must be [T, H, 512] with a contiguous last dimension")
-    if lse.shape != (num_tokens, num_heads) or lse.dtype != torch.float32:
-        raise ValueError("lse must be fp32 [T, H]")
     if num_tokens == 0 or num_heads == 0:
         return out, lse
 
@@ -1161,37 +1357,16 @@ def sparse_mla_decode(
     cfg, num_splits = _plan(
         num_tokens, num_heads, topk, q.device, num_splits, config, kv_format, wgmma
     )
-    block_h, block_n = cfg["BLOCK_H"], cfg["BLOCK_N"]
-    num_hb = triton.cdiv(num_heads, block_h)
-    chunk = triton.cdiv(triton.cdiv(max(topk, 1), num_splits), block_n) * block_n
+    num_hb = triton.cdiv(num_heads, cfg["BLOCK_H"])
+    chunk = triton.cdiv(triton.cdiv(max(topk, 1), num_splits), cfg["BLOCK_N"]) * cfg["BLOCK_N"]
     is_split = num_splits > 1
-
     if is_split:
-        need = sparse_mla_workspace_numel(num_tokens, num_heads, num_splits)
-        if workspace is None:
-            workspace = torch.empty(need, dtype=torch.float32, device=q.device)
-        elif (
-            workspace.dtype != torch.float32
-            or workspace.dim() != 1
-            or not workspace.is_contiguous()
-            or workspace.numel() < need
-        ):
-            raise ValueError(f"workspace must be flat contiguous fp32, at least {need} elements")
-        # The Gluon tiles write 16-bit partials (q's dtype), the tl.dot tiles fp32 ones.
-        part16 = bool(cfg.get("WGMMA"))
-        n_po = num_tokens * num_splits * num_heads * _D_V // (2 if part16 else 1)
-        part_o = workspace[:n_po].view(q.dtype) if part16 else workspace[:n_po]
-        part_lse = workspace[n_po : n_po + num_tokens * num_splits * num_heads]
+        part_o, part_lse = _split_scratch(q, num_splits, bool(cfg.get("WGMMA")), workspace)
     else:
         part_o, part_lse = lse, lse  # unused placeholders
+    programs = num_tokens * num_splits * num_hb
+    use_pdl = _early_merge(cfg, config, programs, is_split, dev)
 
-    dv_split = cfg.get("DV_SPLIT", 1)
-    use_pdl = is_split and bool(cfg.get("PDL", 1)) and _has_pdl(dev)
-    if use_pdl and cfg.get("WGMMA") and "PDL" not in (config or {}):
-        # Measured: an early merge pays where the split grid leaves most SMs idle and costs
-        # 1-2 µs at about one program per SM (likely piling onto the few idle SMs; a
-        # heuristic from six cases, NOTES.md round 7).
-        use_pdl = 2 * num_tokens * num_splits * num_hb <= _num_sms(dev)
     args = (
         q,
         kv_rows,
@@ -1217,79 +1392,12 @@ def sparse_mla_decode(
         lse.stride(1),
     )
     if cfg.get("WGMMA"):
-        swapped = block_h in (8, 16)  # the head block picks the Gluon kernel
-        if swapped:  # keys as the MMA's M: 64-key tiles, shared memory for 2 (3 at 8 heads)
-            tile_ok = block_n == 64 and cfg["num_warps"] == 4
-            stages_ok = 2 <= cfg["num_stages"] <= (3 if block_h == 8 else 2)
-        else:
-            tile_ok = block_h == 64 and block_n in (16, 32, 64) and cfg["num_warps"] == 8
-            stages_ok = cfg["num_stages"] >= 2 and block_n * cfg["num_stages"] <= 128  # smem
-        if not (tile_ok and stages_ok and dv_split == 1 and wgmma):
-            raise ValueError(
-                "WGMMA needs BLOCK_H 64 (BLOCK_N 16/32/64, 8 warps, 2 to 128 / BLOCK_N "
-                "stages) or BLOCK_H 8/16 (BLOCK_N 64, 4 warps, 2 stages, 3 at 8 heads), "
-                "DV_SPLIT 1, q, out and 16-bit KV rows of one dtype, 16-byte-aligned buffers "
-                "and strides that are multiples of 16 elements, Triton 3.6's Gluon and a "
-                "Hopper GPU"
-            )
-        if swapped:
-            _sparse_mla_wgmma_swapped_kernel[(num_tokens * num_splits * num_hb,)](
-                *args,
-                BLOCK_H=block_h,
-                NUM_STAGES=cfg["num_stages"],
-                IS_SPLIT=is_split,
-                USE_PDL=use_pdl,
-                num_warps=4,
-            )
-        else:
-            _sparse_mla_wgmma_kernel[(num_tokens * num_splits * num_hb,)](
-                *args,
-                BLOCK_N=block_n,
-                NUM_STAGES=cfg["num_stages"],
-                IS_SPLIT=is_split,
-                USE_PDL=use_pdl,
-                num_warps=8,
-            )
+        _launch_gluon(args, cfg, programs, is_split, use_pdl, wgmma)
     else:
-        _sparse_mla_split_kernel[(num_tokens * num_splits * num_hb * dv_split,)](
-            *args[:8],
-            float(kv_scale),
-            *args[8:],
-            BLOCK_H=block_h,
-            BLOCK_N=block_n,
-            D_V=_D_V,
-            D_PE=_D_PE,
-            DV_SPLIT=dv_split,
-            KV_FMT=_KV_FMT_CODE[kv_format],
-            IS_SPLIT=is_split,
-            USE_PDL=use_pdl,
-            PREFETCH_IDX=bool(cfg.get("PREFETCH_IDX", 0)),
-            num_warps=cfg["num_warps"],
-            num_stages=cfg["num_stages"],
-        )
+        programs *= cfg.get("DV_SPLIT", 1)
+        _launch_tl_dot(args, cfg, programs, kv_format, kv_scale, is_split, use_pdl)
     if is_split:
-        block_s = max(2, triton.next_power_of_2(num_splits))
-        merge_rows = num_tokens * num_heads
-        block_dv = cfg.get("COMBINE_DV", _merge_columns(merge_rows, block_s, _num_sms(dev)))
-        combine_warps = cfg.get("COMBINE_WARPS", _merge_warps(block_dv, part_o.element_size()))
-        _sparse_mla_combine_kernel[(num_tokens * num_heads * (_D_V // block_dv),)](
-            part_o,
-            part_lse,
-            out,
-            lse,
-            num_heads,
-            num_splits,
-            out.stride(0),
-            out.stride(1),
-            lse.stride(0),
-            lse.stride(1),
-            BLOCK_S=block_s,
-            D_V=_D_V,
-            BLOCK_DV=block_dv,
-            USE_PDL=use_pdl,
-            num_warps=combine_warps,
-            launch_pdl=use_pdl,
-        )
+        _launch_merge(part_o, part_lse, out, lse, num_splits, cfg, use_pdl, dev)
     return out, lse
 
 
