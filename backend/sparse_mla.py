@@ -928,7 +928,7 @@ _TILES: dict[tuple[str, int], tuple[tuple[dict[str, int], dict[str, int]], ...]]
         (_tile(64, 32, 8, 2, 1), {"mma": 114816, "sm90": 147584, "sm100": 180912}),
         (_tile(32, 32, 4, 2, 2), {"mma": 75904, "sm90": 75904, "sm100": 75904}),
     ),
-    # fp8 e4m3 rows: the latent gathered once per dot (FP8_TWICE; 1.1x at B >= 8, NOTES.md).
+    # fp8 e4m3 rows: the latent gathered once per dot, fp16 dots (1.1-1.3x at B >= 8, NOTES.md).
     ("fp8", 16): (
         (_tile(16, 32, 4, 2, 2, fp8_twice=1), {"mma": 54400, "sm90": 54400, "sm100": 54400}),
     ),
