@@ -83,6 +83,23 @@ def _gather_fp8_ds_mla(row, valid, offs_v, offs_pe, out_ty: tl.constexpr, D_V: t
 
 
 @triton.jit
+def _e4m3_to_f16(x):
+    """fp8 e4m3 to fp16, four values per call. Widened this way right after the gather, V stays
+    a 16-bit tile in shared memory that the P.V dot reads with ldmatrix.trans; a plain
+    conversion is moved past the shared-memory copy by Triton, which then reads the fp8 tile
+    a byte at a time in the transposed operand layout (NOTES.md)."""
+    return tl.inline_asm_elementwise(
+        "{ .reg .b16 lo, hi; mov.b32 {lo, hi}, $2; "
+        "cvt.rn.f16x2.e4m3x2 $0, lo; cvt.rn.f16x2.e4m3x2 $1, hi; }",
+        "=r,=r,r",
+        [x],
+        dtype=tl.float16,
+        is_pure=False,
+        pack=4,
+    )
+
+
+@triton.jit
 def _sparse_mla_split_kernel(
     Q,
     KV,
@@ -118,6 +135,7 @@ def _sparse_mla_split_kernel(
     PREFETCH_IDX: tl.constexpr,  # load the next tile's indices one iteration ahead
     FP8_TWICE: tl.constexpr,  # fp8 e4m3 rows: the latent gathered once per dot (async copies)
     FP16_DOTS: tl.constexpr,  # fp8 e4m3 rows under a bf16 q: the dots in fp16
+    V_ASM: tl.constexpr,  # fp8 e4m3 rows, fp16 dots: V widened by inline PTX (_e4m3_to_f16)
 ):
     if USE_PDL:
         # Lets the merge kernel's programs launch (and wait) while this grid runs; the merge
@@ -191,7 +209,10 @@ def _sparse_mla_split_kernel(
             kv_k = kv
         elif KV_FMT == 2:  # one scale for the whole cache: it is folded into qk_scale and v_scale
             kv_ptr = row[:, None] + offs_v[None, :]
-            kv = tl.load(kv_ptr, mask=valid[:, None], other=0.0).to(kv_ty)
+            if V_ASM:
+                kv = _e4m3_to_f16(tl.load(kv_ptr, mask=valid[:, None], other=0.0))
+            else:
+                kv = tl.load(kv_ptr, mask=valid[:, None], other=0.0).to(kv_ty)
             # FP8_TWICE gathers the latent once per dot (the second from L2): a load whose
             # widened value feeds two dots stays a plain register load that no gather
             # overlaps, while each single-use load becomes an asynchronous copy (NOTES.md).
@@ -901,10 +922,12 @@ def _tile(
     waves: int,
     prefetch: int = 0,
     fp8_twice: int = 0,
+    v_asm: int = 0,
 ):
     cfg = {"BLOCK_H": block_h, "BLOCK_N": block_n, "num_warps": warps, "num_stages": stages}
     cfg = {**cfg, "WAVES": waves, **({"PREFETCH_IDX": 1} if prefetch else {})}
-    return {**cfg, **({"FP8_TWICE": 1, "FP16_DOTS": 1} if fp8_twice else {})}
+    cfg = {**cfg, **({"FP8_TWICE": 1, "FP16_DOTS": 1} if fp8_twice else {})}
+    return {**cfg, **({"V_ASM": 1} if v_asm else {})}
 
 
 def _fp16_dots(cfg: dict[str, int]) -> bool:
@@ -928,11 +951,13 @@ _TILES: dict[tuple[str, int], tuple[tuple[dict[str, int], dict[str, int]], ...]]
         (_tile(64, 32, 8, 2, 1), {"mma": 114816, "sm90": 147584, "sm100": 180912}),
         (_tile(32, 32, 4, 2, 2), {"mma": 75904, "sm90": 75904, "sm100": 75904}),
     ),
-    # fp8 e4m3 rows: the latent gathered once per dot, fp16 dots (1.1-1.3x at B >= 8, NOTES.md).
+    # fp8 e4m3 rows: the latent gathered once per dot, fp16 dots, V widened by inline PTX
+    # (1.2-1.4x at B >= 8, NOTES.md); 99 KB GPUs take 32-head tiles without the last.
     ("fp8", 16): (
-        (_tile(16, 32, 4, 2, 2, fp8_twice=1), {"mma": 54400, "sm90": 54400, "sm100": 54400}),
+        (_tile(16, 32, 4, 3, 2, 0, 1, 1), {"mma": 87424, "sm90": 87424, "sm100": 87424}),
     ),
     ("fp8", 32): (
+        (_tile(32, 32, 4, 2, 2, 0, 1, 1), {"mma": 106624, "sm90": 106624, "sm100": 106624}),
         (_tile(32, 32, 4, 2, 2, fp8_twice=1), {"mma": 73856, "sm90": 73856, "sm100": 73856}),
     ),
     ("fp8", 64): (
@@ -1079,7 +1104,7 @@ def _pow2_floor(n: int) -> int:
 # override, whatever the default kernel would have been.
 _TILE_KEYS = frozenset(
     {"BLOCK_H", "BLOCK_N", "num_warps", "num_stages", "DV_SPLIT", "PREFETCH_IDX", "FP8_TWICE"}
-    | {"FP16_DOTS"}
+    | {"FP16_DOTS", "V_ASM"}
 )
 
 
@@ -1283,6 +1308,9 @@ def _launch_tl_dot(
         PREFETCH_IDX=bool(cfg.get("PREFETCH_IDX", 0)),
         FP8_TWICE=bool(cfg.get("FP8_TWICE", 0)),
         FP16_DOTS=kv_format == "fp8" and args[0].dtype == torch.bfloat16 and _fp16_dots(cfg),
+        V_ASM=kv_format == "fp8"
+        and bool(cfg.get("V_ASM", 0))
+        and (args[0].dtype == torch.float16 or _fp16_dots(cfg)),
         num_warps=cfg["num_warps"],
         num_stages=cfg["num_stages"],
     )

@@ -404,9 +404,11 @@ def test_fp8_e4m3_rows(kmod: ModuleType, num_heads: int, num_tokens: int, topk: 
 @pytest.mark.parametrize("num_heads", [16, 32, 64])
 def test_fp8_e4m3_tile_options(kmod: ModuleType, num_heads: int) -> None:
     """fp8 e4m3 rows with the latent gathered once for both dots or once per dot
-    (``FP8_TWICE``), with bf16 or fp16 dots (``FP16_DOTS``), on the 16-, 32- and 64-head
-    tiles, over 1 and 3 splits; then a q beyond fp16's range (2^18 times larger, the softmax
-    scale 2^18 times smaller), which the fp16 dots must shift per head without overflow."""
+    (``FP8_TWICE``), with bf16 or fp16 dots (``FP16_DOTS``), V widened by a plain conversion
+    or inline PTX (``V_ASM``, fp16 dots only), on the 16-, 32- and 64-head tiles, over 1 and
+    3 splits; then a q beyond fp16's range (2^18 times larger, the softmax scale 2^18 times
+    smaller), which the fp16 dots must shift per head without overflow; then an fp16 q, whose
+    dots are fp16 anyway."""
     gen = torch.Generator(device="cuda").manual_seed(zlib.crc32(f"e4m3-opt-{num_heads}".encode()))
     q, kv, idx = _make_inputs(gen, 5, num_heads, 2000, torch.bfloat16, "mixed")
     kv_scale = 0.03125
@@ -414,15 +416,18 @@ def test_fp8_e4m3_tile_options(kmod: ModuleType, num_heads: int) -> None:
     block_h = min(64, max(16, num_heads))
     tile = {"BLOCK_H": block_h, "BLOCK_N": 16 if block_h == 64 else 32}
     tile |= {"num_warps": 8 if block_h == 64 else 4, "num_stages": 2}
-    for twice, fp16 in itertools.product((0, 1), (0, 1)):
-        cfg = {**tile, "FP8_TWICE": twice, "FP16_DOTS": fp16}
+    options = [(t, f, 0) for t, f in itertools.product((0, 1), (0, 1))] + [(0, 1, 1), (1, 1, 1)]
+    for twice, fp16, v_asm in options:
+        cfg = {**tile, "FP8_TWICE": twice, "FP16_DOTS": fp16, "V_ASM": v_asm}
         for splits in (1, 3):
             _check(kmod, q, rows, idx, num_splits=splits, config=cfg, kv_scale=kv_scale)
     big = q * 2.0**18
     assert big.abs().max().item() > 65504.0
-    for twice in (0, 1):
-        cfg = {**tile, "FP8_TWICE": twice, "FP16_DOTS": 1}
+    for twice, v_asm in itertools.product((0, 1), (0, 1)):
+        cfg = {**tile, "FP8_TWICE": twice, "FP16_DOTS": 1, "V_ASM": v_asm}
         _check(kmod, big, rows, idx, _SM_SCALE * 2.0**-18, config=cfg, kv_scale=kv_scale)
+    cfg = {**tile, "FP8_TWICE": 1, "V_ASM": 1}
+    _check(kmod, q.half(), rows, idx, num_splits=3, config=cfg, kv_scale=kv_scale)
 
 
 @pytest.mark.gpu

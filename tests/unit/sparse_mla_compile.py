@@ -100,6 +100,7 @@ def _split_job(module, arch: int, kv_format: str, cfg: dict) -> dict:
             "PREFETCH_IDX": bool(cfg.get("PREFETCH_IDX", 0)),
             "FP8_TWICE": bool(cfg.get("FP8_TWICE", 0)),
             "FP16_DOTS": kv_format == "fp8" and module._fp16_dots(cfg),  # under a bf16 q
+            "V_ASM": kv_format == "fp8" and bool(cfg.get("V_ASM", 0)) and module._fp16_dots(cfg),
         }
     # Split with PDL (SM90+) writes partials; the largest epilogue of the two.
     constexprs.update(IS_SPLIT=True, USE_PDL=arch >= 90)
