@@ -10,7 +10,7 @@ Why the bytes come through huggingface_hub's HTTP session (hf_hub_url, build_hf_
 get_session) with our own Range resume, and not through hf_hub_download / snapshot_download:
 tried with huggingface_hub 2.4.0 (hf-xet 1.8.0) against the olah server the tests use, a
 download killed after 73 of 150 MB left `<etag>.<uuid>.incomplete` behind (the name is unique
-per process since huggingface_hub 2.x), so the next run did not continue it: it sent a
+per process in that version), so the next run did not continue it: it sent a
 plain GET (200, not 206) for the whole file and left the orphan on disk. hf_hub_download also
 returns a file already present under its name without looking at its content (a same-size
 file with a flipped byte came back as is), so our sha256 check would stay and the resume would
