@@ -122,7 +122,7 @@ def _converge(
     states = parallel(ctxs, lambda c: verify(c, manifest, options.full_verify))
     need = {n: c for n, c in ctxs.items() if not states[n].get("complete")}
     for name in need:
-        reporter.note(f"{name}: {states[name]['msg']}", name)
+        reporter.note(states[name]["msg"], name)
     for name in ctxs.keys() - need.keys():
         results[name] = TaskResult(
             Status.OK,
