@@ -251,3 +251,42 @@ def test_shards_removed_only_after_a_verified_merge_and_the_model_files_accept_i
     dropped = run_helper_here("model_files", check_files)
     assert sorted(dropped["missing"]) == [e.path for e in entries], dropped
     assert "no longer matches" in dropped["msg"] and not os.path.exists(out)
+
+
+MODEL_PLAY = """
+- hosts: all
+  gather_facts: false
+  tasks:
+    - name: model
+      gguf_model: {shards: "{{ root }}/m", single_file: true, remove_shards: true}
+"""
+
+
+def test_gguf_model_removes_the_shards_once_and_then_serves_the_merge_alone(
+    run_playbook, local_inventory: Path, tmp_path: Path
+) -> None:
+    """The module through the real executor on a local connection: check mode removes nothing,
+    a run merges and removes, a re-run changes nothing, a corrupted merge is refused."""
+    first = split_set(tmp_path / "root" / "m", split_max_tensors=7)
+    shards = sorted(first.parent.glob("model-*-of-*.gguf"))
+    check = run_playbook(MODEL_PLAY, local_inventory, check=True, diff=True)
+    assert check.exit_code == 3 and all(p.exists() for p in shards)
+    [planned] = [e for e in check.results() if e["task"] == "model"]
+    assert "then remove the shards once the merged file's sha256 is verified" in planned["diff"]
+    real = run_playbook(MODEL_PLAY, local_inventory)
+    assert real.exit_code == 0, real.results()
+    [done] = [e for e in real.results() if e["task"] == "model"]
+    assert f"removed {len(shards)} shards after verifying model.gguf" in done["msg"], done
+    assert not any(p.exists() for p in shards)
+    again = run_playbook(MODEL_PLAY, local_inventory)
+    assert again.exit_code == 0 and again.status("model") == "ok", again.results()
+    [kept] = [e for e in again.results() if e["task"] == "model"]
+    assert "stands for its 3 removed shards" in kept["msg"], kept
+    merged = first.parent / "model.gguf"
+    data = bytearray(merged.read_bytes())
+    data[len(data) // 2] ^= 0x01
+    merged.write_bytes(bytes(data))
+    refused = run_playbook(MODEL_PLAY, local_inventory)
+    assert refused.exit_code == 2
+    [bad] = [e for e in refused.results() if e["task"] == "model"]
+    assert "changed since its verified merge" in bad["msg"] and "glmops model" in bad["msg"]
