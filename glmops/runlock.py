@@ -5,6 +5,12 @@ as the run's connection (it waits on its stdin): a run that ends, or dies (`kill
 controller), closes the connection and the lock goes with it, so no stale lock can block the
 next run. Beside it, `run-<host>.lock.info` names the holder (pid, controller, user, start
 time) for the message a second run gets. `--check` runs change nothing and take no lock.
+
+The info file is also a guard: a run flocks it before trying the lock and lets it go only once
+it has either written its own info (having taken the lock) or read the holder's (having not).
+So a run never reads the info in the moment between another run taking the lock and naming
+itself (it would see the previous holder's name, or nothing, and a second connection of the
+same run would be refused as a stranger).
 """
 
 from __future__ import annotations
@@ -21,6 +27,7 @@ from glmops.errors import GlmopsError
 
 LOCKED = "glmops-locked"
 BUSY = "glmops-busy"
+GUARD_WAIT_S = 20  # the guard is held for a write or a read of a few bytes
 
 
 class HostLocked(GlmopsError):
@@ -48,9 +55,10 @@ def acquire(ctx: TaskContext, info: dict[str, object]) -> Release:
     lock = f"{folder}/run-{ctx.host.name}.lock"
     about = f"{lock}.info"
     script = (
-        f"mkdir -p {quote(folder)} && exec 9>>{quote(lock)} || exit 1; "
+        f"mkdir -p {quote(folder)} && exec 9>>{quote(lock)} 8>>{quote(about)} || exit 1; "
+        f"flock -w {GUARD_WAIT_S} 8 || exit 1; "
         f"if flock -n 9; then printf '%s\\n' {quote(json.dumps(info))} > {quote(about)}; "
-        f"echo {LOCKED}; exec cat >/dev/null; "
+        f"exec 8>&-; echo {LOCKED}; exec cat >/dev/null; "
         f'else echo "{BUSY} $(cat {quote(about)} 2>/dev/null)"; fi'
     )
     command, password = ctx.elevated(script)

@@ -131,16 +131,21 @@ class PhaseRunners:
         """`glmops verify`'s host checks, one host at a time (each gets its own verdict)."""
         outcomes = {}
         for host in hosts:
+            checks: list[dict[str, Any]] = []
             try:
                 from glmops.verify import run_verify
 
-                code = run_verify(self.inventory, host.name, as_json=False, keyword=None)
+                code = run_verify(self.inventory, host.name, False, None, checks)
             except (GlmopsError, ImportError) as error:
                 outcomes[host.name] = Outcome("failed", f"cannot run the host checks: {error}")
                 continue
-            outcomes[host.name] = (
-                Outcome("ok")
-                if code == ExitCode.OK
-                else Outcome("failed", "host checks failed (see above; `glmops verify`)")
-            )
+            failed = [c["check"] for c in checks if c["outcome"] not in ("passed", "skipped")]
+            if code == ExitCode.OK:
+                outcomes[host.name] = Outcome("ok", f"{len(checks)} host checks passed")
+            else:
+                outcomes[host.name] = Outcome(
+                    "failed",
+                    f"host checks failed: {', '.join(failed) or 'pytest could not run them'} "
+                    f"(`glmops verify {host.name}` says why)",
+                )
         return outcomes

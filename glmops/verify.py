@@ -132,8 +132,15 @@ class _JsonReport:
             self.results.append(entry)
 
 
-def run_verify(inventory: Path, pattern: str, as_json: bool, keyword: str | None) -> ExitCode:
-    """Run tests/host against the hosts `pattern` selects; exit 0 only when every check passed."""
+def run_verify(
+    inventory: Path,
+    pattern: str,
+    as_json: bool,
+    keyword: str | None,
+    results: list[dict[str, Any]] | None = None,
+) -> ExitCode:
+    """Run tests/host against the hosts `pattern` selects; exit 0 only when every check passed.
+    `results`, when given, receives one entry per check (check, outcome, why)."""
     import pytest
 
     if str(PROJECT) not in sys.path:  # tests/host imports `tests.host.conftest` by its full name
@@ -156,7 +163,9 @@ def run_verify(inventory: Path, pattern: str, as_json: bool, keyword: str | None
     if keyword:
         args += ["-k", keyword]
     report = _JsonReport()
-    code = pytest.main(args, plugins=[report] if as_json else [])
+    code = pytest.main(args, plugins=[report] if as_json or results is not None else [])
+    if results is not None:
+        results.extend(report.results)
     for entry in report.results:  # after pytest, whose output capture would swallow them
         print(json.dumps(entry), flush=True)
     return ExitCode.OK if code == 0 else ExitCode.HOST_FAILED

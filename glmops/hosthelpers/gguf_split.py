@@ -1,7 +1,10 @@
 #!/usr/bin/env python3
 """Validate, merge and verify split GGUF files (stdlib only, python3 >= 3.8).
 
-Arguments (on stdin, see _envelope): {"mode": "validate|merge|verify", "path": ..., ...}
+Arguments (on stdin, see _envelope): {"mode": "validate|merge|verify", "path": ..., ...};
+"remove_shards" deletes the shards once the merged file's sha256 equals the merge recomputed
+from them (recorded in the sidecar first), and "merged_only" accepts such a merged file in place
+of its removed shards while it still matches that record.
 
 Why not llama-gguf-split or gguf-py: the host has neither, gguf-py parses a 160k-token vocab in
 ~20 s with ~800 MB RSS, and both buffer a whole tensor (GBs for GLM-5 experts). This reads only
@@ -552,7 +555,17 @@ def _write_atomic(path: str, text: str) -> None:
 
 def content_sha256(headers: list) -> str:
     """sha256 over all tensor data in order: the same for a split set and its merge."""
-    h = hashlib.sha256()
+    return _tensor_sha256(hashlib.sha256(), headers, pad_to=None)
+
+
+def merged_sha256(headers: list, keep_split_keys: bool) -> str:
+    """sha256 of the file merge() writes from these shards, computed from the shards alone."""
+    head = hashlib.sha256(merged_header(headers, keep_split_keys))
+    return _tensor_sha256(head, headers, pad_to=headers[0].alignment)
+
+
+def _tensor_sha256(h, headers: list, pad_to) -> str:
+    """Feed every tensor's data (zero-padded to pad_to, as merge writes it) into h."""
     buf = bytearray(8 << 20)
     for hd in headers:
         with open(hd.path, "rb", buffering=0) as f:
@@ -566,6 +579,16 @@ def content_sha256(headers: list) -> str:
                         raise GGUFError(f"{hd.name}: short read")
                     h.update(mv[:got])
                     left -= got
+                if pad_to:
+                    h.update(b"\0" * (pad(nbytes, pad_to) - nbytes))
+    return h.hexdigest()
+
+
+def file_sha256(path: str) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb", buffering=0) as f:
+        for block in iter(lambda: f.read(8 << 20), b""):
+            h.update(block)
     return h.hexdigest()
 
 
@@ -618,9 +641,141 @@ def validate(args: dict) -> dict:
     }
 
 
+def read_sidecar(out: str) -> dict:
+    try:
+        with open(out + SIDECAR_SUFFIX, encoding="utf-8") as f:
+            rec = json.load(f)
+    except (OSError, ValueError):
+        return {}
+    return rec if isinstance(rec, dict) else {}
+
+
+def _removed_output(args: dict) -> str:
+    """The merged file that stands for the split set at args["path"] (first shard or folder)."""
+    path = args["path"]
+    if args.get("output"):
+        return os.path.abspath(args["output"])
+    if os.path.isdir(path):
+        found = [
+            os.path.join(path, n[: -len(SIDECAR_SUFFIX)])
+            for n in sorted(os.listdir(path))
+            if n.endswith(".gguf" + SIDECAR_SUFFIX)
+        ]
+        found = [o for o in found if read_sidecar(o).get("shards_removed")]
+        if len(found) != 1:
+            raise GGUFError(f"{path}: no shards and {len(found)} merged files with removed shards")
+        return found[0]
+    return os.path.abspath(shard_paths(path)[0] + ".gguf")
+
+
+def merged_only(args: dict) -> dict:
+    """The shards are gone: is there a merged file that a verified merge left in their place,
+    unchanged since (size and mtime as recorded, else its sha256 again; always with sha256)?"""
+    out = _removed_output(args)
+    rec = read_sidecar(out)
+    recorded = rec.get("output", {})
+    if not rec.get("shards_removed") or not recorded.get("sha256"):
+        return failure(f"no merged file verified and recorded in {out}{SIDECAR_SUFFIX}")
+    try:
+        st = os.stat(out)
+    except OSError:
+        return failure(f"{out}: missing, and its shards were removed")
+    hashed = 0
+    if args.get("sha256") or [st.st_size, st.st_mtime_ns] != [
+        recorded.get("size"),
+        recorded.get("mtime_ns"),
+    ]:
+        hashed = st.st_size
+        if file_sha256(out) != recorded["sha256"]:
+            return failure(
+                f"{out} changed since its verified merge (sha256 differs) and its shards were "
+                "removed: `glmops model` fetches the shards again, then deploy merges anew"
+            )
+    errs = quick_check(out, recorded["tensor_count"], recorded["size"])
+    if errs:
+        return failure("; ".join(errs))
+    return {
+        "failed": False,
+        "changed": False,
+        "output": out,
+        "size": st.st_size,
+        "tensor_count": recorded["tensor_count"],
+        "shards": rec["shards_removed"],
+        "hashed_bytes": hashed,
+        "msg": f"{os.path.basename(out)} stands for its {len(rec['shards_removed'])} removed "
+        "shards (verified merge)",
+    }
+
+
+def remove_shards(args: dict) -> dict:
+    """Delete the shards of a merged set once the merged file is proven to hold them: its
+    sha256 equals that of the merge recomputed from the shards. The sidecar records the
+    sha256 and the removal before any shard goes, so an interrupted removal is finished."""
+    out = os.path.abspath(args["output"])
+    keep = bool(args.get("keep_split_keys", False))
+    paths = shard_paths(args["path"])[1]
+    present = [p for p in paths if os.path.exists(p)]
+    rec = read_sidecar(out)
+    inputs = {i["name"]: [i["size"], i["mtime_ns"]] for i in _inputs(rec)}
+    if (
+        rec.get("shards_removed")
+        and rec.get("output", {}).get("sha256")
+        and all(inputs.get(os.path.basename(p)) == _stat(p) for p in present)
+    ):
+        if not present:
+            return {"failed": False, "changed": False, "msg": "shards already removed"}
+        return _unlink(present, args, "the rest of the shards of a verified merge")
+    headers, errs = load_set(args["path"])
+    if errs:
+        return {"failed": True, "changed": False, "msg": "invalid split set", "errors": errs}
+    size = len(merged_header(headers, keep)) + data_size(headers)
+    if not up_to_date(out, fingerprint(headers, keep), sum(h.n_tensors for h in headers), size):
+        return failure(f"{out} is not the current merge of {paths[0]}: shards kept")
+    if args.get("check"):
+        return {"failed": False, "changed": True, "msg": f"would verify {out}, remove shards"}
+    want, got = merged_sha256(headers, keep), file_sha256(out)
+    if want != got:
+        return failure(f"{out}: sha256 {got} is not that of its shards' merge ({want}): kept")
+    rec["output"]["sha256"] = got
+    rec["shards_removed"] = [os.path.basename(p) for p in paths]
+    _write_atomic(out + SIDECAR_SUFFIX, json.dumps(rec, indent=1) + "\n")
+    return _unlink(present, args, f"shards after verifying {os.path.basename(out)} ({got[:12]})")
+
+
+def _inputs(rec: dict) -> list:
+    return rec.get("inputs_fingerprint", {}).get("inputs", [])
+
+
+def _stat(path: str) -> list:
+    st = os.stat(path)
+    return [st.st_size, st.st_mtime_ns]
+
+
+def _unlink(paths: list, args: dict, what: str) -> dict:
+    if args.get("check"):
+        return {"failed": False, "changed": True, "msg": f"would remove {len(paths)} {what}"}
+    freed = 0
+    for p in paths:
+        freed += os.path.getsize(p)
+        os.unlink(p)
+    dfd = os.open(os.path.dirname(paths[0]), os.O_RDONLY)
+    try:
+        os.fsync(dfd)
+    finally:
+        os.close(dfd)
+    msg = f"removed {len(paths)} {what}; {freed} bytes freed"
+    return {"failed": False, "changed": True, "freed_bytes": freed, "msg": msg}
+
+
 def run(args: dict) -> dict:
     mode = args.get("mode")
-    fn = {"validate": validate, "merge": merge, "verify": verify}.get(mode)
+    fn = {
+        "validate": validate,
+        "merge": merge,
+        "verify": verify,
+        "merged_only": merged_only,
+        "remove_shards": remove_shards,
+    }.get(mode)
     return failure(f"unknown mode {mode!r}") if fn is None else fn(args)
 
 

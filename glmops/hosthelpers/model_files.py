@@ -11,6 +11,12 @@ trusted unless `full`; every other file is hashed. A file that fails is deleted,
 never served and the next transfer sends it whole. When all files pass, the manifest and the
 state file (manifest digest, size and mtime of each file) are written atomically. `check`
 writes and deletes nothing.
+
+A GGUF shard that gguf_split removed after a verified merge counts as present ("merged") when
+the merged file's sidecar lists it with the size and mtime this state file verified, and the
+merged file still matches the sha256 the sidecar recorded (size and mtime as recorded, else
+hashed; always hashed with `full`). A merged file that no longer matches is deleted with its
+sidecar: its shards are then missing, fetched again, and merged anew by deploy.
 """
 
 import hashlib
@@ -22,6 +28,7 @@ from _envelope import failure, main
 
 STATE = ".glmops-model-state.json"
 MANIFEST = ".glmops-model-manifest.json"
+SIDECAR = ".glmops.json"  # gguf_split's record beside a merged file
 
 
 def nearest_existing(path):
@@ -93,6 +100,64 @@ def check(root, entry, known, full, write):
     return entry["path"], "ok", st.st_size, st.st_mtime_ns, st.st_size
 
 
+class Merges:
+    """The merged files (gguf_split sidecars) that stand for removed shards, checked once each."""
+
+    def __init__(self, root, known, full, write):
+        self.root, self.known, self.full, self.write = root, known, full, write
+        self.verdicts = {}  # merged file -> hashed bytes, or None when it no longer matches
+        self.dropped = []
+
+    def covers(self, rel):
+        """(path, "merged", size, mtime_ns, hashed) when a verified merge holds rel, else None."""
+        folder, name = os.path.split(os.path.join(self.root, rel))
+        for out, rec in self._records(folder):
+            entry = {i["name"]: i for i in rec["inputs_fingerprint"]["inputs"]}.get(name)
+            if name not in rec["shards_removed"] or entry is None:
+                continue
+            if self.known.get(rel) != [entry["size"], entry["mtime_ns"]]:
+                return None
+            if self._holds(out, rec) is not None:
+                return rel, "merged", entry["size"], entry["mtime_ns"], 0
+        return None
+
+    def _records(self, folder):
+        try:
+            names = sorted(os.listdir(folder))
+        except OSError:
+            return []
+        found = []
+        for n in names:
+            if n.endswith(".gguf" + SIDECAR):
+                rec = read_json(os.path.join(folder, n))
+                if rec.get("shards_removed") and rec.get("output", {}).get("sha256"):
+                    found.append((os.path.join(folder, n[: -len(SIDECAR)]), rec))
+        return found
+
+    def _holds(self, out, rec):
+        if out not in self.verdicts:
+            self.verdicts[out] = self._check(out, rec["output"])
+        return self.verdicts[out]
+
+    def _check(self, out, recorded):
+        try:
+            st = os.stat(out)
+        except OSError:
+            return None
+        if not self.full and [st.st_size, st.st_mtime_ns] == [
+            recorded["size"],
+            recorded["mtime_ns"],
+        ]:
+            return 0
+        if st.st_size == recorded["size"] and sha256(out) == recorded["sha256"]:
+            return st.st_size
+        self.dropped.append(out)
+        if self.write:  # never served again; its shards are fetched and merged anew
+            os.unlink(out + SIDECAR)
+            os.unlink(out)
+        return None
+
+
 def verify(args):
     root = args["model_dir"]
     state = read_json(os.path.join(root, STATE))
@@ -101,9 +166,14 @@ def verify(args):
     write = not args.get("check")
     with ThreadPoolExecutor(max_workers=min(8, os.cpu_count() or 1)) as pool:
         results = list(pool.map(lambda e: check(root, e, known, args.get("full"), write), files))
+    merges = Merges(root, known, args.get("full"), write)
+    results = [
+        (r[1] == "missing" and r[0].endswith(".gguf") and merges.covers(r[0])) or r for r in results
+    ]
+    merged = [p for p, v, *_ in results if v == "merged"]
     missing = [p for p, v, *_ in results if v == "missing"]
     bad = [p for p, v, *_ in results if v == "bad"]
-    hashed = sum(r[4] for r in results)
+    hashed = sum(r[4] for r in results) + sum(v or 0 for v in merges.verdicts.values())
     complete = not missing and not bad
     changed = False
     if complete and write:
@@ -120,12 +190,17 @@ def verify(args):
         if complete
         else f"{len(missing)} missing, {len(bad)} failed their check (deleted)"
     )
+    if merged:
+        msg += f" ({len(merged)} shards held by their verified merge)"
+    if merges.dropped:
+        msg += "; merged file no longer matches its record (deleted): " + ", ".join(merges.dropped)
     return {
         "failed": False,
-        "changed": changed or (bool(bad) and write),
+        "changed": changed or (bool(bad or merges.dropped) and write),
         "complete": complete,
         "missing": missing,
         "bad": bad,
+        "merged": merged,
         "hashed_bytes": hashed,
         "msg": msg,
     }

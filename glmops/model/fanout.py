@@ -5,7 +5,10 @@ for the rest, each source serving at most `per_source` transfers at once, so the
 each round and no uplink carries N copies. A host pulls from a peer with this run's ephemeral
 key (glmops.model.access); rsync keeps partial data aside (--partial-dir), so an interrupted
 file resumes and is never seen under its name. A source that fails mid-transfer is dropped and
-its targets continue from another source.
+its targets continue from another source. A failure is laid at the source only when the source
+is to blame: the target's own errors (its disk full, read-only or refusing the files) fail that
+target alone, and when a pull breaks off but the source still answers the controller, the
+target tries another source and this one keeps seeding.
 """
 
 from __future__ import annotations
@@ -30,7 +33,14 @@ CONTROLLER = "controller"
 PARTIAL_DIR = ".glmops-rsync-partial"
 #: rsync exit codes that mean the other end (the source of a pull) went away or stalled.
 SOURCE_TROUBLE = {5, 10, 12, 30, 35, 255}
+#: What rsync prints when the receiving side (the target of a pull) cannot take the files.
+TARGET_TROUBLE = re.compile(
+    r"No space left on device|Disk quota exceeded|Read-only file system|Too many open files"
+    r"|mkdir .* failed|mkstemp .* failed|write failed",
+    re.IGNORECASE,
+)
 MAX_ATTEMPTS = 3
+PROBE_TIMEOUT = 30
 RSYNC_TIMEOUT = 6 * 3600
 Event = Callable[..., None]
 
@@ -47,6 +57,8 @@ class Target:
     source: str | None = None
     received: int = 0
     seconds: float = 0.0
+    #: files the host holds in another form (shards removed after a verified merge): not sent
+    skip: frozenset[str] = frozenset()
 
 
 @dataclass
@@ -76,7 +88,8 @@ class FanOut:
         self.dead: set[str] = set()
         self.on_event = on_event
         self._cv = threading.Condition()
-        self._list = "".join(f"{f.path}\n" for f in plan.manifest.files)
+        self._probes: dict[str, threading.Lock] = {}
+        self._list = file_list(plan.manifest)
 
     def run(self) -> dict[str, Target]:
         pending = list(self.targets.values())
@@ -189,7 +202,7 @@ class FanOut:
         ssh = ssh_command(key_path, known, port, host.connection.jump)
         target.ctx.run(f"mkdir -p {quote(target.model_dir)}", check=True, what="mkdir model_dir")
         with tempfile.NamedTemporaryFile("w", suffix=".files") as listing:
-            listing.write(self._list)
+            listing.write(file_list(self.plan.manifest, target.skip))
             listing.flush()
             argv = [
                 "rsync",
@@ -220,16 +233,33 @@ class FanOut:
             f"{quote(target.model_dir + '/')}"
         )
         result = target.ctx.run(command, timeout=RSYNC_TIMEOUT)
-        if result.rc in SOURCE_TROUBLE:
-            why = f"source {source.name} failed (rsync rc={result.rc}): {_tail(result)}"
-            return "source", 0, why
-        if result.rc != 0:
-            return "target", 0, f"rsync from {source.name} failed (rc={result.rc}): {_tail(result)}"
-        return "ok", _stat(result.stdout, "received"), f"copied from {source.name}"
+        if result.rc == 0:
+            return "ok", _stat(result.stdout, "received"), f"copied from {source.name}"
+        why = f"rsync from {source.name} failed (rc={result.rc}): {_tail(result)}"
+        if TARGET_TROUBLE.search(result.stderr):
+            return "target", 0, f"{target.name} cannot take the files: {why}"
+        if result.rc not in SOURCE_TROUBLE:
+            return "target", 0, why
+        if self._answers(source):  # the link or the target is at fault: try another source
+            return "retry", 0, f"{why} (source {source.name} still answers; kept as a source)"
+        return "source", 0, f"source {source.name} failed: {why}"
+
+    def _answers(self, source: Target) -> bool:
+        """Whether the source still runs commands for the controller (one probe at a time)."""
+        with self._probes.setdefault(source.name, threading.Lock()):
+            try:
+                return source.ctx.run("true", timeout=PROBE_TIMEOUT).rc == 0
+            except (GlmopsError, OSError):
+                return False
 
     @property
     def file_list(self) -> str:
         return self._list
+
+
+def file_list(manifest: Manifest, skip: frozenset[str] = frozenset()) -> str:
+    """rsync's --files-from: the manifest's files a host still takes."""
+    return "".join(f"{f.path}\n" for f in manifest.files if f.path not in skip)
 
 
 RSYNC_FLAGS = (

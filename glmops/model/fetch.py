@@ -5,6 +5,20 @@ LFS sha256 and size from the Hub's tree listing, small files checked against the
 and hashed here) and keeps it; `download` brings every file into the cache, resumes what an
 interrupted run left (HTTP Range), and verifies each file's sha256 before it may be served.
 The token goes to huggingface_hub in-process: never in argv, never logged.
+
+Why the bytes come through huggingface_hub's HTTP session (hf_hub_url, build_hf_headers,
+get_session) with our own Range resume, and not through hf_hub_download / snapshot_download:
+tried with huggingface_hub 2.4.0 (hf-xet 1.8.0) against the olah server the tests use, a
+download killed after 73 of 150 MB left `<etag>.<uuid>.incomplete` behind (the name is unique
+per process in that version), so the next run did not continue it: it sent a
+plain GET (200, not 206) for the whole file and left the orphan on disk. hf_hub_download also
+returns a file already present under its name without looking at its content (a same-size
+file with a flipped byte came back as is), so our sha256 check would stay and the resume would
+be lost. hf-xet could not be tried offline: olah 0.5.4 serves no xet metadata (the tree lists
+`xet_hash=None`, no X-Xet headers), so huggingface_hub takes its HTTP path there too. For a
+xet-backed file the Hub's resolve URL, which this module fetches, answers with a redirect to its
+LFS-compatible bridge, a plain HTTP download (without xet's chunk deduplication), so such a
+repo needs no other code here.
 """
 
 from __future__ import annotations

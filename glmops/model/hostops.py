@@ -18,7 +18,7 @@ from glmops.facts import parse_facts
 from glmops.facts_gather import gather
 from glmops.inventory import Host
 from glmops.model.access import RUN_DIR, RunKey, authorize_script, known_host_lines, revoke_script
-from glmops.model.fanout import Plan, Target
+from glmops.model.fanout import Plan, Target, file_list
 from glmops.model.fetch import HubAccess
 from glmops.model.manifest import Manifest
 from glmops.model.progress import Meter
@@ -101,12 +101,15 @@ def verify(ctx: TaskContext, manifest: Manifest, full: bool = False) -> dict[str
     return ctx.run_helper("model_files", args, timeout=6 * 3600)
 
 
-def preflight(ctx: TaskContext, manifest: Manifest) -> str | None:
-    """None when the disk has room; else the refusal, naming host, path, needed and free."""
+def preflight(
+    ctx: TaskContext, manifest: Manifest, merged: frozenset[str] = frozenset()
+) -> str | None:
+    """None when the disk has room; else the refusal, naming host, path, needed and free.
+    Shards a verified merge holds (`merged`) need no room, nor does that merge again."""
     variables = ctx.host.vars
     shards = sum(f.size for f in manifest.files if f.path.endswith(".gguf"))
     single, why = needs_single_file(parse_facts(_facts(ctx)), variables)
-    extra = shards if single else 0
+    extra = shards if single and not merged else 0
     margin = variables.get("model_disk_margin_bytes")
     margin = (
         int(margin)
@@ -118,7 +121,7 @@ def preflight(ctx: TaskContext, manifest: Manifest) -> str | None:
         {
             "mode": "preflight",
             "model_dir": model_dir(variables),
-            "files": [[f.path, f.size] for f in manifest.files],
+            "files": [[f.path, f.size] for f in manifest.files if f.path not in merged],
             "extra_bytes": extra,
             "margin_bytes": margin,
         },
@@ -198,9 +201,16 @@ def arrived(targets: list[Target], manifest: Manifest) -> int:
     return total
 
 
-def grant(ctx: TaskContext, key: RunKey, fleet: list[TaskContext], plan: Plan) -> None:
+def grant(
+    ctx: TaskContext,
+    key: RunKey,
+    fleet: list[TaskContext],
+    plan: Plan,
+    skip: frozenset[str] = frozenset(),
+) -> None:
     """This run's key on one host: its private half (root-only, under /run) and its public
-    half authorized for a read-only rsync of model_dir, from the fleet's addresses only."""
+    half authorized for a read-only rsync of model_dir, from the fleet's addresses only; the
+    files it pulls are the manifest's less `skip`."""
     root = model_dir(ctx.host.vars)
     addresses = [c.host.connection.address for c in fleet]
     as_user = replace(ctx, become=False)
@@ -209,7 +219,7 @@ def grant(ctx: TaskContext, key: RunKey, fleet: list[TaskContext], plan: Plan) -
     )
     run = f"{RUN_DIR}/{key.run_id}"
     known = known_host_lines(plan.known_hosts, [c.host for c in fleet])
-    files = "".join(f"{f.path}\n" for f in plan.manifest.files)
+    files = file_list(plan.manifest, skip)
     for name, text in (("key", key.private_pem), ("known_hosts", known), ("files", files)):
         ctx.run(
             f"umask 077 && mkdir -p {quote(run)} && cat > {quote(run + '/' + name)}",

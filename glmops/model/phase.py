@@ -121,13 +121,17 @@ def _converge(
         parallel(ctxs, revoke)
     states = parallel(ctxs, lambda c: verify(c, manifest, options.full_verify))
     need = {n: c for n, c in ctxs.items() if not states[n].get("complete")}
+    for name in need:
+        reporter.note(states[name]["msg"], name)
     for name in ctxs.keys() - need.keys():
         results[name] = TaskResult(
             Status.OK,
             f"complete: manifest {manifest.digest[:12]} ({states[name]['msg']})",
             data=_paths(ctxs[name], manifest),
         )
-    for name, refusal in parallel(need, lambda c: preflight(c, manifest)).items():
+    merged = {n: frozenset(s.get("merged") or ()) for n, s in states.items()}
+    refusals = parallel(need, lambda c: preflight(c, manifest, merged[c.host.name]))
+    for name, refusal in refusals.items():
         if refusal:
             results[name] = TaskResult(Status.FAILED, refusal)
             need.pop(name)
@@ -148,9 +152,10 @@ def _converge(
     else:
         _controller_room(cache, manifest)
         download(cache, manifest, hub, reporter.note)
-    seeds = [ctx for name, ctx in ctxs.items() if name not in need]
+    # a host whose shards were removed after their merge cannot serve them to others
+    seeds = [ctx for name, ctx in ctxs.items() if name not in need and not merged.get(name)]
     if need:
-        results.update(_distribute(cache, manifest, need, seeds, reporter, options))
+        results.update(_distribute(cache, manifest, need, seeds, merged, reporter, options))
     return results
 
 
@@ -198,10 +203,12 @@ def _controller_room(cache: ModelCache, manifest: Manifest) -> None:
         )
 
 
-def _try_grant(ctx: TaskContext, key: RunKey, fleet: list[TaskContext], plan: Plan) -> str | None:
+def _try_grant(
+    ctx: TaskContext, key: RunKey, fleet: list[TaskContext], plan: Plan, skip: frozenset[str]
+) -> str | None:
     """None when the host holds the run's key; else why not (that host only is left out)."""
     try:
-        grant(ctx, key, fleet, plan)
+        grant(ctx, key, fleet, plan, skip)
     except GlmopsError as error:
         return str(error)[:300]
     return None
@@ -225,6 +232,7 @@ def _distribute(
     manifest: Manifest,
     need: dict[str, TaskContext],
     seeds: list[TaskContext],
+    merged: dict[str, frozenset[str]],
     reporter: Reporter,
     options: ModelOptions,
 ) -> dict[str, TaskResult]:
@@ -256,7 +264,8 @@ def _distribute(
     leftovers: list[str] = []
     try:
         granted = parallel(
-            {c.host.name: c for c in fleet}, lambda c: _try_grant(c, key, fleet, plan)
+            {c.host.name: c for c in fleet},
+            lambda c: _try_grant(c, key, fleet, plan, merged.get(c.host.name, frozenset())),
         )
         refused = {
             n: TaskResult(Status.FAILED, f"cannot grant the run's key: {e}")
@@ -264,7 +273,9 @@ def _distribute(
             if e
         }
         targets = [
-            Target(n, c, model_dir(c.host.vars)) for n, c in need.items() if n not in refused
+            Target(n, c, model_dir(c.host.vars), skip=merged.get(n, frozenset()))
+            for n, c in need.items()
+            if n not in refused
         ]
         seed_targets = [
             Target(c.host.name, c, model_dir(c.host.vars), done=True)

@@ -30,8 +30,8 @@ class Arg:
     convert: Callable[[Any], Any] | None = None
 
 
-def file_mode(value: Any) -> str:
-    """An octal file mode as text ("0644").
+def file_mode(value: Any, symbolic: bool = False) -> str:
+    """An octal file mode as text ("0644"), or with `symbolic` also chmod's "u+x" form.
 
     An unquoted YAML `0644` arrives as the integer 420, the number the user meant; it is
     written back in octal, as Ansible does. Text must be 3 or 4 octal digits.
@@ -41,13 +41,25 @@ def file_mode(value: Any) -> str:
             raise ValueError(f"mode {value} is out of range (0 to 07777)")
         return f"{value:04o}"
     text = str(value)
+    if symbolic and not re.fullmatch(r"[0-7]+", text):
+        from glmops.modules.modes import check_symbolic
+
+        return check_symbolic(text)
     if not re.fullmatch(r"[0-7]{3,4}", text):
         raise ValueError(f"mode {text!r} is not an octal mode such as '0644'")
     return text.zfill(4)
 
 
-def mode_arg(default: str | None = None) -> Arg:
-    """The `mode:` argument that file-writing modules share."""
+def mode_arg(default: str | None = None, symbolic: bool = False) -> Arg:
+    """The `mode:` argument that file-writing modules share (`symbolic`: chmod's u+x too,
+    for modules that compare it with the file's current mode, glmops.modules.modes)."""
+    if symbolic:
+        return Arg(
+            (str, int),
+            default=default,
+            convert=lambda v: file_mode(v, symbolic=True),
+            doc="octal (0644) or symbolic (u+x, go-w) mode, as chmod reads it",
+        )
     return Arg((str, int), default=default, convert=file_mode, doc="octal mode, e.g. 0644")
 
 

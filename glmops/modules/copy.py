@@ -16,7 +16,7 @@ from glmops.templating import make_environment
 
 FILE_ARGS = {
     "dest": Arg(str, required=True, doc="absolute path on the host"),
-    "mode": mode_arg(),
+    "mode": mode_arg(symbolic=True),
     "owner": Arg(str),
     "group": Arg(str),
     "backup": Arg(
@@ -58,7 +58,7 @@ class Copy(Module):
                 _diff(ctx, dest, current, wanted),
                 data,
             )
-        fixes = _attribute_fixes(current, self.params)
+        fixes = _attribute_fixes(ctx, current, self.params)
         if fixes:
             return Plan(
                 True, f"would set {', '.join(fixes)} on {dest}", data={**data, "attrs": True}

@@ -6,6 +6,7 @@ from glmops.connection import quote
 from glmops.context import TaskContext
 from glmops.errors import ModuleError
 from glmops.modules.base import Arg, Module, Plan, mode_arg, register
+from glmops.modules.modes import is_symbolic, needs_umask, resulting_mode
 from glmops.results import Status, TaskResult
 
 
@@ -22,7 +23,7 @@ class File(Module):
             str, default="directory", choices=("directory", "absent", "file", "link", "touch")
         ),
         "src": Arg(str, doc="what a link points to (state: link)"),
-        "mode": mode_arg(),
+        "mode": mode_arg(symbolic=True),
         "owner": Arg(str),
         "group": Arg(str),
     }
@@ -48,7 +49,7 @@ class File(Module):
                 f"{path} is a {current.kind}; cannot make it a directory",
                 data={"conflict": True},
             )
-        fixes = _attribute_fixes(current, self.params)
+        fixes = _attribute_fixes(ctx, current, self.params)
         if fixes:
             return Plan(True, "would set " + ", ".join(fixes))
         return Plan(False, f"{path} is a {current.kind} with the wanted mode and owner")
@@ -88,15 +89,26 @@ class File(Module):
         return TaskResult(Status.CHANGED, done[:1].upper() + done[1:])  # paths keep their case
 
 
-def _attribute_fixes(current, params) -> list[str]:
+def _attribute_fixes(ctx: TaskContext, current, params) -> list[str]:
     fixes = []
-    if params["mode"] and int(params["mode"], 8) != int(current.mode, 8):
-        fixes.append(f"mode {current.mode} → {params['mode']}")
+    spec = params["mode"]
+    if spec:
+        now = int(current.mode, 8)
+        umask = _umask(ctx) if needs_umask(spec) else 0
+        wanted = resulting_mode(spec, now, current.kind == "directory", umask)
+        if wanted != now:
+            shown = f"{wanted:04o} ({spec})" if is_symbolic(spec) else spec
+            fixes.append(f"mode {current.mode} → {shown}")
     if params["owner"] and params["owner"] != current.owner:
         fixes.append(f"owner {current.owner} → {params['owner']}")
     if params["group"] and params["group"] != current.group:
         fixes.append(f"group {current.group} → {params['group']}")
     return fixes
+
+
+def _umask(ctx: TaskContext) -> int:
+    """The umask chmod meets on the host (it spares those bits of a clause naming no class)."""
+    return int(ctx.run("umask", check=True, what="umask").stdout.strip() or "0", 8)
 
 
 def _attribute_commands(path: str, params) -> list[str]:

@@ -3,6 +3,8 @@
 Wraps the host helper gguf_split (validate / merge / verify) with plan/apply semantics: check
 mode validates and says whether a merge would happen (and that the disk has room), never
 writes; a merged file that matches its inputs (sidecar fingerprint) is kept in seconds.
+With remove_shards, the shards go once the merged file's sha256 equals the merge recomputed
+from them; later runs accept the missing shards while the merged file matches that record.
 """
 
 from __future__ import annotations
@@ -31,10 +33,17 @@ class GgufModel(Module):
         "sha256": Arg(bool, default=False, doc="also hash all tensor data when verifying"),
         "timeout": Arg((int, float), default=6 * 3600, doc="seconds the merge may take"),
         "vllm_profile": Arg(str, doc="vLLM layout name (default: the patch manifest's)"),
+        "remove_shards": Arg(
+            bool, default=False, doc="remove the shards after a merge verified by sha256"
+        ),
     }
 
     def plan(self, ctx: TaskContext) -> Plan:
         checked = ctx.run_helper("gguf_split", {"mode": "validate", "path": self.params["shards"]})
+        if checked.get("failed"):  # the shards may have been removed after a verified merge
+            kept = self._merged_only(ctx)
+            if kept:
+                return kept
         if checked.get("failed"):
             errors = checked.get("errors") or [checked.get("msg")]
             raise ModuleError(
@@ -65,18 +74,69 @@ class GgufModel(Module):
         if merge.get("failed"):
             raise ModuleError(f"cannot merge into {output}: {merge.get('msg')}")
         data["fingerprint"] = {"output": output, "size": merge.get("size")}
-        if not merge.get("changed"):
+        data["merge"] = bool(merge.get("changed"))
+        removal = self._removal(ctx, first, output, data["merge"])
+        data["remove_shards"] = bool(removal)
+        if not data["merge"]:
+            if removal:
+                return Plan(True, f"{merge.get('msg')}; {removal}", data=data)
             return Plan(False, f"{merge.get('msg')}; merge skipped ({why})", data=data)
         diff = (
             f"merge {len(checked['shards'])} shards ({checked['tensor_count']} tensors) of\n"
             f"  {first}\ninto\n  {output} ({merge.get('size')} bytes; "
             f"{merge.get('free_bytes')} bytes free; replaces {merge.get('replaces_bytes', 0)})\n"
-            f"because {why}\n"
+            f"because {why}\n" + (f"then {removal}\n" if removal else "")
         )
         return Plan(True, merge.get("msg", "would merge"), diff if ctx.diff else None, data)
 
+    def _merged_only(self, ctx: TaskContext) -> Plan | None:
+        """The shards were removed after a verified merge: the merged file, if it still holds."""
+        kept = ctx.run_helper(
+            "gguf_split",
+            {
+                "mode": "merged_only",
+                "path": self.params["shards"],
+                "output": self.params["output"],
+                "sha256": self.params["sha256"],
+            },
+            timeout=float(self.params["timeout"]),
+        )
+        if kept.get("failed"):
+            if "changed since its verified merge" in kept["msg"]:
+                raise ModuleError(kept["msg"])
+            return None
+        output = kept["output"]
+        data = {
+            "first_shard": None,
+            "shards": kept["shards"],
+            "shard_count": len(kept["shards"]),
+            "tensor_count": kept["tensor_count"],
+            "single_file": True,
+            "single_file_why": "its shards were removed after a verified merge",
+            "output": output,
+            "serve_path": output,
+            "merged": True,
+            "fingerprint": {"output": output, "size": kept["size"]},
+        }
+        return Plan(False, f"{kept['msg']}; nothing to merge", data=data)
+
+    def _removal(self, ctx: TaskContext, first: str, output: str, merge: bool) -> str | None:
+        """What removing the shards would do (None: not asked, or nothing left to remove)."""
+        if not self.params["remove_shards"]:
+            return None
+        if merge:
+            return "remove the shards once the merged file's sha256 is verified"
+        would = ctx.run_helper(
+            "gguf_split", {"mode": "remove_shards", "path": first, "output": output, "check": True}
+        )
+        if would.get("failed"):
+            raise ModuleError(f"cannot remove the shards of {first}: {would['msg']}")
+        return would["msg"] if would.get("changed") else None
+
     def apply(self, ctx: TaskContext, plan: Plan) -> TaskResult:
         data = dict(plan.data)
+        if not data["merge"]:
+            return self._remove(ctx, data, None)
         output = data["output"]
         merged = ctx.run_helper(
             "gguf_split",
@@ -112,13 +172,26 @@ class GgufModel(Module):
         seconds = merged.get("elapsed_s") or 0
         rate = f", {size / seconds / 1e6:.0f} MB/s" if seconds else ""
         data["fingerprint"] = {"output": output, "size": size}
-        return TaskResult(
-            Status.CHANGED,
+        msg = (
             f"{merged['msg']} in {seconds} s{rate} ({merged.get('copy_mode')}); "
-            f"verified: {verified['msg']}",
-            plan.diff,
-            data,
+            f"verified: {verified['msg']}"
         )
+        return self._remove(ctx, data, TaskResult(Status.CHANGED, msg, plan.diff, data))
+
+    def _remove(
+        self, ctx: TaskContext, data: dict[str, Any], merged: TaskResult | None
+    ) -> TaskResult:
+        """The shards removed after the sha256 check (when asked); the merge's result first."""
+        if not data.get("remove_shards"):
+            assert merged is not None
+            return merged
+        args = {"mode": "remove_shards", "path": data["first_shard"], "output": data["output"]}
+        removed = ctx.run_helper("gguf_split", args, timeout=float(self.params["timeout"]))
+        before = f"{merged.msg}; " if merged else ""
+        diff = merged.diff if merged else None
+        if removed.get("failed"):
+            return TaskResult(Status.FAILED, f"{before}shards kept: {removed['msg']}", diff, data)
+        return TaskResult(Status.CHANGED, before + removed["msg"], diff, data)
 
     def _single_file(self, ctx: TaskContext) -> tuple[bool, str]:
         if self.params["single_file"] is not None:

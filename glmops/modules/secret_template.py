@@ -47,7 +47,7 @@ class SecretTemplate(Module):
                 self._diff(ctx, wanted, current is None),
                 data,
             )
-        fixes = _attribute_fixes(current, self.params)
+        fixes = _attribute_fixes(ctx, current, self.params)
         if fixes:
             return Plan(True, f"would set {', '.join(fixes)} on {dest}", data=data)
         return Plan(False, f"{dest} has the wanted content (sha256 compared), mode and owner")

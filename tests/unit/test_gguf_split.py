@@ -199,3 +199,94 @@ def test_header_reader_reads_every_kv_type(ref: Path) -> None:
     assert [(t[0], t[3], t[4]) for t in h.tensors] == [
         (t.name, t.data_offset - want.data_offset, t.n_bytes) for t in want.tensors
     ]
+
+
+def test_shards_removed_only_after_a_verified_merge_and_the_model_files_accept_it(
+    tmp_path: Path,
+) -> None:
+    """The seam between gguf_split (merge, remove_shards, merged_only) and model_files (verify
+    against the manifest), each run as a host runs it, on one real split set."""
+    from glmops.context import run_helper_here
+    from glmops.model.manifest import FileEntry, Manifest
+
+    root = tmp_path / "m"
+    first = split_set(root / "weights", split_max_tensors=7)
+    shards = sorted(first.parent.glob("model-*-of-*.gguf"))
+    entries = tuple(
+        FileEntry(f"weights/{p.name}", p.stat().st_size, gguf_split.file_sha256(str(p)), "lfs")
+        for p in shards
+    )
+    manifest = Manifest(({"part": "weights", "repo": "a/b", "commit": "c" * 40},), entries)
+    check_files = {
+        "mode": "verify",
+        "model_dir": str(root),
+        "manifest": json.loads(manifest.to_json()),
+        "digest": manifest.digest,
+    }
+    assert run_helper_here("model_files", check_files)["complete"]
+    out = str(root / "weights" / "model.gguf")
+    args = {"path": str(first), "output": out}
+    refused = gguf_split.remove_shards(args)  # no merge yet: nothing is removed
+    assert refused["failed"] and "not the current merge" in refused["msg"]
+    assert gguf_split.merge(args)["changed"]
+    assert gguf_split.remove_shards({**args, "check": True})["changed"]
+    assert all(p.exists() for p in shards)  # check mode removes nothing
+    removed = run_helper_here("gguf_split", {**args, "mode": "remove_shards"})
+    assert removed["changed"] and not any(p.exists() for p in shards), removed
+    sidecar = json.loads(Path(out + gguf_split.SIDECAR_SUFFIX).read_text())
+    assert sidecar["output"]["sha256"] == gguf_split.file_sha256(out)
+    assert not gguf_split.remove_shards(args)["changed"]  # a re-run converges
+    kept = run_helper_here("gguf_split", {"mode": "merged_only", "path": str(first)})
+    assert not kept["failed"] and kept["output"] == out and kept["hashed_bytes"] == 0
+    held = run_helper_here("model_files", check_files)
+    assert held["complete"] and len(held["merged"]) == len(shards), held
+
+    data = bytearray(Path(out).read_bytes())  # one flipped byte in the tensor data
+    data[-1] ^= 0xFF
+    Path(out).write_bytes(bytes(data))
+    bad = run_helper_here("gguf_split", {"mode": "merged_only", "path": str(first)})
+    assert bad["failed"] and "changed since its verified merge" in bad["msg"]
+    seen = run_helper_here("model_files", {**check_files, "check": True})
+    assert not seen["complete"] and os.path.exists(out)  # check mode deletes nothing
+    dropped = run_helper_here("model_files", check_files)
+    assert sorted(dropped["missing"]) == [e.path for e in entries], dropped
+    assert "no longer matches" in dropped["msg"] and not os.path.exists(out)
+
+
+MODEL_PLAY = """
+- hosts: all
+  gather_facts: false
+  tasks:
+    - name: model
+      gguf_model: {shards: "{{ root }}/m", single_file: true, remove_shards: true}
+"""
+
+
+def test_gguf_model_removes_the_shards_once_and_then_serves_the_merge_alone(
+    run_playbook, local_inventory: Path, tmp_path: Path
+) -> None:
+    """The module through the real executor on a local connection: check mode removes nothing,
+    a run merges and removes, a re-run changes nothing, a corrupted merge is refused."""
+    first = split_set(tmp_path / "root" / "m", split_max_tensors=7)
+    shards = sorted(first.parent.glob("model-*-of-*.gguf"))
+    check = run_playbook(MODEL_PLAY, local_inventory, check=True, diff=True)
+    assert check.exit_code == 3 and all(p.exists() for p in shards)
+    [planned] = [e for e in check.results() if e["task"] == "model"]
+    assert "then remove the shards once the merged file's sha256 is verified" in planned["diff"]
+    real = run_playbook(MODEL_PLAY, local_inventory)
+    assert real.exit_code == 0, real.results()
+    [done] = [e for e in real.results() if e["task"] == "model"]
+    assert f"removed {len(shards)} shards after verifying model.gguf" in done["msg"], done
+    assert not any(p.exists() for p in shards)
+    again = run_playbook(MODEL_PLAY, local_inventory)
+    assert again.exit_code == 0 and again.status("model") == "ok", again.results()
+    [kept] = [e for e in again.results() if e["task"] == "model"]
+    assert "stands for its 3 removed shards" in kept["msg"], kept
+    merged = first.parent / "model.gguf"
+    data = bytearray(merged.read_bytes())
+    data[len(data) // 2] ^= 0x01
+    merged.write_bytes(bytes(data))
+    refused = run_playbook(MODEL_PLAY, local_inventory)
+    assert refused.exit_code == 2
+    [bad] = [e for e in refused.results() if e["task"] == "model"]
+    assert "changed since its verified merge" in bad["msg"] and "glmops model" in bad["msg"]

@@ -107,15 +107,15 @@ def test_unquoted_octal_modes_mean_what_they_say(
     assert run_playbook(play, local_inventory).changed() == 0
 
 
-def test_a_mode_that_is_not_octal_fails_when_the_playbook_loads(tmp_path: Path) -> None:
+def test_a_mode_that_is_not_a_mode_fails_when_the_playbook_loads(tmp_path: Path) -> None:
     import pytest
 
     from glmops.errors import InputError
     from glmops.playbook import load_playbook
 
     path = tmp_path / "bad.yml"
-    path.write_text("- hosts: all\n  tasks:\n    - file: {path: /x, mode: u+rwx}\n")
-    with pytest.raises(InputError, match="bad.yml:3.*not an octal mode"):
+    path.write_text("- hosts: all\n  tasks:\n    - file: {path: /x, mode: u+rwq}\n")
+    with pytest.raises(InputError, match="bad.yml:3.*neither an octal mode"):
         load_playbook(path)
 
 

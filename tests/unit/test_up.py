@@ -68,3 +68,26 @@ def test_check_mode_records_nothing(tmp_path: Path) -> None:
     summary = converge(inventory(tmp_path), PHASES, script, Progress.load(path), record=False)
     assert not path.exists()
     assert exit_code(summary, check=True) == 3 and exit_code(summary) == 0
+
+
+def test_the_verify_phase_runs_the_host_checks_and_names_those_that_fail(
+    local_inventory: Path, tmp_path: Path
+) -> None:
+    """`glmops up` down to its verify phase, on this machine (no vLLM in a venv): the
+    host checks run for real, fail, and the summary names them."""
+    import os
+
+    from tests.glmops_cli import run_cli
+
+    env = {**os.environ, "GLMOPS_HOME": str(tmp_path), "GLMOPS_RUN_DIR": str(tmp_path / "runs")}
+    skip = "provision,patch,model,deploy"
+    args = ("up", "here", "-i", str(local_inventory), "--skip", skip)
+    code, events, stderr = run_cli(*args, env=env, cwd=Path.cwd(), timeout=300, ok=(2,))
+    assert code == 2, stderr[-3000:]
+    [table] = [e for e in events if e.get("event") == "up"]
+    assert table["phases"] == ["verify"]
+    verify = table["hosts"]["here"]["verify"]
+    assert verify["status"] == "failed", verify
+    assert verify["msg"].startswith("host checks failed: test_"), verify
+    assert "test_vllm_version_and_profile" in verify["msg"]
+    assert "`glmops verify here`" in verify["msg"]
