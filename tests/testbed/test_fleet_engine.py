@@ -53,8 +53,8 @@ def marks(bed: Testbed, host: str, name: str) -> list[int]:
 ROLL = """
 - hosts: {hosts}
   gather_facts: false
-  serial: {{serial}}
-  max_fail_percentage: {{limit}}
+  serial: {serial}
+  max_fail_percentage: {limit}
   tasks:
     - name: start
       shell: date +%s%N >> /tmp/fleet/start
