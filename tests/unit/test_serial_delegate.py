@@ -331,3 +331,19 @@ def test_delegate_to_localhost_is_the_controller_and_loops_say_so(
         "x-a-colour" in outcome.results()[-1]["msg"]
         and "y-a-colour" in outcome.results()[-1]["msg"]
     )
+
+
+def test_list_hosts_shows_the_batches(fleet: Path, tmp_path: Path) -> None:
+    from click.testing import CliRunner
+
+    from glmops.cli import main
+
+    play = tmp_path / "roll.yml"
+    play.write_text("- hosts: web\n  serial: [1, '50%']\n  tasks: [{command: 'true'}]\n")
+    result = CliRunner().invoke(main, ["run", str(play), "-i", str(fleet), "--list-hosts"])
+    assert result.exit_code == 0, result.output
+    assert result.stdout.splitlines()[1:] == [
+        "  batch 1/3: a",
+        "  batch 2/3: b, c",
+        "  batch 3/3: d",
+    ]
