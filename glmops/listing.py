@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from glmops import batches
 from glmops.inventory import Inventory
 from glmops.playbook import Play
 
@@ -33,5 +34,10 @@ def list_hosts(inventory: Inventory, plays: list[Play], limit: str | None) -> st
         hosts = [h.name for h in inventory.select(play.hosts)]
         hosts = [h for h in hosts if allowed is None or h in allowed]
         lines.append(f"play '{play.name}' ({len(hosts)} host(s)):")
+        split = batches.split(hosts, play.serial)
+        if len(split) > 1:  # `serial`: the batches the play will roll through, in order
+            for index, batch in enumerate(split, 1):
+                lines.append(f"  batch {index}/{len(split)}: {', '.join(batch)}")
+            continue
         lines += [f"  {name}" for name in hosts]
     return "\n".join(lines)

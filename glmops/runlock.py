@@ -11,6 +11,10 @@ it has either written its own info (having taken the lock) or read the holder's 
 So a run never reads the info in the moment between another run taking the lock and naming
 itself (it would see the previous holder's name, or nothing, and a second connection of the
 same run would be refused as a stranger).
+
+A run also takes the lock of each host it delegates a task to (`delegate_to`), once, and holds
+it to its end. Locks are only ever tried, never waited for, so two runs that each hold a host
+the other delegates to fail fast instead of waiting on each other.
 """
 
 from __future__ import annotations
