@@ -23,7 +23,7 @@ everything the test needs from them is produced here, at test-preparation time, 
 Nothing here is committed (.thirdparty/ is git-ignored; vLLM's code never enters the repo).
 A manifest records where each file came from and its sha256.
 
-    python3 tests/gpu/prepare_rendered.py [--out .thirdparty/rendered]
+    python3 -m tests.gpu.prepare_rendered [--out .thirdparty/rendered]   (at the repo root)
 """
 
 from __future__ import annotations

@@ -49,7 +49,7 @@ pytestmark = [
     pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device"),
     pytest.mark.skipif(
         not RENDERED.is_file(),
-        reason="run tests/gpu/prepare_rendered.py first (.thirdparty/rendered missing)",
+        reason="run python3 -m tests.gpu.prepare_rendered first (.thirdparty/rendered missing)",
     ),
 ]
 CUDA = torch.device("cuda")

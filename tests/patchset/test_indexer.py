@@ -108,13 +108,18 @@ def test_paged_triton_kernel_matches_reference(tmp_path):
     tests/gpu/test_indexer_fallback.py."""
     module = tmp_path / "glmops_dsa_indexer.py"
     module.write_text(render_fallback(profile_by_name("v0_16"), {}))
-    probe = Path(__file__).with_name("indexer_kernel_probe.py")
     env = dict(os.environ, TRITON_INTERPRET="1", PYTHONDONTWRITEBYTECODE="1")
     proc = subprocess.run(
-        [sys.executable, str(probe), json.dumps({"module": str(module)})],
+        [
+            sys.executable,
+            "-m",
+            "tests.patchset.indexer_kernel_probe",
+            json.dumps({"module": str(module)}),
+        ],
         capture_output=True,
         text=True,
         env=env,
+        cwd=ROOT,
         timeout=600,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
