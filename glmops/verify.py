@@ -77,6 +77,11 @@ class GlmopsBackend(BaseBackend):
         result = self._run(line, None, timeout=300)
         return self.result(result.rc, self.encode(line), result.stdout, result.stderr)
 
+    def run_helper(self, name: str, args: dict[str, Any], python: str | None = None) -> dict:
+        """A glmops host helper's reply, through the engine's own launcher (all on stdin)."""
+        result = self._run(helper_command(name, python), helper_stdin(name, args), timeout=300)
+        return helper_reply(name, result)
+
     def _run(self, line: str, stdin: str | None, timeout: float) -> ConnectionResult:
         """Run a shell line, as root through the engine's sudo wrapper when the host says
         become and its SSH user is not root already."""
@@ -105,9 +110,9 @@ def run_helper(host: Any, name: str, args: dict[str, Any], python: str | None = 
     testinfra backends cannot feed a command's stdin and are refused.
     """
     backend = host.backend
-    line, stdin = helper_command(name, python), helper_stdin(name, args)
     if isinstance(backend, GlmopsBackend):
-        return helper_reply(name, backend._run(line, stdin, timeout=300))
+        return backend.run_helper(name, args, python)
+    line, stdin = helper_command(name, python), helper_stdin(name, args)
     if isinstance(backend, SshBackend | LocalBackend):
         if backend.sudo:
             line, stdin = _become(line, stdin, backend.sudo_user)
