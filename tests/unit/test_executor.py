@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import Runner
+from tests.support.engine import Runner
 
 
 @pytest.fixture
