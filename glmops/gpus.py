@@ -193,6 +193,7 @@ FAMILIES: tuple[GpuFamily, ...] = (
         (11, 8),
         520,
         backends=_triton_only("SM8x"),
+        simulated=Simulated("l40s-x8", "NVIDIA L40S", 8, 46068, "580.95.05", "13.0", 350, "0x26b9"),
         examples=("L40S", "RTX 4090"),
     ),
     GpuFamily(

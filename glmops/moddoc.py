@@ -38,6 +38,8 @@ def describe(name: str) -> str:
     body = inspect.getdoc(module) or ""
     if body and " ".join(body.split()) != summary(module):
         lines += [body, ""]
+    if module.variable_scope:
+        lines.append("  Reads all host variables (its expressions or template).")
     if not module.args:
         lines.append("  (no arguments)")
     for key, arg in module.args.items():
@@ -48,6 +50,8 @@ def describe(name: str) -> str:
             flags.append("one of " + ", ".join(map(str, arg.choices)))
         if module.free_form == key:
             flags.append("free form")
+        if arg.var:
+            flags.append(f"unset: host variable {arg.var}")
         head = f"  {key} ({_type_name(arg)}{'; ' + '; '.join(flags) if flags else ''})"
         lines.append(head + (f": {arg.doc}" if arg.doc else ""))
     return "\n".join(lines)
@@ -59,7 +63,8 @@ def module_list() -> str:
     for name in sorted(REGISTRY):
         module = REGISTRY[name]
         args = ", ".join(f"`{k}`" for k in module.args) or "no arguments"
-        lines.append(f"- `{name}`: {summary(module)} Arguments: {args}.")
+        scope = " Reads all host variables." if module.variable_scope else ""
+        lines.append(f"- `{name}`: {summary(module)} Arguments: {args}.{scope}")
     return "\n".join(lines)
 
 

@@ -11,12 +11,15 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-import sys
+import subprocess
+import time
 from pathlib import Path
 from typing import Any
 
 import testinfra.backend
 from testinfra.backend.base import BaseBackend, CommandResult
+from testinfra.backend.local import LocalBackend
+from testinfra.backend.ssh import SshBackend
 
 from glmops import paths
 from glmops.connection import CommandResult as ConnectionResult
@@ -88,9 +91,51 @@ class GlmopsBackend(BaseBackend):
             if self._uid is None:
                 self._uid = int(conn.run("id -u", timeout=60).stdout.strip() or -1)
             if self._uid != 0:
-                line, password = sudo_wrap(line, os.environ.get("GLMOPS_BECOME_PASSWORD"))
-                stdin = ((password or "") + (stdin or "")) or None
+                line, stdin = _become(line, stdin, None)
         return conn.run(line, stdin=stdin, timeout=timeout)
+
+
+def _become(line: str, stdin: str | None, user: str | None) -> tuple[str, str | None]:
+    """The line through the engine's sudo wrapper, its stdin led by the sudo password."""
+    line, password = sudo_wrap(line, os.environ.get("GLMOPS_BECOME_PASSWORD"), user)
+    return line, ((password or "") + (stdin or "")) or None
+
+
+def run_helper(host: Any, name: str, args: dict[str, Any], python: str | None = None) -> dict:
+    """A glmops host helper's reply, on a testinfra host, through the engine's launcher.
+
+    Arguments, envelope and script travel on stdin, never in argv (where any user on the host
+    could read them), on `glmops://` hosts over glmops' connection and on `ssh://` and
+    `local://` hosts through testinfra's own ssh command line or this machine's shell. Other
+    testinfra backends cannot feed a command's stdin and are refused.
+    """
+    backend = host.backend
+    if isinstance(backend, GlmopsBackend):
+        return backend.run_helper(name, args, python)
+    line, stdin = helper_command(name, python), helper_stdin(name, args)
+    if isinstance(backend, SshBackend | LocalBackend):
+        if backend.sudo:
+            line, stdin = _become(line, stdin, backend.sudo_user)
+        if isinstance(backend, SshBackend):
+            ssh, ssh_args = backend._build_ssh_command(line)
+            line = backend.quote(" ".join(ssh), *ssh_args)
+        return helper_reply(name, _run_here(line, stdin or "", timeout=300))
+    raise InputError(
+        f"{backend.get_connection_type()}://{backend.get_hostname()}: glmops host helpers need "
+        "their arguments on stdin, which this testinfra backend cannot feed; use glmops:// "
+        "(glmops verify), ssh:// or local://"
+    )
+
+
+def _run_here(line: str, stdin: str, timeout: float) -> ConnectionResult:
+    """A shell line on this machine with `stdin` fed to it."""
+    started = time.monotonic()
+    done = subprocess.run(
+        ["/bin/sh", "-c", line], input=stdin, capture_output=True, text=True, timeout=timeout
+    )
+    return ConnectionResult(
+        line, done.returncode, done.stdout, done.stderr, time.monotonic() - started
+    )
 
 
 def patched_layout_problem(facts: HostFacts) -> str | None:
@@ -143,8 +188,6 @@ def run_verify(
     `results`, when given, receives one entry per check (check, outcome, why)."""
     import pytest
 
-    if str(PROJECT) not in sys.path:  # tests/host imports `tests.host.conftest` by its full name
-        sys.path.insert(0, str(PROJECT))
     if not HOST_TESTS.is_dir():
         raise InputError(f"host checks not found at {HOST_TESTS} (run from a glmops checkout)")
     names = [h.name for h in load_inventory(inventory).select(pattern)]

@@ -33,8 +33,8 @@ from typing import Any
 import torch
 
 ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "tests"))
-from module_file import load_module_file  # noqa: E402  (stdlib only; runs without glmops)
+sys.path.insert(0, str(ROOT))  # the checkout, for tests.support
+from tests.support.module_file import load_module_file  # noqa: E402  (stdlib only; runs without glmops)
 
 RENDERED = ROOT / ".thirdparty" / "rendered"
 HEADS, DIM, BLOCK = 32, 128, 64

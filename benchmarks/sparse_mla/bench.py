@@ -37,8 +37,8 @@ import triton
 import triton.language as tl
 
 ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "tests"))
-from module_file import load_module_file  # noqa: E402  (stdlib only; runs without glmops)
+sys.path.insert(0, str(ROOT))  # the checkout, for tests.support
+from tests.support.module_file import load_module_file  # noqa: E402  (stdlib only; runs without glmops)
 
 KERNEL_PATH = ROOT / "backend" / "sparse_mla.py"
 BASELINE_PATH = ROOT / ".thirdparty/vllm/v1/attention/ops/triton_decode_attention.py"

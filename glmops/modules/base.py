@@ -12,6 +12,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
 
+from glmops.errors import ModuleError
+
 if TYPE_CHECKING:
     from glmops.context import TaskContext
     from glmops.results import TaskResult
@@ -28,6 +30,10 @@ class Arg:
     doc: str = ""
     #: Turns a rendered value into the module's form; raises ValueError with the reason.
     convert: Callable[[Any], Any] | None = None
+    #: The host variable that supplies the argument when the task leaves it unset (then
+    #: `default`): for tasks glmops builds itself, such as `glmops status`'s, which no playbook
+    #: passes values to. Read by `Module.bound_params`, type-checked like a passed value.
+    var: str | None = None
 
 
 def file_mode(value: Any, symbolic: bool = False) -> str:
@@ -95,9 +101,36 @@ class Module:
     #: Keys `register:` always holds for this module, with these values when the module did
     #: not run (check mode, a false `when`), so expressions over them never meet an undefined.
     result_defaults: ClassVar[dict[str, Any]] = {}
+    #: Evaluates expressions or renders templates over all of the host's variables (debug,
+    #: assert, template): the one way a module sees variables it does not declare as `args`.
+    variable_scope: ClassVar[bool] = False
 
     def __init__(self, params: dict[str, Any]):
-        self.params = params
+        self.params = {key: _unset(spec) for key, spec in self.args.items()} | params
+
+    def bound_params(self, ctx: TaskContext) -> dict[str, Any]:
+        """The arguments, each unset one that names a host variable (`Arg.var`) taken from it
+        and checked like a passed value."""
+        bound = {
+            key: ctx.vars[spec.var]
+            for key, spec in self.args.items()
+            if spec.var and self.params.get(key) is None and ctx.vars.get(spec.var) is not None
+        }
+        problems = check_types(type(self), bound)
+        if problems:
+            raise ModuleError(f"{problems[0]} (from its host variable)")
+        defaults = {
+            key: spec.default
+            for key, spec in self.args.items()
+            if spec.var and self.params.get(key) is None and key not in bound
+        }
+        return {**self.params, **defaults, **bound}
+
+    def scope(self, ctx: TaskContext) -> dict[str, Any]:
+        """All of the host's variables, for modules that declare `variable_scope`."""
+        if not self.variable_scope:
+            raise TypeError(f"module {self.name} reads only its arguments and facts")
+        return ctx.vars
 
     @classmethod
     def normalize(cls, raw: dict[str, Any]) -> dict[str, Any]:
@@ -109,6 +142,12 @@ class Module:
 
     def apply(self, ctx: TaskContext, plan: Plan) -> TaskResult:
         raise NotImplementedError
+
+
+def _unset(spec: Arg) -> Any:
+    """An argument's value when a task does not pass it; one bound to a host variable stays
+    None until `Module.bound_params` looks the variable up."""
+    return None if spec.var else spec.default
 
 
 REGISTRY: dict[str, type[Module]] = {}
@@ -137,7 +176,7 @@ def validate_params(module: type[Module], raw: Any) -> tuple[dict[str, Any], lis
         for key in raw
         if key not in module.args
     ]
-    params = {key: raw.get(key, spec.default) for key, spec in module.args.items()}
+    params = {key: raw.get(key, _unset(spec)) for key, spec in module.args.items()}
     problems += [
         f"module '{module.name}' needs argument '{key}'"
         for key, spec in module.args.items()

@@ -20,6 +20,7 @@ class Debug(Module):
 
     name = "debug"
     free_form = "msg"
+    variable_scope = True
     args = {
         "msg": Arg((str, int, float, bool, list, dict), doc="what to show"),
         "var": Arg(str, doc="a variable name or expression whose value to show"),
@@ -27,7 +28,9 @@ class Debug(Module):
 
     def plan(self, ctx: TaskContext) -> Plan:
         if self.params["var"] is not None:
-            value = evaluate(self.params["var"], ctx.vars, where=f"debug var {ctx.task_name!r}")
+            value = evaluate(
+                self.params["var"], self.scope(ctx), where=f"debug var {ctx.task_name!r}"
+            )
             return Plan(False, f"{self.params['var']} = {value!r}", data={"value": value})
         msg = self.params["msg"] if self.params["msg"] is not None else "Hello world!"
         return Plan(False, str(msg), data={"msg": msg})
@@ -38,6 +41,7 @@ class Assert(Module):
     """Fail the task unless every expression of `that` is true."""
 
     name = "assert"
+    variable_scope = True
     args = {
         "that": Arg((str, list), required=True, doc="an expression or a list of them"),
         "fail_msg": Arg(str, doc="the message when one is false"),
@@ -48,7 +52,9 @@ class Assert(Module):
     def plan(self, ctx: TaskContext) -> Plan:
         that = self.params["that"]
         for expression in that if isinstance(that, list) else [that]:
-            if not evaluate_condition(expression, ctx.vars, where=f"assert {ctx.task_name!r}"):
+            if not evaluate_condition(
+                expression, self.scope(ctx), where=f"assert {ctx.task_name!r}"
+            ):
                 raise ModuleError(self.params["fail_msg"] or f"assertion failed: {expression}")
         return Plan(False, self.params["success_msg"])
 

@@ -98,7 +98,11 @@ class Template(Copy):
     """Render the Jinja2 file `src` with the host's variables and put it at `dest`."""
 
     name = "template"
-    args = {"src": Arg(str, required=True), **FILE_ARGS}
+    variable_scope = True
+    args = {
+        "src": Arg(str, required=True, doc="Jinja2 file, rendered with all host variables"),
+        **FILE_ARGS,
+    }
 
     def content(self, ctx: TaskContext) -> bytes:
         path = ctx.find_file(self.params["src"], "templates")
@@ -106,7 +110,7 @@ class Template(Copy):
             jinja2.FileSystemLoader([str(path.parent), *map(str, ctx.search_paths)])
         )
         try:
-            return env.get_template(path.name).render(ctx.vars).encode()
+            return env.get_template(path.name).render(self.scope(ctx)).encode()
         except jinja2.TemplateError as error:
             from glmops.templating import _describe
 

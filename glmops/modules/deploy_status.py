@@ -14,35 +14,59 @@ from typing import Any
 
 from glmops.connection import quote
 from glmops.context import TaskContext
-from glmops.facts import parse_facts
 from glmops.modules.base import Arg, Module, Plan, register
 from glmops.modules.gguf_model import _default_output
 from glmops.notifications import PENDING_FILE, pending_names
 from glmops.results import TaskResult
-from glmops.serving.flags import serving_device, setting
+from glmops.serving.flags import INPUTS, serving_device
 from glmops.serving.journal import parse_backend
 from glmops.serving.patches import manifest_files
 
 BACKEND_GREP = r"attention backend|AttentionBackendEnum\."
 
 
+def _deployed(name: str) -> Arg:
+    """An input deploy.yml serves with: unset, the host variable of the same name (what
+    `glmops status` relies on), then glmops' serving default."""
+    spec = INPUTS[name]
+    return Arg(spec.types, default=spec.default, doc=spec.doc, var=name)
+
+
 @register
 class DeployStatus(Module):
-    """`deploy_status: {}`: everything from the host's variables (as deploy.yml uses them)."""
+    """`deploy_status: {}`: what deploy put on the host, observed without changing it.
+
+    Each input left unset comes from the host variable of the same name, as deploy.yml passes
+    them.
+    """
 
     name = "deploy_status"
-    args = {"health": Arg(bool, default=True, doc="ask /health")}
+    args = {
+        "health": Arg(bool, default=True, doc="ask /health"),
+        **{
+            name: _deployed(name)
+            for name in ("vllm_unit", "vllm_port", "deploy_state_dir", "vllm_device")
+        },
+        "vllm_package": _deployed("vllm_package"),
+        "vllm_model_dir": Arg(
+            str, doc="a safetensors folder served instead of GGUF", var="vllm_model_dir"
+        ),
+        "gguf_shards": Arg(str, doc="the first GGUF shard or its folder", var="gguf_shards"),
+        "gguf_merged_path": Arg(
+            str, doc="merged file (default: <shard prefix>.gguf)", var="gguf_merged_path"
+        ),
+    }
 
     def plan(self, ctx: TaskContext) -> Plan:
-        v = ctx.vars
-        unit = str(setting(v, "vllm_unit"))
-        facts = parse_facts(v.get("facts") or {})
+        v = self.bound_params(ctx)
+        unit = str(v["vllm_unit"])
+        facts = ctx.facts
         out: dict[str, Any] = {"unit_name": unit}
         probe = ctx.run_helper(
             "vllm_probe",
             {
                 "unit": unit,
-                "port": int(setting(v, "vllm_port")),
+                "port": int(v["vllm_port"]),
                 "http": self.params["health"],
                 "models": False,
                 "journal_grep": BACKEND_GREP,
@@ -64,7 +88,7 @@ class DeployStatus(Module):
             ),
             None,
         )
-        state_dir = str(setting(v, "deploy_state_dir"))
+        state_dir = str(v["deploy_state_dir"])
         out["last_deploy"] = _json(ctx.read(f"{state_dir}/{unit}.last-deploy.json"))
         out["inputs"] = _json(ctx.read(f"{state_dir}/{unit}.inputs.json"))
         out["pending_handlers"] = pending_names(ctx.read(f"{ctx.state_dir}/{PENDING_FILE}"))
@@ -72,7 +96,7 @@ class DeployStatus(Module):
             # vLLM's CPU platform logs no selection; the deploy asked its selector and recorded it.
             out["backend"] = (out["last_deploy"] or {}).get("backend")
             out["backend_source"] = "recorded by the last deploy (vLLM's selector)"
-        out["model"] = self._model(ctx)
+        out["model"] = self._model(ctx, v)
         base = facts.venv.vllm_path if facts.venv else None
         wanted = manifest_files(facts.patch_manifest, os.path.dirname(base) if base else None)
         out["patch_expected"] = wanted
@@ -85,8 +109,8 @@ class DeployStatus(Module):
         raise AssertionError("deploy_status never plans a change")
 
     @staticmethod
-    def _model(ctx: TaskContext) -> dict[str, Any]:
-        folder = ctx.vars.get("vllm_model_dir")
+    def _model(ctx: TaskContext, v: dict[str, Any]) -> dict[str, Any]:
+        folder = v["vllm_model_dir"]
         if folder:  # a safetensors folder (hf_model in deploy.yml), e.g. on CPU hosts
             ok = ctx.run(
                 f"test -f {quote(str(folder))}/config.json && "
@@ -98,14 +122,14 @@ class DeployStatus(Module):
                 "ok": ok,
                 "why": None if ok else f"{folder}: config.json or *.safetensors missing",
             }
-        shards = ctx.vars.get("gguf_shards")
+        shards = v["gguf_shards"]
         if not shards:
             return {"state": "unknown", "why": "gguf_shards not set in the inventory"}
         checked = ctx.run_helper("gguf_split", {"mode": "validate", "path": str(shards)})
         if checked.get("failed"):
             return {"state": "invalid", "why": checked.get("msg"), "shards_ok": False}
         first = checked["first_shard"]
-        merged = ctx.vars.get("gguf_merged_path") or _default_output(first)
+        merged = v["gguf_merged_path"] or _default_output(first)
         model: dict[str, Any] = {
             "shards": len(checked["shards"]),
             "shards_ok": True,

@@ -144,12 +144,13 @@ class NvidiaDriver(Module):
     }
 
     def facts(self, ctx: TaskContext) -> HostFacts:
-        raw = ctx.vars.get("facts") or {}
-        if not raw:  # play without gather_facts: ask the host now (one round trip)
+        facts = ctx.facts
+        if not facts.raw:  # play without gather_facts: ask the host now (one round trip)
             from glmops.facts_gather import gather
 
-            raw = gather(ctx, ctx.vars)
-        return parse_facts(raw)
+            # GPU, driver and OS facts only: no venv or model folder to look at
+            facts = parse_facts(gather(ctx, {}))
+        return facts
 
     def plan(self, ctx: TaskContext) -> Plan:
         facts = self.facts(ctx)

@@ -17,7 +17,7 @@ from glmops import gpus
 from glmops.connection import quote
 from glmops.context import TaskContext
 from glmops.errors import ModuleError
-from glmops.facts import HostFacts, parse_facts
+from glmops.facts import HostFacts
 from glmops.modules.base import Arg, Module, Plan, register
 from glmops.modules.python_venv import UV_DIR
 from glmops.results import Status, TaskResult
@@ -185,7 +185,7 @@ class VllmInstall(Module):
     def plan(self, ctx: TaskContext) -> Plan:
         self._validate()
         p = self.params
-        facts = parse_facts(ctx.vars.get("facts") or {})
+        facts = ctx.facts
         choice = choose_torch(facts, p["driver_branch"], p["torch_backend"])
         explain = [f"{'torch_backend':<17}{choice.backend or '-'}", f"{'':<17}{choice.explain}"]
         if choice.error and p["source"] != "wheelhouse":

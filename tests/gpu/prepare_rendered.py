@@ -7,7 +7,7 @@ everything the test needs from them is produced here, at test-preparation time, 
   renderer (`glmops.patchset.backend.render_backend`) for each profile and kernel mode, and the
   DSA indexer logits fallback (`glmops.patchset.indexer.render_fallback`, profile v0_16) for
   tests/gpu/test_indexer_fallback.py;
-* from the real vLLM wheels on PyPI (tests/vllm_wheels.py, cached under ~/.cache/glmops), the
+* from the real vLLM wheels on PyPI (tests/support/vllm_wheels.py, cached in ~/.cache/glmops), the
   code the rendered forward path calls, copied byte for byte:
     - 0.16.0: `_convert_req_index_to_global_index_kernel` and
       `triton_convert_req_index_to_global_index` (flashmla_sparse.py, extracted as source
@@ -23,7 +23,7 @@ everything the test needs from them is produced here, at test-preparation time, 
 Nothing here is committed (.thirdparty/ is git-ignored; vLLM's code never enters the repo).
 A manifest records where each file came from and its sha256.
 
-    python3 tests/gpu/prepare_rendered.py [--out .thirdparty/rendered]
+    python3 -m tests.gpu.prepare_rendered [--out .thirdparty/rendered]   (at the repo root)
 """
 
 from __future__ import annotations
@@ -33,20 +33,15 @@ import ast
 import hashlib
 import json
 import shutil
-import sys
 from pathlib import Path
 
+from glmops.patchset.backend import KERNELS, render_backend
+from glmops.patchset.common import TEMPLATE_VERSION
+from glmops.patchset.indexer import render_fallback
+from glmops.patchset.profiles import PROFILES, profile_by_name
+from tests.support import vllm_wheels
+
 ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "tests"))
-
-import vllm_wheels  # noqa: E402
-
-from glmops.patchset.backend import KERNELS, render_backend  # noqa: E402
-from glmops.patchset.common import TEMPLATE_VERSION  # noqa: E402
-from glmops.patchset.indexer import render_fallback  # noqa: E402
-from glmops.patchset.profiles import PROFILES, profile_by_name  # noqa: E402
-
 DEFAULT_OUT = ROOT / ".thirdparty" / "rendered"
 PROFILE_VLLM = {"v0_16": "0.16.0", "v0_33": "0.33.0"}
 DECODE = "vllm/v1/attention/ops/triton_decode_attention.py"

@@ -20,7 +20,6 @@ CPU in tests/patchset/test_indexer.py).
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 from types import ModuleType
 
@@ -28,8 +27,7 @@ import pytest
 
 torch = pytest.importorskip("torch", reason="torch is not installed (GPU tests need it)")
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from indexer_cases import (  # noqa: E402
+from tests.support.indexer_cases import (  # noqa: E402
     FP8,
     assert_logits,
     decode_inputs,
@@ -38,7 +36,7 @@ from indexer_cases import (  # noqa: E402
     prefill_inputs,
     prefill_reference,
 )
-from module_file import load_module_file  # noqa: E402
+from tests.support.module_file import load_module_file  # noqa: E402
 
 RENDERED = (
     Path(__file__).resolve().parents[2] / ".thirdparty/rendered/v0_16-indexer/glmops_dsa_indexer.py"
@@ -49,7 +47,7 @@ pytestmark = [
     pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device"),
     pytest.mark.skipif(
         not RENDERED.is_file(),
-        reason="run tests/gpu/prepare_rendered.py first (.thirdparty/rendered missing)",
+        reason="run python3 -m tests.gpu.prepare_rendered first (.thirdparty/rendered missing)",
     ),
 ]
 CUDA = torch.device("cuda")

@@ -69,7 +69,7 @@ pytestmark = [
     pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device"),
     pytest.mark.skipif(
         not (PREPARED / "manifest.json").is_file(),
-        reason="run tests/gpu/prepare_rendered.py first (.thirdparty/rendered missing)",
+        reason="run python3 -m tests.gpu.prepare_rendered first (.thirdparty/rendered missing)",
     ),
 ]
 

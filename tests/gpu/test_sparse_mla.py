@@ -14,7 +14,8 @@ from pathlib import Path
 from types import ModuleType
 
 import pytest
-from module_file import load_module_file
+
+from tests.support.module_file import load_module_file
 
 torch = pytest.importorskip("torch", reason="torch is not installed (GPU tests need it)")
 pytest.importorskip("triton", reason="triton is not installed (GPU tests need it)")

@@ -8,34 +8,16 @@ Not collected by the default `pytest` run (pyproject testpaths): they need real 
 
 from __future__ import annotations
 
-import base64
-import json
 import shlex
 from typing import Any
 
 import pytest
 
-from glmops.context import helper_command, helper_stdin
 from glmops.facts import HostFacts, parse_facts
 from glmops.serving.flags import setting
-from glmops.verify import GlmopsBackend, inventory_host, register_backend
+from glmops.verify import inventory_host, register_backend, run_helper
 
 register_backend()
-
-
-def run_helper(host: Any, name: str, args: dict[str, Any], python: str = "python3") -> dict:
-    """A glmops host helper's reply, through the engine's own launcher (nothing left on the host).
-
-    On `glmops://` hosts the arguments travel on stdin, as in a deploy. testinfra's own backends
-    cannot feed stdin, so there the same input rides in the command line (base64), where other
-    users on the host could read it: use `glmops verify` for hosts whose helpers get secrets.
-    """
-    if isinstance(host.backend, GlmopsBackend):
-        return host.backend.run_helper(name, args, python)
-    data = base64.b64encode(helper_stdin(name, args).encode()).decode()
-    result = host.run(f"echo {data} | base64 -d | {helper_command(name, python)}")
-    assert result.rc == 0, f"helper {name}: {result.stderr[-800:]}"
-    return json.loads(result.stdout.strip().splitlines()[-1])
 
 
 @pytest.fixture(scope="module")

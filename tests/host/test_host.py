@@ -15,8 +15,7 @@ from glmops.facts import HostFacts
 from glmops.serving import expected_backends, parse_backend, vllm_profile
 from glmops.serving.flags import serving_device, setting
 from glmops.serving.patches import manifest_files, patch_state
-from glmops.verify import patched_layout_problem
-from tests.host.conftest import run_helper
+from glmops.verify import patched_layout_problem, run_helper
 
 
 def cpu_host(hostvars: dict[str, Any]) -> bool:

@@ -13,16 +13,28 @@ vllm-gguf-plugin's `_C_gguf` where a test installs that package).
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import runpy
 import sys
 from pathlib import Path
+from types import ModuleType
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "glmops" / "hosthelpers"))
-from vllm_preflight import without_gpu  # noqa: E402
+HELPERS = Path(__file__).resolve().parents[2] / "glmops" / "hosthelpers"
+
+
+def host_helper(name: str) -> ModuleType:
+    """A host helper imported by its file, as the launcher runs it (beside `_envelope`)."""
+    spec = importlib.util.spec_from_file_location(name, HELPERS / f"{name}.py")
+    assert spec is not None and spec.loader is not None
+    module = sys.modules[name] = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
 
 if __name__ == "__main__":
-    without_gpu(json.loads(sys.argv[1]))
+    host_helper("_envelope")
+    host_helper("vllm_preflight").without_gpu(json.loads(sys.argv[1]))
     script = sys.argv[2]
     sys.argv = [script, *sys.argv[3:]]
     runpy.run_path(script, run_name="__main__")

@@ -8,16 +8,14 @@ from __future__ import annotations
 
 import json
 import sys
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from indexer_cases import (  # noqa: E402
+from tests.support.indexer_cases import (  # noqa: E402
     assert_logits,
     decode_inputs,
     decode_reference,
     pack_indexer_cache,
 )
-from module_file import load_module_file  # noqa: E402
+from tests.support.module_file import load_module_file  # noqa: E402
 
 
 def main() -> None:

@@ -13,13 +13,13 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-import vllm_wheels
-from conftest import ROOT, run_helper, tree_hashes
 
 from glmops.patchset import ANCHOR_FILES, detect_profile, payload, plan_patchset
 from glmops.patchset.common import marker
 from glmops.patchset.gguf import IN_TREE_FILES, PLUGIN_ADAPTER, PLUGIN_FILES
 from glmops.patchset.render import render
+from tests.support import vllm_wheels
+from tests.support.patchset import ROOT, run_helper, tree_hashes
 
 gguf = pytest.importorskip("gguf")
 torch = pytest.importorskip("torch")

@@ -17,15 +17,6 @@ from types import ModuleType
 
 import pytest
 import torch
-from indexer_cases import (
-    assert_logits,
-    decode_inputs,
-    decode_reference,
-    pack_indexer_cache,
-    prefill_inputs,
-    prefill_reference,
-)
-from module_file import load_module_file
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 
@@ -37,6 +28,15 @@ from glmops.patchset.profiles import (
     SPARSE_INDEXER,
     profile_by_name,
 )
+from tests.support.indexer_cases import (
+    assert_logits,
+    decode_inputs,
+    decode_reference,
+    pack_indexer_cache,
+    prefill_inputs,
+    prefill_reference,
+)
+from tests.support.module_file import load_module_file
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -108,13 +108,18 @@ def test_paged_triton_kernel_matches_reference(tmp_path):
     tests/gpu/test_indexer_fallback.py."""
     module = tmp_path / "glmops_dsa_indexer.py"
     module.write_text(render_fallback(profile_by_name("v0_16"), {}))
-    probe = Path(__file__).with_name("indexer_kernel_probe.py")
     env = dict(os.environ, TRITON_INTERPRET="1", PYTHONDONTWRITEBYTECODE="1")
     proc = subprocess.run(
-        [sys.executable, str(probe), json.dumps({"module": str(module)})],
+        [
+            sys.executable,
+            "-m",
+            "tests.patchset.indexer_kernel_probe",
+            json.dumps({"module": str(module)}),
+        ],
         capture_output=True,
         text=True,
         env=env,
+        cwd=ROOT,
         timeout=600,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -266,7 +271,7 @@ def test_plan_per_profile(vllm_version, vllm_scratch, tmp_path):
 )
 def test_016_anchor_missing_refused(path, old, new, tmp_path):
     """A 0.16-line tree without the indexer anchors is refused by detection, naming them."""
-    import vllm_wheels
+    from tests.support import vllm_wheels
 
     sp = tmp_path / "site-packages"
     shutil.copytree(vllm_wheels.fetch_vllm_source("0.16.0") / "vllm", sp / "vllm")
@@ -340,7 +345,7 @@ def test_patched_016_dispatch(fake_deep_gemm, tmp_path):
     """Through vLLM's own module: the op's names are rebound to the dispatch, capability 12.0
     takes the torch fallback (and the builder reports NEVER), 9.0 / 10.0 still reach
     vllm.utils.deep_gemm's kernels when deep_gemm is importable; absent, torch everywhere."""
-    import vllm_wheels
+    from tests.support import vllm_wheels
 
     sp = vllm_wheels.scratch_copy("0.16.0", tmp_path / "venv")
     sources = _sources(sp)

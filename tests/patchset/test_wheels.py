@@ -9,8 +9,6 @@ import shutil
 from pathlib import Path
 
 import pytest
-import vllm_wheels
-from conftest import UNSUPPORTED, run_helper, tree_hashes
 
 from glmops.patchset import (
     ANCHOR_FILES,
@@ -19,6 +17,8 @@ from glmops.patchset import (
     payload,
     plan_patchset,
 )
+from tests.support import vllm_wheels
+from tests.support.patchset import UNSUPPORTED, run_helper, tree_hashes
 
 pytestmark = pytest.mark.wheels
 EXPECTED_PROFILE = {"0.16.0": "v0_16", "0.33.0": "v0_33"}

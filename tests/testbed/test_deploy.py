@@ -1,6 +1,6 @@
 """`glmops deploy` (playbooks/deploy.yml) against a real testbed host (rtx-pro-6000-x8 profile).
 
-The host has a SIMULATED nvidia-smi (8x cc 12.0) and no vLLM: tests/testbed/vllm_standin.py, a
+The host has a SIMULATED nvidia-smi (8x cc 12.0) and no vLLM: tests/support/vllm_standin.py, a
 TEST STAND-IN that is NOT vLLM, is installed as <vllm_venv>/bin/vllm. It prints vLLM's journal
 lines and serves /health, /v1/models and a one-token completion, so the unit, the restart-only-
 on-change handlers, the backend check and the readiness wait all run for real. The GGUF split
@@ -20,12 +20,12 @@ import pytest
 import yaml
 
 from glmops.testbed import Testbed
-from tests.conftest import Runner
-from tests.glmops_cli import run_cli
-from tests.testbed.conftest import booted, host_read
+from tests.support.engine import Runner
+from tests.support.glmops_cli import run_cli
+from tests.support.testbed import booted, host_read
 
 gguf = pytest.importorskip("gguf", reason="gguf is in the test extras")
-from tests.gguf_models import split_set, write_model  # noqa: E402
+from tests.support.gguf_models import split_set, write_model  # noqa: E402
 
 pytestmark = pytest.mark.testbed
 
@@ -57,7 +57,7 @@ def model(bed: Testbed, tmp_path_factory: pytest.TempPathFactory) -> dict[str, s
     put(bed, f"{HF}/tokenizer.json", b"{}")
     for shard in sorted(first.parent.glob("model-*-of-*.gguf")):
         put(bed, f"{MODELS}/{shard.name}", shard.read_bytes())
-    put(bed, f"{VENV}/bin/vllm", (Path(__file__).parent / "vllm_standin.py").read_bytes(), "755")
+    put(bed, f"{VENV}/bin/vllm", (PROJECT / "tests/support/vllm_standin.py").read_bytes(), "755")
     bed.exec(HOST, ["ln", "-sf", "/usr/bin/python3", f"{VENV}/bin/python"])
     return {
         "first": f"{MODELS}/{first.name}",

@@ -22,8 +22,8 @@ import yaml
 
 from glmops.testbed import Testbed
 from glmops.testbed.inventory import host_address
-from tests.glmops_cli import run_cli, tasks_named
-from tests.testbed.conftest import booted, host_read
+from tests.support.glmops_cli import run_cli, tasks_named
+from tests.support.testbed import booted, host_read
 
 pytestmark = pytest.mark.testbed
 

@@ -17,8 +17,8 @@ import pytest
 
 from glmops.testbed import Testbed
 from glmops.testbed.rootfs import DEPLOY_PASSWORD
-from tests.conftest import Runner
-from tests.testbed.conftest import booted
+from tests.support.engine import Runner
+from tests.support.testbed import booted
 
 pytestmark = pytest.mark.testbed
 

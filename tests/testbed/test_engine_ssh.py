@@ -10,8 +10,8 @@ import pytest
 import yaml
 
 from glmops.testbed import Testbed
-from tests.conftest import Runner
-from tests.testbed.conftest import host_read
+from tests.support.engine import Runner
+from tests.support.testbed import host_read
 
 pytestmark = pytest.mark.testbed
 

@@ -23,8 +23,8 @@ import pytest
 
 from glmops.testbed import Testbed
 from glmops.testbed.inventory import host_address
-from tests.conftest import Runner
-from tests.testbed.conftest import booted, host_read
+from tests.support.engine import Runner
+from tests.support.testbed import booted, host_read
 
 pytestmark = pytest.mark.testbed
 

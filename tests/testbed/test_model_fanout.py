@@ -28,9 +28,9 @@ from glmops.model.phase import ModelOptions, run_model_phase
 from glmops.output import Reporter
 from glmops.runlog import Masker, RunLog
 from glmops.testbed import Testbed
-from tests.glmops_cli import run_cli, tasks_named
-from tests.hub_server import HubRepo, olah_server
-from tests.testbed.conftest import booted
+from tests.support.glmops_cli import run_cli, tasks_named
+from tests.support.hub_server import HubRepo, olah_server
+from tests.support.testbed import booted
 
 pytestmark = pytest.mark.testbed
 

@@ -4,7 +4,7 @@ Two kinds of venv on tb41, each with a real vLLM wheel from PyPI (0.16.0 and 0.3
 - /opt/vllm-<v>: the wheel alone, `pip --no-deps` (no torch): the patch set only reads and
   writes vLLM's files, so check, apply, again and unpatch are proven without torch.
 - /opt/vllm-<v>-cpu: the wheel beside the CPU torch and the dependencies of the cached CPU
-  wheelhouse (tests/testbed/vllm_venvs.py), so that `glmops preflight` asks the host's real
+  wheelhouse (tests/support/vllm_venvs.py), so that `glmops preflight` asks the host's real
   vLLM selection code which backend it picks: compiled kernel modules stubbed (the host has
   no GPU), everything else vLLM's own code. Driven by the CLI a user runs: patch, preflight,
   unpatch.
@@ -22,11 +22,11 @@ import pytest
 import yaml
 
 from glmops.testbed import Testbed
-from tests.conftest import Runner
-from tests.glmops_cli import run_cli, tasks_named
-from tests.testbed.conftest import booted
-from tests.testbed.vllm_venvs import install_with_torch
-from tests.vllm_wheels import fetch_vllm_wheel
+from tests.support.engine import Runner
+from tests.support.glmops_cli import run_cli, tasks_named
+from tests.support.testbed import booted
+from tests.support.vllm_venvs import install_with_torch
+from tests.support.vllm_wheels import fetch_vllm_wheel
 
 pytestmark = [pytest.mark.testbed, pytest.mark.wheels]
 

@@ -28,8 +28,8 @@ import pytest
 from glmops.facts import parse_facts
 from glmops.testbed import Testbed
 from glmops.testbed.inventory import host_address
-from tests.glmops_cli import run_cli
-from tests.testbed.conftest import require_testbed
+from tests.support.glmops_cli import run_cli
+from tests.support.testbed import require_testbed
 
 pytestmark = pytest.mark.testbed
 

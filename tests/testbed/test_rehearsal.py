@@ -3,10 +3,10 @@
 Two testbed hosts with the rtx-pro-6000-x8 profile (a SIMULATED nvidia-smi: 8x compute
 capability 12.0; no real GPU, no NVIDIA driver). tb141's venv holds the real vLLM 0.16.0
 wheel, tb142's vLLM 0.33.0 with vllm-gguf-plugin, each beside the CPU torch
-(tests/testbed/vllm_venvs.py) and the few packages `vllm serve` imports that the CPU
+(tests/support/vllm_venvs.py) and the few packages `vllm serve` imports that the CPU
 wheelhouse lacks (vllm_wheels.SERVE_DEPS), so vLLM's own code runs until it looks for the
-GPU. A real Hub server (olah, tests/hub_server.py) serves a synthetic GLM-5 GGUF in 10 shards
-with glm-dsa tensor names, and a base repo with the config and tokenizer files. One
+GPU. A real Hub server (olah, tests/support/hub_server.py) serves a synthetic GLM-5 GGUF in 10
+shards with glm-dsa tensor names, and a base repo with the config and tokenizer files. One
 `glmops up` (provision left out: the venvs are built above) fetches, fans out, patches,
 merges on the 0.16 host only, asks vLLM's own selector for (12.0, float16), renders the unit
 with the seeds' flags and starts it; vLLM then stops for lack of a GPU, and glmops says so
@@ -26,15 +26,15 @@ import pytest
 import yaml
 
 from glmops.testbed import Testbed
-from tests.conftest import Runner
-from tests.glmops_cli import run_cli, tasks_named
-from tests.hub_server import HubRepo, olah_server
-from tests.testbed.conftest import booted
-from tests.testbed.vllm_venvs import install_with_torch
-from tests.vllm_wheels import PLUGIN, PLUGIN_VERSION, fetch_serve_deps, fetch_wheel
+from tests.support.engine import Runner
+from tests.support.glmops_cli import run_cli, tasks_named
+from tests.support.hub_server import HubRepo, olah_server
+from tests.support.testbed import booted
+from tests.support.vllm_venvs import install_with_torch
+from tests.support.vllm_wheels import PLUGIN, PLUGIN_VERSION, fetch_serve_deps, fetch_wheel
 
 gguf = pytest.importorskip("gguf", reason="gguf is in the test extras")
-from tests.gguf_models import split_set  # noqa: E402
+from tests.support.gguf_models import split_set  # noqa: E402
 
 pytestmark = [pytest.mark.testbed, pytest.mark.wheels]
 

@@ -16,8 +16,8 @@ np = pytest.importorskip("numpy")
 
 from glmops.context import helper_command, helper_stdin  # noqa: E402
 from glmops.hosthelpers import gguf_split  # noqa: E402
-from tests.gguf_models import glm_dsa_tensors as _tensors  # noqa: E402
-from tests.gguf_models import split_set, write_model  # noqa: E402
+from tests.support.gguf_models import glm_dsa_tensors as _tensors  # noqa: E402
+from tests.support.gguf_models import split_set, write_model  # noqa: E402
 
 SCRIPT = Path(gguf_split.__file__)
 

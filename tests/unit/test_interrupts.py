@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import Runner
+from tests.support.engine import Runner
 
 
 def _alive(pattern: str) -> bool:

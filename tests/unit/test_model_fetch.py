@@ -22,7 +22,7 @@ from glmops.context import run_helper_here
 from glmops.model.fetch import FetchError, HubAccess, ModelCache, download, resolve
 from glmops.model.manifest import load_manifest
 from glmops.model.source import parse_source
-from tests.hub_server import HubRepo, olah_server
+from tests.support.hub_server import HubRepo, olah_server
 
 WEIGHTS = "unsloth-test/GLM-5-GGUF"
 BASE = "zai-test/GLM-5"

@@ -10,7 +10,7 @@ import pytest
 
 from glmops.errors import ModuleError
 from glmops.modules.base import REGISTRY, Arg, Module, Plan
-from tests.conftest import Runner
+from tests.support.engine import Runner
 
 
 class _Broken(Module):

@@ -10,7 +10,7 @@ import os
 import stat
 from pathlib import Path
 
-from tests.conftest import Runner
+from tests.support.engine import Runner
 
 FILES = """
 - hosts: all

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import Runner
+from tests.support.engine import Runner
 
 
 def test_loop_debug_assert_set_fact_and_fail(

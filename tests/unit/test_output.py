@@ -14,7 +14,7 @@ from glmops.cli import main
 from glmops.output import SCHEMA, Reporter
 from glmops.results import HostTally
 from glmops.runlog import Masker
-from tests.conftest import Runner
+from tests.support.engine import Runner
 
 LONG_HOST = "gpu-node-rack12-slot07-very-long-hostname-for-the-datacenter.example.internal"
 

@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 
 from glmops.connection import CommandResult
+from glmops.context import TaskContext
 from glmops.errors import ModuleError
 from glmops.facts import parse_facts
 from glmops.inventory import ConnectionSpec, Host
@@ -61,6 +62,8 @@ class FakeCtx:
     written: dict[str, bytes] = field(default_factory=dict)
     check: bool = False
     connection: str = "ssh"
+    #: The context's own typed view of vars["facts"].
+    facts = property(TaskContext.facts.fget)
 
     @property
     def host(self) -> Host:

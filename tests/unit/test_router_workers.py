@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from glmops.fleet.router import RouterClient
-from tests.conftest import Runner
+from tests.support.engine import Runner
 
 ROUTER_VERSION = "0.1.17"
 CACHE = Path(os.environ.get("GLMOPS_CACHE", Path.home() / ".cache" / "glmops"))

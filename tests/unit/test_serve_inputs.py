@@ -10,7 +10,7 @@ import pytest
 from glmops.errors import InputError
 from glmops.modules.base import REGISTRY
 from glmops.serving.flags import DEFAULTS, INPUTS
-from tests.conftest import Runner
+from tests.support.engine import Runner
 
 PLAY = """
 - hosts: all

@@ -22,8 +22,8 @@ from glmops.serving import (
 )
 from glmops.serving.journal import failure_summary, stop_cause
 from glmops.serving.preflight import parse_preflight
-from tests.manifests import written_manifest
-from tests.serving_inputs import BASE, facts
+from tests.support.manifests import written_manifest
+from tests.support.serving_inputs import BASE, facts
 
 V0_16, V0_33 = profile_by_name("v0_16"), profile_by_name("v0_33")
 H200 = json.loads((Path(__file__).parents[1] / "fixtures/facts/h200.json").read_text())

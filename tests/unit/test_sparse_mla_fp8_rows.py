@@ -7,7 +7,8 @@ from pathlib import Path
 from types import ModuleType
 
 import pytest
-from module_file import load_module_file
+
+from tests.support.module_file import load_module_file
 
 torch = pytest.importorskip("torch", reason="the kernel module needs torch")
 pytest.importorskip("triton", reason="the kernel module imports triton")

@@ -10,7 +10,8 @@ from pathlib import Path
 from types import ModuleType
 
 import pytest
-from module_file import load_module_file
+
+from tests.support.module_file import load_module_file
 
 pytest.importorskip("triton", reason="the kernel module imports triton")
 KERNEL = Path(__file__).resolve().parents[2] / "backend" / "sparse_mla.py"

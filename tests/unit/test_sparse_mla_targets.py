@@ -16,8 +16,9 @@ from pathlib import Path
 from types import ModuleType
 
 import pytest
-from module_file import load_module_file
-from vllm_wheels import CACHE
+
+from tests.support.module_file import load_module_file
+from tests.support.vllm_wheels import CACHE
 
 pytest.importorskip("torch", reason="the kernel module needs torch")
 triton = pytest.importorskip("triton", reason="the kernel module imports triton")

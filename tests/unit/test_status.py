@@ -11,8 +11,8 @@ from glmops.patchset.profiles import BACKEND_TARGET
 from glmops.serving import serve_flags
 from glmops.serving.patches import manifest_files, patch_state
 from glmops.status import status_row
-from tests.manifests import written_manifest
-from tests.serving_inputs import BASE, facts
+from tests.support.manifests import written_manifest
+from tests.support.serving_inputs import BASE, facts
 
 VARS = {**BASE, "gguf_shards": "/m", "vllm_profile": "v0_16"}
 MERGED = "/m/GLM-5.gguf"

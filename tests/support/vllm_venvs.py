@@ -13,8 +13,8 @@ from pathlib import Path
 
 from glmops import wheelcache
 from glmops.modules.python_venv import UV_DIR
-from tests.conftest import Runner
-from tests.vllm_wheels import fetch_vllm_wheel
+from tests.support.engine import Runner
+from tests.support.vllm_wheels import fetch_vllm_wheel
 
 CPU_WHEELS = "/var/cache/glmops/wheelhouse"  # on the host: the CPU wheelhouse's selection
 PYPI_WHEELS = "/var/cache/wheels"  # on the host: the PyPI wheels pushed beside it

@@ -1,0 +1,114 @@
+"""The local connection on its own: the same contract an SSH connection keeps (run with stdin
+and a timeout that ends the whole process group, cancel, put, hold), on this machine."""
+
+from __future__ import annotations
+
+import os
+import stat
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from glmops.connection import (
+    ConnectionSettings,
+    LocalConnection,
+    announce_group,
+    open_connection,
+    quote,
+)
+from glmops.errors import CommandInterrupted, CommandTimeout
+from glmops.inventory import ConnectionSpec
+
+
+def alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    status = Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[0]
+    return status != "Z"
+
+
+def test_run_returns_rc_and_both_streams_and_feeds_stdin() -> None:
+    conn = LocalConnection("here")
+    result = conn.run("read -r line; echo out:$line; echo err >&2; exit 3", stdin="hello\n")
+    assert (result.rc, result.stdout, result.stderr, result.ok) == (
+        3,
+        "out:hello\n",
+        "err\n",
+        False,
+    )
+    assert conn.run("cat").stdout == ""  # no stdin given: an empty one, never the terminal
+
+
+def test_a_timeout_ends_the_whole_process_group(tmp_path: Path) -> None:
+    conn = LocalConnection("here")
+    pidfile = tmp_path / "child"
+    started = time.monotonic()
+    with pytest.raises(CommandTimeout):
+        conn.run(f"sleep 60 & echo $! > {pidfile}; wait", timeout=1)
+    assert time.monotonic() - started < 10
+    child = int(pidfile.read_text())
+    deadline = time.monotonic() + 5
+    while alive(child) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not alive(child), "the command's child outlived its timeout"
+
+
+def test_cancel_interrupts_running_and_later_commands_but_not_essential_ones() -> None:
+    conn = LocalConnection("here")
+    errors: list[BaseException] = []
+
+    def long() -> None:
+        try:
+            conn.run("sleep 60")
+        except BaseException as error:  # noqa: BLE001 - the test inspects it
+            errors.append(error)
+
+    worker = threading.Thread(target=long)
+    worker.start()
+    time.sleep(0.5)
+    conn.cancel(grace=1)
+    worker.join(10)
+    assert not worker.is_alive() and isinstance(errors[0], CommandInterrupted)
+    with pytest.raises(CommandInterrupted):
+        conn.run("true")
+    assert conn.run("echo bookkeeping", essential=True).stdout == "bookkeeping\n"
+
+
+def test_the_process_group_announcement_is_taken_out_of_stderr() -> None:
+    result = LocalConnection("here").run(announce_group("echo visible >&2"))
+    assert result.stderr == "visible\n"
+
+
+def test_put_writes_the_bytes_with_the_mode(tmp_path: Path) -> None:
+    target = tmp_path / "uploaded"
+    LocalConnection("here").put(b"\x00secret\n", str(target), 0o600)
+    assert target.read_bytes() == b"\x00secret\n"
+    assert stat.S_IMODE(target.stat().st_mode) == 0o600
+
+
+def test_hold_returns_the_first_line_and_release_ends_the_command(tmp_path: Path) -> None:
+    done = tmp_path / "released"
+    line, release = LocalConnection("here").hold(
+        f"read -r word; echo held:$word; cat >/dev/null; touch {done}", stdin="it\n"
+    )
+    assert line == "held:it" and release is not None and not done.exists()
+    release()
+    assert done.exists()
+    refused, none = LocalConnection("here").hold("echo -n no newline; exit 1")
+    assert (refused, none) == ("no newline", None)
+
+
+def test_open_connection_gives_a_local_host_a_local_connection() -> None:
+    conn = open_connection("here", ConnectionSpec("here", connection="local"), ConnectionSettings())
+    assert isinstance(conn, LocalConnection)
+    assert conn.run("echo $((6 * 7))").stdout == "42\n"
+
+
+@pytest.mark.parametrize("value", ["a b", "it's", "$(touch /tmp/x)", "`id`", "; rm -rf /", "\n"])
+def test_quote_makes_any_value_one_inert_word(value: str) -> None:
+    result = LocalConnection("here").run(f"printf %s {quote(value)}")
+    assert result.stdout == value
