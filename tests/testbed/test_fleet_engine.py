@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from glmops.testbed import Testbed
-from tests.conftest import Runner
-from tests.testbed.conftest import booted, host_read
+from tests.support.engine import Runner
+from tests.support.testbed import booted, host_read
 
 pytestmark = pytest.mark.testbed
 

@@ -24,12 +24,12 @@ import pytest
 import yaml
 
 from glmops.testbed import Testbed
-from tests.glmops_cli import run_cli, tasks_named
-from tests.hub_server import HubRepo, olah_server
-from tests.testbed.conftest import booted
+from tests.support.glmops_cli import run_cli, tasks_named
+from tests.support.hub_server import HubRepo, olah_server
+from tests.support.testbed import booted
 
 gguf = pytest.importorskip("gguf", reason="gguf is in the test extras")
-from tests.gguf_models import split_set  # noqa: E402
+from tests.support.gguf_models import split_set  # noqa: E402
 
 pytestmark = pytest.mark.testbed
 

@@ -13,7 +13,7 @@ import pytest
 
 from glmops.modules.base import file_mode
 from glmops.modules.modes import needs_umask, resulting_mode
-from tests.conftest import Runner
+from tests.support.engine import Runner
 
 SPECS = (
     "u+x", "go-w", "a=rX,u+w", "+x", "-w", "=r", "g=u", "o=", "u+s", "g+s", "+t", "o+t",

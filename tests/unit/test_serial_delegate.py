@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from glmops.errors import InputError
-from tests.conftest import Runner
+from tests.support.engine import Runner
 
 
 @pytest.fixture

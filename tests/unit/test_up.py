@@ -77,7 +77,7 @@ def test_the_verify_phase_runs_the_host_checks_and_names_those_that_fail(
     host checks run for real, fail, and the summary names them."""
     import os
 
-    from tests.glmops_cli import run_cli
+    from tests.support.glmops_cli import run_cli
 
     env = {**os.environ, "GLMOPS_HOME": str(tmp_path), "GLMOPS_RUN_DIR": str(tmp_path / "runs")}
     skip = "provision,patch,model,deploy"
