@@ -254,9 +254,74 @@ _playbook_verb(
     "Take fresh GPU hosts to ready-to-serve: driver, Python, vLLM.",
     needs_hosts=True,
 )
-_playbook_verb(
-    "deploy", "deploy.yml", "Model files, the vllm serve unit, readiness and the backend check."
+
+
+@main.command()
+@click.argument("hosts", nargs=-1)
+@click.option("--rolling", is_flag=True, help="one batch of replicas at a time, behind the router")
+@click.option("--serial", default="1", help="batch size: N, N% or a ramp 1,25%,100% (--rolling)")
+@click.option(
+    "--max-fail-percentage",
+    type=click.FloatRange(0, 100),
+    default=0.0,
+    help="stop the roll when more of a batch fails (default 0: any failure)",
 )
+@run_options
+@reports_errors
+def deploy(
+    hosts: tuple[str, ...],
+    limit: str | None,
+    rolling: bool,
+    serial: str,
+    max_fail_percentage: float,
+    **opts: Any,
+) -> ExitCode:
+    """Model files, the vllm serve unit, readiness and the backend check; with a router_host in
+    the inventory, the router in front of the replicas too."""
+    from glmops.fleet.topology import fleet_from_inventory
+    from glmops.inventory import load_inventory, parse_extra_vars
+
+    pattern = _resolve_limit(_hosts_limit(hosts, limit))
+    playbook = paths.playbooks() / "deploy.yml"
+    extra_vars = parse_extra_vars(list(opts.get("extra_vars") or ()))
+    inventory = load_inventory(opts.get("inventory") or default_inventory(), extra_vars)
+    listing = opts.get("syntax_check") or opts.get("list_tasks") or opts.get("list_hosts")
+    if listing or (not rolling and fleet_from_inventory(inventory, []).router is None):
+        return run_playbook(playbook, limit=pattern, **opts)
+    return _fleet_runner(inventory, pattern or "all", rolling, serial, max_fail_percentage, opts)
+
+
+def _fleet_runner(
+    inventory: Any, pattern: str, rolling: bool, serial: str, max_fail: float, opts: Any
+) -> ExitCode:
+    """Each of the fleet's playbooks through run_playbook, failures passed to the fleet."""
+    import json
+
+    from glmops.fleet.roll import FleetDeploy, parse_serial
+    from glmops.results import Status
+
+    def run(
+        playbook: Path, limit: str, extra: dict[str, Any], on_failure: Callable[[str, str], None]
+    ) -> ExitCode:
+        def prepare(executor: Any) -> None:
+            report = executor.reporter.task
+
+            def task(host: str, name: str, result: Any, **kw: Any) -> None:
+                if result.status in (Status.FAILED, Status.UNREACHABLE) and not result.ignored:
+                    on_failure(host, f"{name}: {result.msg}")
+                report(host, name, result, **kw)
+
+            executor.reporter.task = task
+
+        extra_arg = (json.dumps(extra),) if extra else ()
+        return run_playbook(playbook, limit=limit, extra=extra_arg, prepare=prepare, **opts)
+
+    fleet = FleetDeploy(inventory, pattern, run, json_events=bool(opts.get("json_events")))
+    if rolling:
+        return fleet.rolling(parse_serial(serial), max_fail)
+    return fleet.at_once()
+
+
 _playbook_verb(
     "patch",
     "patch.yml",
