@@ -138,3 +138,22 @@ def fleet_recap(events: list[dict[str, Any]]) -> dict[str, Any]:
 def changed(events: list[dict[str, Any]]) -> int:
     recaps = [e["hosts"] for e in events if e.get("event") == "recap"]
     return sum(h["changed"] for recap in recaps for h in recap.values())
+
+
+def main() -> int:
+    """`python3 -m tests.testbed.fleet_bed DIR`: the fleet on the CLI's testbed (tb1..tb4),
+    left running; prints the inventory to use with the CLI."""
+    from glmops import wheelcache
+
+    work = Path(sys.argv[1] if len(sys.argv) > 1 else "~/.cache/glmops/fleet-demo").expanduser()
+    work.mkdir(parents=True, exist_ok=True)
+    bed = Testbed()
+    bed.up(4)
+    fleet = FleetBed(bed, work, wheelcache.cpu_wheelhouse())
+    fleet.up()
+    print(fleet.inventory)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
