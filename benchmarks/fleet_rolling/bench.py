@@ -124,7 +124,7 @@ def main() -> int:
     bed = Testbed(work / "testbed", first_index=FIRST_INDEX)
     runs: dict[str, list[dict]] = {"rolling": [], "at_once": []}
     try:
-        bed.up(4)
+        bed.up(4, internet=True)  # forwarding: the router host reaches the replicas
         fleet = FleetBed(bed, work, wheelhouse)
         fleet.up()
         for i in range(args.repeat):

@@ -148,7 +148,7 @@ def main() -> int:
     work = Path(sys.argv[1] if len(sys.argv) > 1 else "~/.cache/glmops/fleet-demo").expanduser()
     work.mkdir(parents=True, exist_ok=True)
     bed = Testbed()
-    bed.up(4)
+    bed.up(4, internet=True)  # forwarding: the router host reaches the replicas
     fleet = FleetBed(bed, work, wheelcache.cpu_wheelhouse())
     fleet.up()
     print(fleet.inventory)

@@ -3,7 +3,7 @@
 One fleet is booted for the file (tb211..tb213 serve, tb214 runs the router) and brought up with
 the CLI. Then, in order: a second deploy of the converged fleet restarts nothing and takes no
 replica out of rotation; a rolling redeploy that restarts every replica loses no request of a
-steady load through the router; and a replica SIGKILLed in its gate fails its batch, which stops
+steady load through the router; and a replica SIGKILLed as it soaks fails its batch, which stops
 the roll (max_fail_percentage 0) with the replica left out of the router and the reason in the
 fleet recap, while a second replica killed in rotation is covered by the router's retries.
 """
@@ -31,7 +31,9 @@ MODEL = "tiny-llama"
 
 @pytest.fixture(scope="module")
 def fleet(tmp_path_factory: pytest.TempPathFactory, cpu_wheelhouse: Path) -> Iterator[FleetBed]:
-    with booted(tmp_path_factory.mktemp("fleet-testbed"), FIRST_INDEX, 4) as bed:
+    # internet: the testbed's forwarding, so the router host reaches the replicas (the hosts
+    # still get everything they install from the controller's wheelhouses)
+    with booted(tmp_path_factory.mktemp("fleet-testbed"), FIRST_INDEX, 4, internet=True) as bed:
         f = FleetBed(bed, tmp_path_factory.mktemp("fleet"), cpu_wheelhouse)
         f.up()
         yield f
@@ -101,10 +103,11 @@ def test_rolling_redeploy_under_load_loses_no_request(fleet: FleetBed) -> None:
     assert 0 < summary["p50_s"] <= summary["p99_s"] < 30, summary
 
 
-def test_a_replica_killed_in_its_gate_stops_the_roll_and_stays_out(fleet: FleetBed) -> None:
-    """tb211 (rolling, out of the router) is SIGKILLed while its gate runs: its batch fails and,
-    with max_fail_percentage 0, the roll stops there. tb212 (serving) is SIGKILLed at the same
-    moment: requests it held fail over to tb213 by the router's retries; systemd restarts it."""
+def test_a_replica_killed_mid_roll_stops_the_roll_and_stays_out(fleet: FleetBed) -> None:
+    """tb211, just restarted and back in the router, is SIGKILLed as its soak starts: its batch
+    fails and, with max_fail_percentage 0, the roll stops there. tb212 (serving, not yet
+    rolled) is SIGKILLed at the same moment: the requests it held are retried by the router on
+    the other replicas; systemd restarts it."""
     first, second, third = fleet.replicas
     with Load(fleet.router_url, MODEL, threads=2) as load:
         proc = fleet.popen("deploy", "--rolling", "-e", json.dumps(roll_env("b")))
@@ -117,8 +120,7 @@ def test_a_replica_killed_in_its_gate_stops_the_roll_and_stays_out(fleet: FleetB
             event = json.loads(line)
             events.append(event)
             starts = event.get("event") == "task_start" and event.get("host") == first
-            if starts and event.get("task", "").startswith("ready") and not killed:
-                time.sleep(3)  # the gate's first look has seen the fresh server's restart count
+            if starts and event.get("task", "").startswith("rolling: soak") and not killed:
                 fleet.kill(first)
                 fleet.kill(second)
                 killed = True
@@ -129,16 +131,14 @@ def test_a_replica_killed_in_its_gate_stops_the_roll_and_stays_out(fleet: FleetB
     assert rc == 2, proc.stderr.read()[-3000:] if proc.stderr else rc
     recap = fleet_recap(events)
     assert len(recap["batches"]) == 1, "the roll went on past a failed batch"
-    assert "max_fail_percentage=0" in recap["stopped"], recap
+    assert "more than max_fail_percentage=0" in recap["stopped"], recap
     why = recap["out_of_router"][first]
-    assert "ready" in why and ("restart" in why or "crash" in why), why
-    assert fleet.urls[first] not in fleet.router_workers()
+    assert why.startswith(f"{first}: rolling: soak") and "unhealthy" in why, why
     assert fleet.router_workers() == sorted([fleet.urls[second], fleet.urls[third]])
-    assert not tasks(events, "restart vllm") or all(
-        e["host"] == first for e in tasks(events, "restart vllm")
-    ), "a replica past the failed batch was restarted"
-    # The kill of the serving replica cuts the requests it was running; the router retries them
-    # on the other replica, so clients see at most a few failures (measured: 0 here).
+    restarted = {e["host"] for e in tasks(events, "restart vllm")}
+    assert restarted == {first}, f"the roll restarted {restarted} past the failed batch"
+    # Killing a serving replica cuts the requests it was running; the router retries them on
+    # another replica, so clients see at most a few failures.
     assert summary["failed"] <= 2, summary["errors"]
     assert summary["served"] >= 10, summary
 
