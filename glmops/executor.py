@@ -17,12 +17,13 @@ import sys
 import threading
 import time
 import traceback
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from glmops import paths, runlock
+from glmops import batches, paths, runlock
 from glmops.connection import (
     KILL_GRACE_SECONDS,
     Connection,
@@ -40,13 +41,13 @@ from glmops.errors import (
     ModuleError,
     TemplateError,
 )
-from glmops.inventory import Host, Inventory, load_inventory
+from glmops.inventory import ConnectionSpec, Host, Inventory, load_inventory
 from glmops.modules import REGISTRY
 from glmops.modules.base import check_types
 from glmops.notifications import play_key, read_pending, write_pending
 from glmops.output import Reporter
 from glmops.playbook import Play, Task
-from glmops.results import HostTally, Status, TaskResult
+from glmops.results import HostTally, PlayRecap, Status, TaskResult
 from glmops.runlog import Masker, RunLog
 from glmops.templating import evaluate_condition, render_value, resolve_variables
 
@@ -91,6 +92,10 @@ class HostSession:
     interrupted: str | None = None  # the task the run was interrupted in, or before
     release_lock: Release | None = None
     lock_play: Play | None = None  # the play whose context took the lock (for its state dir)
+    targeted: bool = False  # a play ran on it (not only tasks delegated to it)
+    pending: set[str] = field(default_factory=set)  # the current play's notified handlers
+    #: Held while connecting and locking: its own play and delegated tasks may race there.
+    guard: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
 
 class Executor:
@@ -108,6 +113,9 @@ class Executor:
         self.masker = masker
         self.runlog = runlog
         self.sessions: dict[str, HostSession] = {}
+        self._sessions_guard = threading.Lock()
+        #: Each play's batches, and why it stopped early (for the recap).
+        self.plays: list[PlayRecap] = []
         self._running: dict[str, tuple[str, float]] = {}  # host -> (task, started)
         self._done = threading.Event()
         #: The signal that interrupted the run (SIGINT, SIGTERM), or None.
@@ -136,11 +144,10 @@ class Executor:
                     )
                     continue
                 self.reporter.play(play.name, [h.name for h in hosts])
-                sessions = [self.sessions.setdefault(h.name, HostSession(h)) for h in hosts]
-                forks = self.options.forks or min(len(sessions), 32)
-                with ThreadPoolExecutor(max_workers=forks, thread_name_prefix="host") as pool:
-                    run_one = functools.partial(self._run_play_on_host, play, playbook)
-                    list(pool.map(run_one, sessions))
+                recap = self._run_play(play, playbook, hosts)
+                self.plays.append(recap)
+                if recap.stopped:
+                    break  # as in Ansible, a play stopped by its failures ends the run
         finally:
             for session in self.sessions.values():
                 if session.release_lock is not None:
@@ -151,14 +158,19 @@ class Executor:
             for signum, handler in previous.items():
                 signal.signal(signum, handler)
         code = self.exit_code()
-        interrupted = {n: s.interrupted for n, s in self.sessions.items() if s.interrupted}
+        targets = self._targets()
         self.reporter.recap(
-            {n: s.tally for n, s in self.sessions.items()},
+            {n: s.tally for n, s in targets.items()},
             str(self.runlog.path),
             int(code),
-            interrupted=interrupted,
+            interrupted={n: s.interrupted for n, s in targets.items() if s.interrupted},
+            plays=self.plays,
         )
         return code
+
+    def _targets(self) -> dict[str, HostSession]:
+        """The hosts the plays ran on (not those only delegated to)."""
+        return {n: s for n, s in self.sessions.items() if s.targeted}
 
     # -- interrupts --------------------------------------------------------------------------
     def _catch_signals(self) -> dict[int, Any]:
@@ -219,7 +231,7 @@ class Executor:
     def exit_code(self) -> int:
         if self.interrupted:
             return 128 + self.interrupted  # 130 for SIGINT, 143 for SIGTERM, as shells do
-        tallies = [s.tally for s in self.sessions.values()]
+        tallies = [s.tally for s in self._targets().values()]
         if any(t.unreachable for t in tallies):
             return ExitCode.HOST_UNREACHABLE
         if any(t.failed for t in tallies):
@@ -240,59 +252,115 @@ class Executor:
                     source=play.source,
                     line=play.line,
                 ) from None
+            for task in play.tasks + play.handlers:
+                name = task.delegate_to
+                if name and "{" not in name and self._delegate_host(name) is None:
+                    raise InputError(
+                        f"task '{task.name}': delegate_to '{name}' is no host of the inventory "
+                        f"{self.inventory.path} (nor localhost)",
+                        source=task.source,
+                        line=task.line,
+                    )
+
+    def _delegate_host(self, name: str) -> Host | None:
+        """An inventory host by name; `localhost`, when the inventory has none, is the
+        controller (a local connection)."""
+        if name in self.inventory.hosts:
+            return self.inventory.hosts[name]
+        if name == "localhost":
+            local = ConnectionSpec(address="localhost", connection="local")
+            return Host("localhost", [], {}, local)
+        return None
 
     def _play_hosts(self, play: Play) -> list[Host]:
         return self.inventory.select(play.hosts)
 
-    # -- one play on one host ----------------------------------------------------------------
-    def _run_play_on_host(self, play: Play, playbook: Path, session: HostSession) -> None:
-        if session.dead:
-            return
+    # -- one play: its batches, each run task by task on every host of the batch -------------
+    def _run_play(self, play: Play, playbook: Path, hosts: list[Host]) -> PlayRecap:
+        """Run the play batch by batch (`serial`); stop early when a batch's failures say so."""
+        sessions = [self._session(h) for h in hosts]
+        for session in sessions:
+            session.targeted = True
+        split = batches.split([s for s in sessions if not s.dead], play.serial)
+        recap = PlayRecap(play.name, [[s.host.name for s in batch] for batch in split])
+        forks = self.options.forks or min(len(sessions), 32)
+        with ThreadPoolExecutor(max_workers=forks, thread_name_prefix="host") as pool:
+            for index, batch in enumerate(split, 1):
+                if self.interrupted:
+                    break
+                if len(split) > 1:
+                    names = [s.host.name for s in batch]
+                    self.reporter.batch(play.name, index, len(split), names)
+                fatal = self._run_batch(play, playbook, batch, pool)
+                failed = sum(1 for s in batch if s.dead)
+                reason = fatal or (
+                    batches.stop_reason(len(batch), failed, play.max_fail_percentage)
+                    if play.stops_on_failure
+                    else None
+                )
+                if reason and not self.interrupted:
+                    recap.stopped, recap.stopped_by_batch = reason, index
+                    recap.not_reached = [s.host.name for later in split[index:] for s in later]
+                    never = ", ".join(recap.not_reached) or "none"
+                    self.reporter.note(
+                        f"play '{play.name}' stopped by batch {index}/{len(split)}: {reason}; "
+                        f"hosts never reached: {never}"
+                    )
+                    break
+        return recap
+
+    def _run_batch(
+        self, play: Play, playbook: Path, batch: list[HostSession], pool: ThreadPoolExecutor
+    ) -> str | None:
+        """The whole play on one batch, each task on every host of it before the next task
+        starts (Ansible's linear strategy), then its handlers. Returns why any_errors_fatal
+        stops the play, or None."""
+        self._each(pool, batch, lambda s: self._start_play(play, playbook, s))
+        if play.any_errors_fatal and (failed := [s.host.name for s in batch if s.dead]):
+            return f"any_errors_fatal: the play's start failed on {', '.join(failed)}"
+        for task in play.tasks:
+            if not task.selected(self.options.tags, self.options.skip_tags):
+                continue
+            live = [s for s in batch if not s.dead]
+            if not live:
+                return None
+            if self.interrupted:
+                for session in live:
+                    session.interrupted = session.interrupted or f"before '{task.name}'"
+                return None
+            if task.module == "meta":  # flush_handlers: run what is notified so far, now
+                self._each(pool, live, lambda s: self._flush(play, playbook, s))
+            elif task.run_once:
+                self._run_once(play, playbook, task, live, pool)
+            else:
+                self._each(pool, live, functools.partial(self._step, play, playbook, task=task))
+            failed = [s.host.name for s in live if s.dead]
+            if failed and task.errors_fatal(play.any_errors_fatal):
+                return f"any_errors_fatal: '{task.name}' failed on {', '.join(failed)}"
+        live = [s for s in batch if not s.dead]
+        if self.interrupted:
+            for session in live:
+                session.interrupted = session.interrupted or "before the handlers"
+            return None
+        self._each(pool, live, lambda s: self._run_handlers(play, playbook, s, s.pending))
+        return None
+
+    def _each(
+        self,
+        pool: ThreadPoolExecutor,
+        sessions: list[HostSession],
+        step: Callable[[HostSession], TaskResult | None],
+    ) -> list[TaskResult | None]:
+        """One step on each host at once; a host's trouble stops that host only."""
+        return list(pool.map(lambda s: self._guard_host(s, step), sessions))
+
+    def _guard_host(
+        self, session: HostSession, step: Callable[[HostSession], TaskResult | None]
+    ) -> TaskResult | None:
+        """Run one step on a host, turning what stops the host into its state and tally."""
         name = session.host.name
         try:
-            self._ensure_connected(session)
-            if self.options.lock and not self.options.check and session.release_lock is None:
-                self._lock(play, session)
-            key = play_key(playbook, play.name)
-            pending = read_pending(self._context(play, session, None), key, play.handler_names)
-            if pending:
-                self.reporter.note(
-                    f"replaying notifications kept from an earlier run: "
-                    f"{', '.join(sorted(pending))}",
-                    name,
-                )
-            if play.gather_facts and session.facts is None and not self._gather_task(play, session):
-                return
-            for task in play.tasks:
-                if not task.selected(self.options.tags, self.options.skip_tags):
-                    continue
-                if self.interrupted:
-                    session.interrupted = session.interrupted or f"before '{task.name}'"
-                    return
-                if task.module == "meta":  # flush_handlers: run what is notified so far, now
-                    pending = self._run_handlers(play, playbook, session, pending)
-                    if session.dead:
-                        return
-                    continue
-                result = self._run_task(play, playbook, session, task)
-                if self.interrupted and not session.interrupted:
-                    session.interrupted = f"in '{task.name}'"
-                # A task ended mid-command may have changed the host: its notification is
-                # kept too (a needless restart later beats a lost one).
-                if (result.changed or result.data.get(ENDED_MIDWAY)) and task.notify:
-                    new = set(task.notify) - pending
-                    pending |= set(task.notify)
-                    if new and not self.options.check:
-                        write_pending(
-                            self._context(play, session, None), key, pending, play.handler_names
-                        )
-                if result.failed and not result.ignored:
-                    session.dead = True
-                    return
-            if self.interrupted:
-                session.interrupted = session.interrupted or "before the handlers"
-                return
-            self._run_handlers(play, playbook, session, pending)
+            return step(session)
         except CommandInterrupted:
             session.interrupted = session.interrupted or "while connecting"
         except runlock.HostLocked as error:
@@ -309,6 +377,95 @@ class Executor:
             self.reporter.task(
                 name, "glmops", TaskResult(Status.FAILED, f"internal error: {error!r}")
             )
+        return None
+
+    def _start_play(self, play: Play, playbook: Path, session: HostSession) -> None:
+        """Connect (and lock), read the notifications an earlier run left, gather facts."""
+        self._connect(play, session)
+        key = play_key(playbook, play.name)
+        session.pending = read_pending(self._context(play, session, None), key, play.handler_names)
+        if session.pending:
+            self.reporter.note(
+                f"replaying notifications kept from an earlier run: "
+                f"{', '.join(sorted(session.pending))}",
+                session.host.name,
+            )
+        if play.gather_facts and session.facts is None:
+            self._gather_task(play, session)
+
+    def _step(self, play: Play, playbook: Path, session: HostSession, task: Task) -> TaskResult:
+        result = self._run_task(play, playbook, session, task)
+        self._after_task(play, playbook, session, task, result)
+        return result
+
+    def _after_task(
+        self, play: Play, playbook: Path, session: HostSession, task: Task, result: TaskResult
+    ) -> None:
+        """Record the task's notifications on the host; a failure ends the host's play."""
+        if self.interrupted and not session.interrupted:
+            session.interrupted = f"in '{task.name}'"
+        # A task ended mid-command may have changed the host: its notification is kept too
+        # (a needless restart later beats a lost one).
+        if (result.changed or result.data.get(ENDED_MIDWAY)) and task.notify:
+            new = set(task.notify) - session.pending
+            session.pending |= set(task.notify)
+            if new and not self.options.check:
+                write_pending(
+                    self._context(play, session, None),
+                    play_key(playbook, play.name),
+                    session.pending,
+                    play.handler_names,
+                )
+        if result.failed and not result.ignored:
+            session.dead = True
+
+    def _flush(self, play: Play, playbook: Path, session: HostSession) -> None:
+        session.pending = self._run_handlers(play, playbook, session, session.pending)
+
+    def _run_once(
+        self,
+        play: Play,
+        playbook: Path,
+        task: Task,
+        live: list[HostSession],
+        pool: ThreadPoolExecutor,
+    ) -> None:
+        """`run_once`: the task runs on the batch's first live host; its result (register,
+        notifications, failure) counts for every host of the batch."""
+        first, rest = live[0], live[1:]
+        step = functools.partial(self._step, play, playbook, task=task)
+        result = self._each(pool, [first], step)[0]
+        name = first.host.name
+        if result is None:
+            shared = TaskResult(Status.FAILED, f"run once on {name}, which could not run it")
+        else:
+            status = Status.FAILED if result.failed else result.status
+            msg = "(output hidden: no_log)" if task.no_log else result.msg
+            shared = TaskResult(
+                status, f"run once on {name}: {msg}", None, result.data, delegate=result.delegate
+            )
+
+        def share(session: HostSession) -> TaskResult:
+            copy = TaskResult(shared.status, shared.msg, None, dict(shared.data))
+            copy.delegate = shared.delegate
+            self._record(session, task, copy, source=f"{task.source}:{task.line}")
+            self._after_task(play, playbook, session, task, copy)
+            return copy
+
+        self._each(pool, rest, share)
+
+    def _session(self, host: Host) -> HostSession:
+        """The run's one session per host, shared by its plays and by tasks delegated to it."""
+        with self._sessions_guard:
+            return self.sessions.setdefault(host.name, HostSession(host))
+
+    def _connect(self, play: Play, session: HostSession) -> None:
+        """Connect to the host, and take its run lock when this run changes hosts; once per
+        run, whether for its own tasks or for tasks delegated to it."""
+        with session.guard:
+            self._ensure_connected(session)
+            if self.options.lock and not self.options.check and session.release_lock is None:
+                self._lock(play, session)
 
     def _ensure_connected(self, session: HostSession) -> None:
         if session.conn is not None:
@@ -410,6 +567,22 @@ class Executor:
                 result = self._looped(play, playbook, session, task)
         finally:
             self._running.pop(session.host.name, None)
+        self._record(
+            session, task, result, handler=handler, source=source, took=time.monotonic() - started
+        )
+        return result
+
+    def _record(
+        self,
+        session: HostSession,
+        task: Task,
+        result: TaskResult,
+        *,
+        handler: bool = False,
+        source: str | None = None,
+        took: float | None = None,
+    ) -> None:
+        """Count a task's result for a host, register it, and show it (censored by no_log)."""
         if result.failed and task.ignore_errors:
             result.ignored = True
         session.tally.count(result)
@@ -417,22 +590,20 @@ class Executor:
             session.registered[task.register] = result.registered()
         if not result.failed:  # set_fact
             session.registered.update(result.data.get("set_vars") or {})
-        if task.no_log:
-            result = _censored(result)
+        shown = _censored(result) if task.no_log else result
         self.runlog.write(
             session.host.name,
-            f"task {task.name!r}: {result.status.value} "
-            f"({time.monotonic() - started:.2f}s) {result.msg}",
+            f"task {task.name!r}: {shown.status.value} "
+            f"({took or 0:.2f}s) {shown.msg}" + (f" on {shown.delegate}" if shown.delegate else ""),
         )
         self.reporter.task(
             session.host.name,
             task.name,
-            result,
+            shown,
             handler=handler,
             source=source,
-            duration=time.monotonic() - started,
+            duration=took,
         )
-        return result
 
     def _guarded(
         self,
@@ -507,7 +678,8 @@ class Executor:
         problems = check_types(module_cls, params)
         if problems:
             raise ModuleError(f"{where}: {problems[0]}")
-        ctx = self._context(play, session, task)
+        delegate = self._delegate(play, task, variables, where) if task.delegate_to else None
+        ctx = self._context(play, delegate or session, task)
         ctx.environment = _environment(
             render_value({**play.environment, **task.environment}, variables, where=where), where
         )
@@ -545,9 +717,31 @@ class Executor:
             and module_cls.changes_facts
             and session.facts is not None
             and not self.options.check
+            and delegate is None
         ):
             self._gather_facts(play, session)
+        if delegate is not None and delegate is not session:
+            result.delegate = delegate.host.name
         return result
+
+    def _delegate(
+        self, play: Play, task: Task, variables: dict[str, Any], where: str
+    ) -> HostSession:
+        """The session a `delegate_to` task runs over: the delegate's connection, become and
+        run lock (taken once, without waiting, by a changing run), shared with the delegate's
+        own play when it is a host of this run too."""
+        name = render_value(task.delegate_to, variables, where=where)
+        host = self._delegate_host(str(name).strip()) if isinstance(name, str) else None
+        if host is None:
+            raise ModuleError(f"{where}: delegate_to {name!r} is no host of the inventory")
+        target = self._session(host)
+        try:
+            self._connect(play, target)
+        except runlock.HostLocked as error:
+            raise ModuleError(f"delegate '{host.name}': {error}") from None
+        except HostUnreachable as error:
+            raise HostUnreachable(f"delegate '{host.name}': {error}") from None
+        return target
 
     def _once(self, module, ctx: TaskContext) -> TaskResult:
         plan = module.plan(ctx)
@@ -667,7 +861,14 @@ def _loop_result(results: list[dict[str, Any]], loop_var: str) -> TaskResult:
 
 def _censored(result: TaskResult) -> TaskResult:
     """What a `no_log` task shows: its status, never its output, message or diff."""
-    return TaskResult(result.status, "(output hidden: no_log)", None, {}, ignored=result.ignored)
+    return TaskResult(
+        result.status,
+        "(output hidden: no_log)",
+        None,
+        {},
+        ignored=result.ignored,
+        delegate=result.delegate,
+    )
 
 
 def _facts_summary(facts: dict[str, Any]) -> str:

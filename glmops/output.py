@@ -17,7 +17,7 @@ from typing import Any, TextIO
 from rich.console import Console
 from rich.table import Table
 
-from glmops.results import HostTally, Status, TaskResult
+from glmops.results import HostTally, PlayRecap, Status, TaskResult
 from glmops.runlog import Masker
 
 #: The JSON event schema: every line is an object with `schema`, `event` and `time`.
@@ -82,6 +82,12 @@ class Reporter:
         with self._lock:
             self.err.print(f"[bold]PLAY {name}[/] [dim]({len(hosts)} host(s))[/]")
 
+    def batch(self, play: str, index: int, count: int, hosts: list[str]) -> None:
+        """A serial batch of a play starts (`serial:`): which hosts, and which of how many."""
+        self._event("batch", play=play, index=index, count=count, hosts=hosts)
+        with self._lock:
+            self.err.print(f"[bold]BATCH {index}/{count}[/] {_escape(', '.join(hosts))}")
+
     def note(self, message: str, host: str | None = None) -> None:
         self._event("note", host=host, msg=message)
         with self._lock:
@@ -110,6 +116,7 @@ class Reporter:
         self._event(
             "handler" if handler else "task",
             host=host,
+            delegate=result.delegate,
             task=task,
             status=result.status.value,
             msg=msg,
@@ -124,9 +131,10 @@ class Reporter:
         if self.check and result.status is Status.CHANGED:
             label = "would change"
         kind = "handler " if handler else ""
+        shown = f"{host} -> {result.delegate}" if result.delegate else host
         with self._lock:
             self.err.print(
-                f"[{STYLE[result.status]}]{label:>12}[/] [bold]{host}[/] {kind}"
+                f"[{STYLE[result.status]}]{label:>12}[/] [bold]{_escape(shown)}[/] {kind}"
                 f"{_escape(task)} [dim]— {_escape(msg)}[/]"
             )
             if self.explain or self.verbosity >= 1:
@@ -135,7 +143,7 @@ class Reporter:
             if self.verbosity >= 2:
                 self._details(result.data)
             if diff and not self.json_events:
-                self.out.print(f"--- diff: {host} / {_escape(task)}", style="bold")
+                self.out.print(f"--- diff: {_escape(shown)} / {_escape(task)}", style="bold")
                 for line in diff.splitlines():
                     style = (
                         "green" if line.startswith("+") else "red" if line.startswith("-") else None
@@ -162,6 +170,7 @@ class Reporter:
         exit_code: int,
         *,
         interrupted: dict[str, str] | None = None,
+        plays: list[PlayRecap] | None = None,
     ) -> None:
         self._event(
             "recap",
@@ -169,12 +178,14 @@ class Reporter:
             run_dir=run_dir,
             exit_code=exit_code,
             interrupted=interrupted or {},
+            plays=[p.event() for p in plays or []],
         )
         for host, where in (interrupted or {}).items():
             with self._lock:
                 self.err.print(f"[bold red]interrupted[/] [bold]{host}[/] {_escape(where)}")
         if self.json_events:
             return
+        self._batches(plays or [])
         table = Table(
             title="RECAP" + (" (check mode: nothing was changed)" if self.check else ""),
             title_justify="left",
@@ -193,6 +204,25 @@ class Reporter:
             )
         self.out.print(table)
         self.err.print(f"[dim]logs: {run_dir}[/]")
+
+    def _batches(self, plays: list[PlayRecap]) -> None:
+        """Above the table: each play run in batches or stopped early, and why it stopped."""
+        for play in plays:
+            if len(play.batches) < 2 and not play.stopped:
+                continue
+            self.out.print(f"PLAY {_escape(play.name)}", style="bold")
+            for index, hosts in enumerate(play.batches, 1):
+                ran = play.stopped_by_batch is None or index <= play.stopped_by_batch
+                state = "" if ran else " (not run)"
+                self.out.print(f"  batch {index}/{len(play.batches)}: {', '.join(hosts)}{state}")
+            if play.stopped:
+                self.out.print(
+                    f"  stopped by batch {play.stopped_by_batch}/{len(play.batches)}: "
+                    f"{_escape(play.stopped)}",
+                    style="red",
+                )
+                if play.not_reached:
+                    self.out.print(f"  never reached: {', '.join(play.not_reached)}", style="red")
 
 
 def _escape(text: str) -> str:

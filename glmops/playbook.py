@@ -11,6 +11,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from glmops import batches
+from glmops.batches import SerialEntry
 from glmops.errors import InputError
 from glmops.modules import REGISTRY, validate_params
 from glmops.modules.base import check_types
@@ -40,6 +42,9 @@ TASK_KEYS = frozenset(
         "environment",
         "no_log",
         "become_user",
+        "run_once",
+        "delegate_to",
+        "any_errors_fatal",
     }
 )
 PLAY_KEYS = frozenset(
@@ -56,6 +61,9 @@ PLAY_KEYS = frozenset(
         "environment",
         "gather_facts",
         "tags",
+        "serial",
+        "max_fail_percentage",
+        "any_errors_fatal",
     }
 )
 
@@ -90,10 +98,21 @@ class Task:
     #: Hide the task's output, diff and commands from the screen, events and run log.
     no_log: bool = False
     become_user: str | None = None
+    #: Run on the batch's first host only; the result counts for every host of the batch.
+    run_once: bool = False
+    #: Run over this inventory host's connection (`localhost`: the controller), with the
+    #: original host's variables and facts; a template is rendered per host.
+    delegate_to: str | None = None
+    #: A failure on any host stops the play for every host after this task (None: the play's).
+    any_errors_fatal: bool | None = None
 
     @property
     def where(self) -> str:
         return f"{self.source}:{self.line} task '{self.name}'"
+
+    def errors_fatal(self, play_default: bool) -> bool:
+        """Whether a failure of this task stops the play for every host (`any_errors_fatal`)."""
+        return play_default if self.any_errors_fatal is None else self.any_errors_fatal
 
     def selected(self, tags: set[str], skip_tags: set[str]) -> bool:
         """Whether --tags/--skip-tags let this task run (`always` runs unless skipped)."""
@@ -119,6 +138,17 @@ class Play:
     environment: dict[str, Any] = field(default_factory=dict)
     gather_facts: bool = True
     tags: list[str] = field(default_factory=list)
+    #: Batch sizes (glmops/batches.py); None: every host in one batch.
+    serial: list[SerialEntry] | None = None
+    max_fail_percentage: float | None = None
+    any_errors_fatal: bool = False
+
+    @property
+    def stops_on_failure(self) -> bool:
+        """Whether a failed batch can stop the play (and the run), as in Ansible."""
+        return (
+            self.serial is not None or self.max_fail_percentage is not None or self.any_errors_fatal
+        )
 
     @property
     def handler_names(self) -> set[str]:
@@ -157,6 +187,9 @@ def _play(raw: Any, parent: SourceList, index: int) -> Play:
         environment=_mapping(raw, "environment"),
         gather_facts=bool(raw.get("gather_facts", True)),
         tags=play_tags,
+        serial=_serial(raw),
+        max_fail_percentage=_max_fail(raw),
+        any_errors_fatal=bool(_optional_bool(raw, "any_errors_fatal")),
     )
     play.tasks = [
         _task(item, "tasks", raw, i, play_tags) for i, item in enumerate(_list(raw, "tasks"))
@@ -205,6 +238,8 @@ def _task(raw: Any, section: str, play: SourceMap, index: int, play_tags: list[s
         raise InputError(problems[0], **where(raw, module))
     name = str(raw.get("name") or f"{module}")
     _check_templates(raw, module)
+    if section == "handlers" and raw.get("run_once"):
+        raise InputError("'run_once' is for tasks, not handlers", **where(raw, "run_once"))
     return Task(
         name=name,
         module=module,
@@ -231,7 +266,39 @@ def _task(raw: Any, section: str, play: SourceMap, index: int, play_tags: list[s
         environment=_mapping(raw, "environment"),
         no_log=bool(_optional_bool(raw, "no_log")),
         become_user=_optional_str(raw, "become_user"),
+        run_once=bool(_optional_bool(raw, "run_once")),
+        delegate_to=_delegate_to(raw),
+        any_errors_fatal=_optional_bool(raw, "any_errors_fatal"),
     )
+
+
+def _serial(raw: SourceMap) -> list[SerialEntry] | None:
+    if raw.get("serial") is None:
+        return None
+    try:
+        return batches.serial_entries(raw["serial"])
+    except ValueError as error:
+        raise InputError(str(error), **where(raw, "serial")) from None
+
+
+def _max_fail(raw: SourceMap) -> float | None:
+    if raw.get("max_fail_percentage") is None:
+        return None
+    try:
+        return batches.max_fail_percentage(raw["max_fail_percentage"])
+    except ValueError as error:
+        raise InputError(str(error), **where(raw, "max_fail_percentage")) from None
+
+
+def _delegate_to(raw: SourceMap) -> str | None:
+    """A host name or a template; whether the name is in the inventory is checked before the
+    run touches any host (Executor.check_targets)."""
+    value = _optional_str(raw, "delegate_to")
+    if value is not None and not value.strip():
+        raise InputError("'delegate_to' must name a host", **where(raw, "delegate_to"))
+    if value and (problem := syntax_problem(value, expression=False)):
+        raise InputError(f"'delegate_to': {problem}", **where(raw, "delegate_to"))
+    return value
 
 
 CONDITION_KEYS = ("when", "changed_when", "failed_when", "until")

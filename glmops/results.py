@@ -24,6 +24,8 @@ class TaskResult:
     diff: str | None = None
     data: dict[str, Any] = field(default_factory=dict)
     ignored: bool = False
+    #: The host the task ran on for this one (`delegate_to`), when not this one.
+    delegate: str | None = None
 
     @property
     def changed(self) -> bool:
@@ -59,3 +61,26 @@ class HostTally:
             self.ignored += 1
             return
         setattr(self, result.status.value, getattr(self, result.status.value) + 1)
+
+
+@dataclass
+class PlayRecap:
+    """How a play went through its hosts: its batches, and whether (and why) it stopped."""
+
+    name: str
+    batches: list[list[str]]
+    #: Why the play stopped early (a batch over max_fail_percentage, any_errors_fatal).
+    stopped: str | None = None
+    #: Which batch stopped it (1-based).
+    stopped_by_batch: int | None = None
+    #: Hosts of later batches, never reached because the play stopped.
+    not_reached: list[str] = field(default_factory=list)
+
+    def event(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "batches": self.batches,
+            "stopped": self.stopped,
+            "stopped_by_batch": self.stopped_by_batch,
+            "not_reached": self.not_reached,
+        }

@@ -118,3 +118,30 @@ def test_old_run_directories_are_pruned(tmp_path: Path) -> None:
     runs = sorted(p.name for p in root.iterdir())
     assert len(runs) == RUNS_KEPT + 1 and "not-a-run" in runs and log.path.name in runs
     assert "20250101-000005-abcdef" not in runs and "20250101-000006-abcdef" in runs
+
+
+def test_glmops_run_shows_batches_and_why_a_roll_stopped(workdir: Path) -> None:
+    hosts = "".join(
+        f"    {n}: {{connection: local, state_dir: '{workdir}/state-{n}'}}\n" for n in "abc"
+    )
+    (workdir / "fleet.yml").write_text(
+        f"all:\n  hosts:\n{hosts}    lb: {{connection: local, state_dir: '{workdir}/state-lb'}}\n"
+    )
+    (workdir / "roll.yml").write_text(
+        "- hosts: a,b,c\n  gather_facts: false\n  serial: 1\n  max_fail_percentage: 0\n"
+        "  tasks:\n    - name: roll\n      command: \"{{ 'false' if inventory_hostname == 'b'"
+        " else 'true' }}\"\n"
+        "    - {name: tell, debug: {msg: hi}, delegate_to: lb}\n"
+    )
+    result = CliRunner().invoke(main, ["run", "roll.yml", "-i", "fleet.yml"])
+    assert result.exit_code == 2, result.output
+    out = result.stdout
+    for text in (
+        "batch 1/3: a\n",
+        "batch 2/3: b\n",
+        "batch 3/3: c (not run)",
+        "stopped by batch 2/3: 1 of 1 host(s) failed (100%), more than max_fail_percentage 0",
+        "never reached: c",
+    ):
+        assert text in out, out
+    assert "BATCH 2/3 b" in result.stderr and "a -> lb tell" in result.stderr, result.stderr

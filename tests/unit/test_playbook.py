@@ -68,6 +68,25 @@ def test_loads_tasks_and_handlers(tmp_path: Path) -> None:
         ("- hosts: a\n  taks: []\n", 2, "unknown play key 'taks'"),
         ("- tasks: []\n", 1, "needs 'hosts:'"),
         ("- hosts: a\n  tasks:\n    - command: ls\n      retries: -1\n", 4, "non-negative integer"),
+        ("- hosts: a\n  name: p\n  serial: abc\n  tasks: []\n", 3, "'serial' entry 'abc'"),
+        ("- hosts: a\n  serial: [1, 150%]\n  tasks: []\n", 2, "'serial' entry '150%'"),
+        (
+            "- hosts: a\n  tasks: []\n  max_fail_percentage: 150\n",
+            3,
+            "'max_fail_percentage' must be a number from 0 to 100",
+        ),
+        ("- hosts: a\n  any_errors_fatal: yes please\n", 2, "must be true or false"),
+        ("- hosts: a\n  tasks:\n    - command: ls\n      delegate_to: ''\n", 4, "must name"),
+        (
+            "- hosts: a\n  tasks:\n    - command: ls\n      delegate_to: '{{ x'\n",
+            4,
+            "'delegate_to'",
+        ),
+        (
+            "- hosts: a\n  handlers:\n    - command: ls\n      run_once: true\n",
+            4,
+            "'run_once' is for tasks",
+        ),
     ],
 )
 def test_errors_name_file_and_line(tmp_path: Path, text: str, line: int, message: str) -> None:
