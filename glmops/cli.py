@@ -113,9 +113,11 @@ def run_playbook(
     limit: str | None = None,
     extra: tuple[str, ...] = (),
     prepare: Callable[[Any], None] | None = None,
+    play_settings: dict[str, Any] | None = None,
     **opts: Any,
 ) -> ExitCode:
-    """Run a playbook with the verbs' options; `prepare(executor)` may watch the run."""
+    """Run a playbook with the verbs' options; `prepare(executor)` may watch the run;
+    `play_settings` (e.g. `serial`) are set on every play, as if its file said so."""
     from glmops.connection import ConnectionSettings
     from glmops.executor import Executor, RunOptions
     from glmops.inventory import load_inventory, parse_extra_vars
@@ -125,6 +127,9 @@ def run_playbook(
 
     extra_vars = parse_extra_vars(list(opts.get("extra_vars") or ()) + list(extra))
     plays = load_playbook(playbook)
+    for play in plays:
+        for key, value in (play_settings or {}).items():
+            setattr(play, key, value)
     if opts.get("syntax_check") or opts.get("list_tasks"):
         from glmops.listing import list_tasks, syntax_ok
 
@@ -294,31 +299,42 @@ def deploy(
 def _fleet_runner(
     inventory: Any, pattern: str, rolling: bool, serial: str, max_fail: float, opts: Any
 ) -> ExitCode:
-    """Each of the fleet's playbooks through run_playbook, failures passed to the fleet."""
+    """Each of the fleet's playbooks through run_playbook; what failed, and the batches."""
     import json
 
-    from glmops.fleet.roll import FleetDeploy, parse_serial
+    from glmops.fleet.roll import FleetDeploy, RunOutcome, parse_serial
     from glmops.results import Status
 
     def run(
-        playbook: Path, limit: str, extra: dict[str, Any], on_failure: Callable[[str, str], None]
-    ) -> ExitCode:
+        playbook: Path, limit: str, extra: dict[str, Any], settings: dict[str, Any]
+    ) -> RunOutcome:
+        outcome = RunOutcome(ExitCode.OK)
+        seen: list[Any] = []
+
         def prepare(executor: Any) -> None:
             report = executor.reporter.task
+            seen.append(executor)
 
             def task(host: str, name: str, result: Any, **kw: Any) -> None:
                 if result.status in (Status.FAILED, Status.UNREACHABLE) and not result.ignored:
-                    on_failure(host, f"{name}: {result.msg}")
+                    outcome.failed.setdefault(host, f"{name}: {result.msg}")
                 report(host, name, result, **kw)
 
             executor.reporter.task = task
 
         extra_arg = (json.dumps(extra),) if extra else ()
-        return run_playbook(playbook, limit=limit, extra=extra_arg, prepare=prepare, **opts)
+        outcome.code = run_playbook(
+            playbook, limit=limit, extra=extra_arg, prepare=prepare, play_settings=settings, **opts
+        )
+        for play in seen[0].plays if seen else []:
+            outcome.batches += play.batches
+            outcome.stopped = outcome.stopped or play.stopped
+        return outcome
 
+    entries = parse_serial(serial)
     fleet = FleetDeploy(inventory, pattern, run, json_events=bool(opts.get("json_events")))
     if rolling:
-        return fleet.rolling(parse_serial(serial), max_fail)
+        return fleet.rolling(entries, max_fail)
     return fleet.at_once()
 
 

@@ -2,74 +2,52 @@
 
 At once (default): deploy.yml on every replica, then router.yml on the router host, which lists
 every replica that did not fail. Rolling (`--rolling`): fleet-preflight.yml on every replica
-first (nothing changes anywhere if one fails), then deploy.yml one batch of replicas at a time
-with `fleet_rolling` set, so that a replica with a pending restart leaves the router, drains,
-restarts, passes the gate, goes back in and soaks (the tasks are in deploy.yml). A batch whose
-failed share passes `max_fail_percentage` stops the roll; failed replicas stay out of the
-router, and the fleet recap says why.
+first (nothing changes anywhere if one fails), then deploy.yml with the play's `serial` and
+`max_fail_percentage` set (the engine runs it batch by batch, Ansible's way) and
+`fleet_rolling`, so that a replica with a pending restart leaves the router, drains, restarts,
+passes the gate, goes back in and soaks (those tasks are in deploy.yml). A batch whose failures
+pass `max_fail_percentage` stops the roll; failed replicas stay out of the router, and the
+fleet recap says why.
 """
 
 from __future__ import annotations
 
-import math
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from glmops import paths
+from glmops import batches, paths
+from glmops.batches import SerialEntry
 from glmops.errors import ExitCode, InputError
 from glmops.fleet.router import router_argv
-from glmops.fleet.topology import Fleet, Replica, fleet_from_inventory
+from glmops.fleet.topology import Fleet, fleet_from_inventory
 from glmops.inventory import Inventory
-
-#: run(playbook, limit, extra vars, on_failure(host, why)) -> exit code (the CLI's runner)
-Runner = Callable[[Path, str, dict[str, Any], Callable[[str, str], None]], ExitCode]
 
 
 @dataclass
-class Batch:
-    replicas: tuple[Replica, ...]
-    failed: dict[str, str] = field(default_factory=dict)  # replica name -> why
-    code: ExitCode = ExitCode.OK
+class RunOutcome:
+    """One playbook run as the fleet sees it."""
 
-    @property
-    def hosts(self) -> list[str]:
-        return [m.host for r in self.replicas for m in r.members]
-
-    def as_data(self) -> dict[str, Any]:
-        return {
-            "replicas": [r.name for r in self.replicas],
-            "failed": self.failed,
-            "exit_code": int(self.code),
-        }
+    code: ExitCode
+    failed: dict[str, str] = field(default_factory=dict)  # host -> the failed task and why
+    batches: list[list[str]] = field(default_factory=list)
+    stopped: str | None = None  # why the engine stopped the play early
 
 
-def batches(replicas: Sequence[Replica], serial: Sequence[str | int]) -> list[tuple[Replica, ...]]:
-    """Ansible's `serial`: sizes as numbers or percentages of the fleet; a list ramps up and
-    its last size repeats."""
-    sizes = [_size(step, len(replicas)) for step in serial] or [len(replicas)]
-    out, start, i = [], 0, 0
-    while start < len(replicas):
-        size = sizes[min(i, len(sizes) - 1)]
-        out.append(tuple(replicas[start : start + size]))
-        start, i = start + size, i + 1
-    return out
+#: run(playbook, limit, extra vars, play settings such as serial) -> outcome (the CLI's runner)
+Runner = Callable[[Path, str, dict[str, Any], dict[str, Any]], RunOutcome]
 
 
-def _size(step: str | int, total: int) -> int:
-    text = str(step).strip()
+def parse_serial(text: str) -> list[SerialEntry]:
+    """`--serial 1`, `--serial 25%` or a ramp `--serial 1,25%,100%`, checked as `serial:` is."""
+    parts = [part.strip() for part in text.split(",") if part.strip()]
+    entries: list[SerialEntry] = [int(p) if p.isdigit() else p for p in parts]
     try:
-        value = math.floor(total * float(text[:-1]) / 100) if text.endswith("%") else int(text)
-    except ValueError:
-        raise InputError(f"--serial: {step!r} is neither a number nor a percentage") from None
-    return max(1, value)
-
-
-def too_many_failed(batch: Batch, max_fail_percentage: float) -> bool:
-    """Ansible's rule: the roll stops when a batch's failed share exceeds the percentage."""
-    return 100.0 * len(batch.failed) / len(batch.replicas) > max_fail_percentage
+        return batches.serial_entries(entries)
+    except ValueError as error:
+        raise InputError(f"--serial: {error}") from None
 
 
 def fleet_vars(fleet: Fleet) -> dict[str, Any]:
@@ -110,78 +88,57 @@ class FleetDeploy:
 
     def __init__(self, inventory: Inventory, pattern: str, run: Runner, *, json_events: bool):
         self.inventory = inventory
-        router_host = fleet_from_inventory(inventory, []).router
-        serving = [
-            h
-            for h in inventory.select(pattern)
-            if router_host is None or h.name != router_host.host
-        ]
+        router = fleet_from_inventory(inventory, []).router
+        serving = [h for h in inventory.select(pattern) if router is None or h.name != router.host]
         if not serving:
             raise InputError(f"'{pattern}' names no serving host", source=str(inventory.path))
         self.fleet = fleet_from_inventory(inventory, serving)
+        self.hosts = ",".join(m.host for r in self.fleet.replicas for m in r.members)
         self.run = run
         self.json_events = json_events
-        self.batches: list[Batch] = []
-        self.stopped: str | None = None
+        self.outcome = RunOutcome(ExitCode.OK)
 
     def at_once(self) -> ExitCode:
-        batch = self._deploy(tuple(self.fleet.replicas), {})
-        self.batches.append(batch)
-        return self._router_and_recap(batch.code)
+        self.outcome = self.run(paths.playbooks() / "deploy.yml", self.hosts, {}, {})
+        return self._router_and_recap()
 
-    def rolling(self, serial: Sequence[str | int], max_fail_percentage: float) -> ExitCode:
-        failed: dict[str, str] = {}
-        hosts = ",".join(m.host for r in self.fleet.replicas for m in r.members)
-        preflight = paths.playbooks() / "fleet-preflight.yml"
-        code = self.run(preflight, hosts, {}, lambda h, w: failed.setdefault(h, w))
-        if code != ExitCode.OK:
-            self.stopped = "preflight failed; no replica was touched: " + "; ".join(
-                f"{h}: {w}" for h, w in failed.items()
+    def rolling(self, serial: list[SerialEntry], max_fail_percentage: float) -> ExitCode:
+        preflight = self.run(paths.playbooks() / "fleet-preflight.yml", self.hosts, {}, {})
+        if preflight.code != ExitCode.OK:
+            why = "; ".join(f"{h}: {w}" for h, w in preflight.failed.items())
+            self.outcome = RunOutcome(
+                preflight.code, stopped=f"preflight failed, nothing done: {why}"
             )
-            self._recap()
-            return code
-        extra = {"fleet_rolling": True, **fleet_vars(self.fleet)}
-        worst = ExitCode.OK
-        for replicas in batches(self.fleet.replicas, serial):
-            batch = self._deploy(replicas, extra)
-            self.batches.append(batch)
-            worst = max(worst, batch.code)
-            if batch.failed and too_many_failed(batch, max_fail_percentage):
-                self.stopped = (
-                    f"batch {len(self.batches)}: {len(batch.failed)} of {len(replicas)} "
-                    f"replica(s) failed, more than max_fail_percentage={max_fail_percentage:g}"
-                )
-                break
-        return self._router_and_recap(worst)
+            self._recap({})
+            return preflight.code
+        self.outcome = self.run(
+            paths.playbooks() / "deploy.yml",
+            self.hosts,
+            {"fleet_rolling": True, **fleet_vars(self.fleet)},
+            {"serial": serial, "max_fail_percentage": max_fail_percentage},
+        )
+        return self._router_and_recap()
 
-    def _deploy(self, replicas: tuple[Replica, ...], extra: dict[str, Any]) -> Batch:
-        batch = Batch(replicas)
-
-        def failed(host: str, why: str) -> None:
-            batch.failed.setdefault(self.fleet.replica_of(host).name, f"{host}: {why}")
-
-        playbook = paths.playbooks() / "deploy.yml"
-        batch.code = self.run(playbook, ",".join(batch.hosts), extra, failed)
-        return batch
-
-    def _router_and_recap(self, code: ExitCode) -> ExitCode:
+    def _router_and_recap(self) -> ExitCode:
+        out = {
+            self.fleet.replica_of(host).name: f"{host}: {why}"
+            for host, why in self.outcome.failed.items()
+        }
+        code = self.outcome.code
         if self.fleet.router is not None:
-            failed = {name for b in self.batches for name in b.failed}
             # A replica this run failed stays out of rotation; the rest (rolled or not) serve.
-            workers = [r.url for r in self.fleet.replicas if r.name not in failed]
+            workers = [r.url for r in self.fleet.replicas if r.name not in out]
             extra = router_vars(self.inventory, self.fleet, workers)
-            router_code = self.run(
-                paths.playbooks() / "router.yml", self.fleet.router.host, extra, lambda h, w: None
-            )
-            code = max(code, router_code)
-        self._recap()
+            routed = self.run(paths.playbooks() / "router.yml", self.fleet.router.host, extra, {})
+            code = max(code, routed.code)
+        self._recap(out)
         return ExitCode(code)
 
-    def _recap(self) -> None:
+    def _recap(self, out_of_router: dict[str, str]) -> None:
         data = {
-            "batches": [b.as_data() for b in self.batches],
-            "stopped": self.stopped,
-            "out_of_router": {n: w for b in self.batches for n, w in b.failed.items()},
+            "batches": self.outcome.batches,
+            "stopped": self.outcome.stopped,
+            "out_of_router": out_of_router,
         }
         if self.json_events:
             from glmops.output import event_line
@@ -189,16 +146,10 @@ class FleetDeploy:
             print(event_line("fleet", **data), flush=True)
             return
         lines = ["FLEET RECAP"]
-        for i, b in enumerate(self.batches, 1):
-            state = "failed: " + "; ".join(b.failed.values()) if b.failed else "ok"
-            lines.append(f"  batch {i}: {', '.join(data['batches'][i - 1]['replicas'])} — {state}")
-        if self.stopped:
-            lines.append(f"  roll stopped: {self.stopped}")
-        for name, why in data["out_of_router"].items():
+        if self.outcome.stopped:
+            lines.append(f"  roll stopped: {self.outcome.stopped}")
+        for name, why in out_of_router.items():
             lines.append(f"  left out of the router: {name} ({why})")
+        if len(lines) == 1:
+            lines.append("  every replica in the router")
         print("\n".join(lines), file=sys.stdout, flush=True)
-
-
-def parse_serial(text: str) -> list[str]:
-    """`--serial 1`, `--serial 25%` or a ramp `--serial 1,25%,100%`."""
-    return [part.strip() for part in text.split(",") if part.strip()]

@@ -94,15 +94,21 @@ class FleetBed:
         return proc.returncode, events
 
     def popen(self, *args: str) -> subprocess.Popen:
-        """The CLI with --json, its events readable line by line as they come."""
-        return subprocess.Popen(
-            [sys.executable, "-m", "glmops.cli", *args, "--json"],
-            cwd=ROOT,
-            env=self.env,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
+        """The CLI with --json, its events readable line by line as they come; its stderr
+        goes to `self.stderr_log` (a pipe nobody reads would stall it)."""
+        with self.stderr_log.open("w") as stderr:
+            return subprocess.Popen(
+                [sys.executable, "-m", "glmops.cli", *args, "--json"],
+                cwd=ROOT,
+                env=self.env,
+                stdout=subprocess.PIPE,
+                stderr=stderr,
+                text=True,
+            )
+
+    @property
+    def stderr_log(self) -> Path:
+        return self.work / "cli-stderr.log"
 
     def unit(self, host: str) -> dict[str, str]:
         """MainPID and NRestarts of a replica's vLLM unit, read on the host (nsenter, no SSH)."""

@@ -1,9 +1,10 @@
-"""The rolling deploy's schedule and stop rule, and the drain helper (tested end to end with
-real vLLM replicas and vllm-router in tests/testbed/test_fleet_roll.py)."""
+"""The fleet deploy's runs (preflight, the deploy with `serial`, the router) and the drain
+helper; end to end with real vLLM replicas and vllm-router in tests/testbed/test_fleet_roll.py."""
 
 from __future__ import annotations
 
 import http.server
+import json
 import textwrap
 import threading
 from collections.abc import Iterator
@@ -14,7 +15,7 @@ import pytest
 
 from glmops.context import run_helper_here
 from glmops.errors import ExitCode, InputError
-from glmops.fleet.roll import Batch, FleetDeploy, batches, parse_serial, too_many_failed
+from glmops.fleet.roll import FleetDeploy, RunOutcome, parse_serial
 from glmops.inventory import load_inventory
 
 FLEET = """
@@ -33,40 +34,27 @@ all:
 """
 
 
-def names(groups: list[tuple[Any, ...]]) -> list[list[str]]:
-    return [[r.name for r in group] for group in groups]
-
-
 @pytest.fixture
-def deploy(tmp_path: Path) -> Iterator[tuple[FleetDeploy, list[tuple[str, str, dict]], dict]]:
+def deploy(tmp_path: Path) -> Iterator[tuple[FleetDeploy, list[tuple[str, str, dict, dict]], dict]]:
     (tmp_path / "hosts.yml").write_text(textwrap.dedent(FLEET))
     inventory = load_inventory(tmp_path / "hosts.yml")
-    calls: list[tuple[str, str, dict]] = []
-    fail: dict[str, str] = {}  # host -> why, for the runs of deploy.yml
+    calls: list[tuple[str, str, dict, dict]] = []
+    fail: dict[str, str] = {}  # host -> "playbook: why", the failures the runs report
 
-    def run(playbook: Path, limit: str, extra: dict, on_failure: Any) -> ExitCode:
-        calls.append((playbook.name, limit, extra))
-        hit = [h for h in limit.split(",") if h in fail and playbook.name in fail[h]]
-        for host in hit:
-            on_failure(host, fail[host])
-        return ExitCode.HOST_FAILED if hit else ExitCode.OK
+    def run(playbook: Path, limit: str, extra: dict, settings: dict) -> RunOutcome:
+        calls.append((playbook.name, limit, extra, settings))
+        hit = {h: fail[h] for h in limit.split(",") if h in fail and playbook.name in fail[h]}
+        code = ExitCode.HOST_FAILED if hit else ExitCode.OK
+        return RunOutcome(code, hit, stopped="by batch 2" if hit else None)
 
     yield FleetDeploy(inventory, "all", run, json_events=True), calls, fail
 
 
-def test_serial_sizes_numbers_percentages_and_ramps(deploy: Any) -> None:
-    replicas = deploy[0].fleet.replicas
-    assert names(batches(replicas, ["1"])) == [["r1"], ["r2"], ["r3"], ["r4"]]
-    assert names(batches(replicas, ["50%"])) == [["r1", "r2"], ["r3", "r4"]]
-    assert names(batches(replicas, parse_serial("1, 100%"))) == [["r1"], ["r2", "r3", "r4"]]
-    assert names(batches(replicas, ["10%"])) == [["r1"], ["r2"], ["r3"], ["r4"]]
-    with pytest.raises(InputError, match="neither a number nor a percentage"):
-        batches(replicas, ["two"])
-
-
-def test_max_fail_percentage_is_exceeded_not_reached(deploy: Any) -> None:
-    batch = Batch(tuple(deploy[0].fleet.replicas[:2]), failed={"r1": "x"})
-    assert not too_many_failed(batch, 50) and too_many_failed(batch, 49)
+def test_serial_from_the_command_line() -> None:
+    assert parse_serial("1") == [1]
+    assert parse_serial("1, 25%,100%") == [1, "25%", "100%"]
+    with pytest.raises(InputError, match="--serial: 'serial' entry 'two'"):
+        parse_serial("two")
 
 
 def test_the_router_host_serves_nothing_and_a_failed_preflight_touches_nothing(
@@ -75,36 +63,43 @@ def test_the_router_host_serves_nothing_and_a_failed_preflight_touches_nothing(
     fleet, calls, fail = deploy
     assert [r.name for r in fleet.fleet.replicas] == ["r1", "r2", "r3", "r4"]
     fail["r3"] = "fleet-preflight.yml: free disk: only 0 GiB"
-    assert fleet.rolling(["1"], 0) == ExitCode.HOST_FAILED
+    assert fleet.rolling([1], 0) == ExitCode.HOST_FAILED
     assert [c[0] for c in calls] == ["fleet-preflight.yml"]
-    assert "preflight failed; no replica was touched: r3: " in capsys.readouterr().out
+    assert "preflight failed, nothing done: r3: " in capsys.readouterr().out
 
 
-def test_a_failed_batch_stops_the_roll_and_stays_out_of_the_router(deploy: Any) -> None:
+def test_rolling_sets_serial_and_leaves_failed_replicas_out_of_the_router(
+    deploy: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
     fleet, calls, fail = deploy
     fail["r2"] = "deploy.yml: ready: not ready"
-    assert fleet.rolling(["1"], 0) == ExitCode.HOST_FAILED
+    assert fleet.rolling([1, "50%"], 25) == ExitCode.HOST_FAILED
     assert [(c[0], c[1]) for c in calls] == [
         ("fleet-preflight.yml", "r1,r2,r3,r4"),
-        ("deploy.yml", "r1"),
-        ("deploy.yml", "r2"),
+        ("deploy.yml", "r1,r2,r3,r4"),
         ("router.yml", "rt"),
     ]
+    assert calls[1][3] == {"serial": [1, "50%"], "max_fail_percentage": 25}
     assert calls[1][2]["fleet_rolling"] is True
     assert calls[1][2]["fleet_replica_urls"]["r1"] == "http://10.0.0.1:8000"
     router = calls[-1][2]
     assert router["fleet_workers"] == ["http://10.0.0.1:8000", "http://10.0.0.3:8000",
                                        "http://10.0.0.4:8000"]  # fmt: skip
     assert router["fleet_router_argv"][-3:] == router["fleet_workers"]
-    assert "more than max_fail_percentage=0" in (fleet.stopped or "")
+    assert router["fleet_router_url"] == "http://10.0.0.9:30000"
+    recap = json.loads(capsys.readouterr().out.splitlines()[-1])
+    assert recap["event"] == "fleet" and recap["stopped"] == "by batch 2"
+    assert recap["out_of_router"] == {"r2": "r2: deploy.yml: ready: not ready"}
 
 
-def test_a_failure_within_max_fail_percentage_lets_the_roll_go_on(deploy: Any) -> None:
-    fleet, calls, fail = deploy
-    fail["r1"] = "deploy.yml: ready: not ready"
-    assert fleet.rolling(["50%"], 50) == ExitCode.HOST_FAILED
-    assert [c[1] for c in calls if c[0] == "deploy.yml"] == ["r1,r2", "r3,r4"]
-    assert fleet.stopped is None
+def test_at_once_runs_every_replica_in_one_batch(deploy: Any) -> None:
+    fleet, calls, _ = deploy
+    assert fleet.at_once() == ExitCode.OK
+    assert [(c[0], c[1], c[3]) for c in calls] == [
+        ("deploy.yml", "r1,r2,r3,r4", {}),
+        ("router.yml", "rt", {}),
+    ]
+    assert len(calls[-1][2]["fleet_workers"]) == 4
 
 
 class Metrics(http.server.BaseHTTPRequestHandler):
