@@ -1,6 +1,10 @@
-"""Run plays on hosts: every host in parallel (bounded by --forks), each through its tasks.
+"""Run plays on hosts: batch by batch (`serial`, glmops/batches.py), each task on every host of
+the batch in parallel (bounded by --forks) before the next task starts, as Ansible's linear
+strategy does; `run_once` and `any_errors_fatal` act at those task boundaries, and `delegate_to`
+runs a task over another host's session (its connection and run lock).
 
-A host that fails or cannot be reached stops only itself. Handlers run once per host at the
+A host that fails or cannot be reached stops only itself, unless the play says otherwise
+(`max_fail_percentage`, `any_errors_fatal`). Handlers run once per host at the
 end of a play, only when a change notified them; a notification is written to the host before
 anything else happens, so a later failure cannot lose it: the next run replays it. A changing
 run holds each host's run lock (runlock.py). SIGINT/SIGTERM stop the run: no new task starts,
@@ -649,13 +653,16 @@ class Executor:
             return TaskResult(Status.FAILED, str(error))
         if not isinstance(items, list):
             return TaskResult(Status.FAILED, f"{where}: 'loop' rendered to {items!r}, not a list")
-        results = []
+        results, delegates = [], set()
         for item in items:
             if self.interrupted:
                 break
             one = self._guarded(play, playbook, session, task, {task.loop_var: item})
             results.append({**one.registered(), task.loop_var: item})
-        return _loop_result(results, task.loop_var)
+            delegates |= {one.delegate} if one.delegate else set()
+        result = _loop_result(results, task.loop_var)
+        result.delegate = ", ".join(sorted(delegates)) or None
+        return result
 
     def _attempts(
         self,

@@ -5,6 +5,10 @@ as the run's connection (it waits on its stdin): a run that ends, or dies (`kill
 controller), closes the connection and the lock goes with it, so no stale lock can block the
 next run. Beside it, `run-<host>.lock.info` names the holder (pid, controller, user, start
 time) for the message a second run gets. `--check` runs change nothing and take no lock.
+
+A run also takes the lock of each host it delegates a task to (`delegate_to`), once, and holds
+it to its end. Locks are only ever tried, never waited for, so two runs that each hold a host
+the other delegates to fail fast instead of waiting on each other.
 """
 
 from __future__ import annotations

@@ -302,3 +302,32 @@ def test_a_templated_unknown_delegate_fails_its_task(run_playbook: Runner, fleet
     )
     assert outcome.exit_code == 2
     assert "delegate_to 'ax' is no host of the inventory" in outcome.results()[0]["msg"]
+
+
+def test_delegate_to_localhost_is_the_controller_and_loops_say_so(
+    run_playbook: Runner, fleet: Path, tmp_path: Path
+) -> None:
+    outcome = run_playbook(
+        """
+    - hosts: a
+      gather_facts: false
+      tasks:
+        - name: ask the controller
+          command: "echo {{ item }}-{{ colour }}"
+          loop: [x, y]
+          delegate_to: localhost
+          check_mode: false
+          changed_when: false
+          register: asked
+        - {name: show, debug: {msg: "{{ asked.results | map(attribute='stdout') | list }}"}}
+    """,
+        fleet,
+        check=True,  # no run lock: the implicit localhost keeps no state under tmp_path
+    )
+    assert outcome.exit_code == 0, outcome.stderr
+    asked = next(e for e in outcome.results() if e["task"] == "ask the controller")
+    assert (asked["host"], asked["delegate"]) == ("a", "localhost")
+    assert (
+        "x-a-colour" in outcome.results()[-1]["msg"]
+        and "y-a-colour" in outcome.results()[-1]["msg"]
+    )
