@@ -299,43 +299,50 @@ def deploy(
 def _fleet_runner(
     inventory: Any, pattern: str, rolling: bool, serial: str, max_fail: float, opts: Any
 ) -> ExitCode:
-    """Each of the fleet's playbooks through run_playbook; what failed, and the batches."""
-    import json
-
-    from glmops.fleet.roll import FleetDeploy, RunOutcome, parse_serial
-    from glmops.results import Status
-
-    def run(
-        playbook: Path, limit: str, extra: dict[str, Any], settings: dict[str, Any]
-    ) -> RunOutcome:
-        outcome = RunOutcome(ExitCode.OK)
-        seen: list[Any] = []
-
-        def prepare(executor: Any) -> None:
-            report = executor.reporter.task
-            seen.append(executor)
-
-            def task(host: str, name: str, result: Any, **kw: Any) -> None:
-                if result.status in (Status.FAILED, Status.UNREACHABLE) and not result.ignored:
-                    outcome.failed.setdefault(host, f"{name}: {result.msg}")
-                report(host, name, result, **kw)
-
-            executor.reporter.task = task
-
-        extra_arg = (json.dumps(extra),) if extra else ()
-        outcome.code = run_playbook(
-            playbook, limit=limit, extra=extra_arg, prepare=prepare, play_settings=settings, **opts
-        )
-        for play in seen[0].plays if seen else []:
-            outcome.batches += play.batches
-            outcome.stopped = outcome.stopped or play.stopped
-        return outcome
+    """The fleet deploy, each of its playbooks run by fleet_run."""
+    from glmops.fleet.roll import FleetDeploy, parse_serial
 
     entries = parse_serial(serial)
+    run = functools.partial(fleet_run, opts=opts)
     fleet = FleetDeploy(inventory, pattern, run, json_events=bool(opts.get("json_events")))
     if rolling:
         return fleet.rolling(entries, max_fail)
     return fleet.at_once()
+
+
+def fleet_run(
+    playbook: Path, limit: str, extra: dict[str, Any], settings: dict[str, Any], *, opts: Any
+) -> Any:
+    """One playbook through run_playbook, as the fleet needs it: `settings` (serial,
+    max_fail_percentage) set on its plays; returns a fleet.roll.RunOutcome (what failed on
+    which host, the engine's batches, why it stopped the play)."""
+    import json
+
+    from glmops.fleet.roll import RunOutcome
+    from glmops.results import Status
+
+    outcome = RunOutcome(ExitCode.OK)
+    seen: list[Any] = []
+
+    def prepare(executor: Any) -> None:
+        report = executor.reporter.task
+        seen.append(executor)
+
+        def task(host: str, name: str, result: Any, **kw: Any) -> None:
+            if result.status in (Status.FAILED, Status.UNREACHABLE) and not result.ignored:
+                outcome.failed.setdefault(host, f"{name}: {result.msg}")
+            report(host, name, result, **kw)
+
+        executor.reporter.task = task
+
+    extra_arg = (json.dumps(extra),) if extra else ()
+    outcome.code = run_playbook(
+        playbook, limit=limit, extra=extra_arg, prepare=prepare, play_settings=settings, **opts
+    )
+    for play in seen[0].plays if seen else []:
+        outcome.batches += play.batches
+        outcome.stopped = outcome.stopped or play.stopped
+    return outcome
 
 
 _playbook_verb(

@@ -93,7 +93,7 @@ glmops/tinymodel.py, `--enforce-eager`), vllm-router {v["vllm-router"]}, glmops 
 3 replicas on testbed hosts (systemd-nspawn, real sshd and systemd) and vllm-router on a fourth;
 {report["threads"]} clients send 8-token completions through the router without pause while
 every replica's unit environment changes, so each replica restarts once. Median of
-{report["repeat"]} runs each.
+{report["repeat"]} run(s) of each; the machine is shared with other work (load average above).
 `flock /tmp/glmops-testbed.lock python3 benchmarks/fleet_rolling/bench.py`.
 
 | method | wall s | requests | served | failed | p50 s | p90 s | p99 s |
@@ -130,20 +130,24 @@ def main() -> int:
         for i in range(args.repeat):
             for method in runs:
                 runs[method].append(one(fleet, method, f"{method}-{i}", args.threads))
+                write(report(runs, args.threads))  # kept as it goes: a long run may be cut short
     finally:
         bed.down()
-    report = {
+    print(json.dumps(report(runs, args.threads)["median"], indent=2))
+    return 0
+
+
+def report(runs: dict[str, list[dict]], threads: int) -> dict:
+    return {
         "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
-        "machine": f"{platform.machine()} {os.cpu_count()} cores",
+        "machine": f"{platform.machine()} {os.cpu_count()} cores, load average "
+        + " ".join(f"{x:.1f}" for x in os.getloadavg()),
         "versions": versions(),
-        "repeat": args.repeat,
-        "threads": args.threads,
-        "median": {m: {k: median(r, k) for k in METRICS} for m, r in runs.items()},
+        "repeat": min(len(r) for r in runs.values()) or max(len(r) for r in runs.values()),
+        "threads": threads,
+        "median": {m: {k: median(r, k) for k in METRICS} for m, r in runs.items() if r},
         "runs": runs,
     }
-    write(report)
-    print(json.dumps(report["median"], indent=2))
-    return 0
 
 
 if __name__ == "__main__":

@@ -138,3 +138,25 @@ def test_drain_waits_for_running_requests_then_bounds_the_wait() -> None:
         server.shutdown()
     gone = run_helper_here("vllm_drain", {"port": port, "timeout": 1})
     assert gone["running"] is None and "nothing runs there" in gone["msg"]
+
+
+def test_the_engine_runs_the_deploy_in_batches_and_stops_past_max_fail(tmp_path: Path) -> None:
+    """fleet_run sets `serial` on a real play and reads the engine's batches, its stop reason
+    and each host's failed task (three local hosts; the second one fails)."""
+    from glmops.cli import fleet_run
+
+    hosts = "".join(
+        f"    {h}: {{connection: local, state_dir: '{tmp_path}/state-{h}'}}\n" for h in "abc"
+    )
+    (tmp_path / "hosts.yml").write_text(f"all:\n  hosts:\n{hosts}")
+    (tmp_path / "play.yml").write_text(
+        "- name: roll\n  hosts: all\n  gather_facts: false\n  tasks:\n"
+        "    - name: step\n      fail: {msg: broken}\n      when: inventory_hostname == 'b'\n"
+    )
+    settings = {"serial": [1], "max_fail_percentage": 0.0}
+    opts = {"inventory": tmp_path / "hosts.yml", "json_events": True}
+    outcome = fleet_run(tmp_path / "play.yml", "all", {"x": 1}, settings, opts=opts)
+    assert outcome.code == ExitCode.HOST_FAILED
+    assert outcome.failed == {"b": "step: broken"}
+    assert outcome.batches == [["a"], ["b"], ["c"]]
+    assert "more than max_fail_percentage 0" in (outcome.stopped or "")
