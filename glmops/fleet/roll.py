@@ -1,0 +1,155 @@
+"""`glmops deploy` for a fleet: the replicas' deploy, rolling or at once, then the router.
+
+At once (default): deploy.yml on every replica, then router.yml on the router host, which lists
+every replica that did not fail. Rolling (`--rolling`): fleet-preflight.yml on every replica
+first (nothing changes anywhere if one fails), then deploy.yml with the play's `serial` and
+`max_fail_percentage` set (the engine runs it batch by batch, Ansible's way) and
+`fleet_rolling`, so that a replica with a pending restart leaves the router, drains, restarts,
+passes the gate, goes back in and soaks (those tasks are in deploy.yml). A batch whose failures
+pass `max_fail_percentage` stops the roll; failed replicas stay out of the router, and the
+fleet recap says why.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from glmops import batches, paths
+from glmops.batches import SerialEntry
+from glmops.errors import ExitCode, InputError
+from glmops.fleet.router import router_argv
+from glmops.fleet.topology import Fleet, fleet_from_inventory
+from glmops.inventory import Inventory
+
+
+@dataclass
+class RunOutcome:
+    """One playbook run as the fleet sees it."""
+
+    code: ExitCode
+    failed: dict[str, str] = field(default_factory=dict)  # host -> the failed task and why
+    batches: list[list[str]] = field(default_factory=list)
+    stopped: str | None = None  # why the engine stopped the play early
+
+
+#: run(playbook, limit, extra vars, play settings such as serial) -> outcome (the CLI's runner)
+Runner = Callable[[Path, str, dict[str, Any], dict[str, Any]], RunOutcome]
+
+
+def parse_serial(text: str) -> list[SerialEntry]:
+    """`--serial 1`, `--serial 25%` or a ramp `--serial 1,25%,100%`, checked as `serial:` is."""
+    parts = [part.strip() for part in text.split(",") if part.strip()]
+    entries: list[SerialEntry] = [int(p) if p.isdigit() else p for p in parts]
+    try:
+        return batches.serial_entries(entries)
+    except ValueError as error:
+        raise InputError(f"--serial: {error}") from None
+
+
+def fleet_vars(fleet: Fleet) -> dict[str, Any]:
+    """What deploy.yml's rolling tasks read: the router, and each host's replica URL."""
+    return {
+        "fleet_router_url": fleet.router.url if fleet.router else "",
+        "fleet_replica_urls": {m.host: r.url for r in fleet.replicas for m in r.members},
+    }
+
+
+def router_vars(inventory: Inventory, fleet: Fleet, workers: Sequence[str]) -> dict[str, Any]:
+    """What router.yml reads: the unit's argv, the URL, the worker list, the wheelhouse."""
+    assert fleet.router is not None
+    host = inventory.hosts[fleet.router.host].vars
+    venv = str(host.get("router_venv", "/opt/vllm-router"))
+    argv = router_argv(
+        f"{venv}/bin/vllm-router",
+        host=str(host.get("router_listen", "0.0.0.0")),
+        port=fleet.router.port,
+        workers=list(workers),
+        policy=str(host.get("router_policy", "round_robin")),
+    )
+    out: dict[str, Any] = {
+        "fleet_router_argv": argv,
+        "fleet_router_url": fleet.router.url,
+        "fleet_workers": list(workers),
+        "router_port": fleet.router.port,
+    }
+    if "router_wheelhouse" not in host:
+        from glmops import wheelcache
+
+        out["router_wheelhouse"] = str(wheelcache.router_wheelhouse())
+    return out
+
+
+class FleetDeploy:
+    """One `glmops deploy` over the fleet the inventory describes."""
+
+    def __init__(self, inventory: Inventory, pattern: str, run: Runner, *, json_events: bool):
+        self.inventory = inventory
+        router = fleet_from_inventory(inventory, []).router
+        serving = [h for h in inventory.select(pattern) if router is None or h.name != router.host]
+        if not serving:
+            raise InputError(f"'{pattern}' names no serving host", source=str(inventory.path))
+        self.fleet = fleet_from_inventory(inventory, serving)
+        self.hosts = ",".join(m.host for r in self.fleet.replicas for m in r.members)
+        self.run = run
+        self.json_events = json_events
+        self.outcome = RunOutcome(ExitCode.OK)
+
+    def at_once(self) -> ExitCode:
+        self.outcome = self.run(paths.playbooks() / "deploy.yml", self.hosts, {}, {})
+        return self._router_and_recap()
+
+    def rolling(self, serial: list[SerialEntry], max_fail_percentage: float) -> ExitCode:
+        preflight = self.run(paths.playbooks() / "fleet-preflight.yml", self.hosts, {}, {})
+        if preflight.code != ExitCode.OK:
+            why = "; ".join(f"{h}: {w}" for h, w in preflight.failed.items())
+            self.outcome = RunOutcome(
+                preflight.code, stopped=f"preflight failed, nothing done: {why}"
+            )
+            self._recap({})
+            return preflight.code
+        self.outcome = self.run(
+            paths.playbooks() / "deploy.yml",
+            self.hosts,
+            {"fleet_rolling": True, **fleet_vars(self.fleet)},
+            {"serial": serial, "max_fail_percentage": max_fail_percentage},
+        )
+        return self._router_and_recap()
+
+    def _router_and_recap(self) -> ExitCode:
+        out = {
+            self.fleet.replica_of(host).name: f"{host}: {why}"
+            for host, why in self.outcome.failed.items()
+        }
+        code = self.outcome.code
+        if self.fleet.router is not None:
+            # A replica this run failed stays out of rotation; the rest (rolled or not) serve.
+            workers = [r.url for r in self.fleet.replicas if r.name not in out]
+            extra = router_vars(self.inventory, self.fleet, workers)
+            routed = self.run(paths.playbooks() / "router.yml", self.fleet.router.host, extra, {})
+            code = max(code, routed.code)
+        self._recap(out)
+        return ExitCode(code)
+
+    def _recap(self, out_of_router: dict[str, str]) -> None:
+        data = {
+            "batches": self.outcome.batches,
+            "stopped": self.outcome.stopped,
+            "out_of_router": out_of_router,
+        }
+        if self.json_events:
+            from glmops.output import event_line
+
+            print(event_line("fleet", **data), flush=True)
+            return
+        lines = ["FLEET RECAP"]
+        if self.outcome.stopped:
+            lines.append(f"  roll stopped: {self.outcome.stopped}")
+        for name, why in out_of_router.items():
+            lines.append(f"  left out of the router: {name} ({why})")
+        if len(lines) == 1:
+            lines.append("  every replica in the router")
+        print("\n".join(lines), file=sys.stdout, flush=True)

@@ -1,0 +1,162 @@
+"""The fleet deploy's runs (preflight, the deploy with `serial`, the router) and the drain
+helper; end to end with real vLLM replicas and vllm-router in tests/testbed/test_fleet_roll.py."""
+
+from __future__ import annotations
+
+import http.server
+import json
+import textwrap
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from glmops.context import run_helper_here
+from glmops.errors import ExitCode, InputError
+from glmops.fleet.roll import FleetDeploy, RunOutcome, parse_serial
+from glmops.inventory import load_inventory
+
+FLEET = """
+all:
+  vars: {router_host: rt, router_wheelhouse: /nowhere}
+  children:
+    serving:
+      hosts:
+        r1: {address: 10.0.0.1}
+        r2: {address: 10.0.0.2}
+        r3: {address: 10.0.0.3}
+        r4: {address: 10.0.0.4}
+    routers:
+      hosts:
+        rt: {address: 10.0.0.9}
+"""
+
+
+@pytest.fixture
+def deploy(tmp_path: Path) -> Iterator[tuple[FleetDeploy, list[tuple[str, str, dict, dict]], dict]]:
+    (tmp_path / "hosts.yml").write_text(textwrap.dedent(FLEET))
+    inventory = load_inventory(tmp_path / "hosts.yml")
+    calls: list[tuple[str, str, dict, dict]] = []
+    fail: dict[str, str] = {}  # host -> "playbook: why", the failures the runs report
+
+    def run(playbook: Path, limit: str, extra: dict, settings: dict) -> RunOutcome:
+        calls.append((playbook.name, limit, extra, settings))
+        hit = {h: fail[h] for h in limit.split(",") if h in fail and playbook.name in fail[h]}
+        code = ExitCode.HOST_FAILED if hit else ExitCode.OK
+        return RunOutcome(code, hit, stopped="by batch 2" if hit else None)
+
+    yield FleetDeploy(inventory, "all", run, json_events=True), calls, fail
+
+
+def test_serial_from_the_command_line() -> None:
+    assert parse_serial("1") == [1]
+    assert parse_serial("1, 25%,100%") == [1, "25%", "100%"]
+    with pytest.raises(InputError, match="--serial: 'serial' entry 'two'"):
+        parse_serial("two")
+
+
+def test_the_router_host_serves_nothing_and_a_failed_preflight_touches_nothing(
+    deploy: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    fleet, calls, fail = deploy
+    assert [r.name for r in fleet.fleet.replicas] == ["r1", "r2", "r3", "r4"]
+    fail["r3"] = "fleet-preflight.yml: free disk: only 0 GiB"
+    assert fleet.rolling([1], 0) == ExitCode.HOST_FAILED
+    assert [c[0] for c in calls] == ["fleet-preflight.yml"]
+    assert "preflight failed, nothing done: r3: " in capsys.readouterr().out
+
+
+def test_rolling_sets_serial_and_leaves_failed_replicas_out_of_the_router(
+    deploy: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    fleet, calls, fail = deploy
+    fail["r2"] = "deploy.yml: ready: not ready"
+    assert fleet.rolling([1, "50%"], 25) == ExitCode.HOST_FAILED
+    assert [(c[0], c[1]) for c in calls] == [
+        ("fleet-preflight.yml", "r1,r2,r3,r4"),
+        ("deploy.yml", "r1,r2,r3,r4"),
+        ("router.yml", "rt"),
+    ]
+    assert calls[1][3] == {"serial": [1, "50%"], "max_fail_percentage": 25}
+    assert calls[1][2]["fleet_rolling"] is True
+    assert calls[1][2]["fleet_replica_urls"]["r1"] == "http://10.0.0.1:8000"
+    router = calls[-1][2]
+    assert router["fleet_workers"] == ["http://10.0.0.1:8000", "http://10.0.0.3:8000",
+                                       "http://10.0.0.4:8000"]  # fmt: skip
+    assert router["fleet_router_argv"][-3:] == router["fleet_workers"]
+    assert router["fleet_router_url"] == "http://10.0.0.9:30000"
+    recap = json.loads(capsys.readouterr().out.splitlines()[-1])
+    assert recap["event"] == "fleet" and recap["stopped"] == "by batch 2"
+    assert recap["out_of_router"] == {"r2": "r2: deploy.yml: ready: not ready"}
+
+
+def test_at_once_runs_every_replica_in_one_batch(deploy: Any) -> None:
+    fleet, calls, _ = deploy
+    assert fleet.at_once() == ExitCode.OK
+    assert [(c[0], c[1], c[3]) for c in calls] == [
+        ("deploy.yml", "r1,r2,r3,r4", {}),
+        ("router.yml", "rt", {}),
+    ]
+    assert len(calls[-1][2]["fleet_workers"]) == 4
+
+
+class Metrics(http.server.BaseHTTPRequestHandler):
+    """/metrics in vLLM's text format: 2 requests running for the first looks, then none."""
+
+    looks = 0
+
+    def do_GET(self) -> None:  # noqa: N802 - http.server's name
+        Metrics.looks += 1
+        running = 2.0 if Metrics.looks <= 3 else 0.0
+        body = (
+            "# TYPE vllm:num_requests_running gauge\n"
+            f'vllm:num_requests_running{{engine="0",model_name="m"}} {running}\n'
+            'vllm:num_requests_waiting{engine="0",model_name="m"} 5.0\n'
+        ).encode()
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+
+def test_drain_waits_for_running_requests_then_bounds_the_wait() -> None:
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Metrics)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    port = server.server_address[1]
+    try:
+        reply = run_helper_here("vllm_drain", {"port": port, "interval": 0.1, "timeout": 10})
+        assert reply["running"] == 0 and reply["msg"].startswith("drained"), reply
+        Metrics.looks = -1000
+        reply = run_helper_here("vllm_drain", {"port": port, "interval": 0.1, "timeout": 0.5})
+        assert reply["timed_out"] and "still running after" in reply["msg"], reply
+    finally:
+        server.shutdown()
+    gone = run_helper_here("vllm_drain", {"port": port, "timeout": 1})
+    assert gone["running"] is None and "nothing runs there" in gone["msg"]
+
+
+def test_the_engine_runs_the_deploy_in_batches_and_stops_past_max_fail(tmp_path: Path) -> None:
+    """fleet_run sets `serial` on a real play and reads the engine's batches, its stop reason
+    and each host's failed task (three local hosts; the second one fails)."""
+    from glmops.cli import fleet_run
+
+    hosts = "".join(
+        f"    {h}: {{connection: local, state_dir: '{tmp_path}/state-{h}'}}\n" for h in "abc"
+    )
+    (tmp_path / "hosts.yml").write_text(f"all:\n  hosts:\n{hosts}")
+    (tmp_path / "play.yml").write_text(
+        "- name: roll\n  hosts: all\n  gather_facts: false\n  tasks:\n"
+        "    - name: step\n      fail: {msg: broken}\n      when: inventory_hostname == 'b'\n"
+    )
+    settings = {"serial": [1], "max_fail_percentage": 0.0}
+    opts = {"inventory": tmp_path / "hosts.yml", "json_events": True}
+    outcome = fleet_run(tmp_path / "play.yml", "all", {"x": 1}, settings, opts=opts)
+    assert outcome.code == ExitCode.HOST_FAILED
+    assert outcome.failed == {"b": "step: broken"}
+    assert outcome.batches == [["a"], ["b"], ["c"]]
+    assert "more than max_fail_percentage 0" in (outcome.stopped or "")
