@@ -1,5 +1,5 @@
-"""vllm_gang_restart: restart a gang member when its gang, as every member was observed this
-run, is not whole or changed; the deploy runs it on the workers first, then on the heads.
+"""vllm_gang_restart: restart a gang when, as every member was observed this run, it is not
+whole or changed: the deploy stops every member, then starts the workers, then the heads.
 
 After a restart the member keeps a record (its unit's InvocationID, its files' digest, the
 run as the restart's generation, the gang's members): what `glmops status` and the next deploy
@@ -20,18 +20,22 @@ from glmops.fleet.gang import (
     record_path,
     verdict,
 )
-from glmops.modules.base import Module, Plan, register
+from glmops.modules.base import Arg, Module, Plan, register
 from glmops.modules.vllm_gang_state import STATE_ARGS, observe
 from glmops.results import Status, TaskResult
 
 
 @register
 class VllmGangRestart(Module):
-    """`vllm_gang_restart: {replica: ..., unit: ..., state_dir: ..., files: [...]}`: restart
-    this member when its gang (as every member observed it this run) needs a restart."""
+    """`vllm_gang_restart: {step: stop|start, replica: ..., unit: ..., state_dir: ...,
+    files: [...]}`: when this member's gang (as every member was observed this run) needs a
+    restart, stop every member (`stop`), then start the workers, then the head (`start`)."""
 
     name = "vllm_gang_restart"
-    args = STATE_ARGS
+    args = {
+        "step": Arg(str, required=True, choices=("stop", "start"), doc="which half"),
+        **STATE_ARGS,
+    }
 
     def plan(self, ctx: TaskContext) -> Plan:
         replica = self.params["replica"]
@@ -43,19 +47,32 @@ class VllmGangRestart(Module):
                 f"gang {replica['name']} needs a restart ({'; '.join(judged.reasons)}), but "
                 f"{', '.join(judged.unobserved)} is not in this run: deploy all its hosts"
             )
-        order = "workers first, then the head"
-        return Plan(True, f"restart gang {replica['name']} ({order}): {'; '.join(judged.reasons)}")
+        what = "stop every member" if self.params["step"] == "stop" else "start"
+        return Plan(True, f"gang {replica['name']}, {what}: {'; '.join(judged.reasons)}")
 
     def apply(self, ctx: TaskContext, plan: Plan) -> TaskResult:
-        p = self.params
-        unit = p["unit"]
-        result = ctx.run(
-            f"systemctl daemon-reload && systemctl reset-failed {quote(unit)} 2>/dev/null;"
-            f" systemctl restart {quote(unit)}"
-        )
+        unit = quote(self.params["unit"])
+        if self.params["step"] == "stop":
+            # Killed, not stopped gracefully: the engine spans the gang, so restarting any
+            # member ends its requests anyway, and a member stopping gracefully waits on peers
+            # that are gone (until TimeoutStopSec). Draining a replica is the router's part.
+            command = f"systemctl kill --signal=SIGKILL {unit} 2>/dev/null; systemctl stop {unit}"
+        else:
+            command = (
+                f"systemctl daemon-reload && {{ systemctl reset-failed {unit} 2>/dev/null;"
+                f" systemctl start {unit}; }}"
+            )
+        result = ctx.run(command)
         if not result.ok:
-            return TaskResult(Status.FAILED, f"systemctl restart {unit}: {result.stderr.strip()}")
-        state: MemberState = observe(ctx, p["replica"], unit, p["state_dir"], p["files"])
+            return TaskResult(Status.FAILED, f"{command}: {result.stderr.strip()}")
+        if self.params["step"] == "start":
+            self._record(ctx)
+        return TaskResult(Status.CHANGED, plan.reason)
+
+    def _record(self, ctx: TaskContext) -> None:
+        """What this start ran: the next deploy and `glmops status` compare with it."""
+        p = self.params
+        state: MemberState = observe(ctx, p["replica"], p["unit"], p["state_dir"], p["files"])
         record = {
             "invocation": state.invocation,
             "config": state.config,
@@ -63,11 +80,10 @@ class VllmGangRestart(Module):
             "members": composition(p["replica"]),
         }
         ctx.write_file(
-            record_path(p["state_dir"], unit),
+            record_path(p["state_dir"], p["unit"]),
             (json.dumps(record, sort_keys=True) + "\n").encode(),
             mode="0644",
             owner=None,
             group=None,
             backup=False,
         )
-        return TaskResult(Status.CHANGED, plan.reason)
