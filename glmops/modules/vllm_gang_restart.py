@@ -34,6 +34,7 @@ class VllmGangRestart(Module):
     name = "vllm_gang_restart"
     args = {
         "step": Arg(str, required=True, choices=("stop", "start"), doc="which half"),
+        "user": Arg(str, required=True, doc="the unit's service account (vllm_user)"),
         **STATE_ARGS,
     }
 
@@ -56,7 +57,16 @@ class VllmGangRestart(Module):
             # Killed, not stopped gracefully: the engine spans the gang, so restarting any
             # member ends its requests anyway, and a member stopping gracefully waits on peers
             # that are gone (until TimeoutStopSec). Draining a replica is the router's part.
-            command = f"systemctl kill --signal=SIGKILL {unit} 2>/dev/null; systemctl stop {unit}"
+            # Then nothing of the service account may run on: where systemd cannot kill a
+            # control group (containers), vLLM's engine and worker processes outlive their
+            # unit and hold the gang's ports, so the next start could not form the gang.
+            user = quote(self.params["user"])
+            gone = f"! pgrep -u {user} >/dev/null"
+            command = (
+                f"systemctl kill --signal=SIGKILL {unit} 2>/dev/null; systemctl stop {unit}"
+                f" && {{ pkill -KILL -u {user}; for _ in $(seq 20); do {gone} && break;"
+                f" sleep 0.5; done; {gone}; }}"
+            )
         else:
             command = (
                 f"systemctl daemon-reload && {{ systemctl reset-failed {unit} 2>/dev/null;"
