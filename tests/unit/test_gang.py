@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import textwrap
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
+from glmops.errors import ModuleError
 from glmops.facts import parse_facts
 from glmops.fleet.gang import (
     Board,
@@ -19,6 +21,7 @@ from glmops.fleet.gang import (
 )
 from glmops.fleet.multinode import member_plan
 from glmops.inventory import load_inventory
+from glmops.modules.vllm_gang_restart import VllmGangRestart
 from glmops.serving import ServeError, serve_flags
 from glmops.serving.flags import CPU_CLI
 from glmops.status import GangSeen, gang_status
@@ -183,3 +186,22 @@ def test_status_marks_every_member_of_a_gang_with_a_dead_worker(replica: dict) -
     assert [r["gang"]["state"] for r in rows] == ["degraded", "degraded"]
     assert rows[0]["gang"]["why"] == ["w1 (rank 1): not running (unit failed/failed)"]
     assert rows[1]["gang"]["role"] == "worker" and "glmops deploy" in rows[1]["drift"][0]
+
+
+def test_one_restart_decision_for_the_whole_gang(tmp_path: Path, replica: dict) -> None:
+    """Every member's restart task reads the same board: a whole gang restarts nobody, a dead
+    member restarts every member, and a member outside the run stops the restart, named."""
+    ctx = SimpleNamespace(log=SimpleNamespace(path=tmp_path))
+    board = Board(tmp_path)
+    params = {"step": "stop", "replica": replica, "unit": "u", "state_dir": "/d", "user": "v"}
+    module = VllmGangRestart({**params, "files": []})
+    board.publish("big", started(replica, "h0", 0))
+    with pytest.raises(ModuleError, match="w1 is not in this run"):
+        board.publish("big", started(replica, "h0", 0, active="failed/failed"))
+        module.plan(ctx)  # type: ignore[arg-type]
+    board.publish("big", started(replica, "h0", 0))
+    board.publish("big", started(replica, "w1", 1))
+    assert module.plan(ctx).change is False  # type: ignore[arg-type]
+    board.publish("big", started(replica, "w1", 1, active="activating/auto-restart"))
+    plan = module.plan(ctx)  # type: ignore[arg-type]
+    assert plan.change is True and "w1 (rank 1): not running" in plan.reason
