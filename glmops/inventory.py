@@ -206,7 +206,11 @@ def load_inventory(path: Path, extra_vars: dict[str, Any] | None = None) -> Inve
         hosts[host_name] = Host(host_name, [g for g in host_groups if g != "all"], merged, spec)
     members = {g: [h for h in host_inline if g in membership.get(h, set())] for g in groups}
     members["all"] = list(host_inline)
-    return Inventory(path=path, hosts=hosts, groups=members)
+    inventory = Inventory(path=path, hosts=hosts, groups=members)
+    from glmops.fleet.topology import add_replica_vars  # the fleet reads the loaded hosts
+
+    add_replica_vars(inventory)
+    return inventory
 
 
 def _read_group(

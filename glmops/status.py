@@ -11,6 +11,7 @@ import hashlib
 import json
 import sys
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +20,8 @@ from rich.table import Table
 from glmops.errors import ExitCode
 from glmops.executor import observe
 from glmops.facts import HostFacts, parse_facts
+from glmops.fleet.gang import MemberState, verdict
+from glmops.fleet.multinode import DEFAULT_MASTER_PORT, member_plan
 from glmops.output import console, event_line
 from glmops.playbook import Play, Task
 from glmops.serving import ServeError, needs_single_file, serve_flags, vllm_profile
@@ -35,6 +38,7 @@ COLUMNS = (
     "health",
     "backend",
     "last deploy",
+    "gang",
     "drift",
 )
 
@@ -57,6 +61,10 @@ def status_row(
     drift += _model_drift(model, single)
     unit_text, unit_drift = _unit(observed)
     drift += unit_drift
+    replica = variables.get("fleet_replica") or {}
+    if len(replica.get("members") or ()) > 1:  # the gang's flags, as the deploy renders them
+        port = variables.get("vllm_master_port") or DEFAULT_MASTER_PORT
+        variables = {**variables, "vllm_gang": member_plan(replica, name, port)}
     expected, flag_drift = _flag_drift(facts, observed, variables, model, single)
     drift += flag_drift
     backend_text, backend_drift = _backend(observed, expected)
@@ -74,8 +82,60 @@ def status_row(
         "health": str(health) if health else "down",
         "backend": backend_text,
         "last_deploy": last.get("time") or "-",
+        "gang": None,  # filled by gang_status: a gang's state needs every member's row
         "drift": drift,
     }
+
+
+def gang_status(rows: list[dict[str, Any]], seen: Mapping[str, GangSeen]) -> None:
+    """Each gang member's row gets its gang's state (`whole` or `degraded`, which member and
+    why), judged from every member's observation as the deploy judges it (fleet/gang.py)."""
+    replicas = {seen_.replica["name"]: seen_.replica for seen_ in seen.values()}
+    for name, replica in replicas.items():
+        states = {
+            host: member_state(host, s)
+            for host, s in seen.items()
+            if s.replica["name"] == name and s.observed is not None
+        }
+        judged = verdict(replica, states)
+        unseen = [f"{host}: not observed (unreachable?)" for host in judged.unobserved]
+        problems = [*judged.degraded, *unseen]
+        for row in rows:
+            if row["host"] not in {m["host"] for m in replica["members"]}:
+                continue
+            rank = next(m["rank"] for m in replica["members"] if m["host"] == row["host"])
+            row["gang"] = {
+                "replica": name,
+                "rank": rank,
+                "role": "head" if rank == 0 else "worker",
+                "state": "degraded" if problems else "whole",
+                "why": problems,
+            }
+            row.setdefault("drift", []).extend(
+                f"gang {name} degraded: {p} (glmops deploy restarts the gang)" for p in problems
+            )
+
+
+@dataclass(frozen=True)
+class GangSeen:
+    """What status saw of one gang member: its replica and deploy_status's observation."""
+
+    replica: dict[str, Any]
+    observed: Mapping[str, Any] | None
+
+
+def member_state(host: str, seen: GangSeen) -> MemberState:
+    """A member's state for the gang verdict, from deploy_status's observation."""
+    observed = seen.observed or {}
+    unit = observed.get("unit") or {}
+    rank = next(m["rank"] for m in seen.replica["members"] if m["host"] == host)
+    return MemberState(
+        host=host,
+        rank=rank,
+        active=f"{unit.get('ActiveState', '?')}/{unit.get('SubState', '?')}",
+        invocation=str(unit.get("InvocationID", "")),
+        record=observed.get("gang_record"),
+    )
 
 
 def _patch_drift(facts: HostFacts, observed: Mapping[str, Any]) -> tuple[str, list[str]]:
@@ -176,6 +236,14 @@ def _model_text(model: Mapping[str, Any], single: bool) -> str:
     return text
 
 
+def _gang_text(gang: Mapping[str, Any] | None) -> str:
+    if not gang:
+        return "-"
+    state = gang["state"]
+    shown = f"[red]{state}[/red]" if state == "degraded" else state
+    return f"{gang['replica']} {gang['role']} (rank {gang['rank']}): {shown}"
+
+
 def _flag_diff(on_host: str, wanted: str) -> str:
     have, want = on_host.split(), wanted.split()
     gone = [w for w in have if w not in want]
@@ -198,15 +266,21 @@ def collect(inventory_path: Path, pattern: str) -> tuple[ExitCode, list[dict[str
     )  # the journal and /etc/glmops need root
     code, executor = observe(inventory_path, [play], check=True)
     rows = []
+    gangs: dict[str, GangSeen] = {}
     for name, session in executor.sessions.items():
         observed = session.registered.get("deploy_status")
-        if session.facts is None or not observed or observed.get("failed"):
+        replica = session.host.vars.get("fleet_replica") or {}
+        healthy = session.facts is not None and observed and not observed.get("failed")
+        if len(replica.get("members") or ()) > 1:
+            gangs[name] = GangSeen(replica, observed if healthy else None)
+        if not healthy:
             rows.append(
                 {"host": name, "error": (observed or {}).get("msg", "unreachable"), "drift": []}
             )
             continue
         variables = executor.variables(play, inventory_path, session)
         rows.append(status_row(name, session.facts, observed, variables))
+    gang_status(rows, gangs)
     return code, rows
 
 
@@ -235,6 +309,7 @@ def print_status(inventory_path: Path, pattern: str, as_json: bool) -> ExitCode:
             row["health"],
             row["backend"],
             row["last_deploy"],
+            _gang_text(row.get("gang")),
             f"[yellow]{drift}[/yellow]" if row["drift"] else "[green]none[/green]",
         )
     console(sys.stdout).print(table)

@@ -5,7 +5,7 @@ Not a test: run by hand as root, under the testbed lock (it boots tb211..tb214, 
 tests/testbed/test_fleet_roll.py):
   flock /tmp/glmops-testbed.lock python3 benchmarks/fleet_rolling/bench.py [--repeat 2]
 Brings up 3 replicas of vLLM's CPU build serving glmops' tiny model and vllm-router on a fourth
-host (tests/testbed/fleet_bed.py, with the CLI), then, `--repeat` times each, changes an
+host (tests/support/fleet_bed.py, with the CLI), then, `--repeat` times each, changes an
 environment variable of the vLLM unit (so every replica must restart) and deploys it while
 `--threads` clients send completions through the router without pause:
 - rolling: `glmops deploy --rolling` (one replica at a time: out of the router, drain, restart,
@@ -35,7 +35,7 @@ sys.path.insert(0, str(ROOT))
 from glmops import wheelcache  # noqa: E402
 from glmops.fleet.loadgen import Load  # noqa: E402
 from glmops.testbed import Testbed  # noqa: E402
-from tests.testbed.fleet_bed import FleetBed, failures, fleet_recap  # noqa: E402
+from tests.support.fleet_bed import FleetBed, failures, fleet_recap  # noqa: E402
 
 RESULTS = ROOT / "benchmarks" / "results"
 FIRST_INDEX = 211

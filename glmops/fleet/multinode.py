@@ -18,8 +18,10 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
+from typing import Any
 
-from glmops.fleet.topology import Member, Replica
+from glmops.fleet.topology import Member, Replica, replica_from_data
+from glmops.serving.flags import systemd_quote
 
 DEFAULT_MASTER_PORT = 29501  # vLLM's own default for --master-port
 DEFAULT_DP_RPC_PORT = 13345
@@ -106,3 +108,38 @@ def ray_start_argv(replica: Replica, member: Member, route: Route, ray: str = "r
     if member.is_head:
         return [ray, "start", "--head", "--port", str(RAY_PORT), *common]
     return [ray, "start", "--address", f"{replica.head.address}:{RAY_PORT}", *common]
+
+
+def member_plan(replica_data: dict[str, Any], host: str, master_port: int) -> dict[str, Any]:
+    """A host's part in its replica (`fleet_replica`): rank, flags, head; the environment
+    needs the route (the vllm_gang module adds it), so it is empty here."""
+    replica = replica_from_data(replica_data)
+    member = replica.member(host)
+    return {
+        "member": replica.is_gang,
+        "replica": replica.name,
+        "rank": member.rank,
+        "is_head": member.is_head,
+        "nodes": len(replica.members),
+        "head_address": replica.head.address,
+        "args": gang_args(replica, member, master_port=master_port),
+        "env": {},
+    }
+
+
+def ray_unit_vars(
+    replica: Replica, member: Member, route: Route, *, venv: str, user: str = "vllm"
+) -> dict[str, Any]:
+    """What templates/systemd/ray.service.j2 renders for this member (`ray` variable)."""
+    ray = f"{venv}/bin/ray"
+    argv = ray_start_argv(replica, member, route, ray)
+    env = {**gang_env(route), "RAY_USAGE_STATS_ENABLED": "0"}
+    return {
+        "role": "head" if member.is_head else "worker",
+        "replica": replica.name,
+        "head": f"{replica.head.address}:{RAY_PORT}",
+        "user": user,
+        "exec_start": " ".join(systemd_quote(word) for word in argv),
+        "exec_stop": f"{systemd_quote(ray)} stop",
+        "env_lines": [f'"{key}={value}"' for key, value in env.items()],
+    }

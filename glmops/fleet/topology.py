@@ -103,6 +103,18 @@ def fleet_from_inventory(inventory: Inventory, serving: Iterable[Host]) -> Fleet
     return Fleet(replicas, _router(inventory, where))
 
 
+def add_replica_vars(inventory: Inventory) -> None:
+    """Give every host the variable `fleet_replica`: its replica (members, ranks, addresses),
+    which a host's tasks cannot see otherwise. `-e fleet_replica=...` is left as given."""
+    by_name: dict[str, list[Host]] = {}
+    for host in inventory.hosts.values():
+        by_name.setdefault(str(host.vars.get("replica") or host.name), []).append(host)
+    for name, hosts in by_name.items():
+        data = replica_data(_replica(name, hosts, str(inventory.path)))
+        for host in hosts:
+            host.vars.setdefault("fleet_replica", data)
+
+
 def _replica(name: str, hosts: list[Host], where: str) -> Replica:
     ranks = _ranks(hosts, where)
     if sorted(ranks) != list(range(len(hosts))):
@@ -174,21 +186,30 @@ def _int(host: Host, key: str, default: int, where: str) -> int:
     return value
 
 
+def replica_data(replica: Replica) -> dict[str, Any]:
+    """One replica, JSON-able (the `fleet_replica` variable)."""
+    return {
+        "name": replica.name,
+        "url": replica.url,
+        "port": replica.port,
+        "backend": replica.backend,
+        "members": [
+            {"host": m.host, "address": m.address, "rank": m.rank} for m in replica.members
+        ],
+    }
+
+
+def replica_from_data(data: Mapping[str, Any]) -> Replica:
+    """The `fleet_replica` variable back as a Replica."""
+    members = tuple(Member(m["host"], m["address"], int(m["rank"])) for m in data["members"])
+    return Replica(str(data["name"]), members, int(data["port"]), str(data["backend"]))
+
+
 def as_data(fleet: Fleet) -> Mapping[str, Any]:
     """JSON-able view for templates, `register:` and `glmops status --json`."""
     return {
         "router": None
         if fleet.router is None
         else {"host": fleet.router.host, "url": fleet.router.url},
-        "replicas": [
-            {
-                "name": r.name,
-                "url": r.url,
-                "backend": r.backend,
-                "members": [
-                    {"host": m.host, "address": m.address, "rank": m.rank} for m in r.members
-                ],
-            }
-            for r in fleet.replicas
-        ],
+        "replicas": [replica_data(r) for r in fleet.replicas],
     }

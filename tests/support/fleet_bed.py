@@ -147,7 +147,7 @@ def changed(events: list[dict[str, Any]]) -> int:
 
 
 def main() -> int:
-    """`python3 -m tests.testbed.fleet_bed DIR`: the fleet on the CLI's testbed (tb1..tb4),
+    """`python3 -m tests.support.fleet_bed DIR`: the fleet on the CLI's testbed (tb1..tb4),
     left running; prints the inventory to use with the CLI."""
     from glmops import wheelcache
 
