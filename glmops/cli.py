@@ -288,10 +288,13 @@ def deploy(
 
     pattern = _resolve_limit(_hosts_limit(hosts, limit))
     playbook = paths.playbooks() / "deploy.yml"
+    if opts.get("syntax_check") or opts.get("list_tasks"):  # the playbook alone, no inventory
+        return run_playbook(playbook, limit=pattern, **opts)
     extra_vars = parse_extra_vars(list(opts.get("extra_vars") or ()))
     inventory = load_inventory(opts.get("inventory") or default_inventory(), extra_vars)
-    listing = opts.get("syntax_check") or opts.get("list_tasks") or opts.get("list_hosts")
-    if listing or (not rolling and fleet_from_inventory(inventory, []).router is None):
+    if opts.get("list_hosts") or (
+        not rolling and fleet_from_inventory(inventory, []).router is None
+    ):
         return run_playbook(playbook, limit=pattern, **opts)
     return _fleet_runner(inventory, pattern or "all", rolling, serial, max_fail_percentage, opts)
 
