@@ -103,6 +103,15 @@ class FleetDeploy:
         return self._router_and_recap()
 
     def rolling(self, serial: list[SerialEntry], max_fail_percentage: float) -> ExitCode:
+        gangs = [r for r in self.fleet.replicas if r.is_gang]
+        if gangs:
+            # The engine batches hosts, not replicas: a batch could hold part of a gang.
+            names = ", ".join(f"{r.name} ({', '.join(m.host for m in r.members)})" for r in gangs)
+            raise InputError(
+                f"--rolling: {names} span hosts; a rolling deploy would split a gang across "
+                "batches. Deploy gangs without --rolling (they restart as one).",
+                source=str(self.inventory.path),
+            )
         preflight = self.run(paths.playbooks() / "fleet-preflight.yml", self.hosts, {}, {})
         if preflight.code != ExitCode.OK:
             why = "; ".join(f"{h}: {w}" for h, w in preflight.failed.items())

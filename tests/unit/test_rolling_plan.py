@@ -68,6 +68,22 @@ def test_the_router_host_serves_nothing_and_a_failed_preflight_touches_nothing(
     assert "preflight failed, nothing done: r3: " in capsys.readouterr().out
 
 
+def test_rolling_refuses_a_gang_before_touching_any_host(tmp_path: Path) -> None:
+    gang = FLEET.replace("r3: {address: 10.0.0.3}", "r3: {address: 10.0.0.3, replica: g}")
+    gang = gang.replace("r4: {address: 10.0.0.4}", "r4: {address: 10.0.0.4, replica: g}")
+    (tmp_path / "hosts.yml").write_text(textwrap.dedent(gang))
+    calls: list[str] = []
+
+    def run(playbook: Path, limit: str, extra: dict, settings: dict) -> RunOutcome:
+        calls.append(playbook.name)
+        return RunOutcome(ExitCode.OK)
+
+    fleet = FleetDeploy(load_inventory(tmp_path / "hosts.yml"), "all", run, json_events=True)
+    with pytest.raises(InputError, match=r"--rolling: g \(r3, r4\) span hosts") as refused:
+        fleet.rolling([1], 0)
+    assert "hosts.yml" in str(refused.value) and calls == []
+
+
 def test_rolling_sets_serial_and_leaves_failed_replicas_out_of_the_router(
     deploy: Any, capsys: pytest.CaptureFixture[str]
 ) -> None:
