@@ -11,6 +11,7 @@ fleet recap, while a second replica killed in rotation is covered by the router'
 from __future__ import annotations
 
 import json
+import os
 import threading
 import time
 from collections.abc import Iterator
@@ -26,6 +27,13 @@ from tests.support.testbed import booted
 pytestmark = pytest.mark.testbed
 
 FIRST_INDEX = 211  # tb211..tb214: this file's own hosts
+
+#: The rolling redeploys under load restart every replica one after another: about 35 minutes on
+#: a 2-core machine, more than the default test run can give them. Opt in with GLMOPS_FLEET_LOAD=1.
+under_load = pytest.mark.skipif(
+    os.environ.get("GLMOPS_FLEET_LOAD") != "1",
+    reason="rolling redeploys under load (~35 min on 2 cores): set GLMOPS_FLEET_LOAD=1",
+)
 MODEL = "tiny-llama"
 
 
@@ -83,6 +91,7 @@ def test_a_second_deploy_of_the_converged_fleet_restarts_nothing(fleet: FleetBed
     assert fleet_recap(events)["out_of_router"] == {}
 
 
+@under_load
 def test_rolling_redeploy_under_load_loses_no_request(fleet: FleetBed) -> None:
     before = {h: fleet.unit(h)["MainPID"] for h in fleet.replicas}
     with Load(fleet.router_url, MODEL, threads=2) as load:
@@ -103,6 +112,7 @@ def test_rolling_redeploy_under_load_loses_no_request(fleet: FleetBed) -> None:
     assert 0 < summary["p50_s"] <= summary["p99_s"] < 30, summary
 
 
+@under_load
 def test_a_replica_killed_mid_roll_stops_the_roll_and_stays_out(fleet: FleetBed) -> None:
     """tb211, just restarted and back in the router, is SIGKILLed as its soak starts: its batch
     fails and, with max_fail_percentage 0, the roll stops there. tb212 (serving, not yet
