@@ -342,8 +342,10 @@ def fleet_run(
     outcome.code = run_playbook(
         playbook, limit=limit, extra=extra_arg, prepare=prepare, play_settings=settings, **opts
     )
-    for play in seen[0].plays if seen else []:
-        outcome.batches += play.batches
+    plays = seen[0].plays if seen else []
+    if plays:  # the replicas' play; later plays of the playbook (gangs) batch the same hosts
+        outcome.batches = list(plays[0].batches)
+    for play in plays:
         outcome.stopped = outcome.stopped or play.stopped
     return outcome
 

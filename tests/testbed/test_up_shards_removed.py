@@ -1,7 +1,7 @@
 """`glmops up` with `gguf_remove_shards: true`, from the Hub to a served host, on one testbed host.
 
 tb231 has the rtx-pro-6000-x8 profile (a SIMULATED nvidia-smi) and, as its vLLM, the TEST
-STAND-IN tests/testbed/vllm_standin.py (NOT vLLM: it checks the model file is a GGUF and
+STAND-IN tests/support/vllm_standin.py (NOT vLLM: it checks the model file is a GGUF and
 serves). A real Hub server (olah, tests/hub_server.py) serves a real split GGUF set. The model
 phase fetches and copies it, deploy merges (layout v0_16 reads one file), verifies the merged
 file's sha256 against the shards' merge and only then removes the shards. A re-run that runs
@@ -51,7 +51,7 @@ SOURCE = {
 @pytest.fixture(scope="module")
 def bed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Testbed]:
     with booted(tmp_path_factory.mktemp("shards-bed"), FIRST_INDEX, 1, "rtx-pro-6000-x8") as b:
-        standin = (Path(__file__).parent / "vllm_standin.py").read_bytes()
+        standin = (Path(__file__).parents[1] / "support" / "vllm_standin.py").read_bytes()
         script = f"mkdir -p {VENV}/bin && cat > {VENV}/bin/vllm && chmod 755 {VENV}/bin/vllm"
         assert b.exec(HOST, ["sh", "-c", script], input=standin).returncode == 0
         b.exec(HOST, ["ln", "-sf", "/usr/bin/python3", f"{VENV}/bin/python"])
