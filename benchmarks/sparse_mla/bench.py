@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
+import itertools
 import json
 import math
 import statistics
@@ -208,6 +209,11 @@ def _gather_probe_kernel(
     tl.store(out + 512 + offs_pe, tl.sum(acc_pe, 0))
 
 
+# The probe's shape per row type where another beats gather_calls' default (--mode gather):
+# 576-byte e4m3 rows gather fastest with 8 warps on the 16-row tiles (B=128: 66 against 89 µs).
+GATHER_SHAPE = {"e4m3": {"block_n": 16, "warps": 8, "stages": 3, "per_sm": 4}}
+
+
 def gather_calls(
     case: Case, block_n: int = 16, warps: int = 4, stages: int = 3, per_sm: int = 4
 ) -> list[Callable[[], Any]]:
@@ -283,7 +289,8 @@ def run_bench(
                 sm120_us, _ = graph_time_us(case.ours(kmod, config=sm120_cfg), args.reps)
                 gather = None
                 if dname != "fp8":  # 576-wide rows only
-                    gather, _ = graph_time_us(gather_calls(case), args.reps)
+                    shape = GATHER_SHAPE.get(dname, {})
+                    gather, _ = graph_time_us(gather_calls(case, **shape), args.reps)
                 base = base_err = None
                 if bmod is not None and dname in ("bf16", "fp16"):  # 16-bit caches only
                     base, _ = graph_time_us(case.baseline(bmod), args.reps)
@@ -429,15 +436,18 @@ def fp8_md(rows: list[dict[str, Any]]) -> list[str]:
         "",
         "## fp8 rows against bf16 rows (same run)",
         "",
-        "| rows | B | H | µs | bf16 µs | speed vs bf16 | frac of floor |",
-        "|---|---|---|---|---|---|---|",
+        "| rows | B | H | µs | bf16 µs | speed vs bf16 | frac of floor | gather µs "
+        "| gather frac of floor |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         ref = bf16.get((r["B"], r["H"]))
         if r["dtype"] in ("e4m3", "fp8") and ref:
             lines.append(
                 f"| {r['dtype']} | {r['B']} | {r['H']} | {r['ours_us']:.1f} | {ref['ours_us']:.1f} "
-                f"| {ref['ours_us'] / r['ours_us']:.2f}x | {r['frac_of_floor']:.2f} |"
+                f"| {ref['ours_us'] / r['ours_us']:.2f}x | {r['frac_of_floor']:.2f} "
+                f"| {_f(r['gather_us'], '.1f')} "
+                f"| {_f(r['gather_us'] and r['floor_us'] / r['gather_us'], '.2f')} |"
             )
     return lines
 
@@ -774,7 +784,57 @@ def plan_sm120() -> list[tuple[int, int, dict[str, int], int]]:
     return _expand(cases)
 
 
+def plan_r11() -> list[tuple[int, int, dict[str, int], int]]:
+    """fp8 e4m3 rows (run with --dtypes e4m3): more rows in flight per SM for the 16-head tile
+    (64-row tiles, 8 warps, deeper pipelines), and the 64-head tile with the latent gathered
+    per dot and V widened before shared memory (64x32), against the default tiles."""
+    fp8 = {"FP8_TWICE": 1, "FP16_DOTS": 1, "V_ASM": 1}
+    small = [
+        {"BLOCK_H": 16, "BLOCK_N": n, "num_warps": w, "num_stages": st, **fp8}
+        for n, w, st in [(32, 4, 3), (64, 4, 2), (64, 8, 2), (64, 8, 3), (32, 8, 3), (16, 4, 4)]
+    ]
+    large = [
+        {"BLOCK_H": 64, "BLOCK_N": 64, "num_warps": 8, "num_stages": 2},
+        {"BLOCK_H": 64, "BLOCK_N": 32, "num_warps": 8, "num_stages": 2, **fp8},
+        {"BLOCK_H": 64, "BLOCK_N": 16, "num_warps": 8, "num_stages": 3, **fp8},
+    ]
+    cases = [
+        (32, 8, (4, 8), small),
+        (128, 8, (1, 2, 4), small),
+        (128, 16, (1, 2), small),
+        (32, 64, (2, 4), large),
+        (128, 64, (1, 2), large),
+    ]
+    return _expand(cases)
+
+
+def run_gather_sweep(args: argparse.Namespace, kv: dict[str, torch.Tensor]) -> None:
+    """Shapes of the bare-gather probe over each dtype's rows at B=32 and 128 (--dtypes): the
+    ceiling a gather of these rows reaches, tile rows x warps x stages x programs per SM."""
+    points = []
+    for dname in args.dtypes.split(","):
+        for batch in (32, 128):
+            case = Case(kv[dname], batch, 8, Q_DTYPES[dname])
+            t_mem, _ = floors_us(batch, 8, case.row_bytes)
+            for bn, warps, stages, per_sm in itertools.product(
+                (16, 32, 64), (4, 8), (2, 3, 4), (2, 4, 8)
+            ):
+                try:
+                    us, _ = graph_time_us(gather_calls(case, bn, warps, stages, per_sm), 7)
+                except Exception as exc:  # noqa: BLE001 - out-of-resources shapes are data
+                    print(f"{dname} B={batch} {bn}x{warps}x{stages}x{per_sm}: {exc!s:.80}")
+                    continue
+                point = dict(dtype=dname, B=batch, block_n=bn, warps=warps, stages=stages,
+                             per_sm=per_sm, us=us, frac_of_floor=t_mem / us)  # fmt: skip
+                points.append(point)
+                print(json.dumps(point), flush=True)
+            del case
+            torch.cuda.empty_cache()
+    Path(args.json).write_text(json.dumps({"info": gpu_info(), "points": points}, indent=1))
+
+
 PLANS = {
+    "r11": plan_r11,
     "sm120": plan_sm120,
     "v2": plan_v2,
     "r3": plan_r3,
@@ -839,7 +899,7 @@ def run_sweep_v2(
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--mode", choices=["bench", "sweep", "sweep2"], default="bench")
+    ap.add_argument("--mode", choices=["bench", "sweep", "sweep2", "gather"], default="bench")
     ap.add_argument("--batches", default="1,8,32,128")
     ap.add_argument("--heads", default="8,16,64,128")
     ap.add_argument(
@@ -870,6 +930,8 @@ def main() -> None:
         run_sweep(args, kmod, kv)
     elif args.mode == "sweep2":
         run_sweep_v2(args, kmod, kv)
+    elif args.mode == "gather":
+        run_gather_sweep(args, kv)
     else:
         run_bench(args, kmod, kv)
 

@@ -601,6 +601,103 @@ def test_v0_16_fp8_cache(num_heads: int, num_tokens: int) -> None:
     check(out, lse, case, torch.bfloat16)
 
 
+def _v0_16_meta(mod: ModuleType, case: Case, num_tokens: int) -> Any:
+    return mod.FlashMLASparseMetadata(
+        num_reqs=len(case.seq_lens),
+        max_query_len=1,
+        max_seq_len=max(case.seq_lens),
+        num_actual_tokens=num_tokens,
+        query_start_loc=torch.arange(num_tokens + 1, dtype=torch.int32, device="cuda"),
+        slot_mapping=torch.zeros(num_tokens, dtype=torch.int64, device="cuda"),
+        block_table=case.block_table,
+        req_id_per_token=case.req_id,
+    )
+
+
+@pytest.mark.parametrize("num_heads", [8, 16, 64, 128])
+@pytest.mark.parametrize("num_tokens", [8, 96])
+def test_v0_16_fp8_ds_mla_cache(num_heads: int, num_tokens: int) -> None:
+    """--kv-cache-dtype fp8_ds_mla (DeepSeek-V3.2's fp8 cache on 0.16): uint8 blocks of
+    656-byte rows (512 fp8 e4m3 latent values, 4 fp32 scales, one per 128 columns, 64 bf16 rope
+    values; FlashMLASparseBackend.get_kv_cache_shape's layout), handed to forward_mqa as uint8.
+    Unselected rows are all-ones bytes: NaN in every part. Against the float32 reference on
+    the dequantized rows."""
+    mod, _ = rendered("v0_16", "sparse_mla")
+    assert "fp8_ds_mla" in mod.TritonMLASparseBackend.supported_kv_cache_dtypes
+    gen = torch.Generator(device="cuda").manual_seed(_seed("ds_mla", num_heads, num_tokens))
+    case = make_case(gen, num_tokens, num_heads, torch.bfloat16)
+    rows = case.kv_cache.reshape(-1, _D)
+    used = ~torch.isnan(rows.float()).any(dim=1)
+    packed = torch.full((rows.shape[0], 656), 255, dtype=torch.uint8, device="cuda")
+    packed[used] = mod.quantize_fp8_ds_mla(rows[used])
+    ds_cache = packed.view(case.kv_cache.shape[0], _BLOCK, 656)
+    deq = torch.full(rows.shape, float("nan"), dtype=torch.float32, device="cuda")
+    deq[used] = mod.dequantize_fp8_ds_mla(packed[used])
+    case.kv_cache = deq.view(case.kv_cache.shape)
+    buf = torch.full((num_tokens + 5, _TOPK), 12345, dtype=torch.int32, device="cuda")
+    buf[:num_tokens] = case.logical
+    impl = _v0_16_impl(mod, num_heads, "fp8_ds_mla", buf)
+    _poison_allocator(64 << 20)
+    out, lse = impl.forward_mqa(
+        case.q, ds_cache, _v0_16_meta(mod, case, num_tokens), AttentionLayer()
+    )
+    torch.cuda.synchronize()
+    check(out, lse, case, torch.bfloat16)
+
+
+@pytest.mark.parametrize("num_heads", [8, 16, 64, 128])
+@pytest.mark.parametrize("num_tokens", [8, 96])
+def test_v0_33_fp8_cache(num_heads: int, num_tokens: int) -> None:
+    """--kv-cache-dtype fp8 on 0.33: uint8 blocks of 576 fp8 e4m3 values per row with the
+    layer's k_scale (what concat_and_cache_mla writes for this backend), viewed as e4m3 by
+    forward_impl; blocks 80 rows apart for prefill-sized batches, then 0.33's real conversion
+    to physical rows and the real `_forward_mqa_kernel`."""
+    mod, real = rendered("v0_33", "sparse_mla")
+    conv = real["convert"]
+    assert "fp8" in mod.TritonMLASparseBackend.supported_kv_cache_dtypes
+    gen = torch.Generator(device="cuda").manual_seed(_seed("fp8-33", num_heads, num_tokens))
+    stride_rows = 80 if num_tokens > 64 else _BLOCK
+    case = make_case(gen, num_tokens, num_heads, torch.bfloat16, block_stride_rows=stride_rows)
+    k_scale = 0.03125
+    backing = torch.full(
+        (case.kv_cache.shape[0], stride_rows, _D), 0x7F, dtype=torch.uint8, device="cuda"
+    )  # 0x7F: e4m3 NaN
+    fp8_cache = backing[:, :_BLOCK, :].view(torch.float8_e4m3fn)
+    fp8_cache.copy_((case.kv_cache.float() / k_scale).to(torch.float8_e4m3fn))
+    case.kv_cache = (fp8_cache.float() * k_scale).to(torch.bfloat16)  # exact: scale is 2^-5
+    buf = torch.full((num_tokens + 5, _TOPK), 12345, dtype=torch.int32, device="cuda")
+    buf[:num_tokens] = case.logical
+    impl = mod.TritonMLASparseImpl(
+        num_heads, _D, _SM_SCALE, 1, None, None, "fp8", None, "decoder", None,
+        indexer=SimpleNamespace(topk_indices_buffer=buf),
+    )  # fmt: skip
+    _, block_stride_rows = conv.flat_kv_row_view(fp8_cache, _BLOCK)
+    assert block_stride_rows == stride_rows
+    physical, valid_counts = conv.triton_convert_req_index_to_global_index(
+        case.req_id[:num_tokens],
+        case.block_table,
+        impl.topk_indices_buffer[:num_tokens],
+        BLOCK_SIZE=_BLOCK,
+        BLOCK_STRIDE_ROWS=block_stride_rows,
+        NUM_TOPK_TOKENS=_TOPK,
+        return_valid_counts=True,
+    )
+    layer = AttentionLayer()
+    layer._k_scale_float = k_scale
+    _poison_allocator(64 << 20)
+    out, lse = impl._forward_mqa_kernel(
+        (case.q[..., :512], case.q[..., 512:]),
+        fp8_cache,
+        physical,
+        valid_counts,
+        layer=layer,
+        block_size=_BLOCK,
+        is_decode=num_tokens <= 64,
+    )
+    torch.cuda.synchronize()
+    check(out, lse, case, torch.bfloat16)
+
+
 def test_unsupported_heads_and_caches_are_refused_at_construction(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -613,8 +710,8 @@ def test_unsupported_heads_and_caches_are_refused_at_construction(
     assert caps.get_supported_num_heads("fp8") == list(range(1, 129))  # the H200: SM90
     with pytest.raises(NotImplementedError, match="129 query heads.*1 to 128"):
         _v0_16_impl(mod, 129, "auto", buf)
-    with pytest.raises(NotImplementedError, match="fp8_ds_mla"):
-        _v0_16_impl(mod, 64, "fp8_ds_mla", buf)
+    with pytest.raises(NotImplementedError, match="fp8_e5m2"):
+        _v0_16_impl(mod, 64, "fp8_e5m2", buf)
     sm86 = mod.DeviceLimits((8, 6), 101376)
     monkeypatch.setattr(mod, "_device_limits", lambda index: sm86)
     assert caps.get_supported_num_heads("fp8") == []
