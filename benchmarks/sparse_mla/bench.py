@@ -819,6 +819,40 @@ def plan_r11() -> list[tuple[int, int, dict[str, int], int]]:
     return _expand(cases)
 
 
+def plan_r11e() -> list[tuple[int, int, dict[str, int], int]]:
+    """fp8 e4m3 rows (run with --dtypes e4m3): the 16-head tile with the latent gathered once
+    for both dots (V widened once, by inline PTX, so K and V read the same fp16 tile), with
+    the indices prefetched (two gathers in flight), and widened by moving bits
+    (``E4M3_BITS``); the default tile first and last (the run's spread); and the 64x32 tile
+    with one gather."""
+    tile = {"BLOCK_H": 16, "BLOCK_N": 32, "num_warps": 4, "FP16_DOTS": 1, "V_ASM": 1}
+    default = {**tile, "num_stages": 3, "FP8_TWICE": 1}
+    once = {**tile, "FP8_TWICE": 0}
+    small = [
+        default,
+        {**once, "num_stages": 3},
+        {**once, "num_stages": 3, "PREFETCH_IDX": 1},
+        {**once, "num_stages": 4, "PREFETCH_IDX": 1},
+        {**once, "num_stages": 3, "PREFETCH_IDX": 1, "E4M3_BITS": 1},
+        {**default, "num_warps": 4},  # the default again, as a separate point
+    ]
+    large = [
+        {"BLOCK_H": 64, "BLOCK_N": 64, "num_warps": 8, "num_stages": 2},
+        {"BLOCK_H": 64, "BLOCK_N": 32, "num_warps": 8, "num_stages": 2, "FP16_DOTS": 1, "V_ASM": 1},
+    ]
+    cases = [
+        (128, 8, (2, 1), small),
+        (128, 16, (2,), small),
+        (32, 8, (8,), small),
+        (32, 16, (8,), small),
+        (8, 8, (16,), small),
+        (1, 8, (64,), small),
+        (128, 64, (1,), large),
+        (32, 64, (4,), large),
+    ]
+    return _expand(cases)
+
+
 def run_gather_sweep(args: argparse.Namespace, kv: dict[str, torch.Tensor]) -> None:
     """Shapes of the bare-gather probe over each dtype's rows at B=32 and 128 (--dtypes): the
     ceiling a gather of these rows reaches, tile rows x warps x stages x programs per SM."""
@@ -845,6 +879,7 @@ def run_gather_sweep(args: argparse.Namespace, kv: dict[str, torch.Tensor]) -> N
 
 
 PLANS = {
+    "r11e": plan_r11e,
     "r11": plan_r11,
     "sm120": plan_sm120,
     "v2": plan_v2,
@@ -856,6 +891,16 @@ PLANS = {
     "r8": plan_r8,
     "fp8": plan_fp8,
 }
+
+
+def check_point(kmod: types.ModuleType, case: Case) -> dict[str, float]:
+    """Relative error of the last timed call's out and lse against the float32 reference."""
+    scale = E4M3_SCALE if case.kv.dtype == torch.float8_e4m3fn else 1.0
+    i = case.n_sets - 1
+    ref_o, ref_lse = kmod.reference_sparse_mla(case.qs[i], case.kv, case.idx[i], SM_SCALE, scale)
+    err_o = (case.outs[i].float() - ref_o).norm() / ref_o.norm()
+    err_lse = (case.lses[i] - ref_lse).abs().max() / ref_lse.abs().max()
+    return {"err_out": float(err_o), "err_lse": float(err_lse)}
 
 
 def run_sweep_v2(
@@ -896,11 +941,13 @@ def run_sweep_v2(
                 "splits": splits,
                 "us": us,
                 "us_split_only": us_split,
+                **(check_point(kmod, case) if args.check else {}),
             }
         )
+        err = f" err {points[-1]['err_out']:.2e}" if args.check else ""
         print(
             f"B={batch:4d} H={heads:4d} S={splits:4d} {us:8.1f} us (split kernel alone "
-            f"{us_split or float('nan'):8.1f}) {cfg}",
+            f"{us_split or float('nan'):8.1f}){err} {cfg}",
             flush=True,
         )
     result = {"info": gpu_info(), "dtype": name, "plan": args.plan, "points": points}
@@ -922,6 +969,9 @@ def main() -> None:
         "--split-alone",
         action="store_true",
         help="sweep2: also time the split kernel without the merge",
+    )
+    ap.add_argument(
+        "--check", action="store_true", help="sweep2: each point's error against the reference"
     )
     ap.add_argument("--cache-rows", type=int, default=CACHE_ROWS)
     ap.add_argument("--json", default="sparse_mla_h200.json")

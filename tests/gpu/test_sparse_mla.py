@@ -406,10 +406,11 @@ def test_fp8_e4m3_rows(kmod: ModuleType, num_heads: int, num_tokens: int, topk: 
 def test_fp8_e4m3_tile_options(kmod: ModuleType, num_heads: int) -> None:
     """fp8 e4m3 rows with the latent gathered once for both dots or once per dot
     (``FP8_TWICE``), with bf16 or fp16 dots (``FP16_DOTS``), V widened by a plain conversion
-    or inline PTX (``V_ASM``, fp16 dots only), on the 16-, 32- and 64-head tiles, over 1 and
-    3 splits; then a q beyond fp16's range (2^18 times larger, the softmax scale 2^18 times
-    smaller), which the fp16 dots must shift per head without overflow; then an fp16 q, whose
-    dots are fp16 anyway."""
+    or inline PTX (``V_ASM``, fp16 dots only), or the one gather widened by moving bits
+    (``E4M3_BITS``: K and V at 2^-8 of their values, scaled back), on the 16-, 32- and
+    64-head tiles, over 1 and 3 splits; then a q beyond fp16's range (2^18 times larger, the
+    softmax scale 2^18 times smaller), which the fp16 dots must shift per head without
+    overflow; then an fp16 q, whose dots are fp16 anyway."""
     gen = torch.Generator(device="cuda").manual_seed(zlib.crc32(f"e4m3-opt-{num_heads}".encode()))
     q, kv, idx = _make_inputs(gen, 5, num_heads, 2000, torch.bfloat16, "mixed")
     kv_scale = 0.03125
@@ -417,18 +418,20 @@ def test_fp8_e4m3_tile_options(kmod: ModuleType, num_heads: int) -> None:
     block_h = min(64, max(16, num_heads))
     tile = {"BLOCK_H": block_h, "BLOCK_N": 16 if block_h == 64 else 32}
     tile |= {"num_warps": 8 if block_h == 64 else 4, "num_stages": 2}
-    options = [(t, f, 0) for t, f in itertools.product((0, 1), (0, 1))] + [(0, 1, 1), (1, 1, 1)]
-    for twice, fp16, v_asm in options:
-        cfg = {**tile, "FP8_TWICE": twice, "FP16_DOTS": fp16, "V_ASM": v_asm}
+    options = [(t, f, 0, 0) for t, f in itertools.product((0, 1), (0, 1))]
+    options += [(0, 1, 1, 0), (1, 1, 1, 0), (0, 1, 1, 1)]
+    for twice, fp16, v_asm, bits in options:
+        cfg = {**tile, "FP8_TWICE": twice, "FP16_DOTS": fp16, "V_ASM": v_asm, "E4M3_BITS": bits}
         for splits in (1, 3):
             _check(kmod, q, rows, idx, num_splits=splits, config=cfg, kv_scale=kv_scale)
     big = q * 2.0**18
     assert big.abs().max().item() > 65504.0
-    for twice, v_asm in itertools.product((0, 1), (0, 1)):
-        cfg = {**tile, "FP8_TWICE": twice, "FP16_DOTS": 1, "V_ASM": v_asm}
+    for twice, v_asm, bits in [(0, 0, 0), (0, 1, 0), (1, 0, 0), (1, 1, 0), (0, 1, 1)]:
+        cfg = {**tile, "FP8_TWICE": twice, "FP16_DOTS": 1, "V_ASM": v_asm, "E4M3_BITS": bits}
         _check(kmod, big, rows, idx, _SM_SCALE * 2.0**-18, config=cfg, kv_scale=kv_scale)
-    cfg = {**tile, "FP8_TWICE": 1, "V_ASM": 1}
-    _check(kmod, q.half(), rows, idx, num_splits=3, config=cfg, kv_scale=kv_scale)
+    for twice, bits in [(1, 0), (0, 1)]:
+        cfg = {**tile, "FP8_TWICE": twice, "V_ASM": 1, "E4M3_BITS": bits}
+        _check(kmod, q.half(), rows, idx, num_splits=3, config=cfg, kv_scale=kv_scale)
 
 
 @pytest.mark.gpu

@@ -101,6 +101,7 @@ def _split_job(module, arch: int, kv_format: str, cfg: dict) -> dict:
             "FP8_TWICE": bool(cfg.get("FP8_TWICE", 0)),
             "FP16_DOTS": kv_format == "fp8" and module._fp16_dots(cfg),  # under a bf16 q
             "V_ASM": kv_format == "fp8" and bool(cfg.get("V_ASM", 0)) and module._fp16_dots(cfg),
+            "E4M3_BITS": kv_format == "fp8" and bool(cfg.get("E4M3_BITS", 0)),
         }
     # Split with PDL (SM90+) writes partials; the largest epilogue of the two.
     constexprs.update(IS_SPLIT=True, USE_PDL=arch >= 90)

@@ -48,7 +48,7 @@ FP8_ON_SM86 = {
                      PLSE="fp32"),
     "constexprs": dict(BLOCK_H=16, BLOCK_N=32, D_V=512, D_PE=64, DV_SPLIT=1, KV_FMT=2,
                        PREFETCH_IDX=False, FP8_TWICE=False, FP16_DOTS=True, V_ASM=False,
-                       IS_SPLIT=True, USE_PDL=False),
+                       E4M3_BITS=False, IS_SPLIT=True, USE_PDL=False),
     "num_warps": 4,
     "num_stages": 2,
 }  # fmt: skip
