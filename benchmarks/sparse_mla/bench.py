@@ -853,6 +853,23 @@ def plan_r11e() -> list[tuple[int, int, dict[str, int], int]]:
     return _expand(cases)
 
 
+def plan_r11f() -> list[tuple[int, int, dict[str, int], int]]:
+    """fp8 e4m3 rows (run with --dtypes e4m3): the 32-head tile with one gather widened by
+    moving bits (92 KB: fits 99 KB GPUs) against the H200's 32-head tile (per-dot gathers,
+    V by inline PTX, 107 KB) and the 99 KB GPUs' (per-dot gathers, 74 KB), at 32 heads and,
+    as 32-head blocks, at 64 and 128 (the SM120 tile for 64+ heads)."""
+    tile = {"BLOCK_H": 32, "BLOCK_N": 32, "num_warps": 4, "num_stages": 2, "FP16_DOTS": 1}
+    tiles = [
+        {**tile, "FP8_TWICE": 1, "V_ASM": 1},
+        {**tile, "FP8_TWICE": 1},
+        {**tile, "V_ASM": 1, "E4M3_BITS": 1},
+        {**tile, "FP8_TWICE": 1, "V_ASM": 1, "num_warps": 4},  # the first again
+    ]
+    cases = [(128, 32, (1,), tiles), (32, 32, (4,), tiles), (8, 32, (16,), tiles)]
+    cases += [(128, 64, (1,), tiles), (32, 64, (4,), tiles), (8, 128, (8,), tiles)]
+    return _expand(cases)
+
+
 def run_gather_sweep(args: argparse.Namespace, kv: dict[str, torch.Tensor]) -> None:
     """Shapes of the bare-gather probe over each dtype's rows at B=32 and 128 (--dtypes): the
     ceiling a gather of these rows reaches, tile rows x warps x stages x programs per SM."""
@@ -879,6 +896,7 @@ def run_gather_sweep(args: argparse.Namespace, kv: dict[str, torch.Tensor]) -> N
 
 
 PLANS = {
+    "r11f": plan_r11f,
     "r11e": plan_r11e,
     "r11": plan_r11,
     "sm120": plan_sm120,
