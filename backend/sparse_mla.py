@@ -986,17 +986,20 @@ _TILES: dict[tuple[str, int], tuple[tuple[dict[str, int], dict[str, int]], ...]]
     # fp8 e4m3 rows, 16 heads: the latent gathered once, widened once by moving bits into an
     # fp16 tile that both dots read, indices prefetched (1.07-1.2x over the latent gathered
     # per dot, NOTES.md). 32 heads: the latent gathered once per dot, fp16 dots, V widened by
-    # inline PTX (1.2-1.4x at B >= 8); 99 KB GPUs take 32-head tiles without the last.
+    # inline PTX (1.2-1.4x at B >= 8); 99 KB GPUs take the 32-head tile with the bits
+    # (1.09-1.22x over the per-dot gathers at 64+ heads on the H200).
     ("fp8", 16): (
         (_tile(16, 32, 4, 3, 2, 1, e4m3_bits=1), {"mma": 92160, "sm90": 92160, "sm100": 92160}),
     ),
     ("fp8", 32): (
         (_tile(32, 32, 4, 2, 2, 0, 1, 1), {"mma": 106624, "sm90": 106624, "sm100": 106624}),
+        (_tile(32, 32, 4, 2, 2, e4m3_bits=1), {"mma": 92288, "sm90": 92288, "sm100": 92288}),
         (_tile(32, 32, 4, 2, 2, fp8_twice=1), {"mma": 73856, "sm90": 73856, "sm100": 73856}),
     ),
     ("fp8", 64): (
         (_tile(64, 64, 8, 2, 1), {"mma": 143616, "sm90": 184576, "sm100": 184608}),
         (_tile(64, 32, 8, 2, 1), {"mma": 108672, "sm90": 131072, "sm100": 129184}),
+        (_tile(32, 32, 4, 2, 2, e4m3_bits=1), {"mma": 92288, "sm90": 92288, "sm100": 92288}),
         (_tile(32, 32, 4, 2, 2, fp8_twice=1), {"mma": 73856, "sm90": 73856, "sm100": 73856}),
     ),
     # Widening fp8_ds_mla rows takes the registers that prefetched indices would need.
