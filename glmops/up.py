@@ -205,13 +205,13 @@ def run_up(
     unknown = [p for p in skip if p not in PHASES]
     if unknown:
         raise InputError(f"--skip {','.join(unknown)}: phases are {', '.join(PHASES)}")
-    from glmops.fleet.topology import fleet_from_inventory
+    from glmops.fleet.topology import fleet_from_inventory, serving_hosts
     from glmops.up_phases import PhaseRunners
 
     extra_vars = parse_extra_vars(list(opts.get("extra_vars") or ()))
     inventory = load_inventory(inventory_path, extra_vars)
-    router = fleet_from_inventory(inventory, []).router  # it serves no model: no phase runs there
-    hosts = [h for h in inventory.select(pattern) if router is None or h.name != router.host]
+    router = fleet_from_inventory(inventory, []).router
+    hosts = serving_hosts(inventory, pattern)  # the router host serves no model: no phase
     progress = Progress(progress_path(inventory_path))
     if not restart:
         progress = Progress.load(progress.path)

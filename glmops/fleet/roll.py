@@ -22,7 +22,7 @@ from glmops import batches, paths
 from glmops.batches import SerialEntry
 from glmops.errors import ExitCode, InputError
 from glmops.fleet.router import router_argv
-from glmops.fleet.topology import Fleet, fleet_from_inventory
+from glmops.fleet.topology import Fleet, fleet_from_inventory, serving_hosts
 from glmops.inventory import Inventory
 
 
@@ -88,14 +88,12 @@ class FleetDeploy:
 
     def __init__(self, inventory: Inventory, pattern: str, run: Runner, *, json_events: bool):
         self.inventory = inventory
-        router = fleet_from_inventory(inventory, []).router
-        serving = [h for h in inventory.select(pattern) if router is None or h.name != router.host]
+        serving = serving_hosts(inventory, pattern)
         if not serving:
             raise InputError(f"'{pattern}' names no serving host", source=str(inventory.path))
         self.fleet = fleet_from_inventory(inventory, serving)
         # The router lists every replica of the inventory, also those this run leaves alone.
-        everyone = [h for h in inventory.hosts.values() if router is None or h.name != router.host]
-        self.routed = fleet_from_inventory(inventory, everyone)
+        self.routed = fleet_from_inventory(inventory, serving_hosts(inventory))
         self.hosts = ",".join(m.host for r in self.fleet.replicas for m in r.members)
         self.run = run
         self.json_events = json_events

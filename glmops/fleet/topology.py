@@ -111,6 +111,12 @@ def fleet_from_inventory(inventory: Inventory, serving: Iterable[Host]) -> Fleet
     return Fleet(replicas, _router(inventory, where))
 
 
+def serving_hosts(inventory: Inventory, pattern: str = "all") -> list[Host]:
+    """The hosts `pattern` selects, less the router host: it runs vllm-router, no model."""
+    router = _router(inventory, str(inventory.path))
+    return [h for h in inventory.select(pattern) if router is None or h.name != router.host]
+
+
 def add_replica_vars(inventory: Inventory) -> None:
     """Give every host the variable `fleet_replica`: its replica (members, ranks, addresses),
     which a host's tasks cannot see otherwise. `-e fleet_replica=...` is left as given."""

@@ -303,3 +303,22 @@ def test_data_parallel_units_render_and_verify(tmp_path: Path) -> None:
         )
         problems = [line for line in checked.stderr.splitlines() if "vllm-" in line]
         assert checked.returncode == 0 and not problems, checked.stderr
+
+
+def test_the_router_host_serves_nothing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The router host is no replica: deploy, up, verify and status leave it out (status here
+    for real, on this machine)."""
+    from glmops.fleet.topology import serving_hosts
+    from glmops.status import collect
+
+    path = tmp_path / "hosts.yml"
+    path.write_text(
+        f"all:\n  vars: {{router_host: rt, state_dir: '{tmp_path}/state'}}\n  hosts:\n"
+        "    here: {connection: local}\n    rt: {connection: local}\n"
+    )
+    inventory = load_inventory(path)
+    assert [h.name for h in serving_hosts(inventory)] == ["here"]
+    assert serving_hosts(inventory, "rt") == []
+    monkeypatch.setenv("GLMOPS_RUN_DIR", str(tmp_path / "runs"))
+    _, rows = collect(path, "all")
+    assert [row["host"] for row in rows] == ["here"]
