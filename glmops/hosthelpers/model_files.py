@@ -112,6 +112,7 @@ class Merges:
     def __init__(self, root, known, full, write, hashing=True):
         self.root, self.known, self.full, self.write = root, known, full, write
         self.hashing = hashing  # False: a merged file whose size or mtime moved is not trusted
+        self.untrusted = []  # merged files not hashed (hashing False) that changed since
         self.verdicts = {}  # merged file -> hashed bytes, or None when it no longer matches
         self.dropped = []
 
@@ -157,6 +158,7 @@ class Merges:
         ]:
             return 0
         if not self.hashing:
+            self.untrusted.append(out)
             return None
         if st.st_size == recorded["size"] and sha256(out) == recorded["sha256"]:
             return st.st_size
@@ -220,8 +222,10 @@ def stat_file(root, rel, size, known, merges):
     try:
         st = os.stat(os.path.join(root, rel))
     except OSError:
-        held = rel.endswith(".gguf") and merges.covers(rel)
-        return None if held else "missing"
+        if rel.endswith(".gguf") and merges.covers(rel):
+            return None
+        changed = ", ".join(os.path.basename(m) for m in merges.untrusted)
+        return f"missing (merged into {changed}, changed since)" if changed else "missing"
     if st.st_size != size:
         return f"size {st.st_size} bytes, the manifest says {size}"
     if known.get(rel) != [st.st_size, st.st_mtime_ns]:

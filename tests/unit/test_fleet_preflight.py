@@ -165,3 +165,36 @@ def test_a_host_verified_against_another_manifest_and_no_manifest_at_all(
     stopped = fleet_event(capsys.readouterr().out)["stopped"]
     assert code == ExitCode.HOST_FAILED and later == []
     assert f"no model manifest on the controller at {cache.manifest_path}" in stopped
+
+
+def test_shards_held_by_their_verified_merge_pass_unhashed(tmp_path: Path) -> None:
+    """Shards gguf_split removed after a verified merge count as present while the merged file
+    is as its merge recorded it (size and mtime); once it changed, only a hash could tell, so
+    the unhashed check refuses it. The host's state and merge come from their own writers."""
+    pytest.importorskip("gguf", reason="gguf is in the test extras (pip install -e .[test])")
+    from glmops.hosthelpers import gguf_split
+    from tests.support.gguf_models import split_set
+
+    root = tmp_path / "m"
+    first = split_set(root / "weights", split_max_tensors=7)
+    shards = sorted(first.parent.glob("model-*-of-*.gguf"))
+    entries = tuple(
+        FileEntry(f"weights/{p.name}", p.stat().st_size, sha256_file(p), "lfs") for p in shards
+    )
+    manifest = Manifest(({"part": "weights", "repo": "a/b", "commit": "c" * 40},), entries)
+    doc = json.loads(manifest.to_json())
+    verify = {"mode": "verify", "model_dir": str(root), "manifest": doc, "digest": manifest.digest}
+    assert run_helper_here("model_files", verify)["complete"]
+    out = str(root / "weights" / "model.gguf")
+    assert gguf_split.merge({"path": str(first), "output": out})["changed"]
+    removed = run_helper_here("gguf_split", {"mode": "remove_shards", "path": str(first),
+                                             "output": out})  # fmt: skip
+    assert removed["changed"] and not any(p.exists() for p in shards)
+    files = [[f.path, f.size] for f in manifest.files]
+    stat = {"mode": "stat", "model_dir": str(root), "files": files, "digest": manifest.digest}
+    assert run_helper_here("model_files", stat)["problems"] == []
+    os.utime(out, ns=(os.stat(out).st_atime_ns, os.stat(out).st_mtime_ns + 10**9))
+    problems = run_helper_here("model_files", stat)["problems"]
+    why = "missing (merged into model.gguf, changed since)"
+    assert sorted(problems) == [[f.path, why] for f in manifest.files]
+    assert os.path.exists(out), "the unhashed check deletes nothing"
