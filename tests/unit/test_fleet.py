@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 import shutil
 import subprocess
@@ -305,10 +306,14 @@ def test_data_parallel_units_render_and_verify(tmp_path: Path) -> None:
         assert checked.returncode == 0 and not problems, checked.stderr
 
 
-def test_the_router_host_serves_nothing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """The router host is no replica: deploy, up, verify and status leave it out (status here
-    for real, on this machine)."""
+def test_the_router_host_serves_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The router host is no replica: deploy, up, model, verify and status leave it out
+    (status and the model phase here for real, on this machine)."""
     from glmops.fleet.topology import serving_hosts
+    from glmops.model.command import model_command
+    from glmops.model.phase import ModelOptions
     from glmops.status import collect
 
     path = tmp_path / "hosts.yml"
@@ -322,3 +327,7 @@ def test_the_router_host_serves_nothing(tmp_path: Path, monkeypatch: pytest.Monk
     monkeypatch.setenv("GLMOPS_RUN_DIR", str(tmp_path / "runs"))
     _, rows = collect(path, "all")
     assert [row["host"] for row in rows] == ["here"]
+    capsys.readouterr()
+    model_command(path, "all", ModelOptions(check=True), json_events=True)
+    recap = [json.loads(line) for line in capsys.readouterr().out.splitlines()][-1]
+    assert list(recap["hosts"]) == ["here"], "the model phase leaves the router host out"
