@@ -19,7 +19,13 @@ from glmops.errors import ExitCode
 from glmops.fleet.roll import FleetDeploy, RunOutcome
 from glmops.inventory import load_inventory
 from glmops.model.fetch import ModelCache
-from glmops.model.manifest import FileEntry, Manifest, sha256_file, write_atomic
+from glmops.model.manifest import (
+    FileEntry,
+    Manifest,
+    load_manifest,
+    sha256_file,
+    write_atomic,
+)
 from glmops.model.source import parse_source
 
 SOURCE = {"repo": "org/tiny-GGUF", "include": ["*.gguf"], "config": {"repo": "org/tiny"}}
@@ -152,9 +158,9 @@ def test_a_host_verified_against_another_manifest_and_no_manifest_at_all(
     fleet: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     cache = ModelCache(fleet / "cache", parse_source(SOURCE, "test"))
-    doc = json.loads(cache.manifest_path.read_text())
-    doc["sources"][0]["commit"] = "d" * 40  # the source moved on: hosts hold the old revision
-    write_atomic(cache.manifest_path, json.dumps(doc))
+    kept = load_manifest(cache.manifest_path)
+    moved = ({**kept.sources[0], "commit": "d" * 40}, *kept.sources[1:])  # hosts hold the old
+    write_atomic(cache.manifest_path, Manifest(moved, kept.files).to_json())
     code, later = rolling(fleet)
     stopped = fleet_event(capsys.readouterr().out)["stopped"]
     assert code == ExitCode.HOST_FAILED and later == []
