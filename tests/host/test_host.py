@@ -48,7 +48,9 @@ def test_gpu_count(facts: HostFacts, hostvars: dict[str, Any], exec_start: list[
     if wanted is None and "--tensor-parallel-size" in exec_start:
         flags = dict(zip(exec_start, exec_start[1:], strict=False))
         ranks = int(flags["--tensor-parallel-size"]) * int(flags.get("--pipeline-parallel-size", 1))
-        wanted = ranks // int(flags.get("--nnodes", 1))  # a gang spreads them over its hosts
+        # a gang spreads TP×PP over its hosts; data parallel runs local copies of it on each
+        local = int(flags.get("--data-parallel-size-local", 1))
+        wanted = ranks * local // int(flags.get("--nnodes", 1))
     if wanted is not None:
         assert len(facts.gpus) == int(wanted), f"{len(facts.gpus)} GPUs, expected {wanted}"
 

@@ -331,3 +331,20 @@ def test_the_router_host_serves_nothing(
     model_command(path, "all", ModelOptions(check=True), json_events=True)
     recap = [json.loads(line) for line in capsys.readouterr().out.splitlines()][-1]
     assert list(recap["hosts"]) == ["here"], "the model phase leaves the router host out"
+
+
+def test_the_gpu_count_host_check_reads_a_members_share() -> None:
+    """tests/host's GPU count on an 8-GPU member: TP 16 over 2 hosts, or 2 data parallel
+    ranks of TP 4 on this host, both use 8 GPUs here."""
+    from tests.host import test_host as checks
+
+    facts = parse_facts(
+        {"gpus": [{"name": "H200", "compute_cap": "9.0"} for _ in range(8)], "driver": {}}
+    )
+    gpu = {"vllm_device": "cuda"}
+    spans = ["vllm", "serve", "m", "--tensor-parallel-size", "16", "--nnodes", "2"]
+    checks.test_gpu_count(facts, gpu, spans)
+    copies = ["vllm", "serve", "--tensor-parallel-size", "4", "--data-parallel-size-local", "2"]
+    checks.test_gpu_count(facts, gpu, copies)
+    with pytest.raises(AssertionError, match="8 GPUs, expected 4"):
+        checks.test_gpu_count(facts, gpu, copies[:4])
