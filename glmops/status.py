@@ -22,6 +22,8 @@ from glmops.executor import observe
 from glmops.facts import HostFacts, parse_facts
 from glmops.fleet.gang import MemberState, verdict
 from glmops.fleet.multinode import DEFAULT_MASTER_PORT, member_plan
+from glmops.fleet.topology import serving_hosts
+from glmops.inventory import load_inventory
 from glmops.output import console, event_line
 from glmops.playbook import Play, Task
 from glmops.serving import ServeError, needs_single_file, serve_flags, vllm_profile
@@ -261,8 +263,15 @@ def collect(inventory_path: Path, pattern: str) -> tuple[ExitCode, list[dict[str
         line=0,
         register="deploy_status",
     )
+    # the router host serves no model: it has no row
+    serving = [h.name for h in serving_hosts(load_inventory(inventory_path), pattern)]
     play = Play(
-        name="status", hosts=pattern, source=str(inventory_path), line=0, tasks=[task], become=True
+        name="status",
+        hosts=",".join(serving) or pattern,
+        source=str(inventory_path),
+        line=0,
+        tasks=[task],
+        become=True,
     )  # the journal and /etc/glmops need root
     code, executor = observe(inventory_path, [play], check=True)
     rows = []

@@ -6,7 +6,8 @@ ones; the others go on. What each host finished is kept on the controller
 (`.glmops/up/<inventory>.json`, beside the run directories) with a fingerprint of the host's
 variables and the phase's playbook, so a re-run continues where the last one stopped; a phase
 that changes something makes the later ones run again, and a converged host re-runs only
-the read-only verify phase.
+the read-only verify phase. In a fleet (`router_host`), the router host runs no phase; after the
+deploy phase the router lists every replica that did not fail (glmops.fleet.roll).
 """
 
 from __future__ import annotations
@@ -204,15 +205,21 @@ def run_up(
     unknown = [p for p in skip if p not in PHASES]
     if unknown:
         raise InputError(f"--skip {','.join(unknown)}: phases are {', '.join(PHASES)}")
+    from glmops.fleet.topology import fleet_from_inventory, serving_hosts
+    from glmops.up_phases import PhaseRunners
+
     extra_vars = parse_extra_vars(list(opts.get("extra_vars") or ()))
-    hosts = load_inventory(inventory_path, extra_vars).select(pattern)
+    inventory = load_inventory(inventory_path, extra_vars)
+    router = fleet_from_inventory(inventory, []).router
+    hosts = serving_hosts(inventory, pattern)  # the router host serves no model: no phase
     progress = Progress(progress_path(inventory_path))
     if not restart:
         progress = Progress.load(progress.path)
     phases = tuple(p for p in PHASES if p not in skip)
-    from glmops.up_phases import PhaseRunners
-
-    runners = PhaseRunners(inventory_path, opts, progress)
+    runners = PhaseRunners(inventory_path, opts, progress, hosts)
     summary = converge(hosts, phases, runners, progress, record=not opts.get("check"))
     print_summary(summary, hosts, as_json=bool(opts.get("json_events")))
-    return exit_code(summary, check=bool(opts.get("check")))
+    code = exit_code(summary, check=bool(opts.get("check")))
+    if router is not None and "deploy" in phases and hosts:
+        code = max(code, runners.route(inventory, pattern, summary))
+    return ExitCode(code)

@@ -3,7 +3,9 @@ model phase (glmops.model), or the host checks (glmops.verify); each answers an 
 
 from __future__ import annotations
 
+import functools
 import os
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -17,10 +19,22 @@ from glmops.up import MODEL_PATHS, PLAYBOOKS, PROJECT, Outcome, Progress
 class PhaseRunners:
     """How each phase runs on a list of hosts: a playbook, the model phase, the host checks."""
 
-    def __init__(self, inventory: Path, opts: dict[str, Any], progress: Progress):
+    def __init__(
+        self,
+        inventory: Path,
+        opts: dict[str, Any],
+        progress: Progress,
+        hosts: list[Host] | None = None,
+    ):
         self.inventory = inventory
         self.opts = opts
         self.progress = progress
+        self.hosts = {h.name: h for h in hosts or ()}  # the run's hosts (gang peers among them)
+        from glmops.cli import fleet_run
+
+        self.fleet_run: Callable[..., Any] = functools.partial(
+            fleet_run, opts={**opts, "inventory": inventory}
+        )
 
     def __call__(self, phase: str, hosts: list[Host]) -> dict[str, Outcome]:
         names = ", ".join(h.name for h in hosts)
@@ -35,9 +49,10 @@ class PhaseRunners:
 
     def deploy(self, hosts: list[Host]) -> dict[str, Outcome]:
         """deploy.yml, told where the model phase put the files on hosts whose inventory does
-        not say (one run per distinct set of paths)."""
+        not say (one run per distinct set of paths). A gang deploys as one: a member that needs
+        the phase brings its peers of this run along."""
         groups: dict[tuple[str, ...], list[Host]] = {}
-        for host in hosts:
+        for host in self.with_gang_peers(hosts):
             found = self.progress.values.get(host.name, {})
             extra = tuple(
                 f"{name}={found[name]}"
@@ -50,6 +65,31 @@ class PhaseRunners:
             path = PROJECT / "playbooks" / PLAYBOOKS["deploy"]
             outcomes.update(self.playbook(path, members, extra))
         return outcomes
+
+    def with_gang_peers(self, hosts: list[Host]) -> list[Host]:
+        """`hosts` and, for each gang member among them, its peers in this run (rank order)."""
+        chosen = {h.name: h for h in hosts}
+        for host in hosts:
+            for member in (host.vars.get("fleet_replica") or {}).get("members", []):
+                peer = self.hosts.get(member["host"])
+                if peer is not None:
+                    chosen.setdefault(peer.name, peer)
+        return list(chosen.values())
+
+    def route(self, inventory: Any, pattern: str, summary: dict[str, dict[str, Outcome]]) -> int:
+        """The router play after the phases: a replica whose host failed a phase stays out."""
+        from glmops.fleet.roll import FleetDeploy
+
+        failed = {
+            host: f"{phase} {outcome.status}: {outcome.msg}"
+            for phase, row in summary.items()
+            for host, outcome in row.items()
+            if outcome.stops
+        }
+        deploy = FleetDeploy(
+            inventory, pattern, self.fleet_run, json_events=bool(self.opts.get("json_events"))
+        )
+        return int(deploy.route(failed))
 
     def playbook(
         self, path: Path, hosts: list[Host], extra: tuple[str, ...] = ()

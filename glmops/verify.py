@@ -190,7 +190,10 @@ def run_verify(
 
     if not HOST_TESTS.is_dir():
         raise InputError(f"host checks not found at {HOST_TESTS} (run from a glmops checkout)")
-    names = [h.name for h in load_inventory(inventory).select(pattern)]
+    from glmops.fleet.topology import serving_hosts
+
+    # the router host serves no model: nothing of these checks applies to it
+    names = [h.name for h in serving_hosts(load_inventory(inventory), pattern)]
     os.environ[INVENTORY_ENV] = str(inventory.resolve())
     args = [
         str(HOST_TESTS),

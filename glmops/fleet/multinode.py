@@ -2,9 +2,11 @@
 
 vLLM's own multi-node runtime (no Ray): every member runs `vllm serve` with the same model and
 parallel sizes plus `--nnodes N --node-rank R --master-addr HEAD --master-port P`; members other
-than the head add `--headless` (no API server). With data parallelism instead, each member runs
-its local ranks (`--data-parallel-size-local`) and the followers start at their first global rank
-(`--data-parallel-start-rank`).
+than the head add `--headless` (no API server). With data parallelism instead (`replica_mode:
+data_parallel`), each member runs its local ranks (`--data-parallel-size-local`), every one a
+whole copy of the model (TP×PP within the host), the followers `--headless` from their first
+global rank (`--data-parallel-start-rank`), all reaching the head at `--data-parallel-address`
+and `--data-parallel-rpc-port`: vLLM's internal load balancer, one API server on the head.
 
 The network: vLLM guesses its own address from the default route, which private GPU segments
 often lack, so `VLLM_HOST_IP` is set to the source address of the route to the peer, and gloo
@@ -24,7 +26,6 @@ from glmops.fleet.topology import Member, Replica, replica_from_data
 from glmops.serving.flags import systemd_quote
 
 DEFAULT_MASTER_PORT = 29501  # vLLM's own default for --master-port
-DEFAULT_DP_RPC_PORT = 13345
 RAY_PORT = 6379
 
 
@@ -72,25 +73,22 @@ def gang_args(
     return args if member.is_head else [*args, "--headless"]
 
 
-def data_parallel_args(
-    replica: Replica, member: Member, *, local_size: int, rpc_port: int = DEFAULT_DP_RPC_PORT
-) -> list[str]:
+def data_parallel_args(replica: Replica, member: Member) -> list[str]:
     """Data parallel across hosts, vLLM's internal load balancer (one API server: the head)."""
-    if local_size < 1:
-        raise ValueError(f"data parallel: local size must be at least 1, got {local_size}")
+    local = replica.dp_local
     args = [
         "--data-parallel-size",
-        str(local_size * len(replica.members)),
+        str(local * len(replica.members)),
         "--data-parallel-size-local",
-        str(local_size),
+        str(local),
         "--data-parallel-address",
         replica.head.address,
         "--data-parallel-rpc-port",
-        str(rpc_port),
+        str(replica.dp_rpc_port),
     ]
     if member.is_head:
         return args
-    return [*args, "--headless", "--data-parallel-start-rank", str(local_size * member.rank)]
+    return [*args, "--headless", "--data-parallel-start-rank", str(local * member.rank)]
 
 
 def gang_env(route: Route) -> dict[str, str]:
@@ -115,14 +113,21 @@ def member_plan(replica_data: dict[str, Any], host: str, master_port: int) -> di
     needs the route (the vllm_gang module adds it), so it is empty here."""
     replica = replica_from_data(replica_data)
     member = replica.member(host)
+    data_parallel = replica.mode == "data_parallel"
     return {
         "member": replica.is_gang,
         "replica": replica.name,
+        "mode": replica.mode,
         "rank": member.rank,
         "is_head": member.is_head,
         "nodes": len(replica.members),
+        # hosts one TP×PP group spans, and such groups (data parallel ranks) on each host
+        "span": 1 if data_parallel else len(replica.members),
+        "dp_local": replica.dp_local if data_parallel else 1,
         "head_address": replica.head.address,
-        "args": gang_args(replica, member, master_port=master_port),
+        "args": data_parallel_args(replica, member)
+        if data_parallel and replica.is_gang
+        else gang_args(replica, member, master_port=master_port),
         "env": {},
     }
 

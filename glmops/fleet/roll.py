@@ -22,7 +22,7 @@ from glmops import batches, paths
 from glmops.batches import SerialEntry
 from glmops.errors import ExitCode, InputError
 from glmops.fleet.router import router_argv
-from glmops.fleet.topology import Fleet, fleet_from_inventory
+from glmops.fleet.topology import Fleet, fleet_from_inventory, serving_hosts
 from glmops.inventory import Inventory
 
 
@@ -88,11 +88,12 @@ class FleetDeploy:
 
     def __init__(self, inventory: Inventory, pattern: str, run: Runner, *, json_events: bool):
         self.inventory = inventory
-        router = fleet_from_inventory(inventory, []).router
-        serving = [h for h in inventory.select(pattern) if router is None or h.name != router.host]
+        serving = serving_hosts(inventory, pattern)
         if not serving:
             raise InputError(f"'{pattern}' names no serving host", source=str(inventory.path))
         self.fleet = fleet_from_inventory(inventory, serving)
+        # The router lists every replica of the inventory, also those this run leaves alone.
+        self.routed = fleet_from_inventory(inventory, serving_hosts(inventory))
         self.hosts = ",".join(m.host for r in self.fleet.replicas for m in r.members)
         self.run = run
         self.json_events = json_events
@@ -128,16 +129,24 @@ class FleetDeploy:
         )
         return self._router_and_recap()
 
+    def route(self, failed: dict[str, str]) -> ExitCode:
+        """The router play alone, after the replicas were deployed some other way (`glmops
+        up`'s phases): `failed` (host -> why) stays out of rotation."""
+        code = ExitCode.HOST_FAILED if failed else ExitCode.OK
+        self.outcome = RunOutcome(code, dict(failed))
+        return self._router_and_recap()
+
     def _router_and_recap(self) -> ExitCode:
         out = {
-            self.fleet.replica_of(host).name: f"{host}: {why}"
+            self.routed.replica_of(host).name: f"{host}: {why}"
             for host, why in self.outcome.failed.items()
         }
         code = self.outcome.code
         if self.fleet.router is not None:
-            # A replica this run failed stays out of rotation; the rest (rolled or not) serve.
-            workers = [r.url for r in self.fleet.replicas if r.name not in out]
-            extra = router_vars(self.inventory, self.fleet, workers)
+            # A replica this run failed stays out of rotation; the rest (rolled, not in this
+            # run, or unchanged) serve.
+            workers = [r.url for r in self.routed.replicas if r.name not in out]
+            extra = router_vars(self.inventory, self.routed, workers)
             routed = self.run(paths.playbooks() / "router.yml", self.fleet.router.host, extra, {})
             code = max(code, routed.code)
         self._recap(out)

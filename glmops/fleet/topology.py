@@ -5,6 +5,9 @@ Growing from one host to a fleet is an inventory edit only:
 - every serving host is a replica of its own, unless hosts share a `replica: NAME` variable:
   those hosts are one gang (one vLLM replica on vLLM's multi-node runtime), ranked by
   `node_rank` (default: inventory order); rank 0 is the head, the others run headless;
+  `replica_mode` says how the gang splits the model: `tensor_parallel` (default: TP×PP spans
+  the hosts, `--nnodes`) or `data_parallel` (each host runs `vllm_data_parallel_size_local`
+  whole copies as data parallel ranks of one engine; the head serves the API);
 - `router_host: NAME` (an inventory host; `connection: local` for the controller) runs
   vllm-router in front of every replica's head.
 
@@ -23,6 +26,8 @@ from glmops.inventory import Host, Inventory
 DEFAULT_VLLM_PORT = 8000
 DEFAULT_ROUTER_PORT = 30000
 BACKENDS = ("mp", "ray")
+MODES = ("tensor_parallel", "data_parallel")
+DEFAULT_DP_RPC_PORT = 29550  # vLLM's own default for --data-parallel-rpc-port
 
 
 @dataclass(frozen=True)
@@ -46,6 +51,9 @@ class Replica:
     members: tuple[Member, ...]
     port: int
     backend: str  # "mp" (vLLM's own multi-node runtime) or "ray"
+    mode: str = "tensor_parallel"  # or "data_parallel"
+    dp_local: int = 1  # data parallel: ranks per host
+    dp_rpc_port: int = DEFAULT_DP_RPC_PORT
 
     @property
     def head(self) -> Member:
@@ -103,6 +111,12 @@ def fleet_from_inventory(inventory: Inventory, serving: Iterable[Host]) -> Fleet
     return Fleet(replicas, _router(inventory, where))
 
 
+def serving_hosts(inventory: Inventory, pattern: str = "all") -> list[Host]:
+    """The hosts `pattern` selects, less the router host: it runs vllm-router, no model."""
+    router = _router(inventory, str(inventory.path))
+    return [h for h in inventory.select(pattern) if router is None or h.name != router.host]
+
+
 def add_replica_vars(inventory: Inventory) -> None:
     """Give every host the variable `fleet_replica`: its replica (members, ranks, addresses),
     which a host's tasks cannot see otherwise. `-e fleet_replica=...` is left as given."""
@@ -128,18 +142,54 @@ def _replica(name: str, hosts: list[Host], where: str) -> Replica:
         (Member(h.name, h.connection.address, r) for h, r in zip(hosts, ranks, strict=True)),
         key=lambda m: m.rank,
     )
-    head_vars = hosts[ranks.index(0)].vars
-    for setting in ("vllm_port", "multinode_backend", "vllm_tensor_parallel_size"):
+    for setting in GANG_SETTINGS:
         _same_everywhere(name, hosts, setting, where)
-    backend = str(head_vars.get("multinode_backend", "mp"))
-    if backend not in BACKENDS:
+    head = hosts[ranks.index(0)]
+    backend = _choice(name, head, "multinode_backend", BACKENDS, where)
+    mode = _choice(name, head, "replica_mode", MODES, where)
+    port = _int(hosts[0], "vllm_port", DEFAULT_VLLM_PORT, where)
+    if mode == "tensor_parallel":
+        return Replica(name, tuple(members), port, backend)
+    _data_parallel_fits(name, hosts, backend, where)
+    dp_local = _int(head, "vllm_data_parallel_size_local", 1, where)
+    rpc_port = _int(head, "vllm_data_parallel_rpc_port", DEFAULT_DP_RPC_PORT, where)
+    return Replica(name, tuple(members), port, backend, mode, dp_local, rpc_port)
+
+
+#: What every member of one gang must agree on (they describe one engine).
+GANG_SETTINGS = (
+    "vllm_port",
+    "multinode_backend",
+    "vllm_tensor_parallel_size",
+    "vllm_pipeline_parallel_size",
+    "replica_mode",
+    "vllm_data_parallel_size_local",
+    "vllm_data_parallel_rpc_port",
+)
+
+
+def _choice(name: str, host: Host, key: str, choices: tuple[str, ...], where: str) -> str:
+    value = str(host.vars.get(key, choices[0]))
+    if value not in choices:
         raise InputError(
-            f"replica '{name}': multinode_backend must be one of {', '.join(BACKENDS)}, "
-            f"got {backend!r}",
+            f"replica '{name}': {key} must be one of {', '.join(choices)}, got {value!r}",
             source=where,
         )
-    port = _int(hosts[0], "vllm_port", DEFAULT_VLLM_PORT, where)
-    return Replica(name, tuple(members), port, backend)
+    return value
+
+
+def _data_parallel_fits(name: str, hosts: list[Host], backend: str, where: str) -> None:
+    """The combinations glmops renders for data parallel across hosts (vLLM's internal load
+    balancer: one API server on the head, headless followers), or a clear refusal."""
+    why = None
+    if len(hosts) < 2:
+        why = "needs a replica of two or more hosts (on one host: vllm_extra_args)"
+    elif backend != "mp":
+        why = "runs on vLLM's own multi-node runtime (multinode_backend: mp), not Ray"
+    elif _int(hosts[0], "vllm_data_parallel_size_local", 1, where) < 1:
+        why = "needs vllm_data_parallel_size_local of at least 1 (ranks on each host)"
+    if why:
+        raise InputError(f"replica '{name}': replica_mode data_parallel {why}", source=where)
 
 
 def _ranks(hosts: list[Host], where: str) -> list[int]:
@@ -193,6 +243,9 @@ def replica_data(replica: Replica) -> dict[str, Any]:
         "url": replica.url,
         "port": replica.port,
         "backend": replica.backend,
+        "mode": replica.mode,
+        "dp_local": replica.dp_local,
+        "dp_rpc_port": replica.dp_rpc_port,
         "members": [
             {"host": m.host, "address": m.address, "rank": m.rank} for m in replica.members
         ],
@@ -202,7 +255,15 @@ def replica_data(replica: Replica) -> dict[str, Any]:
 def replica_from_data(data: Mapping[str, Any]) -> Replica:
     """The `fleet_replica` variable back as a Replica."""
     members = tuple(Member(m["host"], m["address"], int(m["rank"])) for m in data["members"])
-    return Replica(str(data["name"]), members, int(data["port"]), str(data["backend"]))
+    return Replica(
+        str(data["name"]),
+        members,
+        int(data["port"]),
+        str(data["backend"]),
+        str(data.get("mode", "tensor_parallel")),
+        int(data.get("dp_local", 1)),
+        int(data.get("dp_rpc_port", DEFAULT_DP_RPC_PORT)),
+    )
 
 
 def as_data(fleet: Fleet) -> Mapping[str, Any]:

@@ -12,6 +12,12 @@ never served and the next transfer sends it whole. When all files pass, the mani
 state file (manifest digest, size and mtime of each file) are written atomically. `check`
 writes and deletes nothing.
 
+`{"mode": "stat", "model_dir", "files": [[path, size], ...], "digest"}`: the same verdict without
+hashing (a rolling redeploy's preflight): each file is there with the manifest's size and
+unchanged (size and mtime) since the state file recorded its verification against this
+manifest digest. Reports each file that is missing, of another size, or not verified since it
+last changed. Observes only.
+
 A GGUF shard that gguf_split removed after a verified merge counts as present ("merged") when
 the merged file's sidecar lists it with the size and mtime this state file verified, and the
 merged file still matches the sha256 the sidecar recorded (size and mtime as recorded, else
@@ -103,8 +109,10 @@ def check(root, entry, known, full, write):
 class Merges:
     """The merged files (gguf_split sidecars) that stand for removed shards, checked once each."""
 
-    def __init__(self, root, known, full, write):
+    def __init__(self, root, known, full, write, hashing=True):
         self.root, self.known, self.full, self.write = root, known, full, write
+        self.hashing = hashing  # False: a merged file whose size or mtime moved is not trusted
+        self.untrusted = []  # merged files not hashed (hashing False) that changed since
         self.verdicts = {}  # merged file -> hashed bytes, or None when it no longer matches
         self.dropped = []
 
@@ -149,6 +157,9 @@ class Merges:
             recorded["mtime_ns"],
         ]:
             return 0
+        if not self.hashing:
+            self.untrusted.append(out)
+            return None
         if st.st_size == recorded["size"] and sha256(out) == recorded["sha256"]:
             return st.st_size
         self.dropped.append(out)
@@ -206,10 +217,48 @@ def verify(args):
     }
 
 
+def stat_file(root, rel, size, known, merges):
+    """Why `rel` does not match its verified state (missing, size, unverified), or None."""
+    try:
+        st = os.stat(os.path.join(root, rel))
+    except OSError:
+        if rel.endswith(".gguf") and merges.covers(rel):
+            return None
+        changed = ", ".join(os.path.basename(m) for m in merges.untrusted)
+        return f"missing (merged into {changed}, changed since)" if changed else "missing"
+    if st.st_size != size:
+        return f"size {st.st_size} bytes, the manifest says {size}"
+    if known.get(rel) != [st.st_size, st.st_mtime_ns]:
+        return "not verified against this manifest since it last changed (run glmops model)"
+    return None
+
+
+def stat_files(args):
+    root = args["model_dir"]
+    state = read_json(os.path.join(root, STATE))
+    known = state.get("files", {}) if state.get("digest") == args["digest"] else {}
+    merges = Merges(root, known, full=False, write=False, hashing=False)
+    problems = []
+    for rel, size in args["files"]:
+        why = stat_file(root, rel, int(size), known, merges)
+        if why:
+            problems.append([rel, why])
+    msg = f"{len(args['files'])} files as verified" if not problems else f"{len(problems)} differ"
+    return {
+        "failed": False,
+        "changed": False,
+        "problems": problems,
+        "verified_digest": state.get("digest"),
+        "msg": msg,
+    }
+
+
 def run(args):
     mode = args.get("mode")
     if mode == "preflight":
         return preflight(args)
+    if mode == "stat":
+        return stat_files(args)
     if mode == "verify":
         return verify(args)
     return failure(f"unknown mode {mode!r}")

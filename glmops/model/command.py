@@ -6,6 +6,7 @@ from pathlib import Path
 
 from glmops.connection import ConnectionSettings
 from glmops.errors import ExitCode
+from glmops.fleet.topology import serving_hosts
 from glmops.inventory import load_inventory, parse_extra_vars
 from glmops.model.phase import ModelOptions, run_model_phase
 from glmops.output import Reporter
@@ -25,7 +26,7 @@ def model_command(
     from glmops.executor import default_run_root
 
     inventory = load_inventory(inventory_path, parse_extra_vars(list(extra_vars)))
-    hosts = inventory.select(pattern)
+    hosts = serving_hosts(inventory, pattern)  # a fleet's router host holds no model
     masker = Masker({options.sudo_password} if options.sudo_password else set())
     reporter = Reporter(masker, verbosity=verbose, json_events=json_events, check=options.check)
     runlog = RunLog(default_run_root(), masker)

@@ -1,7 +1,8 @@
 """vllm_gang: this host's part in a replica across hosts (observes; writes nothing).
 
 `vllm_gang` decides a member's multi-node flags (`--nnodes/--node-rank/--master-addr/
---master-port`, `--headless` on workers) and environment (`VLLM_HOST_IP`, `GLOO_SOCKET_IFNAME`,
+--master-port`, `--headless` on workers; with `replica_mode: data_parallel` the
+`--data-parallel-*` flags instead) and environment (`VLLM_HOST_IP`, `GLOO_SOCKET_IFNAME`,
 `NCCL_SOCKET_IFNAME` from the route to its peer, asked from the host). A host alone is a
 replica of one: no flags, no environment.
 The gang's restarts: vllm_gang_state and vllm_gang_restart.
@@ -53,7 +54,8 @@ class VllmGang(Module):
         role = "head" if data["is_head"] else "worker (headless)"
         return Plan(
             False,
-            f"gang {replica.name}: rank {data['rank']} of {data['nodes']}, {role}; reaches "
+            f"gang {replica.name} ({replica.mode}): rank {data['rank']} of {data['nodes']}, "
+            f"{role}; reaches "
             f"{peer.host} ({peer.address}) over {route.dev} from {route.src}",
             data=data,
         )

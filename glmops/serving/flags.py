@@ -279,8 +279,11 @@ def _tensor_parallel(
     warnings: list[str],
 ) -> int:
     """Tensor parallel size: the GPUs of the host (of the gang's hosts), or the inventory's,
-    dividing GLM-5's heads. A gang of N hosts spans N times one host's share."""
-    nodes = int((variables.get("vllm_gang") or {}).get("nodes") or 1)
+    dividing GLM-5's heads. A gang of N hosts spans N times one host's share; a data parallel
+    gang runs `dp_local` whole TP×PP groups on each host instead."""
+    gang = variables.get("vllm_gang") or {}
+    nodes = int(gang.get("span") or gang.get("nodes") or 1)
+    groups = int(gang.get("dp_local") or 1)
     pp = int(variables.get("vllm_pipeline_parallel_size") or 1)
     local = facts.gpu_count
     where = "the host" if nodes == 1 else f"each of the gang's {nodes} hosts"
@@ -291,7 +294,7 @@ def _tensor_parallel(
         raise ServeError(f"no GPU to serve on: {why}")
     tp = variables.get("vllm_tensor_parallel_size")
     if tp is None:
-        tp = max(1, local * nodes // pp)
+        tp = max(1, local * nodes // (pp * groups))
         if device == "cpu" and tp == 1:
             reasons["--tensor-parallel-size"] = (
                 f"omitted (TP 1): device cpu ({device_why}); vLLM's CPU build runs one worker"
@@ -301,7 +304,7 @@ def _tensor_parallel(
     else:
         tp = int(tp)
         reasons["--tensor-parallel-size"] = "inventory variable vllm_tensor_parallel_size"
-    _check_share(tp, pp, nodes, local, device, where, warnings)
+    _check_share(tp, pp, nodes, local, device, where, warnings, groups)
     if tp < 1 or GLM5_ATTENTION_HEADS % tp:
         raise ServeError(
             f"tensor parallel {tp} does not divide GLM-5's {GLM5_ATTENTION_HEADS} attention heads"
@@ -314,24 +317,33 @@ def _unit(device: str) -> str:
 
 
 def _check_share(
-    tp: int, pp: int, nodes: int, local: int, device: str, where: str, warnings: list[str]
+    tp: int,
+    pp: int,
+    nodes: int,
+    local: int,
+    device: str,
+    where: str,
+    warnings: list[str],
+    groups: int = 1,
 ) -> None:
-    """TP×PP is spread evenly over the gang's hosts; each host's share must fit its devices."""
+    """TP×PP is spread evenly over the gang's hosts (or `groups` data parallel ranks of TP×PP
+    run on each host); each host's share must fit its devices."""
     total = tp * pp
     if total % nodes:
         raise ServeError(
             f"tensor parallel {tp} × pipeline parallel {pp} = {total} ranks do not split evenly "
             f"over the gang's {nodes} hosts"
         )
-    share = total // nodes
+    share = total // nodes * groups
+    what = f"(× pipeline {pp})" + (f" × {groups} data parallel ranks" if groups > 1 else "")
     if device == "cpu" and share != 1:
         raise ServeError(
-            f"vllm_tensor_parallel_size {tp} (× pipeline {pp}) on {where}: {share} ranks per "
+            f"vllm_tensor_parallel_size {tp} {what} on {where}: {share} ranks per "
             "CPU host; only 1 is supported (one CPU worker per host: span hosts instead)"
         )
     if share > local:
         raise ServeError(
-            f"vllm_tensor_parallel_size {tp} (× pipeline {pp}) is {share} ranks per host "
+            f"vllm_tensor_parallel_size {tp} {what} is {share} ranks per host "
             f"> {local} GPUs on {where}"
         )
     if share != local:
@@ -348,8 +360,9 @@ def _pipeline_parallel(
     if pp > 1:
         reasons["--pipeline-parallel-size"] = "inventory variable vllm_pipeline_parallel_size"
     if gang.get("args"):
-        reasons["--nnodes"] = (
-            f"gang {gang.get('replica')}: rank {gang.get('rank')} of {gang.get('nodes')} hosts"
+        reasons[str(gang["args"][0])] = (
+            f"gang {gang.get('replica')} ({gang.get('mode', 'tensor_parallel')}): rank "
+            f"{gang.get('rank')} of {gang.get('nodes')} hosts"
             + ("" if gang.get("is_head") else "; --headless: the head serves the API")
         )
     return pp

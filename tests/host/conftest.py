@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 
 from glmops.facts import HostFacts, parse_facts
+from glmops.fleet.topology import Member, Replica, replica_from_data
 from glmops.serving.flags import setting
 from glmops.verify import inventory_host, register_backend, run_helper
 
@@ -50,3 +51,13 @@ def exec_start(host: Any, unit: str) -> list[str]:
         return []
     line = next((x for x in text.content_string.splitlines() if x.startswith("ExecStart=")), "")
     return shlex.split(line.removeprefix("ExecStart="))
+
+
+@pytest.fixture(scope="module")
+def gang(host: Any, hostvars: dict[str, Any]) -> tuple[Replica, Member] | None:
+    """This host's replica and its place in it, when the replica spans hosts (a gang)."""
+    data = hostvars.get("fleet_replica") or {}
+    if len(data.get("members") or ()) < 2:
+        return None
+    replica = replica_from_data(data)
+    return replica, replica.member(host.backend.get_hostname())

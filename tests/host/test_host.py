@@ -12,6 +12,9 @@ import pytest
 
 from glmops import gpus
 from glmops.facts import HostFacts
+from glmops.fleet.gang import observe_command, parse_observation, record_path, verdict
+from glmops.fleet.multinode import DEFAULT_MASTER_PORT
+from glmops.fleet.topology import Member, Replica, replica_data
 from glmops.serving import expected_backends, parse_backend, vllm_profile
 from glmops.serving.flags import serving_device, setting
 from glmops.serving.patches import manifest_files, patch_state
@@ -43,7 +46,11 @@ def test_gpu_count(facts: HostFacts, hostvars: dict[str, Any], exec_start: list[
     assert facts.gpus, f"no GPU reported: {facts.reason('gpus')}"
     wanted = hostvars.get("expected_gpu_count")
     if wanted is None and "--tensor-parallel-size" in exec_start:
-        wanted = int(exec_start[exec_start.index("--tensor-parallel-size") + 1])
+        flags = dict(zip(exec_start, exec_start[1:], strict=False))
+        ranks = int(flags["--tensor-parallel-size"]) * int(flags.get("--pipeline-parallel-size", 1))
+        # a gang spreads TP×PP over its hosts; data parallel runs local copies of it on each
+        local = int(flags.get("--data-parallel-size-local", 1))
+        wanted = ranks * local // int(flags.get("--nnodes", 1))
     if wanted is not None:
         assert len(facts.gpus) == int(wanted), f"{len(facts.gpus)} GPUs, expected {wanted}"
 
@@ -77,19 +84,102 @@ def test_unit_enabled_and_active(host: Any, unit: str) -> None:
     assert service.is_running, f"{unit} is not active"
 
 
-def test_port_listening(host: Any, hostvars: dict[str, Any]) -> None:
-    """From /proc/net/tcp{,6} (state 0A = LISTEN): needs neither ss nor netstat on the host."""
-    port = int(setting(hostvars, "vllm_port"))
+Gang = tuple[Replica, Member] | None
+
+
+def serves_http(gang: Gang, hostvars: dict[str, Any]) -> None:
+    """Skip an HTTP check on a gang worker: it runs --headless, its head serves the API."""
+    if gang is not None and not gang[1].is_head:
+        replica, member = gang
+        port = setting(hostvars, "vllm_port")
+        pytest.skip(
+            f"gang {replica.name} worker (rank {member.rank}, --headless) serves no HTTP; its "
+            f"head {replica.head.host} serves the API on {replica.head.address}:{port}"
+        )
+
+
+def _ip(hex_address: str) -> str:
+    """/proc/net/tcp{,6}'s address (32-bit words in host order) -> dotted IPv4 ('' if none)."""
+    if len(hex_address) == 32:  # tcp6: only IPv4-mapped addresses (::ffff:a.b.c.d) matter here
+        if hex_address[:24] != "0000000000000000FFFF0000":
+            return ""
+        hex_address = hex_address[24:]
+    return ".".join(str(int(hex_address[i : i + 2], 16)) for i in (6, 4, 2, 0))
+
+
+def tcp_sockets(host: Any) -> list[tuple[str, int, str, int, str]]:
+    """(local ip, local port, remote ip, remote port, state) of every TCP socket, from
+    /proc/net/tcp{,6} (state 0A = LISTEN, 01 = ESTABLISHED): needs neither ss nor netstat."""
     table = host.run("cat /proc/net/tcp /proc/net/tcp6 2>/dev/null").stdout
-    listening = {
-        int(cols[1].rsplit(":", 1)[1], 16)
-        for cols in (line.split() for line in table.splitlines()[1:])
-        if len(cols) > 3 and cols[3] == "0A" and ":" in cols[1]
-    }
+    rows = []
+    for cols in (line.split() for line in table.splitlines()):
+        if len(cols) > 3 and ":" in cols[1] and ":" in cols[2]:
+            (local, lport), (remote, rport) = cols[1].split(":"), cols[2].split(":")
+            rows.append((_ip(local), int(lport, 16), _ip(remote), int(rport, 16), cols[3]))
+    return rows
+
+
+def test_port_listening(host: Any, hostvars: dict[str, Any], gang: Gang) -> None:
+    serves_http(gang, hostvars)
+    port = int(setting(hostvars, "vllm_port"))
+    listening = {lport for _, lport, _, _, state in tcp_sockets(host) if state == "0A"}
     assert port in listening, f"nothing listens on TCP port {port} (listening: {sorted(listening)})"
 
 
-def test_health_200(host: Any, hostvars: dict[str, Any], unit: str) -> None:
+def test_gang_flags(gang: Gang, hostvars: dict[str, Any], exec_start: list[str]) -> None:
+    """The installed unit runs this member's part of the gang the inventory describes."""
+    if gang is None:
+        pytest.skip("a replica of one host: no multi-node flags")
+    replica, member = gang
+    flags = dict(zip(exec_start, exec_start[1:], strict=False))
+    if replica.mode == "data_parallel":
+        wanted = {
+            "--data-parallel-size": str(replica.dp_local * len(replica.members)),
+            "--data-parallel-size-local": str(replica.dp_local),
+            "--data-parallel-address": replica.head.address,
+            "--data-parallel-rpc-port": str(replica.dp_rpc_port),
+        }
+        if not member.is_head:
+            wanted["--data-parallel-start-rank"] = str(replica.dp_local * member.rank)
+    else:
+        wanted = {
+            "--nnodes": str(len(replica.members)),
+            "--node-rank": str(member.rank),
+            "--master-addr": replica.head.address,
+            "--master-port": str(hostvars.get("vllm_master_port") or DEFAULT_MASTER_PORT),
+        }
+    wrong = [f"{k} {flags.get(k)} (want {v})" for k, v in wanted.items() if flags.get(k) != v]
+    assert not wrong, f"gang {replica.name} rank {member.rank}: ExecStart has {', '.join(wrong)}"
+    headless = "--headless" in exec_start
+    assert headless != member.is_head, (
+        f"rank {member.rank} is the {'head' if member.is_head else 'worker'}, but ExecStart "
+        f"{'has' if headless else 'lacks'} --headless"
+    )
+
+
+def test_gang_member_joined(host: Any, gang: Gang, hostvars: dict[str, Any], unit: str) -> None:
+    """Runs the process its gang's last restart started (a member that restarted on its own is
+    not in the head's engine), and holds TCP connections with its peers: a worker with its
+    head, the head with every worker."""
+    if gang is None:
+        pytest.skip("a replica of one host: no gang to join")
+    replica, member = gang
+    state_dir = str(setting(hostvars, "deploy_state_dir"))
+    seen = host.run(observe_command(unit, record_path(state_dir, unit), [])).stdout
+    state = parse_observation(member.host, member.rank, seen, with_config=False)
+    judged = verdict(replica_data(replica), {member.host: state})
+    assert not judged.degraded, f"gang {replica.name}: {'; '.join(judged.degraded)}"
+    peers = [m for m in replica.members if m != member] if member.is_head else [replica.head]
+    established = {remote for _, _, remote, _, st in tcp_sockets(host) if st == "01"}
+    lost = [f"{m.host} ({m.address})" for m in peers if m.address not in established]
+    assert not lost, (
+        f"gang {replica.name} rank {member.rank}: no TCP connection with {', '.join(lost)} "
+        f"(connected to: {sorted(established)})"
+    )
+
+
+def test_health_200(host: Any, hostvars: dict[str, Any], unit: str, gang: Gang) -> None:
+    serves_http(gang, hostvars)
     port = int(setting(hostvars, "vllm_port"))
     reply = run_helper(host, "vllm_probe", {"unit": unit, "port": port, "models": False})
     health = reply.get("health", {})

@@ -3,9 +3,11 @@ multi-node runtime (MP backend, no Ray), with vLLM's CPU build and glmops' tiny 
 
 The hosts share `replica: tiny`; `glmops deploy` gives the worker (rank 1) `--headless`, both
 members `--nnodes 2` and the network environment from the route to the peer, starts the worker
-before the head and gates on the head. Then the worker is killed (SIGKILL): `glmops status`
-says the gang is degraded and names the worker; `glmops deploy` restarts the gang and it
-answers again; a further deploy changes nothing.
+before the head and gates on the head. `glmops verify` checks the worker as a worker (its gang
+flags, the gang restart's process, a connection to its head; no HTTP) and the head fully.
+Then the worker is killed (SIGKILL): `glmops verify` fails on it, `glmops status` says the
+gang is degraded and names the worker; `glmops deploy` restarts the gang and it answers again;
+a further deploy changes nothing.
 """
 
 from __future__ import annotations
@@ -93,6 +95,16 @@ def status_of(events: list[dict], task_name: str, host: str) -> str:
     return found[-1]["status"]
 
 
+def verify(env: dict[str, str]) -> tuple[int, dict[str, dict[str, str]]]:
+    """`glmops verify`'s host checks: exit code, and each check's outcome by `check[host]`."""
+    rc, events = glmops(env, "verify")
+    return rc, {e["check"]: e for e in events if "check" in e}
+
+
+def outcome(checks: dict[str, dict[str, str]], check: str, host: str) -> str:
+    return checks[f"{check}[glmops://{host}]"]["outcome"]
+
+
 def invocations(bed: Testbed) -> dict[str, str]:
     show = ["systemctl", "show", "-P", "InvocationID", "vllm-glm5"]
     return {h: bed.exec(h, show).stdout.strip() for h in (HEAD, WORKER)}
@@ -145,12 +157,30 @@ def test_gang_serves_tensor_parallel_2_across_two_hosts(env: dict[str, str], bed
     assert reply["usage"]["completion_tokens"] == 4, reply
 
 
+def test_verify_checks_a_worker_as_a_worker_and_the_head_fully(env: dict[str, str]) -> None:
+    rc, checks = verify(env)
+    assert rc == 0, {k: v for k, v in checks.items() if v["outcome"] != "passed"}
+    for http in ("test_port_listening", "test_health_200"):
+        assert outcome(checks, http, HEAD) == "passed"
+        skipped = checks[f"{http}[glmops://{WORKER}]"]
+        assert skipped["outcome"] == "skipped", skipped
+        assert f"--headless) serves no HTTP; its head {HEAD} serves the API" in skipped["why"]
+    for host in (HEAD, WORKER):
+        for check in ("test_gang_flags", "test_gang_member_joined", "test_unit_enabled_and_active"):
+            assert outcome(checks, check, host) == "passed", (check, host)
+        assert outcome(checks, "test_selected_backend_as_expected", host) == "passed", host
+
+
 def test_dead_worker_degrades_the_gang_and_deploy_heals_it(
     env: dict[str, str], bed: Testbed
 ) -> None:
     # Every vLLM process of the worker (the unit's main process and its engine's workers),
     # as when its host dies: a container's systemd cannot kill a whole control group.
     assert bed.exec(WORKER, ["pkill", "-KILL", "-u", "vllm"]).returncode == 0
+    rc, checks = verify(env)
+    assert rc == 2, checks
+    dead = checks[f"test_gang_member_joined[glmops://{WORKER}]"]
+    assert dead["outcome"] == "failed" and f"{WORKER} (rank 1): " in dead["why"], dead
     rc, events = glmops(env, "status")
     rows = {e["host"]: e for e in events if e.get("event") == "status"}
     for host in (HEAD, WORKER):
@@ -169,3 +199,38 @@ def test_dead_worker_degrades_the_gang_and_deploy_heals_it(
     rc, events = glmops(env, "deploy")
     assert rc == 0 and changed(events) == 0, [e for e in events if e.get("status") == "changed"]
     assert invocations(bed) == before, "a converged gang is not restarted"
+
+
+def test_data_parallel_2_across_the_two_hosts(env: dict[str, str], bed: Testbed) -> None:
+    """The same two hosts as one data parallel replica (`replica_mode: data_parallel`): a whole
+    copy of the model on each, the worker a headless engine from global rank 1, one API server
+    on the head, which answers."""
+    doc = yaml.safe_load(Path(env["GLMOPS_INVENTORY"]).read_text())
+    doc["all"]["vars"].pop("vllm_tensor_parallel_size")
+    for host in (HEAD, WORKER):
+        doc["all"]["children"]["testbed"]["hosts"][host]["replica_mode"] = "data_parallel"
+    inventory = Path(env["GLMOPS_INVENTORY"]).with_name("data-parallel.yml")
+    inventory.write_text(yaml.safe_dump(doc))
+    dp_env = {**env, "GLMOPS_INVENTORY": str(inventory)}
+    rc, events = glmops(dp_env, "deploy")
+    assert rc == 0, failed(events)
+    assert status_of(events, "gang worker started", WORKER) == "changed"
+    assert status_of(events, "gang head started", HEAD) == "changed"
+    head_unit, worker_unit = host_read(bed, HEAD, UNIT) or "", host_read(bed, WORKER, UNIT) or ""
+    dp = (
+        "--data-parallel-size 2 --data-parallel-size-local 1 --data-parallel-address "
+        f"{host_address(FIRST_INDEX)} --data-parallel-rpc-port 29550"
+    )
+    assert dp in head_unit and "--headless" not in head_unit
+    assert f"{dp} --headless --data-parallel-start-rank 1" in worker_unit
+    assert "--nnodes" not in head_unit + worker_unit
+    assert complete("Hello, data parallel")["usage"]["completion_tokens"] == 4
+    journal = ["journalctl", "-u", "vllm-glm5", "-o", "cat", "--no-pager"]
+    worker_log = bed.exec(WORKER, journal).stdout
+    launched = "Launching 1 data parallel engine(s) in headless mode, with head node address"
+    assert f"{launched} tcp://{host_address(FIRST_INDEX)}:29550" in worker_log, worker_log[-3000:]
+    rc, checks = verify(dp_env)
+    assert rc == 0, {k: v for k, v in checks.items() if v["outcome"] != "passed"}
+    for host in (HEAD, WORKER):
+        assert outcome(checks, "test_gang_flags", host) == "passed", host
+        assert outcome(checks, "test_gang_member_joined", host) == "passed", host

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+import re
 import shutil
 import subprocess
 import textwrap
@@ -12,19 +14,22 @@ import pytest
 
 from glmops import paths
 from glmops.errors import InputError
+from glmops.facts import parse_facts
 from glmops.fleet.multinode import (
     Route,
     data_parallel_args,
     gang_args,
     gang_env,
+    member_plan,
     parse_route,
     ray_start_argv,
     ray_unit_vars,
     route_peer,
 )
 from glmops.fleet.router import router_argv, worker_changes
-from glmops.fleet.topology import fleet_from_inventory
+from glmops.fleet.topology import fleet_from_inventory, replica_data
 from glmops.inventory import load_inventory
+from glmops.serving import ServeError, serve_flags
 from glmops.templating import make_environment
 
 FLEET = """
@@ -102,15 +107,63 @@ def test_gang_members_get_vllm_multinode_flags(tmp_path: Path) -> None:
     assert route_peer(big, head) is worker and route_peer(big, worker) is head
 
 
-def test_data_parallel_followers_start_at_their_first_rank(tmp_path: Path) -> None:
-    big = fleet_of(tmp_path, FLEET).replicas[2]
+DATA_PARALLEL = FLEET.replace(
+    "g2: {address: 10.0.1.2, replica: big, node_rank: 1}",
+    "g2: {address: 10.0.1.2, replica: big, node_rank: 1, replica_mode: data_parallel,"
+    " vllm_data_parallel_size_local: 2}",
+).replace(
+    "g1: {address: 10.0.1.1, replica: big}",
+    "g1: {address: 10.0.1.1, replica: big, replica_mode: data_parallel,"
+    " vllm_data_parallel_size_local: 2}",
+)
+
+
+def test_data_parallel_replica_head_and_headless_followers(tmp_path: Path) -> None:
+    big = fleet_of(tmp_path, DATA_PARALLEL).replicas[2]
     head, worker = big.members
-    assert data_parallel_args(big, head, local_size=2)[:2] == ["--data-parallel-size", "4"]
-    assert data_parallel_args(big, worker, local_size=2)[-3:] == [
+    assert (big.mode, big.dp_local, big.dp_rpc_port) == ("data_parallel", 2, 29550)
+    dp = [
+        "--data-parallel-size", "4", "--data-parallel-size-local", "2",
+        "--data-parallel-address", "10.0.1.1", "--data-parallel-rpc-port", "29550",
+    ]  # fmt: skip
+    assert data_parallel_args(big, head) == dp
+    assert data_parallel_args(big, worker) == [*dp, "--headless", "--data-parallel-start-rank", "2"]
+    assert member_plan(replica_data(big), "g2", 29501)["args"][-3:] == [
         "--headless", "--data-parallel-start-rank", "2",
     ]  # fmt: skip
-    with pytest.raises(ValueError, match="at least 1"):
-        data_parallel_args(big, worker, local_size=0)
+    assert "--nnodes" not in member_plan(replica_data(big), "g1", 29501)["args"]
+
+
+@pytest.mark.parametrize(
+    ("edit", "refusal"),
+    [
+        (
+            lambda t: t.replace("r1: {address: 10.0.0.1}", "r1: {address: 10.0.0.1, "
+                                "replica_mode: data_parallel}"),
+            "replica 'r1': replica_mode data_parallel needs a replica of two or more hosts",
+        ),
+        (
+            lambda t: t.replace("vllm_port: 8000}", "vllm_port: 8000, multinode_backend: ray}"),
+            "runs on vLLM's own multi-node runtime (multinode_backend: mp), not Ray",
+        ),
+        (
+            lambda t: t.replace("size_local: 2", "size_local: 0"),
+            "needs vllm_data_parallel_size_local of at least 1",
+        ),
+        (
+            lambda t: t.replace("node_rank: 1, replica_mode: data_parallel,", "node_rank: 1,"),
+            "the hosts of one gang need the same replica_mode",
+        ),
+        (
+            lambda t: t.replace("data_parallel", "expert_parallel"),
+            "replica_mode must be one of tensor_parallel, data_parallel, got 'expert_parallel'",
+        ),
+    ],
+)  # fmt: skip
+def test_data_parallel_combinations_glmops_refuses(tmp_path: Path, edit, refusal: str) -> None:
+    with pytest.raises(InputError, match="hosts.yml") as refused:
+        fleet_of(tmp_path, edit(DATA_PARALLEL))
+    assert refusal in str(refused.value)
 
 
 def test_route_picks_interface_and_source_address() -> None:
@@ -195,3 +248,103 @@ def test_ray_units_render_and_verify(tmp_path: Path) -> None:
 
 def _line(text: str, prefix: str) -> str:
     return next(line for line in text.splitlines() if line.startswith(prefix))
+
+
+def test_data_parallel_units_render_and_verify(tmp_path: Path) -> None:
+    """Each member's vllm serve unit for a data parallel gang of two 8-GPU hosts (2 ranks of
+    TP 4 on each), rendered as the deploy renders it; systemd-analyze accepts both."""
+    big = fleet_of(tmp_path, DATA_PARALLEL).replicas[2]
+    facts = parse_facts(
+        {"gpus": [{"name": "H200", "compute_cap": "9.0"} for _ in range(8)], "driver": {}}
+    )
+    venv = tmp_path / "venv"
+    (venv / "bin").mkdir(parents=True)
+    (venv / "bin" / "vllm").write_text("#!/bin/sh\n")  # systemd-analyze checks the path exists
+    (venv / "bin" / "vllm").chmod(0o755)
+    env = make_environment(jinja2.FileSystemLoader(str(paths.templates())))
+    units, configs = {}, {}
+    for member in big.members:
+        gang = member_plan(replica_data(big), member.host, 29501)
+        gang["env"] = gang_env(Route("eth1", member.address))
+        variables = {
+            "vllm_venv": str(venv),
+            "glm5_hf_config_dir": str(tmp_path),
+            "vllm_model": str(tmp_path / "model.gguf"),
+            "vllm_dtype": "bfloat16",
+            "vllm_home": str(tmp_path),
+            "vllm_env_dir": str(tmp_path),
+            "vllm_gang": gang,
+        }
+        configs[member.host] = serve_flags(facts, variables)
+        text = env.get_template("systemd/vllm-glm5.service.j2").render(
+            serve=configs[member.host].as_data()
+        )
+        units[member.host] = text
+    assert configs["g1"].tensor_parallel == 4, "8 GPUs per host hold 2 data parallel ranks"
+    head, worker = (_line(units[h], "ExecStart=") for h in ("g1", "g2"))
+    dp = (
+        "--tensor-parallel-size 4 --dtype bfloat16 .* --data-parallel-size 4 "
+        "--data-parallel-size-local 2 --data-parallel-address 10.0.1.1 "
+        "--data-parallel-rpc-port 29550"
+    )
+    assert re.search(dp + "$", head) and "--headless" not in head, head
+    assert re.search(dp + " --headless --data-parallel-start-rank 2$", worker), worker
+    assert "--nnodes" not in head + worker, "data parallel ranks are whole copies per host"
+    assert "#   --data-parallel-size: gang big (data_parallel): rank 1 of 2 hosts" in units["g2"]
+    with pytest.raises(ServeError, match="is 16 ranks per host > 8 GPUs"):
+        serve_flags(facts, {**variables, "vllm_tensor_parallel_size": 8, "vllm_gang": {
+            **gang, "dp_local": 2, "span": 1}})  # fmt: skip
+    if shutil.which("systemd-analyze") is None:
+        pytest.skip("systemd-analyze not installed: rendered text checked only")
+    for host, text in units.items():
+        unit = tmp_path / f"vllm-{host}.service"
+        unit.write_text(text)
+        checked = subprocess.run(
+            ["systemd-analyze", "verify", str(unit)], capture_output=True, text=True
+        )
+        problems = [line for line in checked.stderr.splitlines() if "vllm-" in line]
+        assert checked.returncode == 0 and not problems, checked.stderr
+
+
+def test_the_router_host_serves_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The router host is no replica: deploy, up, model, verify and status leave it out
+    (status and the model phase here for real, on this machine)."""
+    from glmops.fleet.topology import serving_hosts
+    from glmops.model.command import model_command
+    from glmops.model.phase import ModelOptions
+    from glmops.status import collect
+
+    path = tmp_path / "hosts.yml"
+    path.write_text(
+        f"all:\n  vars: {{router_host: rt, state_dir: '{tmp_path}/state'}}\n  hosts:\n"
+        "    here: {connection: local}\n    rt: {connection: local}\n"
+    )
+    inventory = load_inventory(path)
+    assert [h.name for h in serving_hosts(inventory)] == ["here"]
+    assert serving_hosts(inventory, "rt") == []
+    monkeypatch.setenv("GLMOPS_RUN_DIR", str(tmp_path / "runs"))
+    _, rows = collect(path, "all")
+    assert [row["host"] for row in rows] == ["here"]
+    capsys.readouterr()
+    model_command(path, "all", ModelOptions(check=True), json_events=True)
+    recap = [json.loads(line) for line in capsys.readouterr().out.splitlines()][-1]
+    assert list(recap["hosts"]) == ["here"], "the model phase leaves the router host out"
+
+
+def test_the_gpu_count_host_check_reads_a_members_share() -> None:
+    """tests/host's GPU count on an 8-GPU member: TP 16 over 2 hosts, or 2 data parallel
+    ranks of TP 4 on this host, both use 8 GPUs here."""
+    from tests.host import test_host as checks
+
+    facts = parse_facts(
+        {"gpus": [{"name": "H200", "compute_cap": "9.0"} for _ in range(8)], "driver": {}}
+    )
+    gpu = {"vllm_device": "cuda"}
+    spans = ["vllm", "serve", "m", "--tensor-parallel-size", "16", "--nnodes", "2"]
+    checks.test_gpu_count(facts, gpu, spans)
+    copies = ["vllm", "serve", "--tensor-parallel-size", "4", "--data-parallel-size-local", "2"]
+    checks.test_gpu_count(facts, gpu, copies)
+    with pytest.raises(AssertionError, match="8 GPUs, expected 4"):
+        checks.test_gpu_count(facts, gpu, copies[:4])

@@ -176,3 +176,22 @@ def test_the_engine_runs_the_deploy_in_batches_and_stops_past_max_fail(tmp_path:
     assert outcome.failed == {"b": "step: broken"}
     assert outcome.batches == [["a"], ["b"], ["c"]]
     assert "more than max_fail_percentage 0" in (outcome.stopped or "")
+
+
+def test_a_deploy_of_some_replicas_keeps_the_others_in_the_router(tmp_path: Path) -> None:
+    (tmp_path / "hosts.yml").write_text(textwrap.dedent(FLEET))
+    calls: list[tuple[str, str, dict]] = []
+
+    def run(playbook: Path, limit: str, extra: dict, settings: dict) -> RunOutcome:
+        calls.append((playbook.name, limit, extra))
+        return RunOutcome(ExitCode.OK)
+
+    fleet = FleetDeploy(load_inventory(tmp_path / "hosts.yml"), "r2", run, json_events=True)
+    assert fleet.at_once() == ExitCode.OK
+    assert [(c[0], c[1]) for c in calls] == [("deploy.yml", "r2"), ("router.yml", "rt")]
+    assert len(calls[-1][2]["fleet_workers"]) == 4, "replicas outside --limit stay routed"
+    calls.clear()
+    assert fleet.route({"r4": "deploy: ready: not ready"}) == ExitCode.HOST_FAILED
+    assert [c[0] for c in calls] == ["router.yml"], "route() runs the router play alone"
+    assert "http://10.0.0.4:8000" not in calls[-1][2]["fleet_workers"]
+    assert len(calls[-1][2]["fleet_workers"]) == 3

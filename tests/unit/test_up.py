@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from glmops.inventory import Host, load_inventory
 from glmops.up import PHASES, Outcome, Progress, converge, exit_code
 
@@ -91,3 +93,53 @@ def test_the_verify_phase_runs_the_host_checks_and_names_those_that_fail(
     assert verify["msg"].startswith("host checks failed: test_"), verify
     assert "test_vllm_version_and_profile" in verify["msg"]
     assert "`glmops verify here`" in verify["msg"]
+
+
+def test_a_fleet_router_host_runs_no_phase_gangs_deploy_whole_and_the_router_follows(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`glmops up` on a fleet: the phases' playbooks are recorded instead of run; what runs
+    where is the subject (the playbooks themselves run on the testbed)."""
+    from glmops import cli, up_phases
+    from glmops.fleet.roll import RunOutcome
+    from glmops.up import run_up
+
+    monkeypatch.setenv("GLMOPS_RUN_DIR", str(tmp_path / "runs"))
+    ran: list[tuple[str, list[str]]] = []
+
+    def playbook(self: object, path: Path, hosts: list[Host], extra: tuple = ()) -> dict:
+        ran.append((path.name, [h.name for h in hosts]))
+        deploy = path.name == "deploy.yml"
+        return {h.name: Outcome("failed" if deploy and h.name == "solo" else "ok") for h in hosts}
+
+    def other(self: object, hosts: list[Host]) -> dict:
+        return {h.name: Outcome("ok") for h in hosts}
+
+    routed: list[tuple[str, str, dict]] = []
+
+    def fleet_run(playbook: Path, limit: str, extra: dict, settings: dict, *, opts: dict):
+        routed.append((playbook.name, limit, extra))
+        return RunOutcome(cli.ExitCode.OK)
+
+    monkeypatch.setattr(up_phases.PhaseRunners, "playbook", playbook)
+    monkeypatch.setattr(up_phases.PhaseRunners, "model", other)
+    monkeypatch.setattr(up_phases.PhaseRunners, "verify", other)
+    monkeypatch.setattr(cli, "fleet_run", fleet_run)
+    path = tmp_path / "hosts.yml"
+    text = (
+        "all:\n  vars: {router_host: rt}\n  hosts:\n"
+        "    solo: {address: 10.0.0.1}\n"
+        "    g0: {address: 10.0.1.1, replica: big}\n"
+        "    g1: {address: 10.0.1.2, replica: big, x: %d}\n"
+        "    rt: {connection: local}\n"
+    )
+    path.write_text(text % 1)
+    assert run_up(path, "all", opts={}) == 2  # solo's deploy failed
+    assert all("rt" not in hosts for _, hosts in ran), ran
+    assert ("deploy.yml", ["solo", "g0", "g1"]) in ran
+    assert [(r[0], r[1]) for r in routed] == [("router.yml", "rt")]
+    assert routed[0][2]["fleet_workers"] == ["http://10.0.1.1:8000"], "solo failed: left out"
+    ran.clear()
+    path.write_text(text % 2)  # only g1's variables changed: its gang deploys whole
+    run_up(path, "all", opts={})
+    assert ("deploy.yml", ["solo", "g1", "g0"]) in ran, ran  # g0 was done: it comes along
