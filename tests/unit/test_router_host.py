@@ -16,6 +16,7 @@ from glmops.fleet.topology import fleet_from_inventory
 from glmops.inventory import load_inventory
 from glmops.listing import list_hosts
 from glmops.playbook import load_playbook
+from tests.support.engine import Runner
 
 FLEET = """
 all:
@@ -107,3 +108,18 @@ def test_the_router_play_reaches_the_controller_only_when_limited_to_it(tmp_path
     assert list_hosts(inventory, plays, "localhost").splitlines()[1:] == ["  localhost"]
     rt = inventory_of(tmp_path, FLEET.replace("router_host: localhost", "router_host: r2"))
     assert list_hosts(rt, plays, "r2").splitlines()[1:] == ["  r2"]
+
+
+def test_the_router_play_refuses_a_host_that_is_not_the_router_host(
+    run_playbook: Runner, tmp_path: Path
+) -> None:
+    inventory = tmp_path / "hosts.yml"
+    inventory.write_text(
+        textwrap.dedent(FLEET.replace("{address: 10.0.0.1}", "{connection: local}"))
+    )
+    playbook = (paths.playbooks() / "router.yml").read_text()
+    outcome = run_playbook(playbook, inventory, limit="r1")
+    assert outcome.exit_code == ExitCode.HOST_FAILED
+    [result] = outcome.results("r1")
+    assert (result["task"], result["status"]) == ("the router host only", "failed")
+    assert "on router_host (localhost) only" in result["msg"]
