@@ -95,29 +95,36 @@ def serve_stand_in(bed: Testbed) -> None:
     )
 
 
-def write_inventory(bed: Testbed, local: Path) -> Path:
-    """The fleet's inventory (one replica; the router on `localhost`), on the controller host
-    and here, and the router play's variables as `glmops deploy` computes them."""
+#: The two ways to name the controller as the router host: Ansible's implicit localhost (no
+#: inventory entry), and an inventory host with a local connection.
+ROUTER_HOSTS = {
+    "implicit": ("localhost", {}),
+    "explicit": ("ctl", {"ctl": {"connection": "local"}}),
+}
+
+
+def write_fleet(bed: Testbed, local: Path, name: str) -> None:
+    """On the controller host: `name`.yml, the inventory (one replica, the router on the
+    controller), and `name`.json, the router play's variables as `glmops deploy` computes them."""
+    router_host, routers = ROUTER_HOSTS[name]
+    replicas = {REPLICA: {"address": host_address(FIRST_INDEX + 1)}}
     doc = {
         "all": {
             "vars": {
-                "router_host": "localhost",
+                "router_host": router_host,
                 "router_wheelhouse": f"{WHEELS}/router",
                 "python_version": "3.11",
                 "uv_version": wheelcache.UV,
             },
-            "children": {
-                "replicas": {"hosts": {REPLICA: {"address": host_address(FIRST_INDEX + 1)}}}
-            },
+            "children": {"replicas": {"hosts": replicas}, "routers": {"hosts": routers}},
         }
     }
-    path = local / "hosts.yml"
-    path.write_text(yaml.safe_dump(doc))
-    inventory = load_inventory(path)
+    (local / f"{name}.yml").write_text(yaml.safe_dump(doc))
+    inventory = load_inventory(local / f"{name}.yml")
     fleet = fleet_from_inventory(inventory, inventory.select("replicas"))
-    (local / "router.json").write_text(json.dumps(router_vars(inventory, fleet, fleet.worker_urls)))
-    push(bed, CTL, local, ["hosts.yml", "router.json"], WORK)
-    return path
+    variables = router_vars(inventory, fleet, fleet.worker_urls)
+    (local / f"{name}.json").write_text(json.dumps(variables))
+    push(bed, CTL, local, [f"{name}.yml", f"{name}.json"], WORK)
 
 
 @pytest.fixture(scope="module")
@@ -127,18 +134,20 @@ def bed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Testbed]:
     with booted(tmp_path_factory.mktemp("router-local-bed"), FIRST_INDEX, 2, internet=True) as b:
         install_glmops(b)
         serve_stand_in(b)
-        write_inventory(b, tmp_path_factory.mktemp("router-local"))
+        local = tmp_path_factory.mktemp("router-local")
+        for name in ROUTER_HOSTS:
+            write_fleet(b, local, name)
         yield b
 
 
 def glmops_router(
-    bed: Testbed, variables: str = "router.json", *args: str
+    bed: Testbed, name: str = "implicit", *args: str, variables: str | None = None
 ) -> tuple[int, list[dict[str, Any]], str]:
-    """`glmops run playbooks/router.yml` on the controller host, limited to localhost."""
+    """`glmops run playbooks/router.yml` on the controller host, limited to the router host."""
     command = (
         f"cd {SRC} && PYTHONPATH={SRC} GLMOPS_RUN_DIR={WORK}/runs {VENV}/bin/python -m glmops.cli "
-        f"run playbooks/router.yml -i {WORK}/hosts.yml -l localhost -e @{WORK}/{variables} "
-        f"--json {' '.join(args)}"
+        f"run playbooks/router.yml -i {WORK}/{name}.yml -l {ROUTER_HOSTS[name][0]} "
+        f"-e @{WORK}/{variables or name + '.json'} --json {' '.join(args)}"
     )
     done = bed.exec(CTL, ["sh", "-c", command], timeout=600)
     events = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
@@ -209,14 +218,23 @@ def test_a_second_run_changes_nothing(bed: Testbed) -> None:
 def test_check_mode_changes_nothing(bed: Testbed) -> None:
     """A second replica in check mode: the unit and the router's list would change; neither does."""
     before = (router_unit(bed), host_read(bed, CTL, UNIT))
-    more = json.loads(sh(bed, CTL, f"cat {WORK}/router.json"))
+    more = json.loads(sh(bed, CTL, f"cat {WORK}/implicit.json"))
     extra = "http://" + host_address(FIRST_INDEX + 1) + ":8001"
     more["fleet_workers"].append(extra)
     more["fleet_router_argv"].append(extra)
-    sh(bed, CTL, f"echo {shlex.quote(json.dumps(more))} > {WORK}/router-more.json")
-    rc, events, stderr = glmops_router(bed, "router-more.json", "--check")
+    sh(bed, CTL, f"echo {shlex.quote(json.dumps(more))} > {WORK}/more.json")
+    rc, events, stderr = glmops_router(bed, "implicit", "--check", variables="more.json")
     assert rc == 3, stderr
     changed = {e["task"] for e in events if e.get("status") == "changed"}
     assert changed == {"vllm-router unit", "router workers as the inventory says"}, changed
     assert (router_unit(bed), host_read(bed, CTL, UNIT)) == before
+    assert router_workers(bed) == [REPLICA_URL]
+
+
+def test_an_inventory_host_with_a_local_connection_is_the_same_controller(bed: Testbed) -> None:
+    before = router_unit(bed)
+    rc, events, stderr = glmops_router(bed, "explicit")
+    assert rc == 0, stderr
+    assert recap(events) == {"ctl": recap(events)["ctl"]} and recap(events)["ctl"]["changed"] == 0
+    assert router_unit(bed)["MainPID"] == before["MainPID"]
     assert router_workers(bed) == [REPLICA_URL]
