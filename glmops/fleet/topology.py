@@ -8,8 +8,9 @@ Growing from one host to a fleet is an inventory edit only:
   `replica_mode` says how the gang splits the model: `tensor_parallel` (default: TP×PP spans
   the hosts, `--nnodes`) or `data_parallel` (each host runs `vllm_data_parallel_size_local`
   whole copies as data parallel ranks of one engine; the head serves the API);
-- `router_host: NAME` (an inventory host; `connection: local` for the controller) runs
-  vllm-router in front of every replica's head.
+- `router_host: NAME` runs vllm-router in front of every replica's head: an inventory host, or
+  `localhost` for the controller itself (no inventory entry needed; an inventory host with
+  `connection: local` is the controller too).
 
 Pure: reads the loaded inventory, touches no host.
 """
@@ -22,6 +23,7 @@ from typing import Any
 
 from glmops.errors import InputError
 from glmops.inventory import Host, Inventory
+from glmops.yamlsrc import SourceMap, load_yaml, where
 
 DEFAULT_VLLM_PORT = 8000
 DEFAULT_ROUTER_PORT = 30000
@@ -210,11 +212,40 @@ def _router(inventory: Inventory, where: str) -> Router | None:
             f"router_host differs between hosts: {', '.join(sorted(names))}", source=where
         )
     name = names.pop()
-    host = inventory.hosts.get(name)
+    host = inventory.host(name)
     if host is None:
-        raise InputError(f"router_host '{name}' is not a host of this inventory", source=where)
+        raise InputError(
+            f"router_host '{name}' is not a host of this inventory (nor localhost, the controller)",
+            **_set_at(inventory, "router_host", name),
+        )
     address = "127.0.0.1" if host.connection.connection == "local" else host.connection.address
     return Router(name, address, _int(host, "router_port", DEFAULT_ROUTER_PORT, where))
+
+
+def _set_at(inventory: Inventory, key: str, value: Any) -> dict[str, Any]:
+    """Where `key: value` is written: the inventory file or a group_vars/host_vars file beside
+    it (file and line for InputError); the inventory file alone when it came from `-e`."""
+    folder = inventory.path.parent
+    beside = [
+        *sorted(folder.glob("group_vars/**/*.y*ml")),
+        *sorted(folder.glob("host_vars/**/*.y*ml")),
+    ]
+    for path in [inventory.path, *beside]:
+        found = _find_key(load_yaml(path), key, value)
+        if found:
+            return found
+    return {"source": str(inventory.path)}
+
+
+def _find_key(node: Any, key: str, value: Any) -> dict[str, Any]:
+    if isinstance(node, SourceMap) and node.get(key) == value:
+        return where(node, key)
+    children = node.values() if isinstance(node, dict) else node if isinstance(node, list) else ()
+    for child in children:
+        found = _find_key(child, key, value)
+        if found:
+            return found
+    return {}
 
 
 def _same_everywhere(name: str, hosts: list[Host], setting: str, where: str) -> None:
