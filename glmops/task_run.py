@@ -52,6 +52,9 @@ class TaskRunner(Delegation):
             check_mode=self.options.check,
             playbook_dir=str(playbook.parent),
             facts=session.facts or {},
+            # What the play's handlers will run on this host: notified so far in this run, or
+            # kept on the host by an earlier run that stopped before its handlers.
+            pending_handlers=sorted(session.pending),
         )
         merged.update(session.registered)
         if task:
