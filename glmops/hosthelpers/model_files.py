@@ -12,6 +12,13 @@ never served and the next transfer sends it whole. When all files pass, the mani
 state file (manifest digest, size and mtime of each file) are written atomically. `check`
 writes and deletes nothing.
 
+`{"mode": "recheck", "model_dir", "files": [[path, size], ...], "digest"}`: stat only, nothing
+hashed or written (what `glmops up` asks on every run of a host whose model phase is done):
+each file as the last verification of this manifest left it (the manifest's size, the state
+file's size and mtime), or a removed shard its merged file's sidecar holds; and each merged
+file beside the GGUF files (a gguf_split sidecar) at the size and mtime its sidecar recorded.
+Replies `problems`, empty when all holds.
+
 A GGUF shard that gguf_split removed after a verified merge counts as present ("merged") when
 the merged file's sidecar lists it with the size and mtime this state file verified, and the
 merged file still matches the sha256 the sidecar recorded (size and mtime as recorded, else
@@ -158,6 +165,60 @@ class Merges:
         return None
 
 
+def recheck(args):
+    root = args["model_dir"]
+    state = read_json(os.path.join(root, STATE))
+    if state.get("digest") != args["digest"]:
+        problems = [f"{root}: not verified against this manifest ({STATE})"]
+        return {"failed": False, "changed": False, "problems": problems, "msg": problems[0]}
+    known = state.get("files", {})
+    problems = []
+    for rel, size in args["files"]:
+        try:
+            st = os.stat(os.path.join(root, rel))
+        except OSError:
+            if not (rel.endswith(".gguf") and _held(root, rel, known)):
+                problems.append(f"{rel}: missing")
+            continue
+        if st.st_size != size:
+            problems.append(f"{rel}: {st.st_size} bytes, the manifest says {size}")
+        elif known.get(rel) != [st.st_size, st.st_mtime_ns]:
+            problems.append(f"{rel}: modified since it was verified (mtime)")
+    folders = {os.path.dirname(os.path.join(root, rel)) for rel, _ in args["files"]}
+    for folder in sorted(f for f in folders if os.path.isdir(f)):
+        for name in sorted(os.listdir(folder)):
+            if name.endswith(".gguf" + SIDECAR):
+                out = os.path.join(folder, name[: -len(SIDECAR)])
+                problem = _merged_changed(out, read_json(os.path.join(folder, name)))
+                problems += [problem] if problem else []
+    msg = "; ".join(problems) or f"{len(args['files'])} files as verified"
+    return {"failed": False, "changed": False, "problems": problems, "msg": msg}
+
+
+def _held(root, rel, known):
+    """A removed shard listed by a sidecar in its folder, at the size and mtime verified."""
+    folder, name = os.path.split(os.path.join(root, rel))
+    for sidecar in sorted(os.listdir(folder)) if os.path.isdir(folder) else []:
+        rec = read_json(os.path.join(folder, sidecar)) if sidecar.endswith(SIDECAR) else {}
+        inputs = {i["name"]: i for i in rec.get("inputs_fingerprint", {}).get("inputs", [])}
+        entry = inputs.get(name)
+        if name in rec.get("shards_removed", []) and entry:
+            return known.get(rel) == [entry["size"], entry["mtime_ns"]]
+    return False
+
+
+def _merged_changed(out, rec):
+    """Why a merged file no longer is what its sidecar recorded (size, mtime), or None."""
+    recorded = rec.get("output", {})
+    try:
+        st = os.stat(out)
+    except OSError:
+        return f"{out}: missing, but its sidecar remains"
+    if [st.st_size, st.st_mtime_ns] != [recorded.get("size"), recorded.get("mtime_ns")]:
+        return f"{out}: size or mtime differ from its sidecar's record (changed since merged)"
+    return None
+
+
 def verify(args):
     root = args["model_dir"]
     state = read_json(os.path.join(root, STATE))
@@ -212,6 +273,8 @@ def run(args):
         return preflight(args)
     if mode == "verify":
         return verify(args)
+    if mode == "recheck":
+        return recheck(args)
     return failure(f"unknown mode {mode!r}")
 
 

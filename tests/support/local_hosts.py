@@ -10,7 +10,7 @@ from typing import Any
 import yaml
 
 
-def local_inventory(
+def local_hosts(
     folder: Path,
     groups: Mapping[str, Sequence[str]],
     *,

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from tests.support.engine import Runner
-from tests.support.local_hosts import local_inventory
+from tests.support.local_hosts import local_hosts
 
 
 @pytest.fixture
@@ -17,7 +17,7 @@ def two_hosts(tmp_path: Path) -> Path:
     """Two local hosts, each with a folder of its own and its own state dir (run lock)."""
     for name in ("a", "b"):
         (tmp_path / name).mkdir()
-    return local_inventory(
+    return local_hosts(
         tmp_path, {"all": ["a", "b"]}, host_vars=lambda name: {"out": f"{tmp_path}/{name}"}
     )
 

@@ -12,7 +12,7 @@ import yaml
 from glmops import paths
 from glmops.playbook import load_playbook
 from tests.support.engine import Runner
-from tests.support.local_hosts import local_inventory
+from tests.support.local_hosts import local_hosts
 
 
 def restart_pending_fact() -> dict[str, str]:
@@ -60,7 +60,7 @@ def rolling_play(unit_text: str) -> str:
 def test_a_restart_left_pending_by_an_interrupted_run_leaves_the_router_and_drains_first(
     run_playbook: Runner, tmp_path: Path
 ) -> None:
-    inventory = local_inventory(
+    inventory = local_hosts(
         tmp_path, {"all": ["r1"]}, host_vars=lambda name: {"out": str(tmp_path)}
     )
     log = tmp_path / "log"
@@ -83,7 +83,7 @@ def test_a_restart_left_pending_by_an_interrupted_run_leaves_the_router_and_drai
 
 
 def test_a_converged_replica_stays_in_rotation(run_playbook: Runner, tmp_path: Path) -> None:
-    inventory = local_inventory(
+    inventory = local_hosts(
         tmp_path, {"all": ["r1"]}, host_vars=lambda name: {"out": str(tmp_path)}
     )
     run_playbook(rolling_play("v1\n"), inventory)

@@ -11,14 +11,14 @@ import pytest
 
 from glmops.errors import InputError
 from tests.support.engine import Runner
-from tests.support.local_hosts import local_inventory
+from tests.support.local_hosts import local_hosts
 
 
 @pytest.fixture
 def fleet(tmp_path: Path) -> Path:
     """Hosts a..d and a router `lb`, all local, each with its state (and run lock) apart."""
     (tmp_path / "root").mkdir()
-    return local_inventory(
+    return local_hosts(
         tmp_path,
         {"web": ["a", "b", "c", "d"], "router": ["lb"]},
         group_vars={"root": f"{tmp_path}/root"},

@@ -19,7 +19,7 @@ import pytest
 from glmops.context import run_helper_here
 from glmops.modules.vllm_ready import serving_probe_args
 from tests.support.engine import Runner
-from tests.support.local_hosts import local_inventory
+from tests.support.local_hosts import local_hosts
 
 STANDIN = Path(__file__).parents[1] / "support" / "vllm_standin.py"
 KEY = "probe-test-key-0123456789"
@@ -74,7 +74,7 @@ def test_the_probe_arguments_reach_the_model_with_the_key(
 def test_vllm_ready_passes_through_the_engine_and_a_wrong_key_is_refused(
     run_playbook: Runner, served: dict[str, object], tmp_path: Path
 ) -> None:
-    inventory = local_inventory(tmp_path, {"all": ["h"]})
+    inventory = local_hosts(tmp_path, {"all": ["h"]})
     play = """
     - hosts: all
       gather_facts: false
