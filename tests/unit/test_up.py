@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -121,12 +120,12 @@ def model_host(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> ModelHost:
     state file by model_files' verify and the merged file and its sidecar by gguf_split's
     merge (both run on this machine as a host runs them)."""
     pytest.importorskip("gguf", reason="gguf is in the test extras")
-    from glmops.hosthelpers import gguf_split
     from glmops.model.fetch import ModelCache
-    from glmops.model.manifest import FileEntry, Manifest, write_atomic
+    from glmops.model.manifest import write_atomic
     from glmops.model.source import parse_source
     from glmops.up_phases import PhaseRunners
     from tests.support.gguf_models import split_set
+    from tests.support.model_state import manifest_of, verified
 
     monkeypatch.setenv("GLMOPS_MODEL_CACHE", str(tmp_path / "cache"))
     monkeypatch.setenv("GLMOPS_RUN_DIR", str(tmp_path / "runs"))
@@ -139,25 +138,15 @@ def model_host(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> ModelHost:
     )
     first = split_set(root / "weights" / "Q", split_max_tensors=7)
     shards = sorted(first.parent.glob("model-*-of-*.gguf"))
-    entries = tuple(
-        FileEntry(str(p.relative_to(root)), p.stat().st_size, gguf_split.file_sha256(str(p)), "lfs")
-        for p in shards
-    )
-    manifest = Manifest(({"part": "weights", "repo": source["repo"], "commit": "c" * 40},), entries)
+    manifest = manifest_of(root, shards, source["repo"])
     cache = ModelCache(tmp_path / "cache", parse_source(source, "test"))
     write_atomic(cache.manifest_path, manifest.to_json())
-    verify = {
-        "mode": "verify",
-        "model_dir": str(root),
-        "manifest": json.loads(manifest.to_json()),
-        "digest": manifest.digest,
-    }
-    assert run_helper_here("model_files", verify)["complete"]
+    assert verified(root, manifest)["complete"]
     merge = {"mode": "merge", "path": str(first), "output": str(first.parent / "model.gguf")}
     assert run_helper_here("gguf_split", merge)["changed"]
     runners = PhaseRunners(path, {}, Progress.load(tmp_path / "unused.json"))
     hosts = load_inventory(path).select("all")
-    return ModelHost(hosts, runners.recheck, shards, [e.path for e in entries], merge)
+    return ModelHost(hosts, runners.recheck, shards, [e.path for e in manifest.files], merge)
 
 
 def flip_last_byte(path: Path) -> None:
