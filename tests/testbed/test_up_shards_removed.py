@@ -6,8 +6,9 @@ serves). A real Hub server (olah, tests/hub_server.py) serves a real split GGUF 
 phase fetches and copies it, deploy merges (layout v0_16 reads one file), verifies the merged
 file's sha256 against the shards' merge and only then removes the shards. A re-run that runs
 every phase again (`--restart`) fetches nothing and changes nothing; a merged file corrupted
-after the shards went is deleted by the model phase, the shards are fetched and copied again,
-and deploy merges and removes them anew. The verify phase runs the host checks, which fail on
+after the shards went is found by a plain re-run (its size and mtime no longer match its
+sidecar), deleted by the model phase, the shards are fetched and copied again, and deploy
+merges and removes them anew. The verify phase runs the host checks, which fail on
 this host (the stand-in is no vLLM the facts can see), and says which.
 """
 
@@ -139,7 +140,7 @@ def test_shards_removed_after_a_verified_merge_then_nothing_refetched_until_corr
 
     sh(bed, f"printf '\\377' | dd of={MERGED} bs=1 seek=$(($(stat -c %s {MERGED})-1)) conv=notrunc")
     assert sh(bed, f"sha256sum {MERGED}").split()[0] != merged_sha
-    row, events = up(endpoint, tmp_path, inv, "--restart")
+    row, events = up(endpoint, tmp_path, inv)  # a plain re-run looks at the files again
     model = row["model"]
     assert model["status"] == "changed" and "copied from controller" in model["msg"], row
     [dropped] = [e for e in events if e.get("event") == "note" and "no longer matches" in e["msg"]]
