@@ -1,7 +1,8 @@
 """Run plays on hosts: `Executor.run` takes a loaded playbook and an inventory and returns the
 exit code; `observe` runs read-only plays for a report. This file holds the run as a whole:
 which plays run on which hosts, SIGINT/SIGTERM, the heartbeat, the recap and the exit code.
-The parts it is made of, each in its own module:
+The parts it is made of, each in its own module (a class the Executor inherits, in this order,
+so each part reads the run's shared state and calls the parts below it):
 
 - glmops/play_loop.py: a play's batches, run task by task on every host (linear strategy),
   `run_once`, `any_errors_fatal`, `max_fail_percentage`, handlers and notifications;
@@ -62,6 +63,8 @@ class RunOptions:
 
 
 class Executor(PlayLoop):
+    """One run of plays over an inventory: its options, output, run log and host sessions."""
+
     def __init__(
         self,
         inventory: Inventory,

@@ -43,6 +43,9 @@ class TaskRunner(Delegation):
     def variables(
         self, play: Play, playbook: Path, session: HostSession, task: Task | None = None
     ) -> dict[str, Any]:
+        """What a task on this host sees: play defaults < inventory < play vars < -e, the
+        run's own (inventory_hostname, facts, pending_handlers, ...), registered results and
+        set_fact, then the task's vars; templates resolved, secrets noted for masking."""
         host = session.host
         merged = {**play.defaults, **host.vars, **play.vars, **self.options.extra_vars}
         self.masker.add_secret_vars(merged)
