@@ -206,7 +206,10 @@ def model_files_changed(hosts: list[Host], options: Any) -> dict[str, str]:
             "files": [[f.path, f.size] for f in manifest.files],
             "digest": manifest.digest,
         }
-        return ctx.run_helper("model_files", args, timeout=600)
+        try:
+            return ctx.run_helper("model_files", args, timeout=600)
+        except GlmopsError as error:  # that host's trouble: its model phase runs and says so
+            return {"failed": True, "msg": f"cannot look: {error}"}
 
     try:
         replies = parallel(ctxs, look)
