@@ -6,8 +6,10 @@ ones; the others go on. What each host finished is kept on the controller
 (`.glmops/up/<inventory>.json`, beside the run directories) with a fingerprint of the host's
 variables and the phase's playbook, so a re-run continues where the last one stopped; a phase
 that changes something makes the later ones run again, and a converged host re-runs only
-the read-only verify phase. In a fleet (`router_host`), the router host runs no phase; after the
-deploy phase the router lists every replica that did not fail (glmops.fleet.roll).
+the read-only verify phase, after a stat-only look at its model files (up_phases.recheck):
+files that are no longer as verified run the model phase and the later ones again. In a fleet
+(`router_host`), the router host runs no phase; after the deploy phase the router lists every
+replica that did not fail (glmops.fleet.roll).
 """
 
 from __future__ import annotations
@@ -57,6 +59,8 @@ class Outcome:
 
 
 PhaseRunner = Callable[[str, list[Host]], dict[str, Outcome]]
+#: (phase, hosts it is recorded done on) -> {host: why the phase must run again}.
+Recheck = Callable[[str, list[Host]], dict[str, str]]
 
 
 @dataclass
@@ -120,17 +124,27 @@ def converge(
     progress: Progress,
     *,
     record: bool = True,
+    recheck: Recheck | None = None,
 ) -> dict[str, dict[str, Outcome]]:
     """Run each phase on the hosts that still need it; {phase: {host: outcome}}. With
-    record False (check mode) the progress file is left as it was."""
+    record False (check mode) the progress file is left as it was. `recheck` looks again at
+    the hosts a phase is recorded done on: those it names run that phase and the later ones."""
     summary: dict[str, dict[str, Outcome]] = {}
     alive = list(hosts)
     for index, phase in enumerate(phases):
         later = phases[index + 1 :]
         summary[phase] = row = {}
+        done = [
+            h
+            for h in alive
+            if phase not in ALWAYS and progress.done(h.name, phase, fingerprint(h, phase))
+        ]
+        undone = recheck(phase, done) if recheck and done else {}
+        for host in undone:
+            progress.forget(host, (phase, *later))
         todo = []
         for host in alive:
-            if phase not in ALWAYS and progress.done(host.name, phase, fingerprint(host, phase)):
+            if host in done and host.name not in undone:
                 row[host.name] = Outcome("done", "finished in an earlier run; unchanged since")
             else:
                 todo.append(host)
@@ -217,7 +231,9 @@ def run_up(
         progress = Progress.load(progress.path)
     phases = tuple(p for p in PHASES if p not in skip)
     runners = PhaseRunners(inventory_path, opts, progress, hosts)
-    summary = converge(hosts, phases, runners, progress, record=not opts.get("check"))
+    summary = converge(
+        hosts, phases, runners, progress, record=not opts.get("check"), recheck=runners.recheck
+    )
     print_summary(summary, hosts, as_json=bool(opts.get("json_events")))
     code = exit_code(summary, check=bool(opts.get("check")))
     if router is not None and "deploy" in phases and hosts:

@@ -11,6 +11,7 @@ from typing import Any
 
 import click
 
+from glmops.connection import ConnectionSettings
 from glmops.errors import ExitCode, GlmopsError
 from glmops.inventory import Host
 from glmops.up import MODEL_PATHS, PLAYBOOKS, PROJECT, Outcome, Progress
@@ -167,6 +168,25 @@ class PhaseRunners:
             )
         return outcomes
 
+    def recheck(self, phase: str, hosts: list[Host]) -> dict[str, str]:
+        """Hosts on which a phase `up` finished no longer holds, and why. Only the model phase
+        is looked at again: stat only, against the cached manifest (each file's size, and the
+        size and mtime its last verification recorded) and each merged file's sidecar; the
+        full sha256 check stays with `glmops model --verify-all`."""
+        if phase != "model" or not hosts:
+            return {}
+        from glmops.model.phase import ModelOptions
+
+        options = ModelOptions(
+            check=True,  # looks only: takes no run lock
+            sudo_password=os.environ.get("GLMOPS_BECOME_PASSWORD"),
+            connection=ConnectionSettings(strict_host_keys=bool(self.opts.get("strict_host_keys"))),
+        )
+        reasons = model_files_changed(hosts, options)
+        for name, why in reasons.items():
+            click.secho(f"{name}: model files need the model phase again: {why}", err=True)
+        return reasons
+
     def verify(self, hosts: list[Host]) -> dict[str, Outcome]:
         """`glmops verify`'s host checks, one host at a time (each gets its own verdict)."""
         outcomes = {}
@@ -189,3 +209,52 @@ class PhaseRunners:
                     f"(`glmops verify {host.name}` says why)",
                 )
         return outcomes
+
+
+def model_files_changed(hosts: list[Host], options: Any) -> dict[str, str]:
+    """Per host whose model files are not as the model phase left them: why (model_files'
+    stat-only recheck against the manifest kept in the controller's cache)."""
+    from glmops.executor import default_run_root
+    from glmops.model.fetch import ModelCache, default_cache_root
+    from glmops.model.hostops import connect, parallel
+    from glmops.model.manifest import Manifest, load_manifest
+    from glmops.model.source import model_dir, parse_source
+    from glmops.runlog import Masker, RunLog
+
+    reasons: dict[str, str] = {}
+    manifests: dict[str, Manifest] = {}
+    for host in hosts:
+        if not host.vars.get("model_source"):
+            continue
+        source = parse_source(host.vars["model_source"], f"host '{host.name}'")
+        cache = ModelCache(options.cache_root or default_cache_root(), source)
+        if not cache.manifest_path.exists():
+            reasons[host.name] = f"no manifest in the controller's cache ({cache.manifest_path})"
+        else:
+            manifests[host.name] = load_manifest(cache.manifest_path)
+    masker = Masker({options.sudo_password} if options.sudo_password else set())
+    unreachable: dict[str, Any] = {}
+    targets = [h for h in hosts if h.name in manifests]
+    if not targets:
+        return reasons
+    ctxs = connect(targets, RunLog(default_run_root(), masker), masker, options, unreachable)
+    reasons.update({n: f"cannot look: {r.msg}" for n, r in unreachable.items()})
+
+    def look(ctx: Any) -> dict[str, Any]:
+        manifest = manifests[ctx.host.name]
+        try:
+            request = manifest.stat_request(model_dir(ctx.host.vars))
+            return ctx.run_helper("model_files", request, timeout=600)
+        except GlmopsError as error:  # that host's trouble: its model phase runs and says so
+            return {"failed": True, "msg": f"cannot look: {error}"}
+
+    try:
+        replies = parallel(ctxs, look)
+    finally:
+        for ctx in ctxs.values():
+            ctx.conn.close()
+    for name, reply in replies.items():
+        if reply.get("failed") or reply.get("problems"):
+            problems = [f"{path}: {why}" for path, why in reply.get("problems") or []]
+            reasons[name] = "; ".join(problems or [str(reply.get("msg"))])
+    return reasons

@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Benchmark the gguf_split merge against `cp` of the same bytes on the same disk.
 
-Not a test: run by hand (`python3 benchmarks/gguf_merge/bench.py [--gb 4] [--shards 4]`).
+Not a test: run by hand from the checkout (`python3 -m benchmarks.gguf_merge.bench [--gb 4]
+[--shards 4]`).
 Writes benchmarks/results/gguf_merge.{json,md}. Targets (issue 6): merge >= 0.9x cp throughput,
 peak RSS <= 512 MB. Each timed run ends with its data fsync'd (merge fsyncs; cp is followed by
 `sync FILES`). Page cache is dropped between runs with drop_caches when allowed, else by
@@ -198,7 +199,7 @@ Median: merge {r["median_s"]["merge"]} s ({r["median_mb_s"]["merge"]} MB/s), cp
 (target >= 0.9: {ok[r["pass"]["throughput"]]}). Peak RSS of the merge process:
 **{r["merge_peak_rss_mb"]} MB** (target <= 512: {ok[r["pass"]["rss"]]}).
 
-Reproduce: `python3 benchmarks/gguf_merge/bench.py --gb 4 --shards 4` (needs gguf and numpy; about
+Reproduce: `python3 -m benchmarks.gguf_merge.bench --gb 4 --shards 4` (needs gguf and numpy; about
 3x the input size of free space, removed afterwards).
 """
 

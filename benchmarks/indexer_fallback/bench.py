@@ -14,7 +14,7 @@ context, next_n 1. Prefill: one request's causal chunk of M rows against N = M k
 timing (the fallback is never captured in a CUDA graph), CUDA events, median of repeats after
 a warm-up; the floor is the bytes of q, keys and scales read once at 4.3 TB/s.
 
-    python3 benchmarks/indexer_fallback/bench.py [--json ...] [--md ...]
+    python3 -m benchmarks.indexer_fallback.bench [--json ...] [--md ...]   (from the checkout)
 """
 
 from __future__ import annotations
@@ -32,9 +32,9 @@ from typing import Any
 
 import torch
 
+from tests.support.module_file import load_module_file  # stdlib only; runs without glmops
+
 ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT))  # the checkout, for tests.support
-from tests.support.module_file import load_module_file  # noqa: E402  (stdlib only; runs without glmops)
 
 RENDERED = ROOT / ".thirdparty" / "rendered"
 HEADS, DIM, BLOCK = 32, 128, 64

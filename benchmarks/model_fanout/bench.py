@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Benchmark the model fan-out onto testbed hosts: tree vs one source vs plain rsync by hand.
 
-Not a test: run by hand as root (`python3 benchmarks/model_fanout/bench.py [--gb 2] [--hosts 4]
+Not a test: run by hand as root (`python3 -m benchmarks.model_fanout.bench [--gb 2] [--hosts 4]
 [--repeat 2]`). Boots testbed hosts tb171.. (real sshd, real rsync), puts a synthetic model of
 random (incompressible) files into a controller cache with its manifest, then, for each method,
 empties the hosts' model_dir and copies it again:
@@ -29,19 +29,17 @@ import tempfile
 import time
 from pathlib import Path
 
+from glmops.connection import ConnectionSettings
+from glmops.inventory import load_inventory
+from glmops.model.fetch import ModelCache
+from glmops.model.manifest import FileEntry, Manifest, sha256_file, write_atomic
+from glmops.model.phase import ModelOptions, run_model_phase
+from glmops.model.source import parse_source
+from glmops.output import Reporter
+from glmops.runlog import Masker, RunLog
+from glmops.testbed import Testbed
+
 ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT))
-
-from glmops.connection import ConnectionSettings  # noqa: E402
-from glmops.inventory import load_inventory  # noqa: E402
-from glmops.model.fetch import ModelCache  # noqa: E402
-from glmops.model.manifest import FileEntry, Manifest, sha256_file, write_atomic  # noqa: E402
-from glmops.model.phase import ModelOptions, run_model_phase  # noqa: E402
-from glmops.model.source import parse_source  # noqa: E402
-from glmops.output import Reporter  # noqa: E402
-from glmops.runlog import Masker, RunLog  # noqa: E402
-from glmops.testbed import Testbed  # noqa: E402
-
 RESULTS = ROOT / "benchmarks" / "results"
 FIRST_INDEX = 171
 MODEL_DIR = "/srv/bench/model"
@@ -195,7 +193,7 @@ def report(args: argparse.Namespace, total: int, runs: dict[str, list[dict]]) ->
         f"{doc['date']}, {doc['machine']}, {doc['rsync']}. {total / 1e9:.1f} GB in {args.files} "
         f"files onto {args.hosts} testbed hosts (systemd-nspawn, real sshd; all on this machine, "
         f"so the hosts share its CPUs and disk). Median of {args.repeat} runs. "
-        "`python3 benchmarks/model_fanout/bench.py`.",
+        "`python3 -m benchmarks.model_fanout.bench`.",
         "",
         "| method | median s | vs rsync by hand | bytes sent by each source (last run) |",
         "|---|---|---|---|",

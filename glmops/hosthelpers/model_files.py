@@ -12,11 +12,13 @@ never served and the next transfer sends it whole. When all files pass, the mani
 state file (manifest digest, size and mtime of each file) are written atomically. `check`
 writes and deletes nothing.
 
-`{"mode": "stat", "model_dir", "files": [[path, size], ...], "digest"}`: the same verdict without
-hashing (a rolling redeploy's preflight): each file is there with the manifest's size and
-unchanged (size and mtime) since the state file recorded its verification against this
-manifest digest. Reports each file that is missing, of another size, or not verified since it
-last changed. Observes only.
+`{"mode": "stat", "model_dir", "files": [[path, size], ...], "digest"}`: stat only, nothing
+hashed or written (a rolling redeploy's preflight; `glmops up` on every run of a host whose
+model phase is done): each file there with the manifest's size and unchanged (size and mtime)
+since the state file recorded its verification against this manifest digest, or a removed shard
+its merged file's sidecar holds; and each merged file beside the GGUF files (a gguf_split
+sidecar) at the size and mtime its sidecar recorded. Replies `problems`, [path, why] pairs,
+empty when all holds.
 
 A GGUF shard that gguf_split removed after a verified merge counts as present ("merged") when
 the merged file's sidecar lists it with the size and mtime this state file verified, and the
@@ -169,6 +171,29 @@ class Merges:
         return None
 
 
+def merged_files(root, files):
+    """The merged files (a gguf_split sidecar beside them) in the folders of `files`."""
+    folders = {os.path.dirname(os.path.join(root, rel)) for rel, _ in files}
+    found = []
+    for folder in sorted(f for f in folders if os.path.isdir(f)):
+        for name in sorted(os.listdir(folder)):
+            if name.endswith(".gguf" + SIDECAR):
+                found.append(os.path.join(folder, name[: -len(SIDECAR)]))
+    return found
+
+
+def _merged_changed(out, rec):
+    """Why a merged file no longer is what its sidecar recorded (size, mtime), or None."""
+    recorded = rec.get("output", {})
+    try:
+        st = os.stat(out)
+    except OSError:
+        return "missing, but its sidecar remains"
+    if [st.st_size, st.st_mtime_ns] != [recorded.get("size"), recorded.get("mtime_ns")]:
+        return "size or mtime differ from its sidecar's record (changed since merged)"
+    return None
+
+
 def verify(args):
     root = args["model_dir"]
     state = read_json(os.path.join(root, STATE))
@@ -243,6 +268,12 @@ def stat_files(args):
         why = stat_file(root, rel, int(size), known, merges)
         if why:
             problems.append([rel, why])
+    for out in merged_files(root, args["files"]):
+        if out in merges.untrusted:  # already named by the shards it holds
+            continue
+        why = _merged_changed(out, read_json(out + SIDECAR))
+        if why:
+            problems.append([os.path.relpath(out, root), why])
     msg = f"{len(args['files'])} files as verified" if not problems else f"{len(problems)} differ"
     return {
         "failed": False,

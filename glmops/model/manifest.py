@@ -50,6 +50,12 @@ class Manifest:
     def part_dir(self, model_dir: str, part: str) -> str:
         return f"{model_dir.rstrip('/')}/{part}"
 
+    def stat_request(self, model_dir: str) -> dict[str, Any]:
+        """model_files' `stat` request: are the host's files as last verified against this
+        manifest? (sizes and mtimes; nothing hashed)"""
+        files = [[f.path, f.size] for f in self.files]
+        return {"mode": "stat", "model_dir": model_dir, "files": files, "digest": self.digest}
+
     def gguf_first_shard(self) -> str | None:
         """The weights' first GGUF file (relative), what deploy's gguf_shards names."""
         gguf = sorted(f.path for f in self.files if f.path.endswith(".gguf"))

@@ -44,15 +44,7 @@ class ModelManifest(Module):
             )
         manifest = load_manifest(cache.manifest_path)
         root = model_dir({"model_dir": p["model_dir"]})
-        reply = ctx.run_helper(
-            "model_files",
-            {
-                "mode": "stat",
-                "model_dir": root,
-                "files": [[f.path, f.size] for f in manifest.files],
-                "digest": manifest.digest,
-            },
-        )
+        reply = ctx.run_helper("model_files", manifest.stat_request(root))
         problems = reply["problems"]
         if problems:
             listed = "; ".join(f"{path}: {why}" for path, why in problems[:SHOWN])

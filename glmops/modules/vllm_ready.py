@@ -45,6 +45,29 @@ def probe(ctx: TaskContext, args: dict[str, Any]) -> dict[str, Any]:
     return reply
 
 
+def serving_probe_args(
+    params: dict[str, Any],
+    *,
+    completion: bool,
+    completion_timeout: float,
+    journal_lines: int | None = None,
+) -> dict[str, Any]:
+    """The vllm_probe arguments that look at a served model: the unit, /health, /v1/models
+    listing `served_model_name` on `port` (with the API key from `env_file`) and, when
+    `completion`, one token within `completion_timeout`; the journal's tail when asked."""
+    args: dict[str, Any] = {
+        "unit": params["unit"],
+        "port": params["port"],
+        "served_model_name": params["served_model_name"],
+        "env_file": params["env_file"] or "",
+        "completion": completion,
+        "completion_timeout": completion_timeout,
+    }
+    if journal_lines is not None:
+        args["journal_lines"] = journal_lines
+    return args
+
+
 def dead(unit: dict[str, str], restarts_before: int | None) -> str | None:
     """Why the unit is not going to become ready (stopped, failed, crash-restarting), or None."""
     active, sub = unit.get("ActiveState"), unit.get("SubState")
@@ -124,15 +147,12 @@ class VllmReady(Module):
 
     def apply(self, ctx: TaskContext, plan: Plan) -> TaskResult:
         p = self.params
-        args = {
-            "unit": p["unit"],
-            "port": p["port"],
-            "served_model_name": p["served_model_name"],
-            "env_file": p["env_file"] or "",
-            "completion": p["completion"],
-            "completion_timeout": p["completion_timeout"],
-            "journal_lines": 300,
-        }
+        args = serving_probe_args(
+            p,
+            completion=p["completion"],
+            completion_timeout=p["completion_timeout"],
+            journal_lines=300,
+        )
         started = time.monotonic()
         deadline = started + float(p["timeout"])
         restarts_before: int | None = None

@@ -11,7 +11,7 @@ import time
 
 from glmops.context import TaskContext
 from glmops.modules.base import Arg, Module, Plan, register
-from glmops.modules.vllm_ready import probe
+from glmops.modules.vllm_ready import probe, serving_probe_args
 from glmops.results import Status, TaskResult
 
 
@@ -36,14 +36,7 @@ class VllmSoak(Module):
 
     def apply(self, ctx: TaskContext, plan: Plan) -> TaskResult:
         p = self.params
-        args = {
-            "unit": p["unit"],
-            "port": p["port"],
-            "served_model_name": p["served_model_name"],
-            "env_file": p["env_file"] or "",
-            "completion": True,
-            "completion_timeout": 30,
-        }
+        args = serving_probe_args(p, completion=True, completion_timeout=30)
         started = time.monotonic()
         pid = None
         looks = 0

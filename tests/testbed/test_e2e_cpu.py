@@ -11,7 +11,6 @@ exactly as scripts/demo.sh runs them. Takes ~5 min on 2 cores once the wheelhous
 from __future__ import annotations
 
 import json
-import os
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
@@ -22,6 +21,7 @@ import yaml
 
 from glmops.testbed import Testbed
 from glmops.testbed.inventory import host_address
+from tests.support.cpu_hosts import cpu_env
 from tests.support.glmops_cli import run_cli, tasks_named
 from tests.support.testbed import booted, host_read
 
@@ -30,7 +30,6 @@ pytestmark = pytest.mark.testbed
 FIRST_INDEX = 71  # tb71: this file's own host (tb1/tb11/tb31/tb51/tb101 belong to others)
 HOST = f"tb{FIRST_INDEX}"
 ROOT = Path(__file__).resolve().parents[2]
-CPU_VARS = yaml.safe_load((ROOT / "inventory" / "cpu" / "group_vars.yml").read_text())
 UNIT = "/etc/systemd/system/vllm-glm5.service"
 
 
@@ -46,20 +45,7 @@ def env(
     bed: Testbed, cpu_wheelhouse: Path, tmp_path_factory: pytest.TempPathFactory
 ) -> dict[str, str]:
     """The CLI's environment: an inventory of the testbed host plus inventory/cpu's variables."""
-    from glmops import tinymodel
-
-    work = tmp_path_factory.mktemp("e2e-cpu")
-    doc = yaml.safe_load(bed.inventory_path.read_text())
-    doc["all"].setdefault("vars", {}).update(CPU_VARS, vllm_wheelhouse=str(cpu_wheelhouse))
-    inventory = work / "hosts.yml"
-    inventory.write_text(yaml.safe_dump(doc))
-    tinymodel.build(work / "tiny")
-    return {
-        **os.environ,
-        "GLMOPS_INVENTORY": str(inventory),
-        "GLMOPS_RUN_DIR": str(work / "runs"),
-        "TINY": str(work / "tiny"),
-    }
+    return cpu_env(bed, cpu_wheelhouse, tmp_path_factory.mktemp("e2e-cpu"))
 
 
 def glmops(env: dict[str, str], *args: str, timeout: float = 1200) -> tuple[int, list[dict]]:

@@ -13,7 +13,6 @@ a further deploy changes nothing.
 from __future__ import annotations
 
 import json
-import os
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
@@ -24,6 +23,7 @@ import yaml
 
 from glmops.testbed import Testbed
 from glmops.testbed.inventory import host_address
+from tests.support.cpu_hosts import cpu_env
 from tests.support.glmops_cli import run_cli, tasks_named
 from tests.support.testbed import booted, host_read
 
@@ -32,7 +32,6 @@ pytestmark = pytest.mark.testbed
 FIRST_INDEX = 221  # tb221 (head) and tb222 (worker): this file's own hosts
 HEAD, WORKER = f"tb{FIRST_INDEX}", f"tb{FIRST_INDEX + 1}"
 ROOT = Path(__file__).resolve().parents[2]
-CPU_VARS = yaml.safe_load((ROOT / "inventory" / "cpu" / "group_vars.yml").read_text())
 UNIT = "/etc/systemd/system/vllm-glm5.service"
 
 
@@ -49,30 +48,21 @@ def env(
     bed: Testbed, cpu_wheelhouse: Path, tmp_path_factory: pytest.TempPathFactory
 ) -> dict[str, str]:
     """An inventory of the two hosts as one replica (gang), with inventory/cpu's variables."""
-    from glmops import tinymodel
-
-    work = tmp_path_factory.mktemp("gang")
-    doc = yaml.safe_load(bed.inventory_path.read_text())
-    doc["all"].setdefault("vars", {}).update(
-        CPU_VARS,
-        vllm_wheelhouse=str(cpu_wheelhouse),
-        vllm_tensor_parallel_size=2,
-        # Tensor parallel makes vLLM compile its vocab-parallel embedding mask with torch
-        # inductor, which needs a C++ compiler; the test hosts have none: run it eagerly.
-        vllm_env={"TORCHDYNAMO_DISABLE": "1"},
+    return cpu_env(
+        bed,
+        cpu_wheelhouse,
+        tmp_path_factory.mktemp("gang"),
+        group_vars={
+            "vllm_tensor_parallel_size": 2,
+            # Tensor parallel makes vLLM compile its vocab-parallel embedding mask with torch
+            # inductor, which needs a C++ compiler; the test hosts have none: run it eagerly.
+            "vllm_env": {"TORCHDYNAMO_DISABLE": "1"},
+        },
+        host_vars={
+            HEAD: {"replica": "tiny", "node_rank": 0},
+            WORKER: {"replica": "tiny", "node_rank": 1},
+        },
     )
-    hosts = doc["all"]["children"]["testbed"]["hosts"]
-    hosts[HEAD].update(replica="tiny", node_rank=0)
-    hosts[WORKER].update(replica="tiny", node_rank=1)
-    inventory = work / "hosts.yml"
-    inventory.write_text(yaml.safe_dump(doc))
-    tinymodel.build(work / "tiny")
-    return {
-        **os.environ,
-        "GLMOPS_INVENTORY": str(inventory),
-        "GLMOPS_RUN_DIR": str(work / "runs"),
-        "TINY": str(work / "tiny"),
-    }
 
 
 def glmops(env: dict[str, str], *args: str) -> tuple[int, list[dict]]:

@@ -17,24 +17,21 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 
 from glmops.testbed import Testbed
 from tests.support.engine import Runner
 from tests.support.glmops_cli import run_cli, tasks_named
-from tests.support.hub_server import HubRepo, olah_server
+from tests.support.model_hub import hub_env, hub_inventory, split_gguf_hub
 from tests.support.testbed import booted
 from tests.support.vllm_venvs import install_with_torch
 from tests.support.vllm_wheels import PLUGIN, PLUGIN_VERSION, fetch_serve_deps, fetch_wheel
 
 gguf = pytest.importorskip("gguf", reason="gguf is in the test extras")
-from tests.support.gguf_models import split_set  # noqa: E402
 
 pytestmark = [pytest.mark.testbed, pytest.mark.wheels]
 
@@ -89,48 +86,27 @@ def bed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Testbed]:
 def hub(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, dict[str, str]]]:
     """olah serving the 10 shards and the base repo's config and tokenizer; (its endpoint,
     {shard name: sha256})."""
-    local = tmp_path_factory.mktemp("gguf")
-    first = split_set(local, stem="GLM-5-UD-Q4_K_XL", split_max_tensors=2)
-    shards = sorted(first.parent.glob("GLM-5-UD-Q4_K_XL-*-of-00010.gguf"))
-    assert len(shards) == 10
-    with olah_server(tmp_path_factory.mktemp("hub")) as (endpoint, mirrors):
-        weights = HubRepo(mirrors, SOURCE["repo"])
-        for shard in shards:
-            weights.put(f"UD-Q4_K_XL/{shard.name}", shard.read_bytes())
-        weights.commit()
-        base = HubRepo(mirrors, SOURCE["config"]["repo"])
-        base.put("config.json", json.dumps(HF_CONFIG).encode())
-        base.put("tokenizer.json", json.dumps({"model": {"type": "BPE"}}).encode())
-        base.put("tokenizer_config.json", b'{"tokenizer_class": "PreTrainedTokenizerFast"}')
-        base.commit()
+    base = {
+        "config.json": json.dumps(HF_CONFIG).encode(),
+        "tokenizer.json": json.dumps({"model": {"type": "BPE"}}).encode(),
+        "tokenizer_config.json": b'{"tokenizer_class": "PreTrainedTokenizerFast"}',
+    }
+    work = tmp_path_factory.mktemp("hub-work")
+    with split_gguf_hub(work, SOURCE, base, split_max_tensors=2) as (endpoint, shards):
+        assert len(shards) == 10
         yield endpoint, {s.name: hashlib.sha256(s.read_bytes()).hexdigest() for s in shards}
 
 
 def inventory(bed: Testbed, home: Path) -> Path:
-    doc = yaml.safe_load(bed.inventory_path.read_text())
-    doc["all"]["vars"].update(
-        vllm_venv=VENV,
-        model_source=SOURCE,
-        model_dir=MODEL_DIR,
-        model_disk_margin_bytes=1_000_000,
-        # vLLM cannot start without a GPU: systemd would retry it in an hour, not in 30 s
-        vllm_restart_sec=3600,
+    # vLLM cannot start without a GPU: systemd would retry it in an hour, not in 30 s
+    return hub_inventory(
+        bed, home, SOURCE, model_dir=MODEL_DIR, vllm_venv=VENV, vllm_restart_sec=3600
     )
-    path = home / "hosts.yml"
-    path.write_text(yaml.safe_dump(doc))
-    return path
 
 
 def up(hub: str, home: Path, inv: Path) -> tuple[int, list[dict[str, Any]], str]:
-    env = {
-        **os.environ,
-        "HF_ENDPOINT": hub,
-        "GLMOPS_HOME": str(home),
-        "GLMOPS_MODEL_CACHE": str(home / "cache"),
-        "GLMOPS_RUN_DIR": str(home / "runs"),
-    }
     args = ("up", "-i", str(inv), "--skip", "provision")
-    return run_cli(*args, env=env, cwd=PROJECT, timeout=1200, ok=(2,))
+    return run_cli(*args, env=hub_env(hub, home), cwd=PROJECT, timeout=1200, ok=(2,))
 
 
 def summary(events: list[dict[str, Any]]) -> dict[str, dict[str, dict[str, Any]]]:

@@ -6,8 +6,9 @@ serves). A real Hub server (olah, tests/hub_server.py) serves a real split GGUF 
 phase fetches and copies it, deploy merges (layout v0_16 reads one file), verifies the merged
 file's sha256 against the shards' merge and only then removes the shards. A re-run that runs
 every phase again (`--restart`) fetches nothing and changes nothing; a merged file corrupted
-after the shards went is deleted by the model phase, the shards are fetched and copied again,
-and deploy merges and removes them anew. The verify phase runs the host checks, which fail on
+after the shards went is found by a plain re-run (its size and mtime no longer match its
+sidecar), deleted by the model phase, the shards are fetched and copied again, and deploy
+merges and removes them anew. The verify phase runs the host checks, which fail on
 this host (the stand-in is no vLLM the facts can see), and says which.
 """
 
@@ -21,15 +22,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 
 from glmops.testbed import Testbed
 from tests.support.glmops_cli import run_cli, tasks_named
-from tests.support.hub_server import HubRepo, olah_server
+from tests.support.model_hub import hub_env, hub_inventory, split_gguf_hub
 from tests.support.testbed import booted
 
 gguf = pytest.importorskip("gguf", reason="gguf is in the test extras")
-from tests.support.gguf_models import split_set  # noqa: E402
 
 pytestmark = pytest.mark.testbed
 
@@ -61,27 +60,21 @@ def bed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Testbed]:
 @pytest.fixture(scope="module")
 def hub(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, list[str]]]:
     """olah serving a 3-shard split set and the base repo's config; (endpoint, shard names)."""
-    local = tmp_path_factory.mktemp("gguf")
-    first = split_set(local, stem="GLM-5-UD-Q4_K_XL", split_max_tensors=7)
-    shards = sorted(first.parent.glob("GLM-5-UD-Q4_K_XL-*-of-*.gguf"))
-    with olah_server(tmp_path_factory.mktemp("hub")) as (endpoint, mirrors):
-        weights = HubRepo(mirrors, SOURCE["repo"])
-        for shard in shards:
-            weights.put(f"UD-Q4_K_XL/{shard.name}", shard.read_bytes())
-        weights.commit()
-        base = HubRepo(mirrors, SOURCE["config"]["repo"])
-        base.put("config.json", json.dumps({"model_type": "glm_moe_dsa"}).encode())
-        base.put("tokenizer.json", b"{}")
-        base.commit()
+    base = {
+        "config.json": json.dumps({"model_type": "glm_moe_dsa"}).encode(),
+        "tokenizer.json": b"{}",
+    }
+    work = tmp_path_factory.mktemp("hub-work")
+    with split_gguf_hub(work, SOURCE, base, split_max_tensors=7) as (endpoint, shards):
         yield endpoint, [s.name for s in shards]
 
 
 def inventory(bed: Testbed, home: Path) -> Path:
-    doc = yaml.safe_load(bed.inventory_path.read_text())
-    doc["all"]["vars"].update(
-        model_source=SOURCE,
+    return hub_inventory(
+        bed,
+        home,
+        SOURCE,
         model_dir=MODEL_DIR,
-        model_disk_margin_bytes=1_000_000,
         gguf_remove_shards=True,
         vllm_venv=VENV,
         vllm_profile="v0_16",  # the stand-in is no real vLLM the facts could detect
@@ -90,20 +83,11 @@ def inventory(bed: Testbed, home: Path) -> Path:
         vllm_backend_timeout_s=60,
         vllm_ready_interval_s=0.5,
     )
-    path = home / "hosts.yml"
-    path.write_text(yaml.safe_dump(doc))
-    return path
 
 
 def up(endpoint: str, home: Path, inv: Path, *extra: str) -> tuple[dict[str, Any], list[Any]]:
-    env = {
-        **os.environ,
-        "HF_ENDPOINT": endpoint,
-        "GLMOPS_HOME": str(home),
-        "GLMOPS_MODEL_CACHE": str(home / "cache"),
-        "GLMOPS_RUN_DIR": str(home / "runs"),
-    }
     args = ("up", "-i", str(inv), "--skip", "provision,patch", *extra)
+    env = hub_env(endpoint, home)
     code, events, stderr = run_cli(*args, env=env, cwd=PROJECT, timeout=600, ok=(2,))
     assert code == 2, stderr[-3000:]  # the verify phase fails: see test_ below
     [table] = [e for e in events if e.get("event") == "up"]
@@ -156,7 +140,7 @@ def test_shards_removed_after_a_verified_merge_then_nothing_refetched_until_corr
 
     sh(bed, f"printf '\\377' | dd of={MERGED} bs=1 seek=$(($(stat -c %s {MERGED})-1)) conv=notrunc")
     assert sh(bed, f"sha256sum {MERGED}").split()[0] != merged_sha
-    row, events = up(endpoint, tmp_path, inv, "--restart")
+    row, events = up(endpoint, tmp_path, inv)  # a plain re-run looks at the files again
     model = row["model"]
     assert model["status"] == "changed" and "copied from controller" in model["msg"], row
     [dropped] = [e for e in events if e.get("event") == "note" and "no longer matches" in e["msg"]]

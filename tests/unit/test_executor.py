@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from tests.support.engine import Runner
+from tests.support.local_hosts import local_hosts
 
 
 @pytest.fixture
@@ -16,10 +17,9 @@ def two_hosts(tmp_path: Path) -> Path:
     """Two local hosts, each with a folder of its own and its own state dir (run lock)."""
     for name in ("a", "b"):
         (tmp_path / name).mkdir()
-    path = tmp_path / "hosts.yml"
-    entry = "    {0}: {{connection: local, out: '{1}/{0}', state_dir: '{1}/st-{0}'}}\n"
-    path.write_text("all:\n  hosts:\n" + "".join(entry.format(n, tmp_path) for n in "ab"))
-    return path
+    return local_hosts(
+        tmp_path, {"all": ["a", "b"]}, host_vars=lambda name: {"out": f"{tmp_path}/{name}"}
+    )
 
 
 def lines(path: Path) -> list[str]:

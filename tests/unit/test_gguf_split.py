@@ -207,22 +207,14 @@ def test_shards_removed_only_after_a_verified_merge_and_the_model_files_accept_i
     """The seam between gguf_split (merge, remove_shards, merged_only) and model_files (verify
     against the manifest), each run as a host runs it, on one real split set."""
     from glmops.context import run_helper_here
-    from glmops.model.manifest import FileEntry, Manifest
+    from tests.support.model_state import manifest_of, verify_args
 
     root = tmp_path / "m"
     first = split_set(root / "weights", split_max_tensors=7)
     shards = sorted(first.parent.glob("model-*-of-*.gguf"))
-    entries = tuple(
-        FileEntry(f"weights/{p.name}", p.stat().st_size, gguf_split.file_sha256(str(p)), "lfs")
-        for p in shards
-    )
-    manifest = Manifest(({"part": "weights", "repo": "a/b", "commit": "c" * 40},), entries)
-    check_files = {
-        "mode": "verify",
-        "model_dir": str(root),
-        "manifest": json.loads(manifest.to_json()),
-        "digest": manifest.digest,
-    }
+    manifest = manifest_of(root, shards)
+    entries = manifest.files
+    check_files = verify_args(root, manifest)
     assert run_helper_here("model_files", check_files)["complete"]
     out = str(root / "weights" / "model.gguf")
     args = {"path": str(first), "output": out}

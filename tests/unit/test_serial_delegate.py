@@ -11,27 +11,19 @@ import pytest
 
 from glmops.errors import InputError
 from tests.support.engine import Runner
+from tests.support.local_hosts import local_hosts
 
 
 @pytest.fixture
 def fleet(tmp_path: Path) -> Path:
     """Hosts a..d and a router `lb`, all local, each with its state (and run lock) apart."""
     (tmp_path / "root").mkdir()
-
-    def hosts(*names: str) -> str:
-        return "".join(
-            f"        {name}: {{connection: local, state_dir: '{tmp_path}/state-{name}', "
-            f"colour: {name}-colour}}\n"
-            for name in names
-        )
-
-    path = tmp_path / "hosts.yml"
-    path.write_text(
-        f"all:\n  vars: {{root: '{tmp_path}/root'}}\n  children:\n"
-        f"    web:\n      hosts:\n{hosts('a', 'b', 'c', 'd')}"
-        f"    router:\n      hosts:\n{hosts('lb')}"
+    return local_hosts(
+        tmp_path,
+        {"web": ["a", "b", "c", "d"], "router": ["lb"]},
+        group_vars={"root": f"{tmp_path}/root"},
+        host_vars=lambda name: {"colour": f"{name}-colour"},
     )
-    return path
 
 
 def lines(path: Path) -> list[str]:

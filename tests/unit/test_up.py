@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from glmops.context import run_helper_here
 from glmops.inventory import Host, load_inventory
-from glmops.up import PHASES, Outcome, Progress, converge, exit_code
+from glmops.up import PHASES, Outcome, Progress, Recheck, converge, exit_code
+from tests.support.local_hosts import local_hosts
 
 
 class Script:
@@ -143,3 +147,99 @@ def test_a_fleet_router_host_runs_no_phase_gangs_deploy_whole_and_the_router_fol
     path.write_text(text % 2)  # only g1's variables changed: its gang deploys whole
     run_up(path, "all", opts={})
     assert ("deploy.yml", ["solo", "g1", "g0"]) in ran, ran  # g0 was done: it comes along
+
+
+@dataclass
+class ModelHost:
+    """A local host whose model phase is done: its files verified against a cached manifest
+    and its split set merged, each written by its own writer."""
+
+    hosts: list[Host]
+    recheck: Recheck
+    shards: list[Path]
+    paths: list[str]  # the shards' paths in the manifest
+    merge: dict[str, Any]  # gguf_split's arguments
+
+    def merged(self) -> Path:
+        return Path(self.merge["output"])
+
+
+@pytest.fixture
+def model_host(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> ModelHost:
+    """The manifest is written to the controller's cache as `glmops model` writes it, the
+    state file by model_files' verify and the merged file and its sidecar by gguf_split's
+    merge (both run on this machine as a host runs them)."""
+    pytest.importorskip("gguf", reason="gguf is in the test extras")
+    from glmops.model.fetch import ModelCache
+    from glmops.model.manifest import write_atomic
+    from glmops.model.source import parse_source
+    from glmops.up_phases import PhaseRunners
+    from tests.support.gguf_models import split_set
+    from tests.support.model_state import manifest_of, verified
+
+    monkeypatch.setenv("GLMOPS_MODEL_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setenv("GLMOPS_RUN_DIR", str(tmp_path / "runs"))
+    source = {"repo": "up-recheck/GLM-5-GGUF", "revision": "c" * 40, "include": ["Q/*"]}
+    root = tmp_path / "m"
+    path = local_hosts(
+        tmp_path,
+        {"all": ["h"]},
+        host_vars=lambda n: {"model_source": source, "model_dir": str(root)},
+    )
+    first = split_set(root / "weights" / "Q", split_max_tensors=7)
+    shards = sorted(first.parent.glob("model-*-of-*.gguf"))
+    manifest = manifest_of(root, shards, source["repo"])
+    cache = ModelCache(tmp_path / "cache", parse_source(source, "test"))
+    write_atomic(cache.manifest_path, manifest.to_json())
+    assert verified(root, manifest)["complete"]
+    merge = {"mode": "merge", "path": str(first), "output": str(first.parent / "model.gguf")}
+    assert run_helper_here("gguf_split", merge)["changed"]
+    runners = PhaseRunners(path, {}, Progress.load(tmp_path / "unused.json"))
+    hosts = load_inventory(path).select("all")
+    return ModelHost(hosts, runners.recheck, shards, [e.path for e in manifest.files], merge)
+
+
+def flip_last_byte(path: Path) -> None:
+    data = bytearray(path.read_bytes())
+    data[-1] ^= 0xFF
+    path.write_bytes(bytes(data))
+
+
+def test_a_done_model_phase_is_looked_at_again_and_a_changed_merged_file_reruns_it(
+    model_host: ModelHost, tmp_path: Path
+) -> None:
+    """On every `up`, a host whose model phase is done gets a stat-only look at its files
+    (model_files' stat mode): each file as verified, the merged file as its sidecar
+    recorded. What fails runs the model phase and the later ones again."""
+    hosts, recheck = model_host.hosts, model_host.recheck
+    progress = Progress.load(tmp_path / "up.json")
+    converge(hosts, PHASES, Script({}), progress)
+    again = Script({})
+    converge(hosts, PHASES, again, progress, recheck=recheck)
+    assert again.calls == [("verify", ["h"])]  # converged: the look found nothing
+
+    flip_last_byte(model_host.merged())
+    assert "model.gguf: size or mtime differ" in recheck("model", hosts)["h"]
+    rerun = Script({})
+    summary = converge(hosts, PHASES, rerun, progress, recheck=recheck)
+    assert rerun.calls == [("model", ["h"]), ("deploy", ["h"]), ("verify", ["h"])]
+    assert summary["patch"]["h"].status == "done"
+
+    assert run_helper_here("gguf_split", model_host.merge)["changed"]  # as deploy merges anew
+    assert recheck("model", hosts) == {}
+    model_host.shards[0].unlink()
+    assert recheck("model", hosts) == {"h": f"{model_host.paths[0]}: missing"}
+    with model_host.shards[1].open("r+b") as f:  # same size, new mtime: the phase hashes it
+        f.write(f.read(4))
+    assert "not verified against this manifest" in recheck("model", hosts)["h"]
+
+
+def test_shards_removed_after_the_merge_are_held_while_the_merged_file_is_unchanged(
+    model_host: ModelHost,
+) -> None:
+    removed = run_helper_here("gguf_split", {**model_host.merge, "mode": "remove_shards"})
+    assert removed["changed"] and not any(p.exists() for p in model_host.shards)
+    assert model_host.recheck("model", model_host.hosts) == {}
+    flip_last_byte(model_host.merged())
+    why = model_host.recheck("model", model_host.hosts)["h"]
+    assert "missing (merged into model.gguf, changed since)" in why

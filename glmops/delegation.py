@@ -1,0 +1,61 @@
+"""`delegate_to`: a task that acts on another host (the router, the controller) on behalf of
+the host it runs for. It runs over the delegate's session (its connection, `become`, state dir
+and run lock) with the original host's variables and facts, and its result is the original
+host's, shown as `host -> delegate`. Apart from the play loop because the delegate is found
+per task, from the task's rendered variables, and must be checked before any host is touched.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from glmops import runlock
+from glmops.errors import HostUnreachable, InputError, ModuleError
+from glmops.inventory import Host, Inventory
+from glmops.playbook import Play, Task
+from glmops.sessions import HostSession, Sessions
+from glmops.templating import render_value
+
+
+def delegate_host(inventory: Inventory, name: str) -> Host | None:
+    """An inventory host by name, or the implicit `localhost` (the controller)."""
+    return inventory.host(name)
+
+
+def check_delegates(play: Play, inventory: Inventory) -> None:
+    """A literal `delegate_to` must name an inventory host (or localhost): a typo is an error
+    naming the playbook file and line, before any host is touched."""
+    for task in play.tasks + play.handlers:
+        name = task.delegate_to
+        if name and "{" not in name and delegate_host(inventory, name) is None:
+            raise InputError(
+                f"task '{task.name}': delegate_to '{name}' is no host of the inventory "
+                f"{inventory.path} (nor localhost)",
+                source=task.source,
+                line=task.line,
+            )
+
+
+class Delegation(Sessions):
+    """The engine's part that finds a task's delegate session (mixed into Executor)."""
+
+    inventory: Inventory
+
+    def _delegate(
+        self, play: Play, task: Task, variables: dict[str, Any], where: str
+    ) -> HostSession:
+        """The session a `delegate_to` task runs over: the delegate's connection, become and
+        run lock (taken once, without waiting, by a changing run), shared with the delegate's
+        own play when it is a host of this run too."""
+        name = render_value(task.delegate_to, variables, where=where)
+        host = delegate_host(self.inventory, str(name).strip()) if isinstance(name, str) else None
+        if host is None:
+            raise ModuleError(f"{where}: delegate_to {name!r} is no host of the inventory")
+        target = self._session(host)
+        try:
+            self._connect(play, target)
+        except runlock.HostLocked as error:
+            raise ModuleError(f"delegate '{host.name}': {error}") from None
+        except HostUnreachable as error:
+            raise HostUnreachable(f"delegate '{host.name}': {error}") from None
+        return target
