@@ -85,12 +85,14 @@ def stand_in_workers(tmp_path: Path) -> Iterator[list[str]]:
 @pytest.fixture
 def router(vllm_router: Path, stand_in_workers: list[str], tmp_path: Path) -> Iterator[str]:
     port = free_port()
-    argv = [str(vllm_router), "--port", str(port), "--policy", "round_robin"]
+    # its own metrics port: the default (29000) is taken by any other router on this machine
+    metrics = ["--prometheus-port", str(free_port())]
+    argv = [str(vllm_router), "--port", str(port), "--policy", "round_robin", *metrics]
     log = (tmp_path / "router.log").open("w")
     proc = subprocess.Popen([*argv, "--worker-urls", stand_in_workers[0]], stdout=log, stderr=log)
     url = f"http://127.0.0.1:{port}"
     try:
-        wait_http(url + "/list_workers", timeout=60)
+        wait_http(url + "/list_workers", timeout=120)
         yield url
     finally:
         proc.kill()
