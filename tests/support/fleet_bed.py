@@ -16,14 +16,25 @@ from typing import Any
 
 import yaml
 
+from glmops.fleet.loadgen import Sample
 from glmops.fleet.router import RouterClient
 from glmops.testbed import Testbed
 from glmops.testbed.inventory import host_address
 
 ROOT = Path(__file__).resolve().parents[2]
 CPU_VARS = yaml.safe_load((ROOT / "inventory" / "cpu" / "group_vars.yml").read_text())
-#: Short waits for a tiny model: drain and soak in seconds, not minutes.
-FLEET_VARS = {"fleet_drain_timeout_s": 30, "fleet_soak_s": 4, "vllm_restart_sec": 2}
+#: Short waits for a tiny model: drain and soak in seconds, not minutes. The unit environment:
+#: vLLM's CPU build binds ("auto") each worker's threads to the CPUs of its NUMA node less one
+#: it reserves (its ompmultiprocessing.py), so on a 2-CPU machine every replica's worker is
+#: pinned to CPU 0, beside the others' workers, which spin (sched_yield) for 1 s after each
+#: request; a replica restarting under load took about 6 min, against under 1 min idle.
+#: Unbound, with one thread each, the kernel spreads the replicas over both CPUs.
+FLEET_VARS: dict[str, Any] = {
+    "fleet_drain_timeout_s": 30,
+    "fleet_soak_s": 4,
+    "vllm_restart_sec": 2,
+    "vllm_env": {"VLLM_CPU_OMP_THREADS_BIND": "nobind", "OMP_NUM_THREADS": "1"},
+}
 UNIT = "vllm-glm5"
 
 
@@ -139,6 +150,25 @@ def fleet_recap(events: list[dict[str, Any]]) -> dict[str, Any]:
     found = [e for e in events if e.get("event") == "fleet"]
     assert found, "no fleet recap in the events"
     return found[-1]
+
+
+def explain(failed: list[Sample], events: list[dict[str, Any]]) -> list[str]:
+    """Each failed request beside what the deploy did while it was out: the tasks and
+    handlers that started or ended on any host from 5 s before it was sent until it ended."""
+    steps = [e for e in events if e.get("event") in ("task_start", "task", "handler")]
+    origin = min((e["time"] for e in steps), default=0.0)
+    lines = []
+    for sample in failed:
+        lines.append(
+            f"request sent at +{sample.at - origin:.1f} s, ended after {sample.latency_s:.1f} s:"
+            f" {sample.status}: {(sample.error or '')[:160]}"
+        )
+        lines += [
+            f"  +{e['time'] - origin:.1f} s {e.get('host')}: {e['task']} ({e.get('status', '')})"
+            for e in steps
+            if sample.at - 5 <= e["time"] <= sample.at + sample.latency_s
+        ]
+    return lines
 
 
 def changed(events: list[dict[str, Any]]) -> int:
