@@ -41,7 +41,7 @@ from tests.support.fleet_bed import FLEET_VARS, FleetBed, explain, failures, fle
 RESULTS = ROOT / "benchmarks" / "results"
 FIRST_INDEX = 211
 MODEL = "tiny-llama"
-METRICS = ("seconds", "requests", "served", "failed", "p50_s", "p90_s", "p99_s")
+METRICS = ("seconds", "requests", "served", "failed", "p50_s", "p90_s", "p99_s", "stops_killed")
 
 
 def one(fleet: FleetBed, method: str, tag: str, threads: int, pause: float) -> dict:
@@ -50,6 +50,7 @@ def one(fleet: FleetBed, method: str, tag: str, threads: int, pause: float) -> d
     if method == "rolling":
         args.append("--rolling")
     pids = {h: fleet.unit(h)["MainPID"] for h in fleet.replicas}
+    killed = {h: fleet.stops_timed_out(h) for h in fleet.replicas}
     load_before = os.getloadavg()[0]
     with Load(fleet.router_url, MODEL, threads=threads, pause_s=pause) as load:
         started = time.monotonic()
@@ -58,6 +59,7 @@ def one(fleet: FleetBed, method: str, tag: str, threads: int, pause: float) -> d
     restarted = sum(fleet.unit(h)["MainPID"] != pids[h] for h in fleet.replicas)
     summary = load.summary()
     result = {**summary, "seconds": round(seconds, 1), "rc": rc, "restarted": restarted}
+    result["stops_killed"] = sum(fleet.stops_timed_out(h) - killed[h] for h in fleet.replicas)
     result["load_average"] = [round(load_before, 1), round(os.getloadavg()[0], 1)]
     result["failed_requests"] = explain(load.failed(), events)
     result["recap"] = fleet_recap(events)
@@ -103,8 +105,8 @@ every replica's unit environment changes, so each replica restarts once. Median 
 {report["repeat"]} run(s) of each; the machine is shared with other work (load average above).
 `flock /tmp/glmops-testbed.lock python3 benchmarks/fleet_rolling/bench.py`.
 
-| method | wall s | requests | served | failed | p50 s | p90 s | p99 s |
-|---|---|---|---|---|---|---|---|
+| method | wall s | requests | served | failed | p50 s | p90 s | p99 s | stops killed |
+|---|---|---|---|---|---|---|---|---|
 {rows}
 
 Reading it: the all-at-once deploy restarts every replica together, so for the length of one
@@ -114,8 +116,10 @@ its restart and puts it back only after the gate passed, so clients never meet a
 server; it costs wall time (one restart, gate and soak after another). Each failed request is
 listed beside the deploy's tasks of that moment in fleet_rolling.json (`failed_requests`). All
 hosts share the same 2 cores here, so a restarting replica also slows those serving: latency
-during the roll is the cost of that sharing, not of the router. Load average: before and after
-each run, in fleet_rolling.json (`load_average`).
+during the roll is the cost of that sharing, not of the router. "Stops killed": restarts
+whose stop systemd ended with SIGKILL after TimeoutStopSec, because vLLM held a request when
+it was stopped (it leaves such a request unanswered until it is killed, so its client waits).
+Load average: before and after each run, in fleet_rolling.json (`load_average`).
 """
     )
 

@@ -134,6 +134,13 @@ class FleetBed:
         self.bed.exec(host, ["kill", "-9", pid])
         return pid
 
+    def stops_timed_out(self, host: str) -> int:
+        """How often systemd had to SIGKILL the replica's vLLM because it did not stop within
+        TimeoutStopSec: vLLM holds an unanswered request on stop until it is killed."""
+        journal = ["journalctl", "-u", f"{UNIT}.service", "--no-pager", "-o", "cat"]
+        lines = self.bed.exec(host, journal).stdout.splitlines()
+        return sum("State 'stop-sigterm' timed out" in line for line in lines)
+
     def router_workers(self) -> list[str]:
         return sorted(RouterClient(self.router_url).workers())
 
