@@ -39,9 +39,17 @@ UNIT = "vllm-glm5"
 
 
 class FleetBed:
-    """Replicas tb<first>..tb<first+n-1> and the router on the next host."""
+    """Replicas tb<first>..tb<first+n-1> and the router on the next host; `extra`: further
+    variables of the replicas."""
 
-    def __init__(self, bed: Testbed, work: Path, wheelhouse: Path, replicas: int = 3):
+    def __init__(
+        self,
+        bed: Testbed,
+        work: Path,
+        wheelhouse: Path,
+        replicas: int = 3,
+        extra: dict[str, Any] | None = None,
+    ):
         self.bed = bed
         self.work = work
         first = bed.first_index
@@ -52,7 +60,7 @@ class FleetBed:
             h: f"http://{host_address(first + i)}:8000" for i, h in enumerate(self.replicas)
         }
         self.inventory = work / "hosts.yml"
-        self.inventory.write_text(yaml.safe_dump(self._inventory(wheelhouse)))
+        self.inventory.write_text(yaml.safe_dump(self._inventory(wheelhouse, extra or {})))
         self.env = {
             **os.environ,
             "PYTHONPATH": str(ROOT),
@@ -60,10 +68,10 @@ class FleetBed:
             "GLMOPS_RUN_DIR": str(work / "runs"),
         }
 
-    def _inventory(self, wheelhouse: Path) -> dict[str, Any]:
+    def _inventory(self, wheelhouse: Path, extra: dict[str, Any]) -> dict[str, Any]:
         doc = yaml.safe_load(self.bed.inventory_path.read_text())
         hosts = doc["all"]["children"]["testbed"]["hosts"]
-        serving = {**CPU_VARS, **FLEET_VARS, "vllm_wheelhouse": str(wheelhouse)}
+        serving = {**CPU_VARS, **FLEET_VARS, "vllm_wheelhouse": str(wheelhouse), **extra}
         doc["all"]["vars"].update(
             router_host=self.router_host,
             python_version=CPU_VARS["python_version"],
