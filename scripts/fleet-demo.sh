@@ -14,5 +14,8 @@ router=$(python3 -c 'from glmops.testbed.inventory import host_address; print(ho
 curl -s "http://$router:30000/v1/completions" -H 'Content-Type: application/json' \
   -d '{"model": "tiny-llama", "prompt": "Hello", "max_tokens": 5}'
 echo
-glmops deploy --rolling -e "{\"vllm_env\": {\"FLEET_DEMO\": \"$(date +%s)\"}}"
-echo "fleet inventory: $inventory (`glmops testbed down` takes the hosts down)"
+# the fleet's own unit environment plus a new variable: every replica's restart is pending
+changed_env=$(python3 -c 'import json, time; from tests.support.fleet_bed import FLEET_VARS
+print(json.dumps({"vllm_env": {**FLEET_VARS["vllm_env"], "FLEET_DEMO": str(int(time.time()))}}))')
+glmops deploy --rolling -e "$changed_env"
+echo "fleet inventory: $inventory ('glmops testbed down' takes the hosts down)"

@@ -22,6 +22,7 @@ class Sample:
     latency_s: float
     status: int | None
     error: str | None
+    at: float = 0.0  # wall clock (epoch seconds), to set beside the deploy's event times
 
     @property
     def ok(self) -> bool:
@@ -40,7 +41,9 @@ def percentile(values: list[float], q: float) -> float | None:
 @dataclass
 class Load:
     """`with Load(url, model) as load: ...` keeps `threads` requests in flight until the block
-    ends; then `load.summary()`."""
+    ends; then `load.summary()`. With `pause_s`, each thread waits that long between its
+    requests: a paced load that leaves the replicas CPU to spare, instead of a closed loop
+    that keeps them busy."""
 
     url: str
     model: str
@@ -83,7 +86,7 @@ class Load:
             data=json.dumps(body).encode(),
             headers={"Content-Type": "application/json"},
         )
-        started = time.monotonic()
+        at, started = time.time(), time.monotonic()
         status: int | None = None
         error: str | None = None
         try:
@@ -97,7 +100,11 @@ class Load:
             error = failure.read(300).decode("utf-8", "replace")
         except (OSError, ValueError) as failure:
             error = str(failure)
-        return Sample(started, time.monotonic() - started, status, error)
+        return Sample(started, time.monotonic() - started, status, error, at)
+
+    def failed(self) -> list[Sample]:
+        with self._lock:
+            return [s for s in self.samples if not s.ok]
 
     def summary(self) -> dict[str, Any]:
         with self._lock:

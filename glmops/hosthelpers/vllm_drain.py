@@ -1,7 +1,11 @@
-"""Host helper: wait until vLLM has no request running (its /metrics), bounded by a timeout.
+"""Host helper: wait until vLLM holds no request (its /metrics), bounded by a timeout.
 
-Stdlib only. `vllm:num_requests_running` is summed over every label set (one per model and
-engine). A server that does not answer counts as drained: nothing can be running on it.
+Stdlib only. A request vLLM holds is running (`vllm:num_requests_running`) or queued
+(`vllm:num_requests_waiting`); both are summed over every label set (one per model and engine),
+and a restart would cut either. vLLM updates both only after an engine step, and a request the
+router sent just before the replica left it may still be on its way in: drained means 0 on two
+looks at least `settle` seconds apart. Only a refused connection means nothing runs there; a
+/metrics that does not answer in time (a busy host) is looked at again, never taken as drained.
 """
 
 from __future__ import annotations
@@ -13,35 +17,64 @@ import urllib.request
 
 from _envelope import main
 
-RUNNING = re.compile(r"^vllm:num_requests_running(?:\{[^}]*\})?\s+([0-9.eE+-]+)\s*$", re.M)
+HELD = re.compile(r"^vllm:num_requests_(?:running|waiting)(?:\{[^}]*\})?\s+([0-9.eE+-]+)\s*$", re.M)
 
 
-def running(url: str) -> float | None:
-    """Requests vLLM is running now, or None when /metrics does not answer."""
+class NoAnswer(Exception):
+    """/metrics did not answer in time or answered with an error: look again."""
+
+
+def held(url: str, timeout: float) -> float | None:
+    """Requests vLLM runs or queues now; None when nothing listens on the port."""
     try:
-        with urllib.request.urlopen(url, timeout=5) as response:
+        with urllib.request.urlopen(url, timeout=timeout) as response:
             text = response.read().decode("utf-8", "replace")
-    except (urllib.error.URLError, OSError):
+    except urllib.error.URLError as error:
+        if isinstance(error.reason, ConnectionRefusedError):
+            return None
+        raise NoAnswer(str(error.reason)) from error
+    except ConnectionRefusedError:
         return None
-    return sum(float(value) for value in RUNNING.findall(text))
+    except OSError as error:  # a timeout while reading, a reset connection
+        raise NoAnswer(str(error)) from error
+    return sum(float(value) for value in HELD.findall(text))
 
 
 def drain(args: dict) -> dict:
     url = "http://{}:{}/metrics".format(args.get("address", "127.0.0.1"), int(args["port"]))
+    interval = float(args.get("interval", 0.5))
+    settle = float(args.get("settle", 2))
     started = time.monotonic()
     deadline = started + float(args.get("timeout", 120))
-    seen = running(url)
-    while seen and time.monotonic() < deadline:
-        time.sleep(float(args.get("interval", 0.5)))
-        seen = running(url)
+    zero_since: float | None = None
+    seen: float | None = -1.0
+    why = ""
+    while True:
+        try:
+            seen = held(url, float(args.get("http_timeout", 5)))
+            why = ""
+        except NoAnswer as error:
+            seen, why = -1.0, str(error)
+        now = time.monotonic()
+        if seen is None:
+            break
+        zero_since = (zero_since or now) if seen == 0 else None
+        if zero_since is not None and now - zero_since >= settle:
+            break
+        if now >= deadline:
+            break
+        time.sleep(min(interval, settle) if zero_since is not None else interval)
     waited = round(time.monotonic() - started, 1)
-    reply = {"failed": False, "changed": False, "running": seen, "waited_s": waited}
+    reply = {"failed": False, "changed": False, "held": seen, "waited_s": waited}
     if seen is None:
         reply["msg"] = f"{url} does not answer: nothing runs there"
     elif seen == 0:
-        reply["msg"] = f"drained: no request running after {waited} s"
+        reply["msg"] = f"drained: no request running or waiting after {waited} s"
+    elif seen < 0:
+        reply["msg"] = f"{url} did not answer within the {waited} s drain timeout ({why})"
+        reply["timed_out"] = True
     else:
-        reply["msg"] = f"{seen:g} request(s) still running after the {waited} s drain timeout"
+        reply["msg"] = f"{seen:g} request(s) still held after the {waited} s drain timeout"
         reply["timed_out"] = True
     return reply
 

@@ -16,21 +16,40 @@ from typing import Any
 
 import yaml
 
+from glmops.fleet.loadgen import Sample
 from glmops.fleet.router import RouterClient
 from glmops.testbed import Testbed
 from glmops.testbed.inventory import host_address
 
 ROOT = Path(__file__).resolve().parents[2]
 CPU_VARS = yaml.safe_load((ROOT / "inventory" / "cpu" / "group_vars.yml").read_text())
-#: Short waits for a tiny model: drain and soak in seconds, not minutes.
-FLEET_VARS = {"fleet_drain_timeout_s": 30, "fleet_soak_s": 4, "vllm_restart_sec": 2}
+#: Short waits for a tiny model: drain and soak in seconds, not minutes. The unit environment:
+#: vLLM's CPU build binds ("auto") each worker's threads to the CPUs of its NUMA node less one
+#: it reserves (its ompmultiprocessing.py), so on a 2-CPU machine every replica's worker is
+#: pinned to CPU 0, beside the others' workers, which spin (sched_yield) for 1 s after each
+#: request; a replica restarting under load took about 6 min, against under 1 min idle.
+#: Unbound, with one thread each, the kernel spreads the replicas over both CPUs.
+FLEET_VARS: dict[str, Any] = {
+    "fleet_drain_timeout_s": 30,
+    "fleet_soak_s": 4,
+    "vllm_restart_sec": 2,
+    "vllm_env": {"VLLM_CPU_OMP_THREADS_BIND": "nobind", "OMP_NUM_THREADS": "1"},
+}
 UNIT = "vllm-glm5"
 
 
 class FleetBed:
-    """Replicas tb<first>..tb<first+n-1> and the router on the next host."""
+    """Replicas tb<first>..tb<first+n-1> and the router on the next host; `extra`: further
+    variables of the replicas."""
 
-    def __init__(self, bed: Testbed, work: Path, wheelhouse: Path, replicas: int = 3):
+    def __init__(
+        self,
+        bed: Testbed,
+        work: Path,
+        wheelhouse: Path,
+        replicas: int = 3,
+        extra: dict[str, Any] | None = None,
+    ):
         self.bed = bed
         self.work = work
         first = bed.first_index
@@ -41,7 +60,7 @@ class FleetBed:
             h: f"http://{host_address(first + i)}:8000" for i, h in enumerate(self.replicas)
         }
         self.inventory = work / "hosts.yml"
-        self.inventory.write_text(yaml.safe_dump(self._inventory(wheelhouse)))
+        self.inventory.write_text(yaml.safe_dump(self._inventory(wheelhouse, extra or {})))
         self.env = {
             **os.environ,
             "PYTHONPATH": str(ROOT),
@@ -49,10 +68,10 @@ class FleetBed:
             "GLMOPS_RUN_DIR": str(work / "runs"),
         }
 
-    def _inventory(self, wheelhouse: Path) -> dict[str, Any]:
+    def _inventory(self, wheelhouse: Path, extra: dict[str, Any]) -> dict[str, Any]:
         doc = yaml.safe_load(self.bed.inventory_path.read_text())
         hosts = doc["all"]["children"]["testbed"]["hosts"]
-        serving = {**CPU_VARS, **FLEET_VARS, "vllm_wheelhouse": str(wheelhouse)}
+        serving = {**CPU_VARS, **FLEET_VARS, "vllm_wheelhouse": str(wheelhouse), **extra}
         doc["all"]["vars"].update(
             router_host=self.router_host,
             python_version=CPU_VARS["python_version"],
@@ -123,6 +142,13 @@ class FleetBed:
         self.bed.exec(host, ["kill", "-9", pid])
         return pid
 
+    def stops_timed_out(self, host: str) -> int:
+        """How often systemd had to SIGKILL the replica's vLLM because it did not stop within
+        TimeoutStopSec: vLLM holds an unanswered request on stop until it is killed."""
+        journal = ["journalctl", "-u", f"{UNIT}.service", "--no-pager", "-o", "cat"]
+        lines = self.bed.exec(host, journal).stdout.splitlines()
+        return sum("State 'stop-sigterm' timed out" in line for line in lines)
+
     def router_workers(self) -> list[str]:
         return sorted(RouterClient(self.router_url).workers())
 
@@ -139,6 +165,25 @@ def fleet_recap(events: list[dict[str, Any]]) -> dict[str, Any]:
     found = [e for e in events if e.get("event") == "fleet"]
     assert found, "no fleet recap in the events"
     return found[-1]
+
+
+def explain(failed: list[Sample], events: list[dict[str, Any]]) -> list[str]:
+    """Each failed request beside what the deploy did while it was out: the tasks and
+    handlers that started or ended on any host from 5 s before it was sent until it ended."""
+    steps = [e for e in events if e.get("event") in ("task_start", "task", "handler")]
+    origin = min((e["time"] for e in steps), default=0.0)
+    lines = []
+    for sample in failed:
+        lines.append(
+            f"request sent at +{sample.at - origin:.1f} s, ended after {sample.latency_s:.1f} s:"
+            f" {sample.status}: {(sample.error or '')[:160]}"
+        )
+        lines += [
+            f"  +{e['time'] - origin:.1f} s {e.get('host')}: {e['task']} ({e.get('status', '')})"
+            for e in steps
+            if sample.at - 5 <= e["time"] <= sample.at + sample.latency_s
+        ]
+    return lines
 
 
 def changed(events: list[dict[str, Any]]) -> int:

@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import http.server
 import json
+import socket
 import textwrap
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -119,17 +121,21 @@ def test_at_once_runs_every_replica_in_one_batch(deploy: Any) -> None:
 
 
 class Metrics(http.server.BaseHTTPRequestHandler):
-    """/metrics in vLLM's text format: 2 requests running for the first looks, then none."""
+    """/metrics in vLLM's text format, one (running, waiting) pair per look from `script`
+    (the last one repeats); `delay_s` before each answer."""
 
+    script: list[tuple[float, float]] = [(0.0, 0.0)]
     looks = 0
+    delay_s = 0.0
 
     def do_GET(self) -> None:  # noqa: N802 - http.server's name
+        running, waiting = Metrics.script[min(Metrics.looks, len(Metrics.script) - 1)]
         Metrics.looks += 1
-        running = 2.0 if Metrics.looks <= 3 else 0.0
+        time.sleep(Metrics.delay_s)
         body = (
             "# TYPE vllm:num_requests_running gauge\n"
             f'vllm:num_requests_running{{engine="0",model_name="m"}} {running}\n'
-            'vllm:num_requests_waiting{engine="0",model_name="m"} 5.0\n'
+            f'vllm:num_requests_waiting{{engine="0",model_name="m"}} {waiting}\n'
         ).encode()
         self.send_response(200)
         self.send_header("Content-Length", str(len(body)))
@@ -140,20 +146,47 @@ class Metrics(http.server.BaseHTTPRequestHandler):
         pass
 
 
-def test_drain_waits_for_running_requests_then_bounds_the_wait() -> None:
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Metrics)
+class QuietServer(http.server.ThreadingHTTPServer):
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        pass  # the helper hung up on a slow answer, as the test wants
+
+
+@pytest.fixture
+def metrics() -> Iterator[int]:
+    Metrics.script, Metrics.looks, Metrics.delay_s = [(0.0, 0.0)], 0, 0.0
+    server = QuietServer(("127.0.0.1", 0), Metrics)
     threading.Thread(target=server.serve_forever, daemon=True).start()
-    port = server.server_address[1]
-    try:
-        reply = run_helper_here("vllm_drain", {"port": port, "interval": 0.1, "timeout": 10})
-        assert reply["running"] == 0 and reply["msg"].startswith("drained"), reply
-        Metrics.looks = -1000
-        reply = run_helper_here("vllm_drain", {"port": port, "interval": 0.1, "timeout": 0.5})
-        assert reply["timed_out"] and "still running after" in reply["msg"], reply
-    finally:
-        server.shutdown()
-    gone = run_helper_here("vllm_drain", {"port": port, "timeout": 1})
-    assert gone["running"] is None and "nothing runs there" in gone["msg"]
+    yield server.server_address[1]
+    server.shutdown()
+    server.server_close()
+
+
+def test_drain_waits_for_queued_requests_and_for_the_count_to_settle(metrics: int) -> None:
+    """A request the router sent just before the replica left it shows up after a first look
+    of 0, and then waits in the queue before it runs: both would be cut by the restart."""
+    Metrics.script = [(0, 0), (0, 1), (0, 1), (1, 0), (0, 0)]
+    args = {"port": metrics, "interval": 0.1, "settle": 0.3, "timeout": 10}
+    reply = run_helper_here("vllm_drain", args)
+    assert Metrics.looks >= 7, f"stopped after {Metrics.looks} looks: {reply}"
+    assert reply["held"] == 0 and reply["msg"].startswith("drained"), reply
+
+
+def test_drain_bounds_the_wait_and_never_takes_silence_for_drained(metrics: int) -> None:
+    Metrics.script = [(2, 5)]
+    reply = run_helper_here("vllm_drain", {"port": metrics, "interval": 0.1, "timeout": 0.5})
+    assert reply["timed_out"] and "7 request(s) still held after" in reply["msg"], reply
+    Metrics.script, Metrics.delay_s = [(0, 0)], 1.0
+    args = {"port": metrics, "interval": 0.1, "timeout": 0.5, "http_timeout": 0.2}
+    slow = run_helper_here("vllm_drain", args)
+    assert slow.get("timed_out") and "did not answer" in slow["msg"], slow
+
+
+def test_drain_of_a_server_that_is_gone() -> None:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]  # bound, not listening: connections are refused
+        gone = run_helper_here("vllm_drain", {"port": port, "timeout": 1})
+    assert gone["held"] is None and "nothing runs there" in gone["msg"], gone
 
 
 def test_the_engine_runs_the_deploy_in_batches_and_stops_past_max_fail(tmp_path: Path) -> None:
