@@ -30,7 +30,7 @@ from glmops.inventory import Inventory
 class RunOutcome:
     """One playbook run as the fleet sees it."""
 
-    code: ExitCode
+    code: int  # an ExitCode, or 128 + the signal that interrupted the run
     failed: dict[str, str] = field(default_factory=dict)  # host -> the failed task and why
     batches: list[list[str]] = field(default_factory=list)
     stopped: str | None = None  # why the engine stopped the play early
@@ -99,11 +99,11 @@ class FleetDeploy:
         self.json_events = json_events
         self.outcome = RunOutcome(ExitCode.OK)
 
-    def at_once(self) -> ExitCode:
+    def at_once(self) -> int:
         self.outcome = self.run(paths.playbooks() / "deploy.yml", self.hosts, {}, {})
         return self._router_and_recap()
 
-    def rolling(self, serial: list[SerialEntry], max_fail_percentage: float) -> ExitCode:
+    def rolling(self, serial: list[SerialEntry], max_fail_percentage: float) -> int:
         gangs = [r for r in self.fleet.replicas if r.is_gang]
         if gangs:
             # The engine batches hosts, not replicas: a batch could hold part of a gang.
@@ -129,19 +129,26 @@ class FleetDeploy:
         )
         return self._router_and_recap()
 
-    def route(self, failed: dict[str, str]) -> ExitCode:
+    def route(self, failed: dict[str, str]) -> int:
         """The router play alone, after the replicas were deployed some other way (`glmops
         up`'s phases): `failed` (host -> why) stays out of rotation."""
         code = ExitCode.HOST_FAILED if failed else ExitCode.OK
         self.outcome = RunOutcome(code, dict(failed))
         return self._router_and_recap()
 
-    def _router_and_recap(self) -> ExitCode:
+    def _router_and_recap(self) -> int:
+        """The router play, then the fleet recap. An interrupted run (SIGINT, SIGTERM) stops
+        here: the router is left as the roll left it (a replica taken out stays out, safe),
+        and the next deploy puts it right."""
         out = {
             self.routed.replica_of(host).name: f"{host}: {why}"
             for host, why in self.outcome.failed.items()
         }
         code = self.outcome.code
+        if code >= 128:
+            self.outcome.stopped = self.outcome.stopped or "interrupted: the router left as it was"
+            self._recap(out)
+            return code
         if self.fleet.router is not None:
             # A replica this run failed stays out of rotation; the rest (rolled, not in this
             # run, or unchanged) serve.
@@ -150,7 +157,7 @@ class FleetDeploy:
             routed = self.run(paths.playbooks() / "router.yml", self.fleet.router.host, extra, {})
             code = max(code, routed.code)
         self._recap(out)
-        return ExitCode(code)
+        return code
 
     def _recap(self, out_of_router: dict[str, str]) -> None:
         data = {

@@ -68,6 +68,10 @@ class Systemd(Module):
             command = (
                 "systemctl daemon-reload" if verb == "daemon-reload" else f"systemctl {verb} {name}"
             )
+            if verb in ("start", "restart"):
+                # A start asked for is not a crash loop: StartLimitBurst= counts every start,
+                # so without this the Nth deploy within the unit's interval would be refused.
+                command = f"{{ systemctl reset-failed {name} 2>/dev/null || true; }} && {command}"
             result = ctx.run(command)
             if not result.ok:
                 journal = ctx.run(f"journalctl -u {name} -n 20 --no-pager 2>/dev/null").stdout

@@ -162,6 +162,39 @@ def test_handler_once_only_on_change_and_survives_failure(
     assert host_read(testbed, host, "/opt/handler.count") == "fired\nfired\n"
 
 
+LIMITED = """
+- hosts: {host}
+  tasks:
+    - name: a unit systemd starts at most twice an hour
+      copy:
+        dest: /etc/systemd/system/limited.service
+        content: |
+          [Unit]
+          StartLimitIntervalSec=3600
+          StartLimitBurst=2
+          [Service]
+          ExecStart=/bin/sleep infinity
+    - name: restarted, as a deploy asks
+      systemd: {{name: limited, state: restarted}}
+"""
+
+
+def test_a_restart_asked_for_is_not_refused_by_the_start_limit(
+    run_playbook: Runner, inventory: Path, testbed: Testbed, hosts: list[str]
+) -> None:
+    """StartLimitBurst= is there to stop a crash loop, but systemd counts every start: the
+    third deploy within the hour would be refused ("start-limit-hit") if the module did not
+    clear the count first."""
+    host = hosts[1]
+    pids = []
+    for _ in range(4):
+        outcome = run_playbook(LIMITED.format(host=host), inventory)
+        assert outcome.exit_code == 0, outcome.stderr
+        shown = testbed.exec(host, ["systemctl", "show", "limited", "-p", "MainPID"]).stdout
+        pids.append(shown.strip())
+    assert len(set(pids)) == 4 and "MainPID=0" not in pids, pids
+
+
 def test_hung_command_times_out_and_others_finish(
     run_playbook: Runner, inventory: Path, hosts: list[str]
 ) -> None:

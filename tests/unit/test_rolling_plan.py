@@ -110,6 +110,23 @@ def test_rolling_sets_serial_and_leaves_failed_replicas_out_of_the_router(
     assert recap["out_of_router"] == {"r2": "r2: deploy.yml: ready: not ready"}
 
 
+def test_an_interrupted_roll_leaves_the_router_alone_and_exits_as_the_signal_says(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (tmp_path / "hosts.yml").write_text(textwrap.dedent(FLEET))
+    calls: list[str] = []
+
+    def run(playbook: Path, limit: str, extra: dict, settings: dict) -> RunOutcome:
+        calls.append(playbook.name)
+        return RunOutcome(143 if playbook.name == "deploy.yml" else ExitCode.OK)  # SIGTERM
+
+    fleet = FleetDeploy(load_inventory(tmp_path / "hosts.yml"), "all", run, json_events=True)
+    assert fleet.rolling([1], 0) == 143
+    assert calls == ["fleet-preflight.yml", "deploy.yml"], "the router play ran after SIGTERM"
+    recap = json.loads(capsys.readouterr().out.splitlines()[-1])
+    assert recap["stopped"].startswith("interrupted")
+
+
 def test_at_once_runs_every_replica_in_one_batch(deploy: Any) -> None:
     fleet, calls, _ = deploy
     assert fleet.at_once() == ExitCode.OK
