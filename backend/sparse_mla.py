@@ -103,7 +103,9 @@ def _e4m3_to_f16(x):
 def _e4m3_bits_to_f16(x):
     """fp8 e4m3 to fp16 by moving bits, four values per call: each byte to the top of a 16-bit
     lane, its seven magnitude bits one place right. The result is the value times 2^-8 (the
-    exponent biases differ by 8), exact, subnormals included; callers fold 2^8 back in. Four
+    exponent biases differ by 8), exact for every finite value, subnormals included; callers
+    fold 2^8 back in. e4m3's NaN (0x7F, 0xFF) is not kept: it reads as +-480 (vLLM's cache
+    writers saturate, so a row holds NaN only when the model produced one). Four
     integer instructions per two values, yet faster on the H200 than the one conversion
     instruction per two values of ``_e4m3_to_f16`` (NOTES.md), and fewer registers."""
     return tl.inline_asm_elementwise(

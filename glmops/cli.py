@@ -115,7 +115,7 @@ def run_playbook(
     prepare: Callable[[Any], None] | None = None,
     play_settings: dict[str, Any] | None = None,
     **opts: Any,
-) -> ExitCode:
+) -> int:
     """Run a playbook with the verbs' options; `prepare(executor)` may watch the run;
     `play_settings` (e.g. `serial`) are set on every play, as if its file said so."""
     from glmops.connection import ConnectionSettings
@@ -301,7 +301,7 @@ def deploy(
 
 def _fleet_runner(
     inventory: Any, pattern: str, rolling: bool, serial: str, max_fail: float, opts: Any
-) -> ExitCode:
+) -> int:
     """The fleet deploy, each of its playbooks run by fleet_run."""
     from glmops.fleet.roll import FleetDeploy, parse_serial
 

@@ -17,7 +17,7 @@ from typing import Any
 
 from rich.table import Table
 
-from glmops.errors import ExitCode
+from glmops.errors import ExitCode, InputError
 from glmops.executor import observe
 from glmops.facts import HostFacts, parse_facts
 from glmops.fleet.gang import MemberState, verdict
@@ -265,9 +265,11 @@ def collect(inventory_path: Path, pattern: str) -> tuple[ExitCode, list[dict[str
     )
     # the router host serves no model: it has no row
     serving = [h.name for h in serving_hosts(load_inventory(inventory_path), pattern)]
+    if not serving:
+        raise InputError(f"'{pattern}' selects no serving host (a router host serves no model)")
     play = Play(
         name="status",
-        hosts=",".join(serving) or pattern,
+        hosts=",".join(serving),
         source=str(inventory_path),
         line=0,
         tasks=[task],

@@ -214,7 +214,7 @@ def run_up(
     skip: tuple[str, ...] = (),
     restart: bool = False,
     opts: dict[str, Any],
-) -> ExitCode:
+) -> int:
     """`glmops up`: every phase not skipped, on the hosts `pattern` selects."""
     unknown = [p for p in skip if p not in PHASES]
     if unknown:
@@ -235,7 +235,8 @@ def run_up(
         hosts, phases, runners, progress, record=not opts.get("check"), recheck=runners.recheck
     )
     print_summary(summary, hosts, as_json=bool(opts.get("json_events")))
-    code = exit_code(summary, check=bool(opts.get("check")))
+    code: int = exit_code(summary, check=bool(opts.get("check")))
     if router is not None and "deploy" in phases and hosts:
-        code = max(code, runners.route(inventory, pattern, summary))
-    return ExitCode(code)
+        routed = runners.route(inventory, pattern, summary)
+        code = routed if routed >= 128 else max(code, routed)  # 128+signal: interrupted
+    return code

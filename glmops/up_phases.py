@@ -14,7 +14,7 @@ import click
 from glmops.connection import ConnectionSettings
 from glmops.errors import ExitCode, GlmopsError
 from glmops.inventory import Host
-from glmops.up import MODEL_PATHS, PLAYBOOKS, PROJECT, Outcome, Progress
+from glmops.up import MODEL_PATHS, PHASES, PLAYBOOKS, PROJECT, Outcome, Progress
 
 
 class PhaseRunners:
@@ -78,12 +78,16 @@ class PhaseRunners:
         return list(chosen.values())
 
     def route(self, inventory: Any, pattern: str, summary: dict[str, dict[str, Outcome]]) -> int:
-        """The router play after the phases: a replica whose host failed a phase stays out."""
+        """The router play after the phases: a replica whose host failed a phase up to deploy
+        stays out. The verify phase's host checks report; they do not take a serving replica
+        out of rotation (the deploy's own gate decided it serves)."""
         from glmops.fleet.roll import FleetDeploy
 
+        serving_phases = PHASES[: PHASES.index("deploy") + 1]
         failed = {
             host: f"{phase} {outcome.status}: {outcome.msg}"
             for phase, row in summary.items()
+            if phase in serving_phases
             for host, outcome in row.items()
             if outcome.stops
         }
@@ -213,25 +217,22 @@ class PhaseRunners:
 
 def model_files_changed(hosts: list[Host], options: Any) -> dict[str, str]:
     """Per host whose model files are not as the model phase left them: why (model_files'
-    stat-only recheck against the manifest kept in the controller's cache)."""
+    stat-only look against the manifest kept in the controller's cache)."""
     from glmops.executor import default_run_root
-    from glmops.model.fetch import ModelCache, default_cache_root
+    from glmops.model import held
     from glmops.model.hostops import connect, parallel
-    from glmops.model.manifest import Manifest, load_manifest
-    from glmops.model.source import model_dir, parse_source
+    from glmops.model.manifest import Manifest
     from glmops.runlog import Masker, RunLog
 
     reasons: dict[str, str] = {}
     manifests: dict[str, Manifest] = {}
     for host in hosts:
-        if not host.vars.get("model_source"):
-            continue
-        source = parse_source(host.vars["model_source"], f"host '{host.name}'")
-        cache = ModelCache(options.cache_root or default_cache_root(), source)
-        if not cache.manifest_path.exists():
-            reasons[host.name] = f"no manifest in the controller's cache ({cache.manifest_path})"
-        else:
-            manifests[host.name] = load_manifest(cache.manifest_path)
+        if host.vars.get("model_source"):
+            found = held.cached_manifest(host.name, host.vars, options.cache_root)
+            if isinstance(found, str):
+                reasons[host.name] = found
+            else:
+                manifests[host.name] = found
     masker = Masker({options.sudo_password} if options.sudo_password else set())
     unreachable: dict[str, Any] = {}
     targets = [h for h in hosts if h.name in manifests]
@@ -241,9 +242,8 @@ def model_files_changed(hosts: list[Host], options: Any) -> dict[str, str]:
     reasons.update({n: f"cannot look: {r.msg}" for n, r in unreachable.items()})
 
     def look(ctx: Any) -> dict[str, Any]:
-        manifest = manifests[ctx.host.name]
         try:
-            request = manifest.stat_request(model_dir(ctx.host.vars))
+            request = held.stat_request(manifests[ctx.host.name], ctx.host.vars)
             return ctx.run_helper("model_files", request, timeout=600)
         except GlmopsError as error:  # that host's trouble: its model phase runs and says so
             return {"failed": True, "msg": f"cannot look: {error}"}
@@ -254,7 +254,7 @@ def model_files_changed(hosts: list[Host], options: Any) -> dict[str, str]:
         for ctx in ctxs.values():
             ctx.conn.close()
     for name, reply in replies.items():
-        if reply.get("failed") or reply.get("problems"):
-            problems = [f"{path}: {why}" for path, why in reply.get("problems") or []]
-            reasons[name] = "; ".join(problems or [str(reply.get("msg"))])
+        found = held.findings(reply)
+        if found:
+            reasons[name] = found
     return reasons

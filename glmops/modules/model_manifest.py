@@ -12,13 +12,10 @@ from __future__ import annotations
 
 from glmops.context import TaskContext
 from glmops.errors import ModuleError
-from glmops.model.fetch import ModelCache, default_cache_root
-from glmops.model.manifest import load_manifest
-from glmops.model.source import model_dir, parse_source
+from glmops.model import held
+from glmops.model.source import model_dir
 from glmops.modules.base import Arg, Module, Plan, register
 from glmops.results import TaskResult
-
-SHOWN = 5  # files named in a failure; the rest are counted
 
 
 @register
@@ -35,20 +32,14 @@ class ModelManifest(Module):
 
     def plan(self, ctx: TaskContext) -> Plan:
         p = self.params
-        source = parse_source(p["source"], f"host '{ctx.host.name}'")
-        cache = ModelCache(default_cache_root(), source)  # where `glmops model` keeps it
-        if not cache.manifest_path.is_file():
-            raise ModuleError(
-                f"no model manifest on the controller at {cache.manifest_path}: "
-                "run `glmops model` first"
-            )
-        manifest = load_manifest(cache.manifest_path)
-        root = model_dir({"model_dir": p["model_dir"]})
-        reply = ctx.run_helper("model_files", manifest.stat_request(root))
-        problems = reply["problems"]
-        if problems:
-            listed = "; ".join(f"{path}: {why}" for path, why in problems[:SHOWN])
-            more = f" (and {len(problems) - SHOWN} more)" if len(problems) > SHOWN else ""
+        variables = {"model_source": p["source"], "model_dir": p["model_dir"]}
+        manifest = held.cached_manifest(ctx.host.name, variables)
+        if isinstance(manifest, str):
+            raise ModuleError(manifest)
+        root = model_dir(variables)
+        reply = ctx.run_helper("model_files", held.stat_request(manifest, variables))
+        found = held.findings(reply)
+        if found:
             other = reply.get("verified_digest")
             last = (
                 f"; the host last verified manifest {other[:12]}"
@@ -57,7 +48,7 @@ class ModelManifest(Module):
             )
             raise ModuleError(
                 f"{ctx.host.name}: model files in {root} do not match the controller's manifest "
-                f"{manifest.digest[:12]}{last}: {listed}{more}"
+                f"{manifest.digest[:12]}{last}: {found}"
             )
         return Plan(
             False,

@@ -327,6 +327,8 @@ def test_the_router_host_serves_nothing(
     monkeypatch.setenv("GLMOPS_RUN_DIR", str(tmp_path / "runs"))
     _, rows = collect(path, "all")
     assert [row["host"] for row in rows] == ["here"]
+    with pytest.raises(InputError, match="'rt' selects no serving host"):
+        collect(path, "rt")
     capsys.readouterr()
     model_command(path, "all", ModelOptions(check=True), json_events=True)
     recap = [json.loads(line) for line in capsys.readouterr().out.splitlines()][-1]

@@ -119,15 +119,19 @@ def test_a_fleet_router_host_runs_no_phase_gangs_deploy_whole_and_the_router_fol
     def other(self: object, hosts: list[Host]) -> dict:
         return {h.name: Outcome("ok") for h in hosts}
 
+    def verify(self: object, hosts: list[Host]) -> dict:
+        return {h.name: Outcome("failed" if h.name == "g0" else "ok") for h in hosts}
+
     routed: list[tuple[str, str, dict]] = []
+    router_code = [cli.ExitCode.OK]
 
     def fleet_run(playbook: Path, limit: str, extra: dict, settings: dict, *, opts: dict):
         routed.append((playbook.name, limit, extra))
-        return RunOutcome(cli.ExitCode.OK)
+        return RunOutcome(router_code[0])
 
     monkeypatch.setattr(up_phases.PhaseRunners, "playbook", playbook)
     monkeypatch.setattr(up_phases.PhaseRunners, "model", other)
-    monkeypatch.setattr(up_phases.PhaseRunners, "verify", other)
+    monkeypatch.setattr(up_phases.PhaseRunners, "verify", verify)
     monkeypatch.setattr(cli, "fleet_run", fleet_run)
     path = tmp_path / "hosts.yml"
     text = (
@@ -142,10 +146,12 @@ def test_a_fleet_router_host_runs_no_phase_gangs_deploy_whole_and_the_router_fol
     assert all("rt" not in hosts for _, hosts in ran), ran
     assert ("deploy.yml", ["solo", "g0", "g1"]) in ran
     assert [(r[0], r[1]) for r in routed] == [("router.yml", "rt")]
-    assert routed[0][2]["fleet_workers"] == ["http://10.0.1.1:8000"], "solo failed: left out"
+    # solo's deploy failed: out; g0's host checks failed after its deploy passed its gate: in
+    assert routed[0][2]["fleet_workers"] == ["http://10.0.1.1:8000"]
     ran.clear()
     path.write_text(text % 2)  # only g1's variables changed: its gang deploys whole
-    run_up(path, "all", opts={})
+    router_code[0] = 130  # and the router play is interrupted (SIGINT)
+    assert run_up(path, "all", opts={}) == 130
     assert ("deploy.yml", ["solo", "g1", "g0"]) in ran, ran  # g0 was done: it comes along
 
 
