@@ -10,6 +10,7 @@ from pathlib import Path
 import yaml
 
 from glmops import paths
+from glmops.notifications import PENDING_FILE
 from glmops.playbook import load_playbook
 from tests.support.engine import Runner
 from tests.support.local_hosts import local_hosts
@@ -20,6 +21,23 @@ def restart_pending_fact() -> dict[str, str]:
     deploy = load_playbook(paths.playbooks() / "deploy.yml")[0]
     task = next(t for t in deploy.tasks if t.name == "rolling: is a restart pending")
     return dict(task.args)
+
+
+def test_deploy_yml_decides_then_leaves_the_router_and_drains_before_its_restart() -> None:
+    """The order rolling_play copies, read from deploy.yml itself: the decision, out of the
+    router, the drain, then the handlers' flush (where `restart vllm` runs), then the gate."""
+    deploy = load_playbook(paths.playbooks() / "deploy.yml")[0]
+    names = [t.name if t.module != "meta" else "meta: " + str(t.args) for t in deploy.tasks]
+    order = [
+        "rolling: is a restart pending",
+        "rolling: out of the router",
+        "rolling: drain (no request running or waiting)",
+    ]
+    at = [names.index(name) for name in order]
+    flush = next(i for i, n in enumerate(names) if n.startswith("meta") and "flush" in n)
+    assert at == sorted(at) and at[-1] + 1 == flush, names
+    assert names.index("rolling: back into the router") > flush
+    assert any(h.name == "restart vllm" for h in deploy.handlers)
 
 
 def rolling_play(unit_text: str) -> str:
@@ -71,7 +89,7 @@ def test_a_restart_left_pending_by_an_interrupted_run_leaves_the_router_and_drai
     # notification on the host.
     died = run_playbook(rolling_play("v2\n"), inventory, extra=["crash=true"])
     assert died.exit_code == 2 and not log.exists()
-    kept = (tmp_path / "state-r1" / "pending-handlers.json").read_text()
+    kept = (tmp_path / "state-r1" / PENDING_FILE).read_text()
     assert "restart vllm" in kept
 
     # The rolling run finds the files converged, but the restart is still owed.
@@ -79,7 +97,7 @@ def test_a_restart_left_pending_by_an_interrupted_run_leaves_the_router_and_drai
     assert rolling.exit_code == 0, rolling.stderr
     assert rolling.status("vllm serve unit") == "ok"
     assert log.read_text().split() == ["out", "drain", "restart"]
-    assert not (tmp_path / "state-r1" / "pending-handlers.json").exists()
+    assert not (tmp_path / "state-r1" / PENDING_FILE).exists()
 
 
 def test_a_converged_replica_stays_in_rotation(run_playbook: Runner, tmp_path: Path) -> None:
