@@ -106,19 +106,26 @@ class Inventory:
     groups: dict[str, list[str]]
     #: What the implicit localhost gets: the `all` group's variables, host_vars, extra vars.
     localhost_vars: dict[str, Any] = field(default_factory=dict)
+    _implicit: Host | None = field(default=None, repr=False)
 
     def host(self, name: str) -> Host | None:
-        """The host called `name`: an inventory host, or the implicit localhost (the controller,
-        joining `hosts` the first time it is named), or None."""
+        """The host called `name`: an inventory host, or the implicit localhost, or None.
+
+        The implicit localhost is the controller when the inventory defines no `localhost`
+        (Ansible's: a local connection, the variables above). It is in no group and never in
+        `hosts`, so nothing that walks the inventory's hosts meets it; only a lookup by name
+        (this, `select()`) finds it, always the same object."""
         if name in self.hosts:
             return self.hosts[name]
         if name != LOCALHOST:
             return None
-        merged = {**self.localhost_vars, "connection": "local", "address": LOCALHOST}
-        where_set = SourceMap()
-        where_set.source, where_set.line, where_set.key_lines = str(self.path), 1, {}
-        spec = _connection_spec(LOCALHOST, merged, where_set)
-        return self.hosts.setdefault(LOCALHOST, Host(LOCALHOST, [], merged, spec))
+        if self._implicit is None:
+            merged = {**self.localhost_vars, "connection": "local", "address": LOCALHOST}
+            where_set = SourceMap()
+            where_set.source, where_set.line, where_set.key_lines = str(self.path), 1, {}
+            spec = _connection_spec(LOCALHOST, merged, where_set)
+            self._implicit = Host(LOCALHOST, [], merged, spec)
+        return self._implicit
 
     def select(self, pattern: str) -> list[Host]:
         """Hosts matching a pattern: names, groups or globs, joined by ',' or ':'; '!x' excludes.
@@ -132,12 +139,11 @@ class Inventory:
             if not term:
                 continue
             target = excluded if term.startswith("!") else chosen
-            names = self._match(term.lstrip("!"))
-            for name in names:
+            for host in self._match(term.lstrip("!")):
                 if target is excluded:
-                    excluded.add(name)
+                    excluded.add(host.name)
                 else:
-                    chosen[name] = self.hosts[name]
+                    chosen[host.name] = host
         selected = [host for name, host in chosen.items() if name not in excluded]
         if not selected:
             raise InputError(
@@ -145,16 +151,17 @@ class Inventory:
             )
         return selected
 
-    def _match(self, term: str) -> list[str]:
+    def _match(self, term: str) -> list[Host]:
         if term in self.groups:
-            return self.groups[term]
-        if self.host(term) is not None:
-            return [term]
+            return [self.hosts[name] for name in self.groups[term]]
+        named = self.host(term)
+        if named is not None:
+            return [named]
         names = [name for name in self.groups["all"] if fnmatch.fnmatchcase(name, term)]
         for group, members in self.groups.items():
             if fnmatch.fnmatchcase(group, term):
                 names.extend(members)
-        return list(dict.fromkeys(names))
+        return [self.hosts[name] for name in dict.fromkeys(names)]
 
 
 def parse_extra_vars(items: list[str]) -> dict[str, Any]:

@@ -60,8 +60,9 @@ def fleet_vars(fleet: Fleet) -> dict[str, Any]:
 
 def router_vars(inventory: Inventory, fleet: Fleet, workers: Sequence[str]) -> dict[str, Any]:
     """What router.yml reads: the unit's argv, the URL, the worker list, the wheelhouse."""
-    assert fleet.router is not None
-    host = inventory.hosts[fleet.router.host].vars
+    router = inventory.host(fleet.router.host) if fleet.router else None
+    assert fleet.router is not None and router is not None  # the topology checked both
+    host = router.vars
     venv = str(host.get("router_venv", "/opt/vllm-router"))
     argv = router_argv(
         f"{venv}/bin/vllm-router",

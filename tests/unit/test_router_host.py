@@ -47,6 +47,8 @@ def test_localhost_is_the_controller_without_an_inventory_entry(tmp_path: Path) 
     assert [h.name for h in inventory.select("all")] == ["r1", "r2"]
     assert [h.name for h in inventory.select("*")] == ["r1", "r2"], "globs skip it"
     assert [h.name for h in inventory.select("localhost")] == ["localhost"]
+    assert inventory.select("localhost")[0] is local, "one object, however it is found"
+    assert "localhost" not in inventory.hosts, "walking the inventory's hosts never meets it"
 
 
 def test_an_inventory_localhost_is_used_as_written(tmp_path: Path) -> None:
