@@ -194,10 +194,16 @@ def _merged_changed(out, rec):
     return None
 
 
+def verified(root, digest):
+    """The host's state file, and the (size, mtime) it recorded per file when it verified
+    against `digest` (empty when it verified another manifest, or none)."""
+    state = read_json(os.path.join(root, STATE))
+    return state, state.get("files", {}) if state.get("digest") == digest else {}
+
+
 def verify(args):
     root = args["model_dir"]
-    state = read_json(os.path.join(root, STATE))
-    known = state.get("files", {}) if state.get("digest") == args["digest"] else {}
+    state, known = verified(root, args["digest"])
     files = args["manifest"]["files"]
     write = not args.get("check")
     with ThreadPoolExecutor(max_workers=min(8, os.cpu_count() or 1)) as pool:
@@ -260,8 +266,7 @@ def stat_file(root, rel, size, known, merges):
 
 def stat_files(args):
     root = args["model_dir"]
-    state = read_json(os.path.join(root, STATE))
-    known = state.get("files", {}) if state.get("digest") == args["digest"] else {}
+    state, known = verified(root, args["digest"])
     merges = Merges(root, known, full=False, write=False, hashing=False)
     problems = []
     for rel, size in args["files"]:

@@ -230,18 +230,21 @@ def test_ray_units_render_and_verify(tmp_path: Path) -> None:
         assert f'Environment="VLLM_HOST_IP={ip}"' in units[host]
         assert 'Environment="GLOO_SOCKET_IFNAME=eth1"' in units[host]
         assert 'Environment="NCCL_SOCKET_IFNAME=eth1"' in units[host]
+    systemd_verifies(tmp_path, "ray", units)
+
+
+def systemd_verifies(folder: Path, prefix: str, units: dict[str, str]) -> None:
+    """systemd-analyze accepts each rendered unit (as `<prefix>-<host>.service`)."""
     if shutil.which("systemd-analyze") is None:
         pytest.skip("systemd-analyze not installed: rendered text checked only")
     for host, text in units.items():
-        unit = tmp_path / f"ray-{host}.service"
+        unit = folder / f"{prefix}-{host}.service"
         unit.write_text(text)
         checked = subprocess.run(
             ["systemd-analyze", "verify", str(unit)], capture_output=True, text=True
         )
-        problems = [
-            line
-            for line in checked.stderr.splitlines()
-            if str(unit) in line or "ray-" in line  # other units' noise is not ours
+        problems = [  # other units' noise is not ours
+            line for line in checked.stderr.splitlines() if f"{prefix}-" in line
         ]
         assert checked.returncode == 0 and not problems, checked.stderr
 
@@ -294,16 +297,7 @@ def test_data_parallel_units_render_and_verify(tmp_path: Path) -> None:
     with pytest.raises(ServeError, match="is 16 ranks per host > 8 GPUs"):
         serve_flags(facts, {**variables, "vllm_tensor_parallel_size": 8, "vllm_gang": {
             **gang, "dp_local": 2, "span": 1}})  # fmt: skip
-    if shutil.which("systemd-analyze") is None:
-        pytest.skip("systemd-analyze not installed: rendered text checked only")
-    for host, text in units.items():
-        unit = tmp_path / f"vllm-{host}.service"
-        unit.write_text(text)
-        checked = subprocess.run(
-            ["systemd-analyze", "verify", str(unit)], capture_output=True, text=True
-        )
-        problems = [line for line in checked.stderr.splitlines() if "vllm-" in line]
-        assert checked.returncode == 0 and not problems, checked.stderr
+    systemd_verifies(tmp_path, "vllm", units)
 
 
 def test_the_router_host_serves_nothing(
