@@ -158,7 +158,7 @@ def _sparse_mla_split_kernel(
     FP8_TWICE: tl.constexpr,  # fp8 e4m3 rows: the latent gathered once per dot (async copies)
     FP16_DOTS: tl.constexpr,  # fp8 e4m3 rows under a bf16 q: the dots in fp16
     V_ASM: tl.constexpr,  # fp8 e4m3 rows, fp16 dots: V widened by inline PTX (_e4m3_to_f16)
-    E4M3_BITS: tl.constexpr,  # V_ASM, one gather: widened by moving bits (2^-8 of the value)
+    E4M3_BITS: tl.constexpr,  # V_ASM: V (and, with one gather, K) widened by moving bits
 ):
     if USE_PDL:
         # Lets the merge kernel's programs launch (and wait) while this grid runs; the merge
@@ -184,10 +184,14 @@ def _sparse_mla_split_kernel(
     kv_ty = Q.dtype.element_ty if KV_FMT != 0 else KV.dtype.element_ty
     if FP16_DOTS:
         kv_ty = tl.float16  # e4m3 widens to fp16 in one instruction, to bf16 in two
+    # With one gather the bits widen K and V (the tile both dots read); with the latent
+    # gathered per dot (FP8_TWICE) only V, whose copy alone the widening follows.
+    K_BITS: tl.constexpr = E4M3_BITS and not FP8_TWICE
     if E4M3_BITS:
-        tl.static_assert(V_ASM and not FP8_TWICE, "E4M3_BITS widens the one gather, as V_ASM")
-        qk_scale = qk_scale * 256.0  # K and V widened to 2^-8 of their values
-        v_scale = v_scale * 256.0
+        tl.static_assert(V_ASM, "E4M3_BITS replaces V_ASM's conversion")
+        v_scale = v_scale * 256.0  # V widened to 2^-8 of its values
+    if K_BITS:
+        qk_scale = qk_scale * 256.0  # so is K
 
     q_base = Q + t.to(tl.int64) * stride_qt + offs_h[:, None] * stride_qh
     q_v = tl.load(q_base + offs_v[None, :], mask=mask_h[:, None], other=0.0)
@@ -251,7 +255,7 @@ def _sparse_mla_split_kernel(
             else:
                 kv_k = kv
             pe_ptr = row[:, None] + D_V + offs_pe[None, :]
-            if E4M3_BITS:
+            if K_BITS:
                 k_pe = _e4m3_bits_to_f16(tl.load(pe_ptr, mask=valid[:, None], other=0.0))
             else:
                 k_pe = tl.load(pe_ptr, mask=valid[:, None], other=0.0).to(kv_ty)
@@ -1353,7 +1357,7 @@ def _launch_tl_dot(
         FP8_TWICE=bool(cfg.get("FP8_TWICE", 0)),
         FP16_DOTS=kv_format == "fp8" and args[0].dtype == torch.bfloat16 and _fp16_dots(cfg),
         V_ASM=v_asm,
-        E4M3_BITS=v_asm and bool(cfg.get("E4M3_BITS", 0)) and not cfg.get("FP8_TWICE", 0),
+        E4M3_BITS=v_asm and bool(cfg.get("E4M3_BITS", 0)),
         num_warps=cfg["num_warps"],
         num_stages=cfg["num_stages"],
     )

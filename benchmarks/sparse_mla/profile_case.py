@@ -1,7 +1,7 @@
 """Run one sparse MLA decode case a few times, for a profiler (not a benchmark, not a test).
 
     ncu --kernel-name regex:sparse_mla --launch-skip 2 --launch-count 1 --set full \
-        python benchmarks/sparse_mla/profile_case.py --batch 128 --heads 64
+        python -m benchmarks.sparse_mla.profile_case --batch 128 --heads 64
 
 Inputs as in bench.py (its cache size, top-k and scale): random bf16 rows, random indices.
 """
@@ -11,8 +11,9 @@ from __future__ import annotations
 import argparse
 import json
 
-import bench  # the script's own folder is on sys.path
 import torch
+
+from benchmarks.sparse_mla import bench
 
 
 def main() -> None:
