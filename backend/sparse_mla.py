@@ -158,7 +158,7 @@ def _sparse_mla_split_kernel(
     FP8_TWICE: tl.constexpr,  # fp8 e4m3 rows: the latent gathered once per dot (async copies)
     FP16_DOTS: tl.constexpr,  # fp8 e4m3 rows under a bf16 q: the dots in fp16
     V_ASM: tl.constexpr,  # fp8 e4m3 rows, fp16 dots: V widened by inline PTX (_e4m3_to_f16)
-    E4M3_BITS: tl.constexpr,  # V_ASM: V (and, with one gather, K) widened by moving bits
+    E4M3_BITS: tl.constexpr,  # V_ASM, one gather: widened by moving bits (2^-8 of the value)
 ):
     if USE_PDL:
         # Lets the merge kernel's programs launch (and wait) while this grid runs; the merge
@@ -184,14 +184,10 @@ def _sparse_mla_split_kernel(
     kv_ty = Q.dtype.element_ty if KV_FMT != 0 else KV.dtype.element_ty
     if FP16_DOTS:
         kv_ty = tl.float16  # e4m3 widens to fp16 in one instruction, to bf16 in two
-    # With one gather the bits widen K and V (the tile both dots read); with the latent
-    # gathered per dot (FP8_TWICE) only V, whose copy alone the widening follows.
-    K_BITS: tl.constexpr = E4M3_BITS and not FP8_TWICE
     if E4M3_BITS:
-        tl.static_assert(V_ASM, "E4M3_BITS replaces V_ASM's conversion")
-        v_scale = v_scale * 256.0  # V widened to 2^-8 of its values
-    if K_BITS:
-        qk_scale = qk_scale * 256.0  # so is K
+        tl.static_assert(V_ASM and not FP8_TWICE, "E4M3_BITS widens the one gather, as V_ASM")
+        qk_scale = qk_scale * 256.0  # K and V widened to 2^-8 of their values
+        v_scale = v_scale * 256.0
 
     q_base = Q + t.to(tl.int64) * stride_qt + offs_h[:, None] * stride_qh
     q_v = tl.load(q_base + offs_v[None, :], mask=mask_h[:, None], other=0.0)
@@ -255,7 +251,7 @@ def _sparse_mla_split_kernel(
             else:
                 kv_k = kv
             pe_ptr = row[:, None] + D_V + offs_pe[None, :]
-            if K_BITS:
+            if E4M3_BITS:
                 k_pe = _e4m3_bits_to_f16(tl.load(pe_ptr, mask=valid[:, None], other=0.0))
             else:
                 k_pe = tl.load(pe_ptr, mask=valid[:, None], other=0.0).to(kv_ty)
@@ -889,6 +885,244 @@ if gluon is not None:
             nope_layout,
         )
 
+    @gluon.jit
+    def _e4m3_bits_to_f16_gl(x):
+        """``_e4m3_bits_to_f16`` for Gluon tensors: 2^-8 of each e4m3 value as fp16."""
+        return gl.inline_asm_elementwise(
+            "{ .reg .b32 a, b, t; "
+            "prmt.b32 a, $2, 0, 0x1404; prmt.b32 b, $2, 0, 0x3424; "
+            "shr.b32 t, a, 1; and.b32 t, t, 0x3F803F80; and.b32 a, a, 0x80008000; "
+            "or.b32 $0, a, t; "
+            "shr.b32 t, b, 1; and.b32 t, t, 0x3F803F80; and.b32 b, b, 0x80008000; "
+            "or.b32 $1, b, t; }",
+            "=r,=r,r",
+            [x],
+            dtype=gl.float16,
+            is_pure=True,
+            pack=4,
+        )
+
+    @gluon.jit
+    def _wg_e4m3_query(q_tok, heads, cols, num_heads, stride_qh, col0):
+        """Loads query columns ``col0 + cols`` of ``heads``, returns them as float32 and their
+        per-head absolute maximum (stored later, once the scale is known)."""
+        mask = (heads < num_heads)[:, None]
+        ptr = q_tok + heads.to(gl.int64)[:, None] * stride_qh + col0 + cols[None, :]
+        q = gl.load(ptr, mask=mask, other=0.0).to(gl.float32)
+        return q, gl.max(gl.abs(q), 1)
+
+    @gluon.jit
+    def _wg_e4m3_split_store(q, scale, q_hi, q_lo):
+        """q times its per-head power-of-two scale as two e4m3 parts, the value and its
+        residual (together about bf16's precision), into shared memory."""
+        qs = q * scale[:, None]
+        hi = qs.to(gl.float8e4nv)
+        q_hi.store(hi)
+        q_lo.store((qs - hi.to(gl.float32)).to(gl.float8e4nv))
+
+    @gluon.jit
+    def _sparse_mla_wgmma_e4m3_kernel(
+        Q,
+        KV,
+        IDX,
+        Out,
+        LSE,
+        PO,
+        PLSE,
+        qk_scale,
+        num_rows,
+        topk,
+        chunk,
+        num_heads,
+        num_hb,
+        num_splits,
+        stride_qt,
+        stride_qh,
+        stride_kv,
+        stride_it,
+        stride_ot,
+        stride_oh,
+        stride_lt,
+        stride_lh,
+        v_scale,
+        BLOCK_H: gl.constexpr,
+        NUM_STAGES: gl.constexpr,
+        IS_SPLIT: gl.constexpr,
+        USE_PDL: gl.constexpr,
+    ):
+        """The swapped small-head tile for fp8 e4m3 rows: the gathered fp8 tile is the A
+        operand of e4m3 warpgroup MMAs for S^T = K Q^T as it lands (q in two e4m3 parts), and
+        V is widened once per tile, by moving bits, into an fp16 tile for O^T += V^T P^T
+        (e4m3 MMAs need both operands K-major, which V^T is not)."""
+        BLOCK_N: gl.constexpr = 64
+        D_V: gl.constexpr = 512
+        D_PE: gl.constexpr = 64
+        f8: gl.constexpr = KV.dtype.element_ty
+        out_ty: gl.constexpr = Q.dtype.element_ty
+        # e4m3 MMAs take 32 of K per instruction, fp16 ones 16: one accumulator layout each.
+        s_layout: gl.constexpr = gl.NVMMADistributedLayout(
+            version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, BLOCK_H, 32]
+        )
+        o_layout: gl.constexpr = gl.NVMMADistributedLayout(
+            version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, BLOCK_H, 16]
+        )
+        nope_layout: gl.constexpr = gl.BlockedLayout([1, 16], [1, 32], [4, 1], [1, 0])
+        pe_layout: gl.constexpr = gl.BlockedLayout([1, 16], [8, 4], [4, 1], [1, 0])
+        qn_layout: gl.constexpr = gl.BlockedLayout([1, 8], [1, 32], [4, 1], [1, 0])
+        qp_layout: gl.constexpr = gl.BlockedLayout([1, 8], [4, 8], [4, 1], [1, 0])
+        kv_smem: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_N, D_V], f8)
+        pe_smem: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_N, D_PE], f8)
+        qn_smem: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_H, D_V], f8)
+        qp_smem: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_H, D_PE], f8)
+        v_smem: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_N, D_V], gl.float16)
+        p_smem: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_N, BLOCK_H], gl.float16)
+        o_smem: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_H, D_V], out_ty)
+
+        if USE_PDL:
+            _wg_launch_dependents()
+        hb, split, t = _wg_program(num_hb, num_splits)
+
+        qh_n = gl.allocate_shared_memory(f8, [BLOCK_H, D_V], qn_smem)
+        ql_n = gl.allocate_shared_memory(f8, [BLOCK_H, D_V], qn_smem)
+        qh_p = gl.allocate_shared_memory(f8, [BLOCK_H, D_PE], qp_smem)
+        ql_p = gl.allocate_shared_memory(f8, [BLOCK_H, D_PE], qp_smem)
+        kv_tiles = gl.allocate_shared_memory(f8, [NUM_STAGES, BLOCK_N, D_V], kv_smem)
+        pe_tiles = gl.allocate_shared_memory(f8, [NUM_STAGES, BLOCK_N, D_PE], pe_smem)
+        v_tile = gl.allocate_shared_memory(gl.float16, [BLOCK_N, D_V], v_smem)
+        p_tile = gl.allocate_shared_memory(gl.float16, [BLOCK_N, BLOCK_H], p_smem)
+        o_rows = gl.allocate_shared_memory(out_ty, [BLOCK_H, D_V], o_smem)
+
+        start = split * chunk
+        end = gl.minimum(start + chunk, topk)
+        n_tiles = gl.cdiv(end - start, BLOCK_N)
+        idx_base = IDX + t.to(gl.int64) * stride_it
+        idx_next_n, idx_next_p = _wg_issue_first_tiles(
+            KV,
+            idx_base,
+            kv_tiles,
+            pe_tiles,
+            start,
+            end,
+            num_rows,
+            stride_kv,
+            BLOCK_N,
+            NUM_STAGES,
+            nope_layout,
+            pe_layout,
+        )
+
+        # q per head scaled by a power of two to |q| <= 256, in two e4m3 parts; the scale
+        # leaves through the scores.
+        q_tok = Q + t.to(gl.int64) * stride_qt
+        head0 = hb * BLOCK_H
+        qn, amax_n = _wg_e4m3_query(
+            q_tok,
+            head0 + gl.arange(0, BLOCK_H, layout=gl.SliceLayout(1, qn_layout)),
+            gl.arange(0, D_V, layout=gl.SliceLayout(0, qn_layout)),
+            num_heads,
+            stride_qh,
+            0,
+        )
+        qp, amax_p = _wg_e4m3_query(
+            q_tok,
+            head0 + gl.arange(0, BLOCK_H, layout=gl.SliceLayout(1, qp_layout)),
+            gl.arange(0, D_PE, layout=gl.SliceLayout(0, qp_layout)),
+            num_heads,
+            stride_qh,
+            D_V,
+        )
+        amax = gl.maximum(amax_n, gl.convert_layout(amax_p, gl.SliceLayout(1, qn_layout)))
+        scale = gl.exp2(8.0 - gl.ceil(gl.log2(gl.maximum(amax, 1e-30))))
+        _wg_e4m3_split_store(qn, scale, qh_n, ql_n)
+        _wg_e4m3_split_store(qp, gl.convert_layout(scale, gl.SliceLayout(1, qp_layout)), qh_p, ql_p)
+
+        head_layout: gl.constexpr = gl.SliceLayout(0, s_layout)
+        qk_row = qk_scale / gl.convert_layout(scale, head_layout)
+        m_i = gl.full([BLOCK_H], float("-inf"), gl.float32, layout=head_layout)
+        acc = gl.zeros([D_V, BLOCK_H], gl.float32, layout=o_layout)  # O^T
+        s_zero = gl.zeros([BLOCK_N, BLOCK_H], gl.float32, layout=s_layout)
+        l_tile = s_zero
+        for i in range(n_tiles):
+            idx_next_n, idx_next_p = _wg_refill_and_wait(
+                KV,
+                idx_base,
+                kv_tiles,
+                pe_tiles,
+                idx_next_n,
+                idx_next_p,
+                i,
+                start,
+                end,
+                num_rows,
+                stride_kv,
+                BLOCK_N,
+                NUM_STAGES,
+                nope_layout,
+                pe_layout,
+            )
+            stage = i % NUM_STAGES
+            k_n = kv_tiles.index(stage)
+            k_p = pe_tiles.index(stage)
+            s = warpgroup_mma(k_n, qh_n.permute((1, 0)), s_zero, use_acc=False, is_async=True)
+            s = warpgroup_mma(k_n, ql_n.permute((1, 0)), s, is_async=True)
+            s = warpgroup_mma(k_p, qh_p.permute((1, 0)), s, is_async=True)
+            s = warpgroup_mma(k_p, ql_p.permute((1, 0)), s, is_async=True)
+            # V widened while the score MMAs run (the last P.V has finished reading v_tile),
+            # 16 rows at a time: the whole tile at once would take 192 registers a thread.
+            for c in gl.static_range(BLOCK_N // 16):
+                v8 = k_n.slice(c * 16, 16).load(nope_layout)
+                v_tile.slice(c * 16, 16).store(_e4m3_bits_to_f16_gl(v8))
+            idx_c = _wg_load_indices(
+                idx_base, start + i * BLOCK_N, end, BLOCK_N, gl.SliceLayout(1, s_layout)
+            )
+            valid = (idx_c >= 0) & (idx_c < num_rows)
+            s = warpgroup_mma_wait(0, deps=(s,))
+            s = gl.where(valid[:, None], s * qk_row[None, :], float("-inf"))
+            m_new = gl.maximum(m_i, gl.max(s, 0))
+            m_safe = gl.where(m_new == float("-inf"), 0.0, m_new)
+            alpha = gl.exp2(m_i - m_safe)
+            p = gl.exp2(s - m_safe[None, :])
+            l_tile = l_tile * alpha[None, :] + p
+            m_i = m_new
+            acc = acc * gl.convert_layout(alpha, gl.SliceLayout(0, o_layout))[None, :]
+            p_tile.store(p.to(gl.float16))
+            fence_async_shared()
+            gl.thread_barrier()
+            acc = warpgroup_mma(v_tile.permute((1, 0)), p_tile, acc, is_async=True)
+            acc = warpgroup_mma_wait(0, deps=(acc,))
+        async_copy.wait_group(0)
+
+        l_i = gl.sum(l_tile, 0)
+        empty = l_i == 0.0
+        denom = gl.convert_layout(gl.where(empty, 1.0, l_i), gl.SliceLayout(0, o_layout))
+        out = acc * (v_scale * 256.0) / denom[None, :]
+        lse2 = gl.where(empty, float("-inf"), m_i + gl.log2(gl.where(empty, 1.0, l_i)))
+        offs_hl = head0 + gl.arange(0, BLOCK_H, layout=head_layout)
+        mask_hl = offs_hl < num_heads
+        o_rows.store(gl.permute(out.to(out_ty), (1, 0)))
+        _wg_store_rows(
+            o_rows,
+            lse2,
+            offs_hl,
+            mask_hl,
+            Out,
+            LSE,
+            PO,
+            PLSE,
+            t,
+            split,
+            head0,
+            num_heads,
+            num_splits,
+            stride_ot,
+            stride_oh,
+            stride_lt,
+            stride_lh,
+            BLOCK_H,
+            IS_SPLIT,
+            qn_layout,
+        )
+
 
 @functools.lru_cache(maxsize=16)
 def _num_sms(device_index: int) -> int:
@@ -1299,7 +1533,14 @@ def _early_merge(
 
 
 def _launch_gluon(
-    args: tuple, cfg: dict[str, int], programs: int, is_split: bool, use_pdl: bool, wgmma: bool
+    args: tuple,
+    cfg: dict[str, int],
+    programs: int,
+    is_split: bool,
+    use_pdl: bool,
+    wgmma: bool,
+    kv_format: str = "16bit",
+    kv_scale: float = 1.0,
 ) -> None:
     """One of the two Hopper Gluon split kernels, picked by the head block, after checking
     that the tile is one they implement."""
@@ -1307,7 +1548,7 @@ def _launch_gluon(
     swapped = block_h in (8, 16)
     if swapped:  # keys as the MMA's M: 64-key tiles, shared memory for 2 (3 at 8 heads)
         tile_ok = block_n == 64 and cfg["num_warps"] == 4
-        stages_ok = 2 <= stages <= (3 if block_h == 8 else 2)
+        stages_ok = 2 <= stages <= (3 if block_h == 8 or kv_format == "fp8" else 2)
     else:
         tile_ok = block_h == 64 and block_n in (16, 32, 64) and cfg["num_warps"] == 8
         stages_ok = stages >= 2 and block_n * stages <= 128  # shared memory
@@ -1320,7 +1561,13 @@ def _launch_gluon(
             "Hopper GPU"
         )
     common = {"NUM_STAGES": stages, "IS_SPLIT": is_split, "USE_PDL": use_pdl}
-    if swapped:
+    if kv_format == "fp8":
+        if not swapped:
+            raise ValueError("WGMMA with fp8 e4m3 rows needs BLOCK_H 8 or 16")
+        _sparse_mla_wgmma_e4m3_kernel[(programs,)](
+            *args, float(kv_scale), BLOCK_H=block_h, **common, num_warps=4
+        )
+    elif swapped:
         _sparse_mla_wgmma_swapped_kernel[(programs,)](*args, BLOCK_H=block_h, **common, num_warps=4)
     else:
         _sparse_mla_wgmma_kernel[(programs,)](*args, BLOCK_N=block_n, **common, num_warps=8)
@@ -1357,7 +1604,7 @@ def _launch_tl_dot(
         FP8_TWICE=bool(cfg.get("FP8_TWICE", 0)),
         FP16_DOTS=kv_format == "fp8" and args[0].dtype == torch.bfloat16 and _fp16_dots(cfg),
         V_ASM=v_asm,
-        E4M3_BITS=v_asm and bool(cfg.get("E4M3_BITS", 0)),
+        E4M3_BITS=v_asm and bool(cfg.get("E4M3_BITS", 0)) and not cfg.get("FP8_TWICE", 0),
         num_warps=cfg["num_warps"],
         num_stages=cfg["num_stages"],
     )
@@ -1428,7 +1675,12 @@ def sparse_mla_decode(
 
     dev = q.device.index if q.device.index is not None else torch.cuda.current_device()
     # Not for fp8_ds_mla rows (uint8), nor for a q or out that would need a cast.
-    wgmma = q.dtype == kv_rows.dtype == out.dtype and _has_wgmma(dev) and _fits_cp_async(q, kv_rows)
+    wgmma = (
+        (q.dtype == kv_rows.dtype or kv_format == "fp8")
+        and q.dtype == out.dtype
+        and _has_wgmma(dev)
+        and _fits_cp_async(q, kv_rows)
+    )
     cfg, num_splits = _plan(
         num_tokens, num_heads, topk, q.device, num_splits, config, kv_format, wgmma
     )
@@ -1467,7 +1719,7 @@ def sparse_mla_decode(
         lse.stride(1),
     )
     if cfg.get("WGMMA"):
-        _launch_gluon(args, cfg, programs, is_split, use_pdl, wgmma)
+        _launch_gluon(args, cfg, programs, is_split, use_pdl, wgmma, kv_format, kv_scale)
     else:
         programs *= cfg.get("DV_SPLIT", 1)
         _launch_tl_dot(args, cfg, programs, kv_format, kv_scale, is_split, use_pdl)

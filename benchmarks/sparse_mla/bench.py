@@ -17,7 +17,7 @@ Modes:
          small heads: PDL merge, wider/deeper gather tiles), r4 (round 4: indices prefetched
          by hand, deeper pipelines), fp8 (fp8_ds_mla rows; run with --dtypes fp8), r12 (fp8
          e4m3 tiles: V widened by bits in the 32-head tile, 16-head tile shapes)
-  gather shapes of the bare-gather probe (gather_rows.py: by row size and index locality)
+The bare gather's shapes, by row size and index locality: gather_rows.py.
 
 Run from the repo root: python3 -m benchmarks.sparse_mla.bench [--mode ...]
 """
@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
-import itertools
 import json
 import math
 import statistics
@@ -192,56 +191,94 @@ class Case:
 
 
 @triton.jit
-def _gather_probe_kernel(
-    KV, IDX, OUT, stride_kv, chunk, TOPK_: tl.constexpr, BLOCK_N: tl.constexpr
+def _row_gather_kernel(
+    CACHE,
+    IDX,
+    OUT,
+    chunk,
+    ROW_WORDS: tl.constexpr,  # row stride in int32 words (a multiple of 4: 16-byte rows)
+    W0: tl.constexpr,  # the row's words in up to three power-of-two pieces (0: none)
+    W1: tl.constexpr,
+    W2: tl.constexpr,
+    TOPK_: tl.constexpr,
+    BLOCK_N: tl.constexpr,
 ):
-    """Reads the rows a token's indices name (its chunk of them) and adds them up element-wise
-    (one reduction at the end): the attention kernel's gather with next to no arithmetic."""
+    """Reads every word of the rows a token's chunk of indices names and sums them (one
+    reduction at the end): the attention kernel's gather with next to no arithmetic, for rows
+    of any size. Integer words, not the rows' own elements: widening each fp8 byte to fp32
+    made an older probe bound by the conversions (NOTES.md round 12)."""
     t = tl.program_id(0)
     split = tl.program_id(1)
-    offs_v = tl.arange(0, 512)
-    offs_pe = tl.arange(0, 64)
-    acc = tl.zeros([BLOCK_N, 512], dtype=tl.float32)
-    acc_pe = tl.zeros([BLOCK_N, 64], dtype=tl.float32)
+    acc0 = tl.zeros([BLOCK_N, W0], dtype=tl.int32)
+    if W1 > 0:
+        acc1 = tl.zeros([BLOCK_N, W1], dtype=tl.int32)
+    if W2 > 0:
+        acc2 = tl.zeros([BLOCK_N, W2], dtype=tl.int32)
     for n0 in range(split * chunk, split * chunk + chunk, BLOCK_N):
         idx = tl.load(IDX + t * TOPK_ + n0 + tl.arange(0, BLOCK_N))
-        row = KV + idx.to(tl.int64) * stride_kv
-        acc += tl.load(row[:, None] + offs_v[None, :]).to(tl.float32)
-        acc_pe += tl.load(row[:, None] + 512 + offs_pe[None, :]).to(tl.float32)
-    out = OUT + (t * tl.num_programs(1) + split) * 576
-    tl.store(out + offs_v, tl.sum(acc, 0))
-    tl.store(out + 512 + offs_pe, tl.sum(acc_pe, 0))
+        row = CACHE + idx.to(tl.int64) * ROW_WORDS
+        acc0 += tl.load(row[:, None] + tl.arange(0, W0)[None, :])
+        if W1 > 0:
+            acc1 += tl.load(row[:, None] + W0 + tl.arange(0, W1)[None, :])
+        if W2 > 0:
+            acc2 += tl.load(row[:, None] + W0 + W1 + tl.arange(0, W2)[None, :])
+    total = tl.sum(tl.sum(acc0, 1), 0)
+    if W1 > 0:
+        total += tl.sum(tl.sum(acc1, 1), 0)
+    if W2 > 0:
+        total += tl.sum(tl.sum(acc2, 1), 0)
+    tl.store(OUT + t * tl.num_programs(1) + split, total)
 
 
-# More probe shapes per row type where others beat gather_calls' default (--mode gather); the
-# benchmark reports the fastest. 576-byte e4m3 rows: 8 warps on the 16-row tiles, 4 programs
-# per SM at B=128 (66 against 89 µs), 2 at B=32 (29 against 32).
-GATHER_SHAPES = {
-    "e4m3": [
-        {"block_n": 16, "warps": 8, "stages": 3, "per_sm": 4},
-        {"block_n": 16, "warps": 8, "stages": 3, "per_sm": 2},
-    ]
-}
+def row_pieces(row_bytes: int) -> tuple[int, int, int]:
+    """A row's int32 words as up to three power-of-two pieces of at least 4 words (16 B)."""
+    words, out = row_bytes // 4, []
+    while words:
+        out.append(1 << (words.bit_length() - 1))
+        words -= out[-1]
+    if len(out) > 3 or min(out) < 4:
+        raise ValueError(f"{row_bytes}-byte rows: not three 16-byte-multiple pieces")
+    return (*out, 0, 0)[:3]
 
 
-def gather_calls(
-    case: Case, block_n: int = 16, warps: int = 4, stages: int = 3, per_sm: int = 4
+# Gather shapes (rows per tile, warps, stages, programs per SM): the benchmark reports the
+# fastest of these, the winners of gather_rows.py's 24 shapes for every row size from 256 to
+# 2304 bytes at B=32 and 128 (sweeps/sparse_mla_h200_gather_row_size.json).
+GATHER_SHAPES = ((32, 8, 3, 4), (32, 8, 4, 4), (16, 8, 3, 4), (16, 8, 4, 8))
+
+
+def row_gather_calls(
+    words: torch.Tensor, row_bytes: int, idx: list[torch.Tensor], shape: tuple[int, ...]
 ) -> list[Callable[[], Any]]:
-    """The bare-gather probe over the case's index sets: about four programs per SM, 16-row
-    tiles, three stages (the fastest of a few shapes tried on the H200)."""
+    """The bare gather over each index set: ``words`` is the cache as int32 words, its rows
+    ``row_bytes`` apart."""
+    block_n, warps, stages, per_sm = shape
+    batch = idx[0].shape[0]
     sms = torch.cuda.get_device_properties(0).multi_processor_count
-    splits = max(1, min(TOPK // block_n, triton.next_power_of_2(per_sm * sms // case.batch)))
-    out = torch.empty(case.batch * splits * 576, device="cuda", dtype=torch.float32)
-    kv = case.kv.view(torch.uint8) if case.kv.dtype == torch.float8_e4m3fn else case.kv
+    splits = max(1, min(TOPK // block_n, triton.next_power_of_2(per_sm * sms // batch)))
+    out = torch.empty(batch * splits, device="cuda", dtype=torch.int32)
+    w0, w1, w2 = row_pieces(row_bytes)
     return [
         (
-            lambda i=i: _gather_probe_kernel[(case.batch, splits)](
-                kv, case.idx[i], out, kv.stride(0), TOPK // splits, TOPK, block_n,
+            lambda i=i: _row_gather_kernel[(batch, splits)](
+                words, i, out, TOPK // splits, row_bytes // 4, w0, w1, w2, TOPK, block_n,
                 num_warps=warps, num_stages=stages,
             )
         )
-        for i in range(case.n_sets)
+        for i in idx
     ]  # fmt: skip
+
+
+def gather_us(case: Case, reps: int) -> float:
+    """The fastest bare gather of the case's rows over its index sets (GATHER_SHAPES)."""
+    kv = case.kv
+    if kv.stride(1) != 1 or kv.stride(0) * kv.element_size() != case.row_bytes:
+        raise ValueError("the gather probe reads whole rows of a contiguous cache")
+    words = kv.view(torch.uint8).view(torch.int32)
+    return min(
+        graph_time_us(row_gather_calls(words, case.row_bytes, case.idx, shape), reps)[0]
+        for shape in GATHER_SHAPES
+    )
 
 
 def floors_us(batch: int, heads: int, row_bytes: int) -> tuple[float, float]:
@@ -297,12 +334,7 @@ def run_bench(
                 sm120_cfg = kmod._default_config(heads, kv_format, limits=sm120)
                 tl_dot, _ = graph_time_us(case.ours(kmod, config=tl_dot_cfg), args.reps)
                 sm120_us, _ = graph_time_us(case.ours(kmod, config=sm120_cfg), args.reps)
-                gather = None
-                if dname != "fp8":  # 576-wide rows only
-                    gather = min(
-                        graph_time_us(gather_calls(case, **shape), args.reps)[0]
-                        for shape in [{}, *GATHER_SHAPES.get(dname, [])]
-                    )
+                gather = gather_us(case, args.reps)
                 base = base_err = None
                 if bmod is not None and dname in ("bf16", "fp16"):  # 16-bit caches only
                     base, _ = graph_time_us(case.baseline(bmod), args.reps)
@@ -428,7 +460,8 @@ def portable_md(rows: list[dict[str, Any]]) -> list[str]:
         "",
         "`tl.dot` = the tl.dot tile for this GPU's shared memory (no Gluon kernels); `SM120 tile` ="
         " the tile the plan picks for a 99 KB GPU (SM120, SM86/89), run here; `gather` = a bare "
-        "gather of the same rows (`_gather_probe_kernel`: loads and sums them).",
+        "gather of the same rows (`_row_gather_kernel`: loads them as int32 words and sums "
+        "them; the fastest of four shapes).",
         "",
         "| dtype | B | H | default µs | tl.dot µs | tl.dot speedup | SM120 tile µs | gather µs "
         "| gather / tl.dot | tl.dot frac of floor |",
@@ -883,12 +916,33 @@ def plan_r11f() -> list[tuple[int, int, dict[str, int], int]]:
     return _expand(cases)
 
 
+def plan_r12g() -> list[tuple[int, int, dict[str, int], int]]:
+    """fp8 e4m3 rows (run with --dtypes e4m3 --check): the swapped Hopper tile for e4m3 rows
+    (``_sparse_mla_wgmma_e4m3_kernel``: e4m3 MMAs for the scores on the gathered tile, V
+    widened by bits into an fp16 tile) at 2 and 3 stages, against the 16-head tl.dot tile, which
+    runs first and last."""
+    tl_dot = {"BLOCK_H": 16, "BLOCK_N": 32, "num_warps": 4, "num_stages": 3, "PREFETCH_IDX": 1,
+              "FP16_DOTS": 1, "V_ASM": 1, "E4M3_BITS": 1}  # fmt: skip
+    cases = []
+    for b, h, splits in [(128, 8, (1, 2)), (128, 16, (1, 2)), (32, 8, (4, 8)), (32, 16, (4, 8)),
+                         (8, 8, (16, 32)), (8, 16, (16, 32)), (1, 8, (32, 64))]:  # fmt: skip
+        gluon = [
+            {"WGMMA": 1, "BLOCK_H": 8 if h <= 8 else 16, "BLOCK_N": 64, "num_warps": 4,
+             "num_stages": st, "WAVES": 1}
+            for st in (2, 3)
+        ]  # fmt: skip
+        cases.append((b, h, splits, [tl_dot, *gluon, {**tl_dot, "num_warps": 4}]))
+    return _expand(cases)
+
+
 def plan_r12() -> list[tuple[int, int, dict[str, int], int]]:
     """fp8 e4m3 rows (run with --dtypes e4m3): V widened by moving bits in the H200's 32-head
     tile (the latent gathered per dot; K still converted after its copy), against that tile,
     at 32 heads and as 32-head blocks at 64 and 128 against the 64-head tile; and the 16-head
     tile with more programs or warps per SM (16-row tiles: 164 registers, 3 per SM; 8 warps:
-    128 registers), the default first and last."""
+    128 registers), the default first and last. The bits with ``FP8_TWICE`` need the kernel
+    change in ``sweeps/sparse_mla_e4m3_v_bits_per_dot_rejected.diff`` (without it the launch
+    drops the bits there)."""
     twice = {"BLOCK_H": 32, "BLOCK_N": 32, "num_warps": 4, "num_stages": 2, "FP8_TWICE": 1,
              "FP16_DOTS": 1, "V_ASM": 1}  # fmt: skip
     wide = [twice, {**twice, "E4M3_BITS": 1}, {"BLOCK_H": 64, "BLOCK_N": 64, "num_warps": 8,
@@ -920,32 +974,8 @@ def plan_r12() -> list[tuple[int, int, dict[str, int], int]]:
     return _expand(cases)
 
 
-def run_gather_sweep(args: argparse.Namespace, kv: dict[str, torch.Tensor]) -> None:
-    """Shapes of the bare-gather probe over each dtype's rows at B=32 and 128 (--dtypes): the
-    ceiling a gather of these rows reaches, tile rows x warps x stages x programs per SM."""
-    points = []
-    for dname in args.dtypes.split(","):
-        for batch in (32, 128):
-            case = Case(kv[dname], batch, 8, Q_DTYPES[dname])
-            t_mem, _ = floors_us(batch, 8, case.row_bytes)
-            for bn, warps, stages, per_sm in itertools.product(
-                (16, 32, 64), (4, 8), (2, 3, 4), (2, 4, 8)
-            ):
-                try:
-                    us, _ = graph_time_us(gather_calls(case, bn, warps, stages, per_sm), 7)
-                except Exception as exc:  # noqa: BLE001 - out-of-resources shapes are data
-                    print(f"{dname} B={batch} {bn}x{warps}x{stages}x{per_sm}: {exc!s:.80}")
-                    continue
-                point = dict(dtype=dname, B=batch, block_n=bn, warps=warps, stages=stages,
-                             per_sm=per_sm, us=us, frac_of_floor=t_mem / us)  # fmt: skip
-                points.append(point)
-                print(json.dumps(point), flush=True)
-            del case
-            torch.cuda.empty_cache()
-    Path(args.json).write_text(json.dumps({"info": gpu_info(), "points": points}, indent=1))
-
-
 PLANS = {
+    "r12g": plan_r12g,
     "r12": plan_r12,
     "r11f": plan_r11f,
     "r11e": plan_r11e,
@@ -1026,7 +1056,7 @@ def run_sweep_v2(
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--mode", choices=["bench", "sweep", "sweep2", "gather"], default="bench")
+    ap.add_argument("--mode", choices=["bench", "sweep", "sweep2"], default="bench")
     ap.add_argument("--batches", default="1,8,32,128")
     ap.add_argument("--heads", default="8,16,64,128")
     ap.add_argument(
@@ -1060,8 +1090,6 @@ def main() -> None:
         run_sweep(args, kmod, kv)
     elif args.mode == "sweep2":
         run_sweep_v2(args, kmod, kv)
-    elif args.mode == "gather":
-        run_gather_sweep(args, kv)
     else:
         run_bench(args, kmod, kv)
 

@@ -3,7 +3,8 @@
 The sparse MLA kernel's speed is bounded by a bare gather of the rows its indices name. This
 sweep times that gather for rows of 256, 576 (fp8 e4m3), 656 (fp8_ds_mla), 1152 (bf16) and
 2304 bytes at the same row count (B tokens x top-k 2048, over a cache of the benchmark's row
-count), the fastest of several gather shapes per point, under four index patterns:
+count), the fastest of 24 gather shapes per point (``bench._row_gather_kernel``), under four index
+patterns:
 
   uniform      each index uniform over the whole cache (the benchmark's pattern)
   ctx32k       each token's indices a random 2048 of its own sequence's 32K contiguous rows,
@@ -28,65 +29,13 @@ import math
 from pathlib import Path
 
 import torch
-import triton
-import triton.language as tl
 
 from benchmarks.sparse_mla import bench
 
 ROW_BYTES = (256, 576, 656, 1152, 2304)
 PATTERNS = ("uniform", "ctx32k", "ctx32k_sort", "paged64k")
-# Gather shapes (rows per tile, warps, stages, programs per SM): round 11's sweep of 108 shapes
-# over 576-byte rows found the best among these.
+# Gather shapes (rows per tile, warps, stages, programs per SM) tried per point.
 SHAPES = list(itertools.product((16, 32), (4, 8), (3, 4), (2, 4, 8)))
-
-
-@triton.jit
-def _row_gather_kernel(
-    CACHE,
-    IDX,
-    OUT,
-    chunk,
-    ROW_WORDS: tl.constexpr,  # row stride in int32 words (a multiple of 4: 16-byte rows)
-    W0: tl.constexpr,  # the row in up to three power-of-two pieces of words (0: none)
-    W1: tl.constexpr,
-    W2: tl.constexpr,
-    TOPK_: tl.constexpr,
-    BLOCK_N: tl.constexpr,
-):
-    """Reads every word of the rows a token's chunk of indices names and sums them (one
-    reduction at the end): a gather with next to no arithmetic, for any row size."""
-    t = tl.program_id(0)
-    split = tl.program_id(1)
-    acc0 = tl.zeros([BLOCK_N, W0], dtype=tl.int32)
-    if W1 > 0:
-        acc1 = tl.zeros([BLOCK_N, W1], dtype=tl.int32)
-    if W2 > 0:
-        acc2 = tl.zeros([BLOCK_N, W2], dtype=tl.int32)
-    for n0 in range(split * chunk, split * chunk + chunk, BLOCK_N):
-        idx = tl.load(IDX + t * TOPK_ + n0 + tl.arange(0, BLOCK_N))
-        row = CACHE + idx.to(tl.int64) * ROW_WORDS
-        acc0 += tl.load(row[:, None] + tl.arange(0, W0)[None, :])
-        if W1 > 0:
-            acc1 += tl.load(row[:, None] + W0 + tl.arange(0, W1)[None, :])
-        if W2 > 0:
-            acc2 += tl.load(row[:, None] + W0 + W1 + tl.arange(0, W2)[None, :])
-    total = tl.sum(tl.sum(acc0, 1), 0)
-    if W1 > 0:
-        total += tl.sum(tl.sum(acc1, 1), 0)
-    if W2 > 0:
-        total += tl.sum(tl.sum(acc2, 1), 0)
-    tl.store(OUT + t * tl.num_programs(1) + split, total)
-
-
-def pieces(row_bytes: int) -> tuple[int, int, int]:
-    """A row's int32 words as up to three power-of-two pieces of at least 4 words (16 B)."""
-    words, out = row_bytes // 4, []
-    while words:
-        out.append(1 << (words.bit_length() - 1))
-        words -= out[-1]
-    if len(out) > 3 or min(out) < 4:
-        raise ValueError(f"{row_bytes}-byte rows: not three 16-byte-multiple pieces")
-    return (*out, 0, 0)[:3]
 
 
 def index_sets(n_rows: int, batch: int, n_sets: int, pattern: str) -> list[torch.Tensor]:
@@ -117,23 +66,8 @@ def n_sets_for(batch: int, row_bytes: int) -> int:
     return int(min(128, max(2, math.ceil(4 * bench.L2_BYTES / per_call))))
 
 
-def gather_us(cache: torch.Tensor, row_bytes: int, idx: list[torch.Tensor], shape: tuple) -> float:
-    block_n, warps, stages, per_sm = shape
-    batch = idx[0].shape[0]
-    sms = torch.cuda.get_device_properties(0).multi_processor_count
-    splits = max(1, min(bench.TOPK // block_n, triton.next_power_of_2(per_sm * sms // batch)))
-    out = torch.empty(batch * splits, device="cuda", dtype=torch.int32)
-    w0, w1, w2 = pieces(row_bytes)
-    calls = [
-        (
-            lambda i=i: _row_gather_kernel[(batch, splits)](
-                cache, i, out, bench.TOPK // splits, row_bytes // 4, w0, w1, w2, bench.TOPK,
-                block_n, num_warps=warps, num_stages=stages,
-            )
-        )
-        for i in idx
-    ]  # fmt: skip
-    return bench.graph_time_us(calls, 7)[0]
+def gather_us(words: torch.Tensor, row_bytes: int, idx: list[torch.Tensor], shape: tuple) -> float:
+    return bench.graph_time_us(bench.row_gather_calls(words, row_bytes, idx, shape), 7)[0]
 
 
 def kernel_us(kmod, kv: torch.Tensor, batch: int, heads: int, pattern: str) -> float:
