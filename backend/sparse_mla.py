@@ -20,13 +20,16 @@ Design, because the problem is a gather (H <= 64 is memory-bound on H200):
     split partials (fp32 from the tl.dot kernel, 16-bit from the Gluon ones; bounded by
     T * splits * H * 513 floats) are merged by a second small kernel, launched as a
     programmatic dependent on SM90+ where that hides its launch;
-  * three split kernels: ``_sparse_mla_split_kernel`` (tl.dot, every GPU and both row
-    formats) and, for 16-bit rows on Hopper, two Gluon kernels whose cp.async gathers land in
+  * four split kernels: ``_sparse_mla_split_kernel`` (tl.dot, every GPU and every row
+    format) and, on Hopper, three Gluon kernels whose cp.async gathers land in
     shared memory that warpgroup MMAs read: ``_sparse_mla_wgmma_kernel`` for 64-head blocks
     (each warpgroup computes Q.K^T for half of a tile's keys and P.V for half of the V
     columns; 1.6x faster than the tl.dot tile at B=128 with 64 and 128 heads, NOTES.md rounds
     6-7) and ``_sparse_mla_wgmma_swapped_kernel`` for 8 or 16 heads (keys as the MMA's M,
-    heads as its N; 1.1-1.4x faster than the 16-head tl.dot tile, NOTES.md round 8).
+    heads as its N; 1.1-1.4x faster than the 16-head tl.dot tile, NOTES.md round 8), both
+    for 16-bit rows, and ``_sparse_mla_wgmma_e4m3_kernel``, the swapped tile for fp8 e4m3
+    rows under a bf16 q (e4m3 MMAs for the scores on the gathered tile, V widened by moving
+    bits; 1.1-1.25x faster than the e4m3 tl.dot tile at B >= 8, NOTES.md round 12).
 Only torch and triton are imported, so this file can be embedded verbatim elsewhere.
 """
 
@@ -1306,10 +1309,23 @@ def _default_config(
     SM the split count aims for. ``wgmma`` (Hopper, 16-bit rows) picks the Gluon kernels: the
     swapped tile for up to 16 heads (two 64-row stages, ~158-168 KB, one per SM; NOTES.md
     round 8) and the 64-head tile for 33+ (NOTES.md round 6); 17-32 heads keep the tl.dot tile.
+    With fp8 e4m3 rows (under a bf16 q) it picks the swapped e4m3 tile for up to 16 heads
+    (NOTES.md round 12); other heads and formats keep the tl.dot tiles.
     """
     reason = _unsupported(num_heads, kv_format, limits)
     if reason is not None:
         raise ValueError(f"sparse MLA decode: {reason}")
+    if num_heads <= 16 and wgmma and kv_format == "fp8":
+        # The swapped tile for e4m3 rows: e4m3 MMAs for the scores, V widened by the bits;
+        # ~176 KB at 16 heads, one per SM (NOTES.md round 12).
+        return {
+            "BLOCK_H": 8 if num_heads <= 8 else 16,
+            "BLOCK_N": 64,
+            "num_warps": 4,
+            "num_stages": 2,
+            "WAVES": 1,
+            "WGMMA": 1,
+        }
     if num_heads <= 16 and wgmma and kv_format == "16bit":
         # The swapped tile: 8 or 16 heads are the MMA's N, so H=8 computes no padding rows.
         return {
@@ -1542,8 +1558,8 @@ def _launch_gluon(
     kv_format: str = "16bit",
     kv_scale: float = 1.0,
 ) -> None:
-    """One of the two Hopper Gluon split kernels, picked by the head block, after checking
-    that the tile is one they implement."""
+    """One of the three Hopper Gluon split kernels, picked by the head block and the row
+    format, after checking that the tile is one they implement."""
     block_h, block_n, stages = cfg["BLOCK_H"], cfg["BLOCK_N"], cfg["num_stages"]
     swapped = block_h in (8, 16)
     if swapped:  # keys as the MMA's M: 64-key tiles, shared memory for 2 (3 at 8 heads)
@@ -1556,7 +1572,8 @@ def _launch_gluon(
         raise ValueError(
             "WGMMA needs BLOCK_H 64 (BLOCK_N 16/32/64, 8 warps, 2 to 128 / BLOCK_N "
             "stages) or BLOCK_H 8/16 (BLOCK_N 64, 4 warps, 2 stages, 3 at 8 heads), "
-            "DV_SPLIT 1, q, out and 16-bit KV rows of one dtype, 16-byte-aligned buffers "
+            "DV_SPLIT 1, q, out and 16-bit KV rows of one dtype (or fp8 e4m3 rows, 8 or 16 "
+            "heads, 2 or 3 stages, under a bf16 q and out), 16-byte-aligned buffers "
             "and strides that are multiples of 16 elements, Triton 3.6's Gluon and a "
             "Hopper GPU"
         )
@@ -1675,8 +1692,9 @@ def sparse_mla_decode(
 
     dev = q.device.index if q.device.index is not None else torch.cuda.current_device()
     # Not for fp8_ds_mla rows (uint8), nor for a q or out that would need a cast.
+    # fp8 e4m3 rows: under a bf16 q (whose precision the two e4m3 parts of q match).
     wgmma = (
-        (q.dtype == kv_rows.dtype or kv_format == "fp8")
+        (q.dtype == kv_rows.dtype or (kv_format == "fp8" and q.dtype == torch.bfloat16))
         and q.dtype == out.dtype
         and _has_wgmma(dev)
         and _fits_cp_async(q, kv_rows)

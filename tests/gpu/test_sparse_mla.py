@@ -435,6 +435,39 @@ def test_fp8_e4m3_tile_options(kmod: ModuleType, num_heads: int) -> None:
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize(
+    ("num_heads", "num_tokens", "topk"), [(8, 5, 2000), (16, 3, 2048), (5, 4, 64), (12, 2, 300)]
+)
+def test_fp8_e4m3_hopper_tile(kmod: ModuleType, num_heads: int, num_tokens: int, topk: int) -> None:
+    """The swapped Gluon tile for e4m3 rows (Hopper, Triton 3.6, bf16 q), the default plan's
+    choice there for up to 16 heads: over 1, 3 and 16 splits at 2 and 3 stages, rows 640 bytes
+    apart with NaN between them, padded head blocks (5 and 12 heads), and a q 2^18 times larger
+    (its per-head power-of-two scale keeps both e4m3 parts in range). An fp16 q keeps the
+    tl.dot tile, and asking it for the Gluon tile is refused."""
+    if not kmod._has_wgmma(torch.cuda.current_device()):
+        pytest.skip("the e4m3 Gluon tile needs Hopper and Triton 3.6")
+    gen = torch.Generator(device="cuda").manual_seed(zlib.crc32(f"e4m3-wg-{num_heads}".encode()))
+    q, kv, idx = _make_inputs(gen, num_tokens, num_heads, topk, torch.bfloat16, "mixed")
+    kv_scale = 0.03125
+    wide = torch.full((kv.shape[0], 640), float("nan"), device="cuda").to(torch.float8_e4m3fn)
+    wide[:, :576] = (kv.float() / kv_scale).to(torch.float8_e4m3fn)
+    rows = wide[:, :576]
+    cfg = kmod._default_config(num_heads, "fp8", wgmma=True)
+    assert cfg["WGMMA"] == 1 and cfg["BLOCK_H"] == (8 if num_heads <= 8 else 16)
+    for stages in (2, 3):
+        for splits in (1, 3, 16):
+            tile = {**cfg, "num_stages": stages}
+            _check(kmod, q, rows, idx, num_splits=splits, config=tile, kv_scale=kv_scale)
+    _check(kmod, q * 2.0**18, rows, idx, _SM_SCALE * 2.0**-18, config=cfg, kv_scale=kv_scale)
+    by_default = kmod.sparse_mla_decode(q, rows, idx, _SM_SCALE, kv_scale=kv_scale)
+    by_config = kmod.sparse_mla_decode(q, rows, idx, _SM_SCALE, config=cfg, kv_scale=kv_scale)
+    assert all(map(torch.equal, by_default, by_config)), "the default plan must take the tile"
+    _check(kmod, q.half(), rows, idx, kv_scale=kv_scale)
+    with pytest.raises(ValueError, match="WGMMA needs"):
+        kmod.sparse_mla_decode(q.half(), rows, idx, _SM_SCALE, config=cfg, kv_scale=kv_scale)
+
+
+@pytest.mark.gpu
 @pytest.mark.parametrize("kv_format", ["16bit", "fp8", "fp8_ds_mla"])
 @pytest.mark.parametrize("num_heads", [8, 32, 64, 128])
 def test_tiles_of_smaller_gpus(kmod: ModuleType, kv_format: str, num_heads: int) -> None:
