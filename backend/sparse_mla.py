@@ -1426,6 +1426,11 @@ def _plan(
     if config and "WGMMA" not in config and _TILE_KEYS & config.keys():
         wgmma = False  # the tl.dot tile the override was written for, from its defaults up
     cfg = dict(_default_config(num_heads, kv_format, wgmma, limits))
+    tiles_64 = num_tokens * triton.cdiv(topk, 64)
+    if kv_format == "fp8" and cfg.get("WGMMA") and tiles_64 < _num_sms(device_index()):
+        # Too few 64-row tiles to fill the GPU (one token): the tl.dot tile's 32-row tiles,
+        # two programs per SM, are faster there (B=1: 8.1 against 8.6 µs, NOTES.md round 12).
+        cfg = dict(_default_config(num_heads, kv_format, False, limits))
     cfg.update(config or {})
     num_hb = triton.cdiv(num_heads, cfg["BLOCK_H"]) * cfg.get("DV_SPLIT", 1)
     if num_splits is None:

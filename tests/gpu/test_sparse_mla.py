@@ -436,14 +436,15 @@ def test_fp8_e4m3_tile_options(kmod: ModuleType, num_heads: int) -> None:
 
 @pytest.mark.gpu
 @pytest.mark.parametrize(
-    ("num_heads", "num_tokens", "topk"), [(8, 5, 2000), (16, 3, 2048), (5, 4, 64), (12, 2, 300)]
+    ("num_heads", "num_tokens", "topk"), [(8, 5, 2000), (16, 6, 2048), (5, 4, 64), (12, 2, 300)]
 )
 def test_fp8_e4m3_hopper_tile(kmod: ModuleType, num_heads: int, num_tokens: int, topk: int) -> None:
     """The swapped Gluon tile for e4m3 rows (Hopper, Triton 3.6, bf16 q), the default plan's
     choice there for up to 16 heads: over 1, 3 and 16 splits at 2 and 3 stages, rows 640 bytes
     apart with NaN between them, padded head blocks (5 and 12 heads), and a q 2^18 times larger
     (its per-head power-of-two scale keeps both e4m3 parts in range). An fp16 q keeps the
-    tl.dot tile, and asking it for the Gluon tile is refused."""
+    tl.dot tile, and asking it for the Gluon tile is refused; so does a call with too few
+    64-row tiles to fill the GPU (the last two cases)."""
     if not kmod._has_wgmma(torch.cuda.current_device()):
         pytest.skip("the e4m3 Gluon tile needs Hopper and Triton 3.6")
     gen = torch.Generator(device="cuda").manual_seed(zlib.crc32(f"e4m3-wg-{num_heads}".encode()))
@@ -459,9 +460,12 @@ def test_fp8_e4m3_hopper_tile(kmod: ModuleType, num_heads: int, num_tokens: int,
             tile = {**cfg, "num_stages": stages}
             _check(kmod, q, rows, idx, num_splits=splits, config=tile, kv_scale=kv_scale)
     _check(kmod, q * 2.0**18, rows, idx, _SM_SCALE * 2.0**-18, config=cfg, kv_scale=kv_scale)
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    fills = num_tokens * -(-topk // 64) >= sms
+    planned = cfg if fills else kmod._default_config(num_heads, "fp8", wgmma=False)
     by_default = kmod.sparse_mla_decode(q, rows, idx, _SM_SCALE, kv_scale=kv_scale)
-    by_config = kmod.sparse_mla_decode(q, rows, idx, _SM_SCALE, config=cfg, kv_scale=kv_scale)
-    assert all(map(torch.equal, by_default, by_config)), "the default plan must take the tile"
+    by_plan = kmod.sparse_mla_decode(q, rows, idx, _SM_SCALE, config=planned, kv_scale=kv_scale)
+    assert all(map(torch.equal, by_default, by_plan)), f"the default plan must take {planned}"
     _check(kmod, q.half(), rows, idx, kv_scale=kv_scale)
     with pytest.raises(ValueError, match="WGMMA needs"):
         kmod.sparse_mla_decode(q.half(), rows, idx, _SM_SCALE, config=cfg, kv_scale=kv_scale)
