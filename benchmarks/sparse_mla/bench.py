@@ -935,6 +935,19 @@ def plan_r12g() -> list[tuple[int, int, dict[str, int], int]]:
     return _expand(cases)
 
 
+def plan_r12v() -> list[tuple[int, int, dict[str, int], int]]:
+    """fp8 e4m3 rows (run with --dtypes e4m3 --check): the e4m3 Hopper tile with two V
+    buffers (``V_BUFFERS``: a tile's P.V runs while the next tile's scores and V widening do)
+    against one, which runs first and last."""
+    cases = []
+    for b, h, sp in [(128, 8, 1), (128, 16, 1), (32, 8, 4), (32, 16, 4), (8, 8, 16), (8, 16, 16)]:
+        tile = {"WGMMA": 1, "BLOCK_H": 8 if h <= 8 else 16, "BLOCK_N": 64, "num_warps": 4,
+                "num_stages": 2, "WAVES": 1}  # fmt: skip
+        two = {**tile, "V_BUFFERS": 2}
+        cases.append((b, h, (sp,), [tile, two, {**tile, "V_BUFFERS": 1}, {**two, "num_warps": 4}]))
+    return _expand(cases)
+
+
 def plan_r12() -> list[tuple[int, int, dict[str, int], int]]:
     """fp8 e4m3 rows (run with --dtypes e4m3): V widened by moving bits in the H200's 32-head
     tile (the latent gathered per dot; K still converted after its copy), against that tile,
@@ -975,6 +988,7 @@ def plan_r12() -> list[tuple[int, int, dict[str, int], int]]:
 
 
 PLANS = {
+    "r12v": plan_r12v,
     "r12g": plan_r12g,
     "r12": plan_r12,
     "r11f": plan_r11f,
