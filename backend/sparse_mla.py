@@ -952,7 +952,6 @@ if gluon is not None:
         NUM_STAGES: gl.constexpr,
         IS_SPLIT: gl.constexpr,
         USE_PDL: gl.constexpr,
-        V_BUFFERS: gl.constexpr = 1,  # 2: one tile's P.V runs while the next is widened
     ):
         """The swapped small-head tile for fp8 e4m3 rows: the gathered fp8 tile is the A
         operand of e4m3 warpgroup MMAs for S^T = K Q^T as it lands (q in two e4m3 parts), and
@@ -992,12 +991,9 @@ if gluon is not None:
         ql_p = gl.allocate_shared_memory(f8, [BLOCK_H, D_PE], qp_smem)
         kv_tiles = gl.allocate_shared_memory(f8, [NUM_STAGES, BLOCK_N, D_V], kv_smem)
         pe_tiles = gl.allocate_shared_memory(f8, [NUM_STAGES, BLOCK_N, D_PE], pe_smem)
-        v_tiles = gl.allocate_shared_memory(gl.float16, [V_BUFFERS, BLOCK_N, D_V], v_smem)
+        v_tile = gl.allocate_shared_memory(gl.float16, [BLOCK_N, D_V], v_smem)
         p_tile = gl.allocate_shared_memory(gl.float16, [BLOCK_N, BLOCK_H], p_smem)
-        if V_BUFFERS == 1:
-            o_rows = gl.allocate_shared_memory(out_ty, [BLOCK_H, D_V], o_smem)
-        else:  # the output rows are staged in a V buffer, free after the last P.V
-            o_rows = v_tiles.index(0)._reinterpret(out_ty, [BLOCK_H, D_V], o_smem)
+        o_rows = gl.allocate_shared_memory(out_ty, [BLOCK_H, D_V], o_smem)
 
         start = split * chunk
         end = gl.minimum(start + chunk, topk)
@@ -1049,12 +1045,6 @@ if gluon is not None:
         acc = gl.zeros([D_V, BLOCK_H], gl.float32, layout=o_layout)  # O^T
         s_zero = gl.zeros([BLOCK_N, BLOCK_H], gl.float32, layout=s_layout)
         l_tile = s_zero
-        if V_BUFFERS == 2:
-            # Each iteration issues the last tile's P.V; before the first, that is 0 x 0.
-            p_tile.store(s_zero.to(gl.float16))
-            for c in gl.static_range(BLOCK_N // 16):
-                zeros = gl.zeros([16, D_V], gl.float16, layout=nope_layout)
-                v_tiles.index(1).slice(c * 16, 16).store(zeros)
         for i in range(n_tiles):
             idx_next_n, idx_next_p = _wg_refill_and_wait(
                 KV,
@@ -1074,19 +1064,14 @@ if gluon is not None:
                 pe_layout,
             )
             stage = i % NUM_STAGES
-            v_tile = v_tiles.index(i % V_BUFFERS)
             k_n = kv_tiles.index(stage)
             k_p = pe_tiles.index(stage)
             s = warpgroup_mma(k_n, qh_n.permute((1, 0)), s_zero, use_acc=False, is_async=True)
             s = warpgroup_mma(k_n, ql_n.permute((1, 0)), s, is_async=True)
             s = warpgroup_mma(k_p, qh_p.permute((1, 0)), s, is_async=True)
             s = warpgroup_mma(k_p, ql_p.permute((1, 0)), s, is_async=True)
-            if V_BUFFERS == 2:  # the last tile's P.V, from the other buffer
-                v_last = v_tiles.index((i + 1) % 2).permute((1, 0))
-                acc = warpgroup_mma(v_last, p_tile, acc, is_async=True)
-            # V widened while the score MMAs run (and, with two V buffers, the last tile's
-            # P.V; the one before it has finished reading this buffer), 16 rows at a time:
-            # the whole tile at once would take 192 registers a thread.
+            # V widened while the score MMAs run (the last P.V has finished reading v_tile),
+            # 16 rows at a time: the whole tile at once would take 192 registers a thread.
             for c in gl.static_range(BLOCK_N // 16):
                 v8 = k_n.slice(c * 16, 16).load(nope_layout)
                 v_tile.slice(c * 16, 16).store(_e4m3_bits_to_f16_gl(v8))
@@ -1094,10 +1079,7 @@ if gluon is not None:
                 idx_base, start + i * BLOCK_N, end, BLOCK_N, gl.SliceLayout(1, s_layout)
             )
             valid = (idx_c >= 0) & (idx_c < num_rows)
-            if V_BUFFERS == 2:
-                s, acc = warpgroup_mma_wait(0, deps=(s, acc))
-            else:
-                s = warpgroup_mma_wait(0, deps=(s,))
+            s = warpgroup_mma_wait(0, deps=(s,))
             s = gl.where(valid[:, None], s * qk_row[None, :], float("-inf"))
             m_new = gl.maximum(m_i, gl.max(s, 0))
             m_safe = gl.where(m_new == float("-inf"), 0.0, m_new)
@@ -1109,15 +1091,9 @@ if gluon is not None:
             p_tile.store(p.to(gl.float16))
             fence_async_shared()
             gl.thread_barrier()
-            if V_BUFFERS == 1:
-                acc = warpgroup_mma(v_tile.permute((1, 0)), p_tile, acc, is_async=True)
-                acc = warpgroup_mma_wait(0, deps=(acc,))
-        if V_BUFFERS == 2:
-            v_last = v_tiles.index((n_tiles + 1) % 2).permute((1, 0))
-            acc = warpgroup_mma(v_last, p_tile, acc, is_async=True)
+            acc = warpgroup_mma(v_tile.permute((1, 0)), p_tile, acc, is_async=True)
             acc = warpgroup_mma_wait(0, deps=(acc,))
         async_copy.wait_group(0)
-        gl.thread_barrier()  # every warp is done with the V buffers
 
         l_i = gl.sum(l_tile, 0)
         empty = l_i == 0.0
@@ -1611,12 +1587,7 @@ def _launch_gluon(
         if not swapped:
             raise ValueError("WGMMA with fp8 e4m3 rows needs BLOCK_H 8 or 16")
         _sparse_mla_wgmma_e4m3_kernel[(programs,)](
-            *args,
-            float(kv_scale),
-            BLOCK_H=block_h,
-            **common,
-            V_BUFFERS=cfg.get("V_BUFFERS", 1),
-            num_warps=4,
+            *args, float(kv_scale), BLOCK_H=block_h, **common, num_warps=4
         )
     elif swapped:
         _sparse_mla_wgmma_swapped_kernel[(programs,)](*args, BLOCK_H=block_h, **common, num_warps=4)

@@ -938,7 +938,9 @@ def plan_r12g() -> list[tuple[int, int, dict[str, int], int]]:
 def plan_r12v() -> list[tuple[int, int, dict[str, int], int]]:
     """fp8 e4m3 rows (run with --dtypes e4m3 --check): the e4m3 Hopper tile with two V
     buffers (``V_BUFFERS``: a tile's P.V runs while the next tile's scores and V widening do)
-    against one, which runs first and last."""
+    against one, which runs first and last. ``V_BUFFERS`` needs the kernel change in
+    ``sweeps/sparse_mla_e4m3_wgmma_v_buffers_rejected.diff`` (without it the launch has no
+    such argument)."""
     cases = []
     for b, h, sp in [(128, 8, 1), (128, 16, 1), (32, 8, 4), (32, 16, 4), (8, 8, 16), (8, 16, 16)]:
         tile = {"WGMMA": 1, "BLOCK_H": 8 if h <= 8 else 16, "BLOCK_N": 64, "num_warps": 4,
