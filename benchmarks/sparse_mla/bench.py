@@ -16,7 +16,8 @@ Modes:
   sweep2 a named point list (--plan): v2 (round 2's large-H and merge points), r3 (round 3,
          small heads: PDL merge, wider/deeper gather tiles), r4 (round 4: indices prefetched
          by hand, deeper pipelines), fp8 (fp8_ds_mla rows; run with --dtypes fp8), r12 (fp8
-         e4m3 tiles: V widened by bits in the 32-head tile, 16-head tile shapes)
+         e4m3 tiles: V widened by bits in the 32-head tile, 16-head tile shapes), r12g (the
+         e4m3 Hopper tile against the tl.dot tile), r12v (its two V buffers)
 The bare gather's shapes, by row size and index locality: gather_rows.py.
 
 Run from the repo root: python3 -m benchmarks.sparse_mla.bench [--mode ...]
