@@ -906,6 +906,19 @@ if gluon is not None:
         )
 
     @gluon.jit
+    def _e4m3_cvt_to_f16_gl(x):
+        """e4m3 to fp16 by the hardware conversion (its value, not 2^-8 of it)."""
+        return gl.inline_asm_elementwise(
+            "{ .reg .b16 lo, hi; mov.b32 {lo, hi}, $2; "
+            "cvt.rn.f16x2.e4m3x2 $0, lo; cvt.rn.f16x2.e4m3x2 $1, hi; }",
+            "=r,=r,r",
+            [x],
+            dtype=gl.float16,
+            is_pure=True,
+            pack=4,
+        )
+
+    @gluon.jit
     def _wg_e4m3_query(q_tok, heads, cols, num_heads, stride_qh, col0):
         """Loads query columns ``col0 + cols`` of ``heads``, returns them as float32 and their
         per-head absolute maximum (stored later, once the scale is known)."""
@@ -952,6 +965,8 @@ if gluon is not None:
         NUM_STAGES: gl.constexpr,
         IS_SPLIT: gl.constexpr,
         USE_PDL: gl.constexpr,
+        V_CVT: gl.constexpr = 0,  # V widened by the hardware conversion, not the bits
+        V_CHUNK: gl.constexpr = 16,  # rows of V widened at a time
     ):
         """The swapped small-head tile for fp8 e4m3 rows: the gathered fp8 tile is the A
         operand of e4m3 warpgroup MMAs for S^T = K Q^T as it lands (q in two e4m3 parts), and
@@ -1072,9 +1087,13 @@ if gluon is not None:
             s = warpgroup_mma(k_p, ql_p.permute((1, 0)), s, is_async=True)
             # V widened while the score MMAs run (the last P.V has finished reading v_tile),
             # 16 rows at a time: the whole tile at once would take 192 registers a thread.
-            for c in gl.static_range(BLOCK_N // 16):
-                v8 = k_n.slice(c * 16, 16).load(nope_layout)
-                v_tile.slice(c * 16, 16).store(_e4m3_bits_to_f16_gl(v8))
+            for c in gl.static_range(BLOCK_N // V_CHUNK):
+                v8 = k_n.slice(c * V_CHUNK, V_CHUNK).load(nope_layout)
+                if V_CVT:  # noqa: SIM108  (a constexpr choice of one conversion)
+                    v16 = _e4m3_cvt_to_f16_gl(v8)
+                else:
+                    v16 = _e4m3_bits_to_f16_gl(v8)
+                v_tile.slice(c * V_CHUNK, V_CHUNK).store(v16)
             idx_c = _wg_load_indices(
                 idx_base, start + i * BLOCK_N, end, BLOCK_N, gl.SliceLayout(1, s_layout)
             )
@@ -1098,7 +1117,7 @@ if gluon is not None:
         l_i = gl.sum(l_tile, 0)
         empty = l_i == 0.0
         denom = gl.convert_layout(gl.where(empty, 1.0, l_i), gl.SliceLayout(0, o_layout))
-        out = acc * (v_scale * 256.0) / denom[None, :]
+        out = acc * (v_scale * (1.0 if V_CVT else 256.0)) / denom[None, :]
         lse2 = gl.where(empty, float("-inf"), m_i + gl.log2(gl.where(empty, 1.0, l_i)))
         offs_hl = head0 + gl.arange(0, BLOCK_H, layout=head_layout)
         mask_hl = offs_hl < num_heads
@@ -1587,7 +1606,13 @@ def _launch_gluon(
         if not swapped:
             raise ValueError("WGMMA with fp8 e4m3 rows needs BLOCK_H 8 or 16")
         _sparse_mla_wgmma_e4m3_kernel[(programs,)](
-            *args, float(kv_scale), BLOCK_H=block_h, **common, num_warps=4
+            *args,
+            float(kv_scale),
+            BLOCK_H=block_h,
+            **common,
+            V_CVT=cfg.get("V_CVT", 0),
+            V_CHUNK=cfg.get("V_CHUNK", 16),
+            num_warps=4,
         )
     elif swapped:
         _sparse_mla_wgmma_swapped_kernel[(programs,)](*args, BLOCK_H=block_h, **common, num_warps=4)

@@ -951,6 +951,19 @@ def plan_r12v() -> list[tuple[int, int, dict[str, int], int]]:
     return _expand(cases)
 
 
+def plan_r12c() -> list[tuple[int, int, dict[str, int], int]]:
+    """fp8 e4m3 rows (run with --dtypes e4m3 --check): the e4m3 Hopper tile with V widened by
+    the hardware conversion (``V_CVT``) or 32 rows at a time (``V_CHUNK``) against the bits,
+    16 rows at a time, which run first and last."""
+    cases = []
+    for b, h, sp in [(128, 8, 1), (128, 16, 1), (32, 8, 4), (32, 16, 4), (8, 8, 16)]:
+        tile = {"WGMMA": 1, "BLOCK_H": 8 if h <= 8 else 16, "BLOCK_N": 64, "num_warps": 4,
+                "num_stages": 2, "WAVES": 1}  # fmt: skip
+        tiles = [tile, {**tile, "V_CVT": 1}, {**tile, "V_CHUNK": 32}, {**tile, "V_CHUNK": 16}]
+        cases.append((b, h, (sp,), tiles))
+    return _expand(cases)
+
+
 def plan_r12() -> list[tuple[int, int, dict[str, int], int]]:
     """fp8 e4m3 rows (run with --dtypes e4m3): V widened by moving bits in the H200's 32-head
     tile (the latent gathered per dot; K still converted after its copy), against that tile,
@@ -991,6 +1004,7 @@ def plan_r12() -> list[tuple[int, int, dict[str, int], int]]:
 
 
 PLANS = {
+    "r12c": plan_r12c,
     "r12v": plan_r12v,
     "r12g": plan_r12g,
     "r12": plan_r12,
