@@ -953,13 +953,15 @@ def plan_r12v() -> list[tuple[int, int, dict[str, int], int]]:
 
 def plan_r12c() -> list[tuple[int, int, dict[str, int], int]]:
     """fp8 e4m3 rows (run with --dtypes e4m3 --check): the e4m3 Hopper tile with V widened by
-    the hardware conversion (``V_CVT``) or 32 rows at a time (``V_CHUNK``) against the bits,
-    16 rows at a time, which run first and last."""
+    the hardware conversion (``V_CVT``), 16, 32 or (8 heads) 64 rows at a time
+    (``V_CHUNK``), against the bits, 16 rows at a time, which run first and last."""
     cases = []
     for b, h, sp in [(128, 8, 1), (128, 16, 1), (32, 8, 4), (32, 16, 4), (8, 8, 16)]:
         tile = {"WGMMA": 1, "BLOCK_H": 8 if h <= 8 else 16, "BLOCK_N": 64, "num_warps": 4,
                 "num_stages": 2, "WAVES": 1}  # fmt: skip
-        tiles = [tile, {**tile, "V_CVT": 1}, {**tile, "V_CHUNK": 32}, {**tile, "V_CHUNK": 16}]
+        cvt = {**tile, "V_CVT": 1}
+        tiles = [tile, cvt, {**tile, "V_CHUNK": 32}, {**cvt, "V_CHUNK": 32}]
+        tiles += [{**cvt, "V_CHUNK": 64}] * (h <= 8) + [{**tile, "V_CHUNK": 16}]
         cases.append((b, h, (sp,), tiles))
     return _expand(cases)
 
