@@ -28,8 +28,8 @@ Design, because the problem is a gather (H <= 64 is memory-bound on H200):
     6-7) and ``_sparse_mla_wgmma_swapped_kernel`` for 8 or 16 heads (keys as the MMA's M,
     heads as its N; 1.1-1.4x faster than the 16-head tl.dot tile, NOTES.md round 8), both
     for 16-bit rows, and ``_sparse_mla_wgmma_e4m3_kernel``, the swapped tile for fp8 e4m3
-    rows under a bf16 q (e4m3 MMAs for the scores on the gathered tile, V widened by moving
-    bits; 1.1-1.25x faster than the e4m3 tl.dot tile at B >= 8, NOTES.md round 12).
+    rows under a bf16 q (e4m3 MMAs for the scores on the gathered tile, V widened once;
+    1.2-1.4x faster than the e4m3 tl.dot tile at B >= 8, NOTES.md round 12).
 Only torch and triton are imported, so this file can be embedded verbatim elsewhere.
 """
 
@@ -889,25 +889,9 @@ if gluon is not None:
         )
 
     @gluon.jit
-    def _e4m3_bits_to_f16_gl(x):
-        """``_e4m3_bits_to_f16`` for Gluon tensors: 2^-8 of each e4m3 value as fp16."""
-        return gl.inline_asm_elementwise(
-            "{ .reg .b32 a, b, t; "
-            "prmt.b32 a, $2, 0, 0x1404; prmt.b32 b, $2, 0, 0x3424; "
-            "shr.b32 t, a, 1; and.b32 t, t, 0x3F803F80; and.b32 a, a, 0x80008000; "
-            "or.b32 $0, a, t; "
-            "shr.b32 t, b, 1; and.b32 t, t, 0x3F803F80; and.b32 b, b, 0x80008000; "
-            "or.b32 $1, b, t; }",
-            "=r,=r,r",
-            [x],
-            dtype=gl.float16,
-            is_pure=True,
-            pack=4,
-        )
-
-    @gluon.jit
     def _e4m3_cvt_to_f16_gl(x):
-        """e4m3 to fp16 by the hardware conversion (its value, not 2^-8 of it)."""
+        """e4m3 to fp16, four values per call, by the hardware conversion: in this tile it is
+        faster than ``_e4m3_bits_to_f16``'s integer moves (NOTES.md round 12)."""
         return gl.inline_asm_elementwise(
             "{ .reg .b16 lo, hi; mov.b32 {lo, hi}, $2; "
             "cvt.rn.f16x2.e4m3x2 $0, lo; cvt.rn.f16x2.e4m3x2 $1, hi; }",
@@ -965,12 +949,10 @@ if gluon is not None:
         NUM_STAGES: gl.constexpr,
         IS_SPLIT: gl.constexpr,
         USE_PDL: gl.constexpr,
-        V_CVT: gl.constexpr = 0,  # V widened by the hardware conversion, not the bits
-        V_CHUNK: gl.constexpr = 16,  # rows of V widened at a time
     ):
         """The swapped small-head tile for fp8 e4m3 rows: the gathered fp8 tile is the A
         operand of e4m3 warpgroup MMAs for S^T = K Q^T as it lands (q in two e4m3 parts), and
-        V is widened once per tile, by moving bits, into an fp16 tile for O^T += V^T P^T
+        V is widened once per tile (the hardware conversion) into an fp16 tile for O^T += V^T P^T
         (e4m3 MMAs need both operands K-major, which V^T is not)."""
         BLOCK_N: gl.constexpr = 64
         D_V: gl.constexpr = 512
@@ -1086,14 +1068,10 @@ if gluon is not None:
             s = warpgroup_mma(k_p, qh_p.permute((1, 0)), s, is_async=True)
             s = warpgroup_mma(k_p, ql_p.permute((1, 0)), s, is_async=True)
             # V widened while the score MMAs run (the last P.V has finished reading v_tile),
-            # 16 rows at a time: the whole tile at once would take 192 registers a thread.
-            for c in gl.static_range(BLOCK_N // V_CHUNK):
-                v8 = k_n.slice(c * V_CHUNK, V_CHUNK).load(nope_layout)
-                if V_CVT:  # noqa: SIM108  (a constexpr choice of one conversion)
-                    v16 = _e4m3_cvt_to_f16_gl(v8)
-                else:
-                    v16 = _e4m3_bits_to_f16_gl(v8)
-                v_tile.slice(c * V_CHUNK, V_CHUNK).store(v16)
+            # 32 rows at a time: the whole tile at once spills at 16 heads.
+            for c in gl.static_range(BLOCK_N // 32):
+                v8 = k_n.slice(c * 32, 32).load(nope_layout)
+                v_tile.slice(c * 32, 32).store(_e4m3_cvt_to_f16_gl(v8))
             idx_c = _wg_load_indices(
                 idx_base, start + i * BLOCK_N, end, BLOCK_N, gl.SliceLayout(1, s_layout)
             )
@@ -1117,7 +1095,7 @@ if gluon is not None:
         l_i = gl.sum(l_tile, 0)
         empty = l_i == 0.0
         denom = gl.convert_layout(gl.where(empty, 1.0, l_i), gl.SliceLayout(0, o_layout))
-        out = acc * (v_scale * (1.0 if V_CVT else 256.0)) / denom[None, :]
+        out = acc * v_scale / denom[None, :]
         lse2 = gl.where(empty, float("-inf"), m_i + gl.log2(gl.where(empty, 1.0, l_i)))
         offs_hl = head0 + gl.arange(0, BLOCK_H, layout=head_layout)
         mask_hl = offs_hl < num_heads
@@ -1335,7 +1313,7 @@ def _default_config(
     if reason is not None:
         raise ValueError(f"sparse MLA decode: {reason}")
     if num_heads <= 16 and wgmma and kv_format == "fp8":
-        # The swapped tile for e4m3 rows: e4m3 MMAs for the scores, V widened by the bits;
+        # The swapped tile for e4m3 rows: e4m3 MMAs for the scores, V widened once;
         # ~176 KB at 16 heads, one per SM (NOTES.md round 12).
         return {
             "BLOCK_H": 8 if num_heads <= 8 else 16,
@@ -1610,8 +1588,6 @@ def _launch_gluon(
             float(kv_scale),
             BLOCK_H=block_h,
             **common,
-            V_CVT=cfg.get("V_CVT", 0),
-            V_CHUNK=cfg.get("V_CHUNK", 16),
             num_warps=4,
         )
     elif swapped:

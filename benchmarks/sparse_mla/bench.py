@@ -954,7 +954,9 @@ def plan_r12v() -> list[tuple[int, int, dict[str, int], int]]:
 def plan_r12c() -> list[tuple[int, int, dict[str, int], int]]:
     """fp8 e4m3 rows (run with --dtypes e4m3 --check): the e4m3 Hopper tile with V widened by
     the hardware conversion (``V_CVT``), 16, 32 or (8 heads) 64 rows at a time
-    (``V_CHUNK``), against the bits, 16 rows at a time, which run first and last."""
+    (``V_CHUNK``), against the bits, 16 rows at a time, which run first and last. The
+    kernel now always converts, 32 rows at a time; the switches are in
+    ``sweeps/sparse_mla_e4m3_wgmma_v_widening_switches.diff``."""
     cases = []
     for b, h, sp in [(128, 8, 1), (128, 16, 1), (32, 8, 4), (32, 16, 4), (8, 8, 16)]:
         tile = {"WGMMA": 1, "BLOCK_H": 8 if h <= 8 else 16, "BLOCK_N": 64, "num_warps": 4,
