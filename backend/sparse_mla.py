@@ -29,7 +29,7 @@ Design, because the problem is a gather (H <= 64 is memory-bound on H200):
     heads as its N; 1.1-1.4x faster than the 16-head tl.dot tile, NOTES.md round 8), both
     for 16-bit rows, and ``_sparse_mla_wgmma_e4m3_kernel``, the swapped tile for fp8 e4m3
     rows under a bf16 q (e4m3 MMAs for the scores on the gathered tile, V widened once;
-    1.2-1.4x faster than the e4m3 tl.dot tile at B >= 8, NOTES.md round 12).
+    1.1-1.4x faster than the e4m3 tl.dot tile at B >= 8, NOTES.md round 12).
 Only torch and triton are imported, so this file can be embedded verbatim elsewhere.
 """
 
