@@ -13,6 +13,7 @@ helper.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import sys
@@ -65,3 +66,12 @@ def main(handler, expected: tuple = ()) -> None:  # noqa: ANN001 - python 3.8 ho
         os.close(saved)
     print(json.dumps(reply))
     sys.exit(0)
+
+
+def file_sha256(path: str) -> str:
+    """The file's sha256, read in 8 MiB blocks (model files are many GB)."""
+    h = hashlib.sha256()
+    with open(path, "rb", buffering=0) as f:
+        for block in iter(lambda: f.read(8 << 20), b""):
+            h.update(block)
+    return h.hexdigest()

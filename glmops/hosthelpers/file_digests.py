@@ -5,20 +5,15 @@ Used by `glmops status` and `glmops verify` to compare the patch manifest with t
 disk. Observes only; prints one JSON object.
 """
 
-import hashlib
-
-from _envelope import main
+from _envelope import file_sha256, main
 
 
 def digest(path: str):
-    h = hashlib.sha256()
+    """The file's sha256, or None where it cannot be read (missing, a directory, no access)."""
     try:
-        with open(path, "rb") as f:
-            for chunk in iter(lambda: f.read(1 << 20), b""):
-                h.update(chunk)
+        return file_sha256(path)
     except OSError:
         return None
-    return h.hexdigest()
 
 
 def digests(args: dict) -> dict:

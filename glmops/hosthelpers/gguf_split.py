@@ -26,7 +26,7 @@ import sys
 import tempfile
 import time
 
-from _envelope import failure, main
+from _envelope import failure, file_sha256, main
 
 MAGIC = b"GGUF"
 ALIGN_DEFAULT = 32
@@ -581,14 +581,6 @@ def _tensor_sha256(h, headers: list, pad_to) -> str:
                     left -= got
                 if pad_to:
                     h.update(b"\0" * (pad(nbytes, pad_to) - nbytes))
-    return h.hexdigest()
-
-
-def file_sha256(path: str) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb", buffering=0) as f:
-        for block in iter(lambda: f.read(8 << 20), b""):
-            h.update(block)
     return h.hexdigest()
 
 

@@ -9,22 +9,13 @@ sha256 match. Authorization is never forwarded on a redirect (the Hub redirects 
 signed URLs). Replies through the shared envelope.
 """
 
-import hashlib
 import os
 import urllib.error
 import urllib.request
 
-from _envelope import main
+from _envelope import file_sha256, main
 
 PARTIAL = ".glmops-partial"
-
-
-def sha256(path):
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(8 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 def get(url, headers, partial):
@@ -56,7 +47,7 @@ def fetch(root, entry, headers):
     received = 0
     for _attempt in (1, 2):
         received += get(entry["url"], headers, partial)
-        if os.path.getsize(partial) == entry["size"] and sha256(partial) == entry["sha256"]:
+        if os.path.getsize(partial) == entry["size"] and file_sha256(partial) == entry["sha256"]:
             os.replace(partial, final)
             return received, None
         os.unlink(partial)  # a wrong file is never kept under any name; start over once

@@ -27,12 +27,11 @@ hashed; always hashed with `full`). A merged file that no longer matches is dele
 sidecar: its shards are then missing, fetched again, and merged anew by deploy.
 """
 
-import hashlib
 import json
 import os
 from concurrent.futures import ThreadPoolExecutor
 
-from _envelope import failure, main
+from _envelope import failure, file_sha256, main
 
 STATE = ".glmops-model-state.json"
 MANIFEST = ".glmops-model-manifest.json"
@@ -61,14 +60,6 @@ def preflight(args):
     msg = f"{mount}: {needed} bytes needed, {free} free"
     reply = {"failed": False, "changed": False, "ok": ok, "path": mount, "needed": needed}
     return {**reply, "free": free, "msg": msg}
-
-
-def sha256(path):
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(8 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 def read_json(path):
@@ -101,7 +92,7 @@ def check(root, entry, known, full, write):
         return entry["path"], "bad", 0, 0, 0
     if not full and known.get(entry["path"]) == [st.st_size, st.st_mtime_ns]:
         return entry["path"], "ok", st.st_size, st.st_mtime_ns, 0
-    if sha256(path) != entry["sha256"]:
+    if file_sha256(path) != entry["sha256"]:
         if write:
             os.unlink(path)
         return entry["path"], "bad", 0, 0, st.st_size
@@ -162,7 +153,7 @@ class Merges:
         if not self.hashing:
             self.untrusted.append(out)
             return None
-        if st.st_size == recorded["size"] and sha256(out) == recorded["sha256"]:
+        if st.st_size == recorded["size"] and file_sha256(out) == recorded["sha256"]:
             return st.st_size
         self.dropped.append(out)
         if self.write:  # never served again; its shards are fetched and merged anew
