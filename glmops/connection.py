@@ -30,6 +30,7 @@ import paramiko
 from glmops.errors import CommandInterrupted, CommandTimeout, HostKeyChanged, HostUnreachable
 from glmops.inventory import ConnectionSpec
 from glmops.knownhosts import default_known_hosts
+from glmops.secretenv import child_environment
 
 KEEPALIVE_SECONDS = 15
 CONNECT_ATTEMPTS = 3
@@ -363,6 +364,7 @@ class LocalConnection:
             stderr=subprocess.PIPE,
             text=True,
             start_new_session=True,
+            env=child_environment(),
         )
         if not essential:
             with self._lock:
@@ -388,6 +390,7 @@ class LocalConnection:
             stdout=subprocess.PIPE,
             text=True,
             start_new_session=True,
+            env=child_environment(),
         )
         assert proc.stdin is not None and proc.stdout is not None
         if stdin:

@@ -29,6 +29,7 @@ from glmops.errors import ExitCode, InputError
 from glmops.facts import HostFacts
 from glmops.inventory import Host, load_inventory
 from glmops.patchset.profiles import PROFILES, profile_by_name
+from glmops.secretenv import become_password, child_environment
 from glmops.serving import vllm_profile
 
 PROJECT = paths.root()  # holds tests/host/, in a checkout or an installed wheel
@@ -97,7 +98,7 @@ class GlmopsBackend(BaseBackend):
 
 def _become(line: str, stdin: str | None, user: str | None) -> tuple[str, str | None]:
     """The line through the engine's sudo wrapper, its stdin led by the sudo password."""
-    line, password = sudo_wrap(line, os.environ.get("GLMOPS_BECOME_PASSWORD"), user)
+    line, password = sudo_wrap(line, become_password(), user)
     return line, ((password or "") + (stdin or "")) or None
 
 
@@ -131,7 +132,12 @@ def _run_here(line: str, stdin: str, timeout: float) -> ConnectionResult:
     """A shell line on this machine with `stdin` fed to it."""
     started = time.monotonic()
     done = subprocess.run(
-        ["/bin/sh", "-c", line], input=stdin, capture_output=True, text=True, timeout=timeout
+        ["/bin/sh", "-c", line],
+        input=stdin,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=child_environment(),
     )
     return ConnectionResult(
         line, done.returncode, done.stdout, done.stderr, time.monotonic() - started
