@@ -28,6 +28,11 @@ def hf_token() -> str | None:
     return next((os.environ[name] for name in HF_TOKENS if os.environ.get(name)), None)
 
 
+def secret_values() -> list[str]:
+    """The values of the SECRET_ENV variables that are set (for the masker)."""
+    return [os.environ[name] for name in SECRET_ENV if os.environ.get(name)]
+
+
 def child_environment() -> dict[str, str]:
     """This process's environment less every variable of SECRET_ENV."""
     return {k: v for k, v in os.environ.items() if k not in SECRET_ENV}

@@ -8,13 +8,16 @@ also run with testinfra's own backends: `pytest tests/host --hosts=ssh://root@gp
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import io
 import json
 import os
 import subprocess
+import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 import testinfra.backend
 from testinfra.backend.base import BaseBackend, CommandResult
@@ -29,7 +32,8 @@ from glmops.errors import ExitCode, InputError
 from glmops.facts import HostFacts
 from glmops.inventory import Host, load_inventory
 from glmops.patchset.profiles import PROFILES, profile_by_name
-from glmops.secretenv import become_password, child_environment
+from glmops.runlog import MASK, Masker, is_secret_name
+from glmops.secretenv import become_password, child_environment, secret_values
 from glmops.serving import vllm_profile
 
 PROJECT = paths.root()  # holds tests/host/, in a checkout or an installed wheel
@@ -169,17 +173,66 @@ def register_backend() -> None:
 register_backend()
 
 
-class _JsonReport:
-    """pytest plugin: collects one JSON-able result per check (for --json)."""
+class HostVars(dict[str, Any]):
+    """A host's inventory variables, as the checks' `hostvars` fixture: a failed check's
+    traceback shows its repr, which hides the values of variables named as secrets."""
 
-    def __init__(self) -> None:
+    def __repr__(self) -> str:
+        return repr({k: MASK if is_secret_name(k) else v for k, v in self.items()})
+
+
+def checks_masker(hosts: list[Host]) -> Masker:
+    """The masker of a verify run: the hosts' secret variables and the secrets glmops reads
+    from its environment (the sudo password, the Hub token)."""
+    masker = Masker({v for v in secret_values() if v})
+    for host in hosts:
+        masker.add_secret_vars(host.vars)
+    return masker
+
+
+class _MaskedLines(io.TextIOBase):
+    """A text stream that passes what pytest prints on to `target`, masked: whole lines as
+    they complete, and the rest of a line when pytest flushes (its progress marks)."""
+
+    def __init__(self, target: TextIO, masker: Masker) -> None:
+        self._target = target
+        self._masker = masker
+        self._pending = ""
+
+    def writable(self) -> bool:
+        return True
+
+    def isatty(self) -> bool:
+        return False
+
+    def write(self, text: str) -> int:
+        lines = (self._pending + text).split("\n")
+        self._pending = lines.pop()
+        for line in lines:
+            self._target.write(self._masker.mask(line) + "\n")
+        return len(text)
+
+    def flush(self) -> None:
+        if self._pending:
+            self._target.write(self._masker.mask(self._pending))
+            self._pending = ""
+        self._target.flush()
+
+
+class _CheckReport:
+    """pytest plugin: one result per check (check, outcome, and why it did not pass), masked."""
+
+    def __init__(self, masker: Masker) -> None:
+        self.masker = masker
         self.results: list[dict[str, Any]] = []
 
     def pytest_runtest_logreport(self, report: Any) -> None:
         if report.when == "call" or (report.when == "setup" and report.outcome != "passed"):
-            entry = {"check": report.nodeid.split("::", 1)[-1], "outcome": report.outcome}
+            check = self.masker.mask(report.nodeid.split("::", 1)[-1])
+            entry = {"check": check, "outcome": report.outcome}
             if report.outcome != "passed":
-                entry["why"] = str(getattr(report, "longreprtext", ""))[-1500:]
+                why = str(getattr(report, "longreprtext", ""))
+                entry["why"] = self.masker.mask(why)[-1500:]
             self.results.append(entry)
 
 
@@ -199,11 +252,12 @@ def run_verify(
     from glmops.fleet.topology import serving_hosts
 
     # the router host serves no model: nothing of these checks applies to it
-    names = [h.name for h in serving_hosts(load_inventory(inventory), pattern)]
+    hosts = serving_hosts(load_inventory(inventory), pattern)
+    masker = checks_masker(hosts)
     os.environ[INVENTORY_ENV] = str(inventory.resolve())
     args = [
         str(HOST_TESTS),
-        "--hosts=" + ",".join(f"glmops://{n}" for n in names),
+        "--hosts=" + ",".join(f"glmops://{h.name}" for h in hosts),
         "-p",
         "no:cacheprovider",
         "-W",
@@ -214,8 +268,13 @@ def run_verify(
     ]
     if keyword:
         args += ["-k", keyword]
-    report = _JsonReport()
-    code = pytest.main(args, plugins=[report] if as_json or results is not None else [])
+    report = _CheckReport(masker)
+    shown = _MaskedLines(sys.stdout, masker)
+    try:
+        with contextlib.redirect_stdout(shown):
+            code = pytest.main(args, plugins=[report])
+    finally:
+        shown.flush()
     if results is not None:
         results.extend(report.results)
     for entry in report.results:  # after pytest, whose output capture would swallow them
