@@ -10,7 +10,7 @@ import sys
 import traceback
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import click
 
@@ -91,20 +91,29 @@ def reports_errors(func: Callable[..., Any]) -> Callable[..., Any]:
 
     @functools.wraps(func)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
+        as_json = bool(kwargs.get("json_events") or kwargs.get("as_json"))
         try:
             code = func(*args, **kwargs)
         except GlmopsError as error:
-            click.secho(f"error: {error}", fg="red", err=True)
-            sys.exit(int(error.exit_code))
+            _error(error, error.exit_code, as_json)
         except (OSError, subprocess.SubprocessError) as error:
             # The machine refused something (a file, a process): a message, never a traceback.
-            click.secho(f"error: {error}", fg="red", err=True)
             if os.environ.get("GLMOPS_DEBUG"):
                 traceback.print_exc()
-            sys.exit(int(ExitCode.USAGE))
+            _error(error, ExitCode.USAGE, as_json)
         sys.exit(int(code or 0))
 
     return wrapper
+
+
+def _error(error: Exception, code: int, as_json: bool) -> NoReturn:
+    """The one error line on stderr (with --json also an `error` event on stdout); exit."""
+    click.secho(f"error: {error}", fg="red", err=True)
+    if as_json:
+        from glmops.output import event_line
+
+        click.echo(event_line("error", msg=str(error), exit_code=int(code)))
+    sys.exit(int(code))
 
 
 def run_playbook(

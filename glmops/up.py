@@ -27,6 +27,7 @@ import click
 
 from glmops.errors import ExitCode, InputError
 from glmops.inventory import Host, load_inventory, parse_extra_vars
+from glmops.output import event_line
 
 PROJECT = Path(__file__).resolve().parent.parent
 PHASES = ("provision", "patch", "model", "deploy", "verify")
@@ -182,7 +183,7 @@ def print_summary(
             }
             for h in hosts
         }
-        click.echo(json.dumps({"event": "up", "phases": phases, "hosts": table}))
+        click.echo(event_line("up", phases=phases, hosts=table))
         return
     width = max(len(h.name) for h in hosts) + 2
     click.echo("UP " + "".ljust(width - 3) + "".join(p.ljust(14) for p in phases))

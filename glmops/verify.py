@@ -11,7 +11,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import io
-import json
 import os
 import subprocess
 import sys
@@ -31,6 +30,7 @@ from glmops.context import helper_command, helper_reply, helper_stdin, sudo_wrap
 from glmops.errors import ExitCode, InputError
 from glmops.facts import HostFacts
 from glmops.inventory import Host, load_inventory
+from glmops.output import event_line
 from glmops.patchset.profiles import PROFILES, profile_by_name
 from glmops.runlog import MASK, Masker, is_secret_name
 from glmops.secretenv import become_password, child_environment, secret_values
@@ -220,16 +220,24 @@ class _MaskedLines(io.TextIOBase):
 
 
 class _CheckReport:
-    """pytest plugin: one result per check (check, outcome, and why it did not pass), masked."""
+    """pytest plugin: one result per check (host, check, outcome, and why it did not pass),
+    masked."""
 
     def __init__(self, masker: Masker) -> None:
         self.masker = masker
         self.results: list[dict[str, Any]] = []
+        self._hosts: dict[str, str] = {}  # nodeid -> inventory host name
+
+    def pytest_itemcollected(self, item: Any) -> None:
+        target = getattr(getattr(item, "callspec", None), "params", {}).get("_testinfra_host")
+        if target is not None:
+            self._hosts[item.nodeid] = target.backend.get_hostname()
 
     def pytest_runtest_logreport(self, report: Any) -> None:
         if report.when == "call" or (report.when == "setup" and report.outcome != "passed"):
             check = self.masker.mask(report.nodeid.split("::", 1)[-1])
-            entry = {"check": check, "outcome": report.outcome}
+            host = self._hosts.get(report.nodeid)
+            entry = {"host": host, "check": check, "outcome": report.outcome}
             if report.outcome != "passed":
                 why = str(getattr(report, "longreprtext", ""))
                 entry["why"] = self.masker.mask(why)[-1500:]
@@ -244,7 +252,8 @@ def run_verify(
     results: list[dict[str, Any]] | None = None,
 ) -> ExitCode:
     """Run tests/host against the hosts `pattern` selects; exit 0 only when every check passed.
-    `results`, when given, receives one entry per check (check, outcome, why)."""
+    `results`, when given, receives one entry per check (host, check, outcome, why); with
+    as_json each is also a `check` event on stdout."""
     import pytest
 
     if not HOST_TESTS.is_dir():
@@ -269,7 +278,10 @@ def run_verify(
     if keyword:
         args += ["-k", keyword]
     report = _CheckReport(masker)
-    shown = _MaskedLines(sys.stdout, masker)
+    # pytest's own report on stdout for `glmops verify`; on stderr where stdout carries JSON
+    # events (--json) or `glmops up`'s table
+    plain = not as_json and results is None
+    shown = _MaskedLines(sys.stdout if plain else sys.stderr, masker)
     try:
         with contextlib.redirect_stdout(shown):
             code = pytest.main(args, plugins=[report])
@@ -277,6 +289,7 @@ def run_verify(
         shown.flush()
     if results is not None:
         results.extend(report.results)
-    for entry in report.results:  # after pytest, whose output capture would swallow them
-        print(json.dumps(entry), flush=True)
+    if as_json:  # after pytest, whose output capture would swallow them
+        for entry in report.results:
+            print(event_line("check", **entry), flush=True)
     return ExitCode.OK if code == 0 else ExitCode.HOST_FAILED

@@ -80,16 +80,28 @@ def test_the_verify_phase_runs_the_host_checks_and_names_those_that_fail(
     local_inventory: Path, tmp_path: Path
 ) -> None:
     """`glmops up` down to its verify phase, on this machine (no vLLM in a venv): the
-    host checks run for real, fail, and the summary names them."""
+    host checks run for real, fail, and the summary names them: with --json stdout is
+    nothing but events of the one schema; without it, no JSON at all."""
+    import json
     import os
+    import subprocess
+    import sys
 
-    from tests.support.glmops_cli import run_cli
+    from glmops.output import SCHEMA
 
     env = {**os.environ, "GLMOPS_HOME": str(tmp_path), "GLMOPS_RUN_DIR": str(tmp_path / "runs")}
     skip = "provision,patch,model,deploy"
-    args = ("up", "here", "-i", str(local_inventory), "--skip", skip)
-    code, events, stderr = run_cli(*args, env=env, cwd=Path.cwd(), timeout=300, ok=(2,))
-    assert code == 2, stderr[-3000:]
+    args = [sys.executable, "-m", "glmops.cli", "up", "here", "-i", str(local_inventory)]
+    runs = [
+        subprocess.run([*args, "--skip", skip, *json_flag], env=env, capture_output=True,
+                       text=True, timeout=300)
+        for json_flag in ((), ("--json",))
+    ]  # fmt: skip
+    plain, as_json = runs
+    assert plain.returncode == as_json.returncode == 2, as_json.stderr[-3000:]
+    assert plain.stdout.startswith("UP ") and "{" not in plain.stdout, plain.stdout
+    events = [json.loads(line) for line in as_json.stdout.splitlines()]
+    assert all(e["schema"] == SCHEMA and e["time"] > 0 for e in events), events
     [table] = [e for e in events if e.get("event") == "up"]
     assert table["phases"] == ["verify"]
     verify = table["hosts"]["here"]["verify"]

@@ -1,5 +1,6 @@
 """`glmops verify` on a host whose check fails: the failure says why, with no secret in it
-(plain and --json), over the real launcher and the host checks themselves (local connection)."""
+(plain and --json, whose stdout is only `check` events), over the real launcher and the host
+checks themselves (local connection)."""
 
 from __future__ import annotations
 
@@ -13,6 +14,8 @@ from pathlib import Path
 import pytest
 
 pytest.importorskip("testinfra")
+
+from glmops.output import SCHEMA  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[2]
 TOKEN = "hf_LeakCheck12345678"
@@ -62,6 +65,9 @@ def test_json_results_show_no_secret(verify) -> None:
     done = verify("--json")
     assert done.returncode == 2, done.stdout + done.stderr
     assert TOKEN not in done.stdout + done.stderr
-    events = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
-    failed = [e for e in events if e.get("outcome") == "failed"]
+    events = [json.loads(line) for line in done.stdout.splitlines()]  # JSON, and only JSON
+    assert {(e["schema"], e["event"], e["host"]) for e in events} == {(SCHEMA, "check", "here")}, (
+        events
+    )
+    failed = [e for e in events if e["outcome"] == "failed" and e["time"] > 0]
     assert failed and "Connection refused" in failed[0]["why"]
