@@ -16,6 +16,7 @@ import click
 
 from glmops import __version__, gpus, paths
 from glmops.errors import ExitCode, GlmopsError, InputError
+from glmops.secretenv import become_password
 from glmops.up import PHASES
 
 
@@ -154,9 +155,7 @@ def run_playbook(
 
         click.echo(list_hosts(inventory, plays, _resolve_limit(limit)))
         return ExitCode.OK
-    password = os.environ.get("GLMOPS_BECOME_PASSWORD")
-    if opts.get("ask_become_pass") and password is None:
-        password = getpass.getpass("sudo password: ")
+    password = sudo_password(opts)
     masker = Masker({password} if password else set())
     options = RunOptions(
         check=opts.get("check", False),
@@ -187,6 +186,17 @@ def run_playbook(
     if failed:
         click.echo(f"retry the failed hosts with: --limit @{retry_file}", err=True)
     return code
+
+
+def sudo_password(opts: dict[str, Any]) -> str | None:
+    """The sudo password: the one `up` asked once for all its phases, else
+    $GLMOPS_BECOME_PASSWORD, else asked now (-K)."""
+    password = opts.get("become_password")
+    if password is None:
+        password = become_password()
+    if password is None and opts.get("ask_become_pass"):
+        password = getpass.getpass("sudo password: ")
+    return password
 
 
 def _resolve_limit(limit: str | None) -> str | None:
@@ -382,6 +392,7 @@ def up(hosts: tuple[str, ...], limit: str | None, skip: str, restart: bool, **op
 
     pattern = _hosts_limit(hosts, limit) or "all"
     inventory = opts.pop("inventory") or default_inventory()
+    opts["become_password"] = sudo_password(opts)  # asked once (-K), handed to every phase
     return run_up(inventory, pattern, skip=tuple(_tag_set(skip)), restart=restart, opts=opts)
 
 

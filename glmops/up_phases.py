@@ -4,7 +4,6 @@ model phase (glmops.model), or the host checks (glmops.verify); each answers an 
 from __future__ import annotations
 
 import functools
-import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -14,6 +13,7 @@ import click
 from glmops.connection import ConnectionSettings
 from glmops.errors import ExitCode, GlmopsError
 from glmops.inventory import Host
+from glmops.secretenv import become_password
 from glmops.up import MODEL_PATHS, PHASES, PLAYBOOKS, PROJECT, Outcome, Progress
 
 
@@ -36,6 +36,13 @@ class PhaseRunners:
         self.fleet_run: Callable[..., Any] = functools.partial(
             fleet_run, opts={**opts, "inventory": inventory}
         )
+
+    @property
+    def sudo_password(self) -> str | None:
+        """The sudo password `glmops up` asked once (-K) for every phase, else
+        $GLMOPS_BECOME_PASSWORD: every phase runs with the same one."""
+        given = self.opts.get("become_password")
+        return given if given is not None else become_password()
 
     def __call__(self, phase: str, hosts: list[Host]) -> dict[str, Outcome]:
         names = ", ".join(h.name for h in hosts)
@@ -142,7 +149,7 @@ class PhaseRunners:
         from glmops.output import Reporter
         from glmops.runlog import Masker, RunLog
 
-        password = os.environ.get("GLMOPS_BECOME_PASSWORD")
+        password = self.sudo_password
         masker = Masker({password} if password else set())
         options = ModelOptions(
             check=bool(self.opts.get("check")),
@@ -183,7 +190,7 @@ class PhaseRunners:
 
         options = ModelOptions(
             check=True,  # looks only: takes no run lock
-            sudo_password=os.environ.get("GLMOPS_BECOME_PASSWORD"),
+            sudo_password=self.sudo_password,
             connection=ConnectionSettings(strict_host_keys=bool(self.opts.get("strict_host_keys"))),
         )
         reasons = model_files_changed(hosts, options)
@@ -199,7 +206,9 @@ class PhaseRunners:
             try:
                 from glmops.verify import run_verify
 
-                code = run_verify(self.inventory, host.name, False, None, checks)
+                code = run_verify(
+                    self.inventory, host.name, False, None, checks, self.sudo_password
+                )
             except (GlmopsError, ImportError) as error:
                 outcomes[host.name] = Outcome("failed", f"cannot run the host checks: {error}")
                 continue

@@ -100,9 +100,22 @@ class GlmopsBackend(BaseBackend):
         return conn.run(line, stdin=stdin, timeout=timeout)
 
 
+class _HandedPassword:
+    """The sudo password `glmops up` asked once (-K) and hands to its verify phase, for the
+    checks' backends that pytest builds from a host spec (never through the environment)."""
+
+    value: str | None = None
+
+
+def sudo_password() -> str | None:
+    """The sudo password of this verify run: the one handed to it, else the environment's."""
+    handed = _HandedPassword.value
+    return handed if handed is not None else become_password()
+
+
 def _become(line: str, stdin: str | None, user: str | None) -> tuple[str, str | None]:
     """The line through the engine's sudo wrapper, its stdin led by the sudo password."""
-    line, password = sudo_wrap(line, become_password(), user)
+    line, password = sudo_wrap(line, sudo_password(), user)
     return line, ((password or "") + (stdin or "")) or None
 
 
@@ -184,7 +197,7 @@ class HostVars(dict[str, Any]):
 def checks_masker(hosts: list[Host]) -> Masker:
     """The masker of a verify run: the hosts' secret variables and the secrets glmops reads
     from its environment (the sudo password, the Hub token)."""
-    masker = Masker({v for v in secret_values() if v})
+    masker = Masker({v for v in (*secret_values(), sudo_password()) if v})
     for host in hosts:
         masker.add_secret_vars(host.vars)
     return masker
@@ -250,10 +263,12 @@ def run_verify(
     as_json: bool,
     keyword: str | None,
     results: list[dict[str, Any]] | None = None,
+    password: str | None = None,
 ) -> ExitCode:
     """Run tests/host against the hosts `pattern` selects; exit 0 only when every check passed.
     `results`, when given, receives one entry per check (host, check, outcome, why); with
-    as_json each is also a `check` event on stdout."""
+    as_json each is also a `check` event on stdout. `password`: the sudo password, when
+    the caller asked for it (else $GLMOPS_BECOME_PASSWORD)."""
     import pytest
 
     if not HOST_TESTS.is_dir():
@@ -262,6 +277,7 @@ def run_verify(
 
     # the router host serves no model: nothing of these checks applies to it
     hosts = serving_hosts(load_inventory(inventory), pattern)
+    _HandedPassword.value = password
     masker = checks_masker(hosts)
     os.environ[INVENTORY_ENV] = str(inventory.resolve())
     args = [
@@ -287,6 +303,7 @@ def run_verify(
             code = pytest.main(args, plugins=[report])
     finally:
         shown.flush()
+        _HandedPassword.value = None
     if results is not None:
         results.extend(report.results)
     if as_json:  # after pytest, whose output capture would swallow them

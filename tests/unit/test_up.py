@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -83,9 +86,6 @@ def test_the_verify_phase_runs_the_host_checks_and_names_those_that_fail(
     host checks run for real, fail, and the summary names them: with --json stdout is
     nothing but events of the one schema; without it, no JSON at all."""
     import json
-    import os
-    import subprocess
-    import sys
 
     from glmops.output import SCHEMA
 
@@ -261,3 +261,39 @@ def test_shards_removed_after_the_merge_are_held_while_the_merged_file_is_unchan
     flip_last_byte(model_host.merged())
     why = model_host.recheck("model", model_host.hosts)["h"]
     assert "missing (merged into model.gguf, changed since)" in why
+
+
+PASSWORD = "Sup3rPW-handed-1"
+
+
+def up_asking(inventory: Path, tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    """`glmops up -K ARGS` with no terminal: getpass reads the password from stdin, once
+    (a second prompt finds stdin at its end and aborts the run)."""
+    env = {k: v for k, v in os.environ.items() if k != "GLMOPS_BECOME_PASSWORD"}
+    env |= {"GLMOPS_HOME": str(tmp_path), "GLMOPS_RUN_DIR": str(tmp_path / "runs")}
+    return subprocess.run(
+        [sys.executable, "-m", "glmops.cli", "up", "here", "-i", str(inventory), "-K", *args],
+        input=PASSWORD + "\n", env=env, capture_output=True, text=True, timeout=300,
+        start_new_session=True,  # no controlling terminal
+    )  # fmt: skip
+
+
+def test_up_asks_the_sudo_password_once_for_all_its_playbook_phases(
+    local_inventory: Path, tmp_path: Path
+) -> None:
+    done = up_asking(local_inventory, tmp_path, "--check", "--skip", "model,deploy,verify")
+    assert "== glmops up: patch on here" in done.stderr, done.stderr[-3000:]
+    assert done.stderr.count("sudo password:") == 1, done.stderr[-3000:]
+    assert done.returncode != 130 and "Aborted" not in done.stderr
+
+
+def test_up_hands_the_password_it_asked_to_the_verify_phase(tmp_path: Path) -> None:
+    """The verify phase masks what its checks print with it: it has it. (`note` comes early
+    in the hostvars a failed check shows, before pytest shortens the line.)"""
+    inventory = tmp_path / "hosts.yml"
+    inventory.write_text(f"all:\n  hosts:\n    here: {{connection: local, note: {PASSWORD}}}\n")
+    done = up_asking(inventory, tmp_path, "--skip", "provision,patch,model,deploy")
+    assert done.returncode == 2, done.stderr[-3000:]
+    assert done.stderr.count("sudo password:") == 1
+    assert "'note': '********'" in done.stderr  # the hostvars of a failed check, masked
+    assert PASSWORD not in done.stdout + done.stderr
