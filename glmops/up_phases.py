@@ -10,11 +10,12 @@ from typing import Any
 
 import click
 
+from glmops import paths
 from glmops.connection import ConnectionSettings
 from glmops.errors import ExitCode, GlmopsError
 from glmops.inventory import Host
 from glmops.secretenv import become_password
-from glmops.up import MODEL_PATHS, PHASES, PLAYBOOKS, PROJECT, Outcome, Progress
+from glmops.up import MODEL_PATHS, PHASES, PLAYBOOKS, Outcome, Progress
 
 
 class PhaseRunners:
@@ -50,7 +51,7 @@ class PhaseRunners:
         if phase == "deploy":
             return self.deploy(hosts)
         if phase in PLAYBOOKS:
-            return self.playbook(PROJECT / "playbooks" / PLAYBOOKS[phase], hosts)
+            return self.playbook(paths.playbooks() / PLAYBOOKS[phase], hosts)
         if phase == "model":
             return self.model(hosts)
         return self.verify(hosts)
@@ -70,7 +71,7 @@ class PhaseRunners:
             groups.setdefault(extra, []).append(host)
         outcomes: dict[str, Outcome] = {}
         for extra, members in groups.items():
-            path = PROJECT / "playbooks" / PLAYBOOKS["deploy"]
+            path = paths.playbooks() / PLAYBOOKS["deploy"]
             outcomes.update(self.playbook(path, members, extra))
         return outcomes
 

@@ -297,3 +297,50 @@ def test_up_hands_the_password_it_asked_to_the_verify_phase(tmp_path: Path) -> N
     assert done.stderr.count("sudo password:") == 1
     assert "'note': '********'" in done.stderr  # the hostvars of a failed check, masked
     assert PASSWORD not in done.stdout + done.stderr
+
+
+def one_host(folder: Path, **variables: str) -> Host:
+    path = folder / "one.yml"
+    fields = ", ".join(f"{k}: {v}" for k, v in {"connection": "local", **variables}.items())
+    path.write_text(f"all:\n  hosts:\n    h: {{{fields}}}\n")
+    return load_inventory(path).select("all")[0]
+
+
+def test_the_fingerprint_follows_every_variable_secrets_by_digest(tmp_path: Path) -> None:
+    """`glm5_tokenizer` is no secret (runlog's one rule): a new tokenizer deploys again; a
+    rotated secret too, without its value in the progress file."""
+    from glmops.up import fingerprint
+
+    base = fingerprint(one_host(tmp_path, glm5_tokenizer="a/b", hf_token="hf_one"), "deploy")
+    assert base == fingerprint(
+        one_host(tmp_path, glm5_tokenizer="a/b", hf_token="hf_one"), "deploy"
+    )
+    assert base != fingerprint(
+        one_host(tmp_path, glm5_tokenizer="a/c", hf_token="hf_one"), "deploy"
+    )
+    assert base != fingerprint(
+        one_host(tmp_path, glm5_tokenizer="a/b", hf_token="hf_two"), "deploy"
+    )
+
+
+def test_the_fingerprint_follows_the_shipped_templates_and_glmops_version(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A phase finished under other templates (or another glmops) runs again; the files are
+    found where paths finds them (a checkout, or an installed wheel's _shipped/)."""
+    import shutil
+
+    from glmops import paths, up
+
+    shipped = tmp_path / "shipped"
+    for name in ("playbooks", "templates", "backend"):
+        shutil.copytree(paths.root() / name, shipped / name)
+    monkeypatch.setattr(paths, "root", lambda: shipped)
+    host = one_host(tmp_path)
+    before = up.fingerprint(host, "deploy")
+    unit = shipped / "templates" / "systemd" / "vllm-glm5.service.j2"
+    unit.write_text(unit.read_text() + "# changed\n")
+    after = up.fingerprint(host, "deploy")
+    assert before != after
+    monkeypatch.setattr(up, "__version__", "999.0")
+    assert up.fingerprint(host, "deploy") != after
