@@ -10,12 +10,13 @@ import sys
 import traceback
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import click
 
 from glmops import __version__, gpus, paths
 from glmops.errors import ExitCode, GlmopsError, InputError
+from glmops.secretenv import become_password
 from glmops.up import PHASES
 
 
@@ -91,20 +92,29 @@ def reports_errors(func: Callable[..., Any]) -> Callable[..., Any]:
 
     @functools.wraps(func)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
+        as_json = bool(kwargs.get("json_events") or kwargs.get("as_json"))
         try:
             code = func(*args, **kwargs)
         except GlmopsError as error:
-            click.secho(f"error: {error}", fg="red", err=True)
-            sys.exit(int(error.exit_code))
+            _error(error, error.exit_code, as_json)
         except (OSError, subprocess.SubprocessError) as error:
             # The machine refused something (a file, a process): a message, never a traceback.
-            click.secho(f"error: {error}", fg="red", err=True)
             if os.environ.get("GLMOPS_DEBUG"):
                 traceback.print_exc()
-            sys.exit(int(ExitCode.USAGE))
+            _error(error, ExitCode.USAGE, as_json)
         sys.exit(int(code or 0))
 
     return wrapper
+
+
+def _error(error: Exception, code: int, as_json: bool) -> NoReturn:
+    """The one error line on stderr (with --json also an `error` event on stdout); exit."""
+    click.secho(f"error: {error}", fg="red", err=True)
+    if as_json:
+        from glmops.output import event_line
+
+        click.echo(event_line("error", msg=str(error), exit_code=int(code)))
+    sys.exit(int(code))
 
 
 def run_playbook(
@@ -145,9 +155,7 @@ def run_playbook(
 
         click.echo(list_hosts(inventory, plays, _resolve_limit(limit)))
         return ExitCode.OK
-    password = os.environ.get("GLMOPS_BECOME_PASSWORD")
-    if opts.get("ask_become_pass") and password is None:
-        password = getpass.getpass("sudo password: ")
+    password = sudo_password(opts)
     masker = Masker({password} if password else set())
     options = RunOptions(
         check=opts.get("check", False),
@@ -178,6 +186,17 @@ def run_playbook(
     if failed:
         click.echo(f"retry the failed hosts with: --limit @{retry_file}", err=True)
     return code
+
+
+def sudo_password(opts: dict[str, Any]) -> str | None:
+    """The sudo password: the one `up` asked once for all its phases, else
+    $GLMOPS_BECOME_PASSWORD, else asked now (-K)."""
+    password = opts.get("become_password")
+    if password is None:
+        password = become_password()
+    if password is None and opts.get("ask_become_pass"):
+        password = getpass.getpass("sudo password: ")
+    return password
 
 
 def _resolve_limit(limit: str | None) -> str | None:
@@ -373,6 +392,7 @@ def up(hosts: tuple[str, ...], limit: str | None, skip: str, restart: bool, **op
 
     pattern = _hosts_limit(hosts, limit) or "all"
     inventory = opts.pop("inventory") or default_inventory()
+    opts["become_password"] = sudo_password(opts)  # asked once (-K), handed to every phase
     return run_up(inventory, pattern, skip=tuple(_tag_set(skip)), restart=restart, opts=opts)
 
 

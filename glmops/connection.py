@@ -30,6 +30,8 @@ import paramiko
 from glmops.errors import CommandInterrupted, CommandTimeout, HostKeyChanged, HostUnreachable
 from glmops.inventory import ConnectionSpec
 from glmops.knownhosts import default_known_hosts
+from glmops.runlog import route_library_logs
+from glmops.secretenv import child_environment
 
 KEEPALIVE_SECONDS = 15
 CONNECT_ATTEMPTS = 3
@@ -58,6 +60,8 @@ KillWrap = Callable[[str], tuple[str, "str | None"]]
 #: Ends a held command (closes its stdin); see `Connection.hold`.
 Release = Callable[[], None]
 HOLD_START_SECONDS = 30
+
+route_library_logs()  # paramiko's tracebacks go to the run log; glmops says what failed
 
 
 @dataclass(frozen=True)
@@ -363,6 +367,7 @@ class LocalConnection:
             stderr=subprocess.PIPE,
             text=True,
             start_new_session=True,
+            env=child_environment(),
         )
         if not essential:
             with self._lock:
@@ -388,6 +393,7 @@ class LocalConnection:
             stdout=subprocess.PIPE,
             text=True,
             start_new_session=True,
+            env=child_environment(),
         )
         assert proc.stdin is not None and proc.stdout is not None
         if stdin:

@@ -6,6 +6,7 @@ can be understood after the fact without re-running anything.
 
 from __future__ import annotations
 
+import logging
 import re
 import shutil
 import threading
@@ -85,6 +86,7 @@ class RunLog:
         self.masker = masker
         self._lock = threading.Lock()
         _prune(root, keep=self.path)
+        _LIBRARY_LOG.run = self
 
     def host_dir(self, host: str) -> Path:
         folder = self.path / host
@@ -104,6 +106,35 @@ class RunLog:
             if stream.strip():
                 parts.append(f"  {name} (tail):\n" + _indent(stream[-OUTPUT_TAIL:]))
         self.write(host, "\n".join(parts))
+
+
+#: Libraries whose own log records (paramiko's tracebacks of a handshake that failed) belong in
+#: the run log, never on stderr, where glmops already says what failed, in one line.
+LIBRARY_LOGGERS = ("paramiko",)
+
+
+class _LibraryLog(logging.Handler):
+    """Library log records into the newest run's `<library>.log` file, masked."""
+
+    run: RunLog | None = None
+
+    def emit(self, record: logging.LogRecord) -> None:
+        run = self.run
+        if run is not None:
+            run.write(record.name.split(".")[0], self.format(record))
+
+
+_LIBRARY_LOG = _LibraryLog()
+
+
+def route_library_logs() -> None:
+    """Send LIBRARY_LOGGERS' records to the run log only (idempotent): without a handler of
+    their own, Python's last-resort handler prints their warnings on stderr."""
+    for name in LIBRARY_LOGGERS:
+        logger = logging.getLogger(name)
+        if _LIBRARY_LOG not in logger.handlers:
+            logger.addHandler(_LIBRARY_LOG)
+        logger.propagate = False
 
 
 def _prune(root: Path, keep: Path) -> None:

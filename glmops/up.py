@@ -4,20 +4,20 @@ Each phase is an idempotent step (a playbook, the model phase, the host checks) 
 hosts that still need it. A host that fails or is unreachable in one phase skips the later
 ones; the others go on. What each host finished is kept on the controller
 (`.glmops/up/<inventory>.json`, beside the run directories) with a fingerprint of the host's
-variables and the phase's playbook, so a re-run continues where the last one stopped; a phase
-that changes something makes the later ones run again, and a converged host re-runs only
-the read-only verify phase, after a stat-only look at its model files (up_phases.recheck):
-files that are no longer as verified run the model phase and the later ones again. In a fleet
-(`router_host`), the router host runs no phase; after the deploy phase the router lists every
-replica that did not fail (glmops.fleet.roll).
+variables, the phase's playbook and what it renders (`fingerprint`), so a re-run continues
+where the last one stopped; a phase that changes something makes the later ones run again,
+and a converged host re-runs only the read-only verify phase, after a stat-only look at its
+model files (up_phases.recheck): files that are no longer as verified run the model phase and
+the later ones again. In a fleet (`router_host`), the router host runs no phase; after the
+deploy phase the router lists every replica that did not fail (glmops.fleet.roll).
 """
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
-import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -25,17 +25,18 @@ from typing import Any
 
 import click
 
+from glmops import __version__, paths
 from glmops.errors import ExitCode, InputError
 from glmops.inventory import Host, load_inventory, parse_extra_vars
+from glmops.output import event_line
+from glmops.runlog import is_secret_name
 
-PROJECT = Path(__file__).resolve().parent.parent
 PHASES = ("provision", "patch", "model", "deploy", "verify")
 PLAYBOOKS = {"provision": "provision.yml", "patch": "patch.yml", "deploy": "deploy.yml"}
 #: Phases that change nothing, so they run every time (a converged host is still checked).
 ALWAYS = ("verify",)
 #: What the model phase tells deploy: where the shards and the HF config landed.
 MODEL_PATHS = ("gguf_shards", "glm5_hf_config_dir")
-SECRET_NAME = re.compile(r"password|secret|token|api_key", re.IGNORECASE)
 
 
 @dataclass
@@ -101,13 +102,41 @@ class Progress:
 
 
 def fingerprint(host: Host, phase: str) -> str:
-    """What a finished phase depends on: the host's variables (secrets left out) and the
-    phase's playbook; a change to either runs the phase again."""
-    variables = {k: v for k, v in host.vars.items() if not SECRET_NAME.search(k)}
-    digest = hashlib.sha256(json.dumps(variables, sort_keys=True, default=str).encode())
+    """What a finished phase depends on; a change to any of it runs the phase again: glmops'
+    version, the host's variables, and for a playbook phase the playbook and the shipped files
+    playbooks render or inline (templates/, backend/). A secret (runlog.is_secret_name: so
+    `hf_token`, never `glm5_tokenizer`) counts by its sha256: a rotated `vllm_api_key`
+    deploys again, and the value itself never enters the fingerprint."""
+    variables = {k: _secret_digest(v) if is_secret_name(k) else v for k, v in host.vars.items()}
+    digest = hashlib.sha256(__version__.encode())
+    digest.update(json.dumps(variables, sort_keys=True, default=str).encode())
     if phase in PLAYBOOKS:
-        digest.update((PROJECT / "playbooks" / PLAYBOOKS[phase]).read_bytes())
+        digest.update((paths.playbooks() / PLAYBOOKS[phase]).read_bytes())
+        for folder in (paths.templates(), paths.backend()):
+            digest.update(_tree_digest(folder).encode())
     return digest.hexdigest()[:16]
+
+
+def _secret_digest(value: Any) -> str:
+    return "sha256:" + hashlib.sha256(json.dumps(value, default=str).encode()).hexdigest()
+
+
+def _tree_digest(folder: Path) -> str:
+    """The sha256 of every file under `folder` (names and contents), read again only when a
+    file's size or mtime changed."""
+    files = sorted(p for p in folder.rglob("*") if p.is_file() and "__pycache__" not in p.parts)
+    stats = tuple(
+        (str(p.relative_to(folder)), p.stat().st_size, p.stat().st_mtime_ns) for p in files
+    )
+    return _files_digest(folder, stats)
+
+
+@functools.lru_cache(maxsize=8)
+def _files_digest(folder: Path, stats: tuple[tuple[str, int, int], ...]) -> str:
+    digest = hashlib.sha256()
+    for name, _, _ in stats:
+        digest.update(name.encode() + b"\0" + (folder / name).read_bytes() + b"\0")
+    return digest.hexdigest()
 
 
 def progress_path(inventory: Path) -> Path:
@@ -182,7 +211,7 @@ def print_summary(
             }
             for h in hosts
         }
-        click.echo(json.dumps({"event": "up", "phases": phases, "hosts": table}))
+        click.echo(event_line("up", phases=phases, hosts=table))
         return
     width = max(len(h.name) for h in hosts) + 2
     click.echo("UP " + "".ljust(width - 3) + "".join(p.ljust(14) for p in phases))

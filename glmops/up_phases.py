@@ -4,17 +4,18 @@ model phase (glmops.model), or the host checks (glmops.verify); each answers an 
 from __future__ import annotations
 
 import functools
-import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import click
 
+from glmops import paths
 from glmops.connection import ConnectionSettings
 from glmops.errors import ExitCode, GlmopsError
 from glmops.inventory import Host
-from glmops.up import MODEL_PATHS, PHASES, PLAYBOOKS, PROJECT, Outcome, Progress
+from glmops.secretenv import become_password
+from glmops.up import MODEL_PATHS, PHASES, PLAYBOOKS, Outcome, Progress
 
 
 class PhaseRunners:
@@ -37,13 +38,20 @@ class PhaseRunners:
             fleet_run, opts={**opts, "inventory": inventory}
         )
 
+    @property
+    def sudo_password(self) -> str | None:
+        """The sudo password `glmops up` asked once (-K) for every phase, else
+        $GLMOPS_BECOME_PASSWORD: every phase runs with the same one."""
+        given = self.opts.get("become_password")
+        return given if given is not None else become_password()
+
     def __call__(self, phase: str, hosts: list[Host]) -> dict[str, Outcome]:
         names = ", ".join(h.name for h in hosts)
         click.secho(f"== glmops up: {phase} on {names}", bold=True, err=True)
         if phase == "deploy":
             return self.deploy(hosts)
         if phase in PLAYBOOKS:
-            return self.playbook(PROJECT / "playbooks" / PLAYBOOKS[phase], hosts)
+            return self.playbook(paths.playbooks() / PLAYBOOKS[phase], hosts)
         if phase == "model":
             return self.model(hosts)
         return self.verify(hosts)
@@ -63,7 +71,7 @@ class PhaseRunners:
             groups.setdefault(extra, []).append(host)
         outcomes: dict[str, Outcome] = {}
         for extra, members in groups.items():
-            path = PROJECT / "playbooks" / PLAYBOOKS["deploy"]
+            path = paths.playbooks() / PLAYBOOKS["deploy"]
             outcomes.update(self.playbook(path, members, extra))
         return outcomes
 
@@ -142,7 +150,7 @@ class PhaseRunners:
         from glmops.output import Reporter
         from glmops.runlog import Masker, RunLog
 
-        password = os.environ.get("GLMOPS_BECOME_PASSWORD")
+        password = self.sudo_password
         masker = Masker({password} if password else set())
         options = ModelOptions(
             check=bool(self.opts.get("check")),
@@ -183,7 +191,7 @@ class PhaseRunners:
 
         options = ModelOptions(
             check=True,  # looks only: takes no run lock
-            sudo_password=os.environ.get("GLMOPS_BECOME_PASSWORD"),
+            sudo_password=self.sudo_password,
             connection=ConnectionSettings(strict_host_keys=bool(self.opts.get("strict_host_keys"))),
         )
         reasons = model_files_changed(hosts, options)
@@ -199,7 +207,9 @@ class PhaseRunners:
             try:
                 from glmops.verify import run_verify
 
-                code = run_verify(self.inventory, host.name, False, None, checks)
+                code = run_verify(
+                    self.inventory, host.name, False, None, checks, self.sudo_password
+                )
             except (GlmopsError, ImportError) as error:
                 outcomes[host.name] = Outcome("failed", f"cannot run the host checks: {error}")
                 continue

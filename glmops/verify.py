@@ -8,13 +8,15 @@ also run with testinfra's own backends: `pytest tests/host --hosts=ssh://root@gp
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
-import json
+import io
 import os
 import subprocess
+import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 import testinfra.backend
 from testinfra.backend.base import BaseBackend, CommandResult
@@ -28,7 +30,10 @@ from glmops.context import helper_command, helper_reply, helper_stdin, sudo_wrap
 from glmops.errors import ExitCode, InputError
 from glmops.facts import HostFacts
 from glmops.inventory import Host, load_inventory
+from glmops.output import event_line
 from glmops.patchset.profiles import PROFILES, profile_by_name
+from glmops.runlog import MASK, Masker, is_secret_name
+from glmops.secretenv import become_password, child_environment, secret_values
 from glmops.serving import vllm_profile
 
 PROJECT = paths.root()  # holds tests/host/, in a checkout or an installed wheel
@@ -95,9 +100,22 @@ class GlmopsBackend(BaseBackend):
         return conn.run(line, stdin=stdin, timeout=timeout)
 
 
+class _HandedPassword:
+    """The sudo password `glmops up` asked once (-K) and hands to its verify phase, for the
+    checks' backends that pytest builds from a host spec (never through the environment)."""
+
+    value: str | None = None
+
+
+def sudo_password() -> str | None:
+    """The sudo password of this verify run: the one handed to it, else the environment's."""
+    handed = _HandedPassword.value
+    return handed if handed is not None else become_password()
+
+
 def _become(line: str, stdin: str | None, user: str | None) -> tuple[str, str | None]:
     """The line through the engine's sudo wrapper, its stdin led by the sudo password."""
-    line, password = sudo_wrap(line, os.environ.get("GLMOPS_BECOME_PASSWORD"), user)
+    line, password = sudo_wrap(line, sudo_password(), user)
     return line, ((password or "") + (stdin or "")) or None
 
 
@@ -131,7 +149,12 @@ def _run_here(line: str, stdin: str, timeout: float) -> ConnectionResult:
     """A shell line on this machine with `stdin` fed to it."""
     started = time.monotonic()
     done = subprocess.run(
-        ["/bin/sh", "-c", line], input=stdin, capture_output=True, text=True, timeout=timeout
+        ["/bin/sh", "-c", line],
+        input=stdin,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=child_environment(),
     )
     return ConnectionResult(
         line, done.returncode, done.stdout, done.stderr, time.monotonic() - started
@@ -163,17 +186,74 @@ def register_backend() -> None:
 register_backend()
 
 
-class _JsonReport:
-    """pytest plugin: collects one JSON-able result per check (for --json)."""
+class HostVars(dict[str, Any]):
+    """A host's inventory variables, as the checks' `hostvars` fixture: a failed check's
+    traceback shows its repr, which hides the values of variables named as secrets."""
 
-    def __init__(self) -> None:
+    def __repr__(self) -> str:
+        return repr({k: MASK if is_secret_name(k) else v for k, v in self.items()})
+
+
+def checks_masker(hosts: list[Host]) -> Masker:
+    """The masker of a verify run: the hosts' secret variables and the secrets glmops reads
+    from its environment (the sudo password, the Hub token)."""
+    masker = Masker({v for v in (*secret_values(), sudo_password()) if v})
+    for host in hosts:
+        masker.add_secret_vars(host.vars)
+    return masker
+
+
+class _MaskedLines(io.TextIOBase):
+    """A text stream that passes what pytest prints on to `target`, masked: whole lines as
+    they complete, and the rest of a line when pytest flushes (its progress marks)."""
+
+    def __init__(self, target: TextIO, masker: Masker) -> None:
+        self._target = target
+        self._masker = masker
+        self._pending = ""
+
+    def writable(self) -> bool:
+        return True
+
+    def isatty(self) -> bool:
+        return False
+
+    def write(self, text: str) -> int:
+        lines = (self._pending + text).split("\n")
+        self._pending = lines.pop()
+        for line in lines:
+            self._target.write(self._masker.mask(line) + "\n")
+        return len(text)
+
+    def flush(self) -> None:
+        if self._pending:
+            self._target.write(self._masker.mask(self._pending))
+            self._pending = ""
+        self._target.flush()
+
+
+class _CheckReport:
+    """pytest plugin: one result per check (host, check, outcome, and why it did not pass),
+    masked."""
+
+    def __init__(self, masker: Masker) -> None:
+        self.masker = masker
         self.results: list[dict[str, Any]] = []
+        self._hosts: dict[str, str] = {}  # nodeid -> inventory host name
+
+    def pytest_itemcollected(self, item: Any) -> None:
+        target = getattr(getattr(item, "callspec", None), "params", {}).get("_testinfra_host")
+        if target is not None:
+            self._hosts[item.nodeid] = target.backend.get_hostname()
 
     def pytest_runtest_logreport(self, report: Any) -> None:
         if report.when == "call" or (report.when == "setup" and report.outcome != "passed"):
-            entry = {"check": report.nodeid.split("::", 1)[-1], "outcome": report.outcome}
+            check = self.masker.mask(report.nodeid.split("::", 1)[-1])
+            host = self._hosts.get(report.nodeid)
+            entry = {"host": host, "check": check, "outcome": report.outcome}
             if report.outcome != "passed":
-                entry["why"] = str(getattr(report, "longreprtext", ""))[-1500:]
+                why = str(getattr(report, "longreprtext", ""))
+                entry["why"] = self.masker.mask(why)[-1500:]
             self.results.append(entry)
 
 
@@ -183,9 +263,12 @@ def run_verify(
     as_json: bool,
     keyword: str | None,
     results: list[dict[str, Any]] | None = None,
+    password: str | None = None,
 ) -> ExitCode:
     """Run tests/host against the hosts `pattern` selects; exit 0 only when every check passed.
-    `results`, when given, receives one entry per check (check, outcome, why)."""
+    `results`, when given, receives one entry per check (host, check, outcome, why); with
+    as_json each is also a `check` event on stdout. `password`: the sudo password, when
+    the caller asked for it (else $GLMOPS_BECOME_PASSWORD)."""
     import pytest
 
     if not HOST_TESTS.is_dir():
@@ -193,11 +276,13 @@ def run_verify(
     from glmops.fleet.topology import serving_hosts
 
     # the router host serves no model: nothing of these checks applies to it
-    names = [h.name for h in serving_hosts(load_inventory(inventory), pattern)]
+    hosts = serving_hosts(load_inventory(inventory), pattern)
+    _HandedPassword.value = password
+    masker = checks_masker(hosts)
     os.environ[INVENTORY_ENV] = str(inventory.resolve())
     args = [
         str(HOST_TESTS),
-        "--hosts=" + ",".join(f"glmops://{n}" for n in names),
+        "--hosts=" + ",".join(f"glmops://{h.name}" for h in hosts),
         "-p",
         "no:cacheprovider",
         "-W",
@@ -208,10 +293,20 @@ def run_verify(
     ]
     if keyword:
         args += ["-k", keyword]
-    report = _JsonReport()
-    code = pytest.main(args, plugins=[report] if as_json or results is not None else [])
+    report = _CheckReport(masker)
+    # pytest's own report on stdout for `glmops verify`; on stderr where stdout carries JSON
+    # events (--json) or `glmops up`'s table
+    plain = not as_json and results is None
+    shown = _MaskedLines(sys.stdout if plain else sys.stderr, masker)
+    try:
+        with contextlib.redirect_stdout(shown):
+            code = pytest.main(args, plugins=[report])
+    finally:
+        shown.flush()
+        _HandedPassword.value = None
     if results is not None:
         results.extend(report.results)
-    for entry in report.results:  # after pytest, whose output capture would swallow them
-        print(json.dumps(entry), flush=True)
+    if as_json:  # after pytest, whose output capture would swallow them
+        for entry in report.results:
+            print(event_line("check", **entry), flush=True)
     return ExitCode.OK if code == 0 else ExitCode.HOST_FAILED

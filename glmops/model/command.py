@@ -60,7 +60,7 @@ def options_from_cli(
     strict: bool,
     seed: str | None = None,
 ) -> ModelOptions:
-    import os
+    from glmops.secretenv import become_password
 
     return ModelOptions(
         check=check,
@@ -69,6 +69,6 @@ def options_from_cli(
         full_verify=verify_all,
         refresh=refresh,
         seed=seed,
-        sudo_password=os.environ.get("GLMOPS_BECOME_PASSWORD"),
+        sudo_password=become_password(),
         connection=ConnectionSettings(strict_host_keys=strict),
     )

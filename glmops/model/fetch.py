@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from glmops import secretenv
 from glmops.errors import GlmopsError
 from glmops.model.manifest import (
     FileEntry,
@@ -67,7 +68,7 @@ class HubAccess:
     def from_env(cls, token: str | None = None, endpoint: str | None = None) -> HubAccess:
         return cls(
             endpoint=endpoint or os.environ.get("HF_ENDPOINT") or None,
-            token=token or os.environ.get("HF_TOKEN") or None,
+            token=token or secretenv.hf_token(),
         )
 
     def __repr__(self) -> str:  # never show the token, e.g. in a traceback's locals

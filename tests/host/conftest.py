@@ -16,16 +16,17 @@ import pytest
 from glmops.facts import HostFacts, parse_facts
 from glmops.fleet.topology import Member, Replica, replica_from_data
 from glmops.serving.flags import setting
-from glmops.verify import inventory_host, register_backend, run_helper
+from glmops.verify import HostVars, inventory_host, register_backend, run_helper
 
 register_backend()
 
 
 @pytest.fixture(scope="module")
-def hostvars(host: Any) -> dict[str, Any]:
-    """The inventory's variables for this host ({} without an inventory entry)."""
+def hostvars(host: Any) -> HostVars:
+    """The inventory's variables for this host ({} without an inventory entry); its repr, in a
+    failed check's traceback, hides secret values."""
     entry = inventory_host(host.backend.get_hostname())
-    return dict(entry.vars) if entry else {}
+    return HostVars(entry.vars if entry else {})
 
 
 @pytest.fixture(scope="module")

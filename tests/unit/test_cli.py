@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
 
 from glmops.cli import main
+from glmops.output import SCHEMA
 
 
 @pytest.fixture
@@ -106,6 +108,9 @@ def test_a_play_whose_hosts_match_nothing_is_an_error(workdir: Path) -> None:
     assert result.exit_code == 5
     assert "play.yml:4: play 'goood': hosts 'goood' matches no host" in result.stderr
     assert '"event": "task"' not in result.stdout, "a play ran before the error"
+    [error] = [json.loads(line) for line in result.stdout.splitlines()]
+    assert (error["schema"], error["event"], error["exit_code"]) == (SCHEMA, "error", 5)
+    assert "matches no host" in error["msg"] and error["time"] > 0
 
 
 @pytest.mark.parametrize(

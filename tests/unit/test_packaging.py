@@ -109,3 +109,18 @@ def test_patch_templates_render_from_the_wheel(installed: Path, tmp_path: Path) 
     folder, names, kernel = result.stdout.splitlines()
     assert folder.startswith(str(installed.parent)) and "triton_mla_sparse.py.j2" in names
     assert kernel == "True"
+
+
+def test_up_finds_its_playbooks_in_the_wheel(installed: Path, tmp_path: Path) -> None:
+    """`glmops up` fingerprints and runs the wheel's playbooks: the deploy phase alone, in check
+    mode on this machine, where it stops at the model files this host lacks."""
+    (tmp_path / "hosts.yml").write_text(
+        f"all:\n  hosts:\n    here: {{connection: local, state_dir: '{tmp_path}/state'}}\n"
+    )
+    skip = "provision,patch,model,verify"
+    done = _glmops(
+        installed, "up", "here", "-i", "hosts.yml", "--check", "--skip", skip, cwd=tmp_path
+    )
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert "Traceback" not in done.stderr
+    assert "_shipped/playbooks/deploy.yml:" in done.stdout, done.stdout

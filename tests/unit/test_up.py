@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -80,16 +83,25 @@ def test_the_verify_phase_runs_the_host_checks_and_names_those_that_fail(
     local_inventory: Path, tmp_path: Path
 ) -> None:
     """`glmops up` down to its verify phase, on this machine (no vLLM in a venv): the
-    host checks run for real, fail, and the summary names them."""
-    import os
+    host checks run for real, fail, and the summary names them: with --json stdout is
+    nothing but events of the one schema; without it, no JSON at all."""
+    import json
 
-    from tests.support.glmops_cli import run_cli
+    from glmops.output import SCHEMA
 
     env = {**os.environ, "GLMOPS_HOME": str(tmp_path), "GLMOPS_RUN_DIR": str(tmp_path / "runs")}
     skip = "provision,patch,model,deploy"
-    args = ("up", "here", "-i", str(local_inventory), "--skip", skip)
-    code, events, stderr = run_cli(*args, env=env, cwd=Path.cwd(), timeout=300, ok=(2,))
-    assert code == 2, stderr[-3000:]
+    args = [sys.executable, "-m", "glmops.cli", "up", "here", "-i", str(local_inventory)]
+    runs = [
+        subprocess.run([*args, "--skip", skip, *json_flag], env=env, capture_output=True,
+                       text=True, timeout=300)
+        for json_flag in ((), ("--json",))
+    ]  # fmt: skip
+    plain, as_json = runs
+    assert plain.returncode == as_json.returncode == 2, as_json.stderr[-3000:]
+    assert plain.stdout.startswith("UP ") and "{" not in plain.stdout, plain.stdout
+    events = [json.loads(line) for line in as_json.stdout.splitlines()]
+    assert all(e["schema"] == SCHEMA and e["time"] > 0 for e in events), events
     [table] = [e for e in events if e.get("event") == "up"]
     assert table["phases"] == ["verify"]
     verify = table["hosts"]["here"]["verify"]
@@ -249,3 +261,86 @@ def test_shards_removed_after_the_merge_are_held_while_the_merged_file_is_unchan
     flip_last_byte(model_host.merged())
     why = model_host.recheck("model", model_host.hosts)["h"]
     assert "missing (merged into model.gguf, changed since)" in why
+
+
+PASSWORD = "Sup3rPW-handed-1"
+
+
+def up_asking(inventory: Path, tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    """`glmops up -K ARGS` with no terminal: getpass reads the password from stdin, once
+    (a second prompt finds stdin at its end and aborts the run)."""
+    env = {k: v for k, v in os.environ.items() if k != "GLMOPS_BECOME_PASSWORD"}
+    env |= {"GLMOPS_HOME": str(tmp_path), "GLMOPS_RUN_DIR": str(tmp_path / "runs")}
+    return subprocess.run(
+        [sys.executable, "-m", "glmops.cli", "up", "here", "-i", str(inventory), "-K", *args],
+        input=PASSWORD + "\n", env=env, capture_output=True, text=True, timeout=300,
+        start_new_session=True,  # no controlling terminal
+    )  # fmt: skip
+
+
+def test_up_asks_the_sudo_password_once_for_all_its_playbook_phases(
+    local_inventory: Path, tmp_path: Path
+) -> None:
+    done = up_asking(local_inventory, tmp_path, "--check", "--skip", "model,deploy,verify")
+    assert "== glmops up: patch on here" in done.stderr, done.stderr[-3000:]
+    assert done.stderr.count("sudo password:") == 1, done.stderr[-3000:]
+    assert done.returncode != 130 and "Aborted" not in done.stderr
+
+
+def test_up_hands_the_password_it_asked_to_the_verify_phase(tmp_path: Path) -> None:
+    """The verify phase masks what its checks print with it: it has it. (`note` comes early
+    in the hostvars a failed check shows, before pytest shortens the line.)"""
+    inventory = tmp_path / "hosts.yml"
+    inventory.write_text(f"all:\n  hosts:\n    here: {{connection: local, note: {PASSWORD}}}\n")
+    done = up_asking(inventory, tmp_path, "--skip", "provision,patch,model,deploy")
+    assert done.returncode == 2, done.stderr[-3000:]
+    assert done.stderr.count("sudo password:") == 1
+    assert "'note': '********'" in done.stderr  # the hostvars of a failed check, masked
+    assert PASSWORD not in done.stdout + done.stderr
+
+
+def one_host(folder: Path, **variables: str) -> Host:
+    path = folder / "one.yml"
+    fields = ", ".join(f"{k}: {v}" for k, v in {"connection": "local", **variables}.items())
+    path.write_text(f"all:\n  hosts:\n    h: {{{fields}}}\n")
+    return load_inventory(path).select("all")[0]
+
+
+def test_the_fingerprint_follows_every_variable_secrets_by_digest(tmp_path: Path) -> None:
+    """`glm5_tokenizer` is no secret (runlog's one rule): a new tokenizer deploys again; a
+    rotated secret too, without its value in the progress file."""
+    from glmops.up import fingerprint
+
+    base = fingerprint(one_host(tmp_path, glm5_tokenizer="a/b", hf_token="hf_one"), "deploy")
+    assert base == fingerprint(
+        one_host(tmp_path, glm5_tokenizer="a/b", hf_token="hf_one"), "deploy"
+    )
+    assert base != fingerprint(
+        one_host(tmp_path, glm5_tokenizer="a/c", hf_token="hf_one"), "deploy"
+    )
+    assert base != fingerprint(
+        one_host(tmp_path, glm5_tokenizer="a/b", hf_token="hf_two"), "deploy"
+    )
+
+
+def test_the_fingerprint_follows_the_shipped_templates_and_glmops_version(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A phase finished under other templates (or another glmops) runs again; the files are
+    found where paths finds them (a checkout, or an installed wheel's _shipped/)."""
+    import shutil
+
+    from glmops import paths, up
+
+    shipped = tmp_path / "shipped"
+    for name in ("playbooks", "templates", "backend"):
+        shutil.copytree(paths.root() / name, shipped / name)
+    monkeypatch.setattr(paths, "root", lambda: shipped)
+    host = one_host(tmp_path)
+    before = up.fingerprint(host, "deploy")
+    unit = shipped / "templates" / "systemd" / "vllm-glm5.service.j2"
+    unit.write_text(unit.read_text() + "# changed\n")
+    after = up.fingerprint(host, "deploy")
+    assert before != after
+    monkeypatch.setattr(up, "__version__", "999.0")
+    assert up.fingerprint(host, "deploy") != after
