@@ -25,7 +25,8 @@ if TYPE_CHECKING:
 
 @dataclass
 class HostSession:
-    """One host's state across a run: its connection, what we know of it, and its tally."""
+    """One host's state across a run: its connection, what we know of it, and its tally. The
+    pool sets its connection, lock and facts; the task runner and the play loop the rest."""
 
     host: Host
     tally: HostTally = field(default_factory=HostTally)
@@ -128,6 +129,7 @@ class SessionPool:
         for session in self._sessions.values():
             if session.release_lock is not None:
                 session.release_lock()
+                session.release_lock = None
             if session.conn is not None:
                 session.conn.close()
 
