@@ -49,6 +49,7 @@ from glmops.runlog import Masker, RunLog
 from glmops.sessions import HostSession, SessionPool
 from glmops.task_run import TaskRunner
 
+#: A run is started from here: the options and their run directory come with the executor.
 __all__ = ["Executor", "RunOptions", "default_run_root", "observe"]
 
 HEARTBEAT_SECONDS = 30
