@@ -1,8 +1,9 @@
 """`delegate_to`: a task that acts on another host (the router, the controller) on behalf of
 the host it runs for. It runs over the delegate's session (its connection, `become`, state dir
 and run lock) with the original host's variables and facts, and its result is the original
-host's, shown as `host -> delegate`. Apart from the play loop because the delegate is found
-per task, from the task's rendered variables, and must be checked before any host is touched.
+host's, shown as `host -> delegate`. The task runner asks `Delegates` for that session per
+task, since the delegate comes from the task's rendered variables; a literal one is checked
+(`check_delegates`) before any host is touched.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from glmops import runlock
 from glmops.errors import HostUnreachable, InputError, ModuleError
 from glmops.inventory import Host, Inventory
 from glmops.playbook import Play, Task
-from glmops.sessions import HostSession, Sessions
+from glmops.sessions import HostSession, SessionPool
 from glmops.templating import render_value
 
 
@@ -36,24 +37,24 @@ def check_delegates(play: Play, inventory: Inventory) -> None:
             )
 
 
-class Delegation(Sessions):
-    """The engine's part that finds a task's delegate session (mixed into Executor)."""
+class Delegates:
+    """Finds the session a `delegate_to` task runs over, in the run's pool."""
 
-    inventory: Inventory
+    def __init__(self, inventory: Inventory, pool: SessionPool):
+        self._inventory = inventory
+        self._pool = pool
 
-    def _delegate(
-        self, play: Play, task: Task, variables: dict[str, Any], where: str
-    ) -> HostSession:
+    def session(self, play: Play, task: Task, variables: dict[str, Any], where: str) -> HostSession:
         """The session a `delegate_to` task runs over: the delegate's connection, become and
         run lock (taken once, without waiting, by a changing run), shared with the delegate's
         own play when it is a host of this run too."""
         name = render_value(task.delegate_to, variables, where=where)
-        host = delegate_host(self.inventory, str(name).strip()) if isinstance(name, str) else None
+        host = delegate_host(self._inventory, str(name).strip()) if isinstance(name, str) else None
         if host is None:
             raise ModuleError(f"{where}: delegate_to {name!r} is no host of the inventory")
-        target = self._session(host)
+        target = self._pool.session(host)
         try:
-            self._connect(play, target)
+            self._pool.connect(play, target)
         except runlock.HostLocked as error:
             raise ModuleError(f"delegate '{host.name}': {error}") from None
         except HostUnreachable as error:

@@ -1,19 +1,29 @@
 """Run plays on hosts: `Executor.run` takes a loaded playbook and an inventory and returns the
 exit code; `observe` runs read-only plays for a report. This file holds the run as a whole:
 which plays run on which hosts, SIGINT/SIGTERM, the heartbeat, the recap and the exit code.
-The parts it is made of, each in its own module (a class the Executor inherits, in this order,
-so each part reads the run's shared state and calls the parts below it):
 
-- glmops/play_loop.py: a play's batches, run task by task on every host (linear strategy),
-  `run_once`, `any_errors_fatal`, `max_fail_percentage`, handlers and notifications;
-- glmops/task_run.py: one task on one host (variables, when, loop, retries, plan/apply);
-- glmops/delegation.py: `delegate_to`, a task run over another host's session;
-- glmops/sessions.py: each host's session (connection, run lock, task context, facts).
+The Executor composes the run's parts, each in its own module and each given, when it is made,
+only the parts it uses:
 
-A host that fails or cannot be reached stops only itself, unless the play says otherwise
-(`max_fail_percentage`, `any_errors_fatal`). A changing run holds each host's run lock
-(runlock.py). SIGINT/SIGTERM stop the run: no new task starts, running commands are ended with
-their process groups, and the recap says what was interrupted.
+- `RunState` (glmops/run_state.py): the options, reporter, masker and run log, the signal that
+  interrupted the run and what each host is running now; every part below receives it;
+- `SessionPool(state)` (glmops/sessions.py): one `HostSession` per host, connected and locked
+  once (its run lock, runlock.py), its task contexts, facts, reconnects; closed at the end;
+- `Delegates(inventory, pool)` (glmops/delegation.py): the session a `delegate_to` task runs
+  over;
+- `TaskRunner(state, pool, delegates)` (glmops/task_run.py): one task on one host (variables,
+  when, loop, retries, plan/apply), its result recorded;
+- `PlayLoop(state, pool, runner)` (glmops/play_loop.py): a play's batches, run task by task on
+  every host (linear strategy), `run_once`, `any_errors_fatal`, `max_fail_percentage`,
+  handlers and notifications.
+
+A run: the plays' hosts and literal delegates are checked first (a typo touches no host); the
+signal handlers and the heartbeat start; each play runs through the play loop, which makes the
+hosts' sessions as it reaches them; at the end every run lock is released and connection
+closed, and the recap printed. A host that fails or cannot be reached stops only itself, unless
+the play says otherwise (`max_fail_percentage`, `any_errors_fatal`). SIGINT/SIGTERM stop the
+run: no new task starts, running commands are ended with their process groups, and the recap
+says what was interrupted.
 """
 
 from __future__ import annotations
@@ -23,46 +33,29 @@ import signal
 import sys
 import threading
 import time
-from dataclasses import dataclass, field
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from glmops.connection import KILL_GRACE_SECONDS, ConnectionSettings
-from glmops.delegation import check_delegates
+from glmops.delegation import Delegates, check_delegates
 from glmops.errors import ExitCode, InputError
 from glmops.inventory import Host, Inventory, load_inventory
 from glmops.output import Reporter
 from glmops.play_loop import PlayLoop
-from glmops.playbook import Play
+from glmops.playbook import Play, Task
 from glmops.results import PlayRecap
+from glmops.run_state import RunOptions, RunState, default_run_root
 from glmops.runlog import Masker, RunLog
-from glmops.sessions import HostSession
+from glmops.sessions import HostSession, SessionPool
+from glmops.task_run import TaskRunner
+
+#: A run is started from here: the options and their run directory come with the executor.
+__all__ = ["Executor", "RunOptions", "default_run_root", "observe"]
 
 HEARTBEAT_SECONDS = 30
 
 
-def default_run_root() -> Path:
-    """Where run directories go: $GLMOPS_RUN_DIR, else .glmops/runs."""
-    return Path(os.environ.get("GLMOPS_RUN_DIR", ".glmops/runs"))
-
-
-@dataclass
-class RunOptions:
-    check: bool = False
-    diff: bool = False
-    forks: int | None = None
-    limit: str | None = None
-    tags: set[str] = field(default_factory=set)
-    skip_tags: set[str] = field(default_factory=set)
-    extra_vars: dict[str, Any] = field(default_factory=dict)
-    sudo_password: str | None = None
-    run_root: Path = field(default_factory=default_run_root)
-    connection: ConnectionSettings = field(default_factory=ConnectionSettings)
-    #: Take each host's run lock (runlock.py); check runs and read-only reports do not.
-    lock: bool = True
-
-
-class Executor(PlayLoop):
+class Executor:
     """One run of plays over an inventory: its options, output, run log and host sessions."""
 
     def __init__(
@@ -74,18 +67,41 @@ class Executor(PlayLoop):
         runlog: RunLog,
     ):
         self.inventory = inventory
-        self.options = options
-        self.reporter = reporter
-        self.masker = masker
-        self.runlog = runlog
-        self.sessions: dict[str, HostSession] = {}
-        self._sessions_guard = threading.Lock()
+        self._state = RunState(options, reporter, masker, runlog)
+        self._pool = SessionPool(self._state)
+        self._runner = TaskRunner(self._state, self._pool, Delegates(inventory, self._pool))
+        self._play_loop = PlayLoop(self._state, self._pool, self._runner)
         #: Each play's batches, and why it stopped early (for the recap).
         self.plays: list[PlayRecap] = []
-        self._running: dict[str, tuple[str, float]] = {}  # host -> (task, started)
         self._done = threading.Event()
-        #: The signal that interrupted the run (SIGINT, SIGTERM), or None.
-        self.interrupted: int | None = None
+
+    @property
+    def options(self) -> RunOptions:
+        return self._state.options
+
+    @property
+    def reporter(self) -> Reporter:
+        return self._state.reporter
+
+    @property
+    def runlog(self) -> RunLog:
+        return self._state.runlog
+
+    @property
+    def sessions(self) -> Mapping[str, HostSession]:
+        """Every host's session, by name: the plays' hosts and the delegates."""
+        return self._pool.sessions
+
+    @property
+    def interrupted(self) -> int | None:
+        """The signal that interrupted the run (SIGINT, SIGTERM), or None."""
+        return self._state.interrupted
+
+    def variables(
+        self, play: Play, playbook: Path, session: HostSession, task: Task | None = None
+    ) -> dict[str, Any]:
+        """What a task of `play` on this host sees (for reports that render a play's vars)."""
+        return self._runner.variables(play, playbook, session, task)
 
     # -- the run -----------------------------------------------------------------------------
     def run(self, plays: list[Play], playbook: Path) -> int:
@@ -110,21 +126,17 @@ class Executor(PlayLoop):
                     )
                     continue
                 self.reporter.play(play.name, [h.name for h in hosts])
-                recap = self._run_play(play, playbook, hosts)
+                recap = self._play_loop.run_play(play, playbook, hosts)
                 self.plays.append(recap)
                 if recap.stopped:
                     break  # as in Ansible, a play stopped by its failures ends the run
         finally:
-            for session in self.sessions.values():
-                if session.release_lock is not None:
-                    session.release_lock()
-                if session.conn is not None:
-                    session.conn.close()
+            self._pool.close()
             self._done.set()
             for signum, handler in previous.items():
                 signal.signal(signum, handler)
         code = self.exit_code()
-        targets = self._targets()
+        targets = self._pool.targets()
         self.reporter.recap(
             {n: s.tally for n, s in targets.items()},
             str(self.runlog.path),
@@ -133,10 +145,6 @@ class Executor(PlayLoop):
             plays=self.plays,
         )
         return code
-
-    def _targets(self) -> dict[str, HostSession]:
-        """The hosts the plays ran on (not those only delegated to)."""
-        return {n: s for n, s in self.sessions.items() if s.targeted}
 
     # -- interrupts --------------------------------------------------------------------------
     def _catch_signals(self) -> dict[int, Any]:
@@ -154,29 +162,17 @@ class Executor(PlayLoop):
         groups), pending notifications stay on the hosts, and the recap is printed. A second
         signal ends the running commands and exits at once."""
         name = signal.Signals(signum).name
-        if self.interrupted is None:
-            self.interrupted = signum
+        if self._state.interrupted is None:
+            self._state.interrupted = signum
             self.reporter.note(
                 f"{name}: stopping; running commands are being ended, no new task starts"
                 " (again to exit at once)"
             )
-            threading.Thread(target=self._cancel_all, name="cancel", daemon=True).start()
+            threading.Thread(target=self._pool.cancel_all, name="cancel", daemon=True).start()
             return
         self.reporter.note(f"{name} again: killing running commands and exiting now")
-        self._cancel_all(grace=0)
+        self._pool.cancel_all(grace=0)
         os._exit(128 + signum)
-
-    def _cancel_all(self, grace: float = KILL_GRACE_SECONDS) -> None:
-        """Cancel every host's connection at once (each may wait out the grace)."""
-        cancels = [
-            threading.Thread(target=session.conn.cancel, args=(grace,), daemon=True)
-            for session in list(self.sessions.values())
-            if session.conn is not None
-        ]
-        for thread in cancels:
-            thread.start()
-        for thread in cancels:
-            thread.join(grace + 30)
 
     def _heartbeat(self) -> None:
         """Every HEARTBEAT_SECONDS of a task, say which hosts are still busy and with what, so
@@ -186,7 +182,7 @@ class Executor(PlayLoop):
         while not self._done.wait(min(1.0, HEARTBEAT_SECONDS / 4)):
             now = time.monotonic()
             busy = []
-            for host, (task, started) in list(self._running.items()):
+            for host, (task, started) in list(self._state.running.items()):
                 due = int((now - started) // HEARTBEAT_SECONDS)
                 if due > told.get((host, started), 0):
                     told[(host, started)] = due
@@ -197,7 +193,7 @@ class Executor(PlayLoop):
     def exit_code(self) -> int:
         if self.interrupted:
             return 128 + self.interrupted  # 130 for SIGINT, 143 for SIGTERM, as shells do
-        tallies = [s.tally for s in self._targets().values()]
+        tallies = [s.tally for s in self._pool.targets().values()]
         if any(t.unreachable for t in tallies):
             return ExitCode.HOST_UNREACHABLE
         if any(t.failed for t in tallies):

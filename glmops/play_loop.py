@@ -21,28 +21,34 @@ from glmops.inventory import Host
 from glmops.notifications import play_key, read_pending, write_pending
 from glmops.playbook import Play, Task
 from glmops.results import PlayRecap, Status, TaskResult
-from glmops.sessions import HostSession
+from glmops.run_state import RunState
+from glmops.sessions import HostSession, SessionPool
 from glmops.task_run import ENDED_MIDWAY, TaskRunner
 
 
-class PlayLoop(TaskRunner):
-    """The engine's part that runs a play over its hosts (mixed into Executor)."""
+class PlayLoop:
+    """Runs a play over its hosts: their sessions from the pool, each task by the runner."""
 
-    def _run_play(self, play: Play, playbook: Path, hosts: list[Host]) -> PlayRecap:
+    def __init__(self, state: RunState, pool: SessionPool, runner: TaskRunner):
+        self._state = state
+        self._pool = pool
+        self._runner = runner
+
+    def run_play(self, play: Play, playbook: Path, hosts: list[Host]) -> PlayRecap:
         """Run the play batch by batch (`serial`); stop early when a batch's failures say so."""
-        sessions = [self._session(h) for h in hosts]
+        sessions = [self._pool.session(h) for h in hosts]
         for session in sessions:
             session.targeted = True
         split = batches.split([s for s in sessions if not s.dead], play.serial)
         recap = PlayRecap(play.name, [[s.host.name for s in batch] for batch in split])
-        forks = self.options.forks or min(len(sessions), 32)
+        forks = self._state.options.forks or min(len(sessions), 32)
         with ThreadPoolExecutor(max_workers=forks, thread_name_prefix="host") as pool:
             for index, batch in enumerate(split, 1):
-                if self.interrupted:
+                if self._state.interrupted:
                     break
                 if len(split) > 1:
                     names = [s.host.name for s in batch]
-                    self.reporter.batch(play.name, index, len(split), names)
+                    self._state.reporter.batch(play.name, index, len(split), names)
                 fatal = self._run_batch(play, playbook, batch, pool)
                 failed = sum(1 for s in batch if s.dead)
                 reason = fatal or (
@@ -50,11 +56,11 @@ class PlayLoop(TaskRunner):
                     if play.stops_on_failure
                     else None
                 )
-                if reason and not self.interrupted:
+                if reason and not self._state.interrupted:
                     recap.stopped, recap.stopped_by_batch = reason, index
                     recap.not_reached = [s.host.name for later in split[index:] for s in later]
                     never = ", ".join(recap.not_reached) or "none"
-                    self.reporter.note(
+                    self._state.reporter.note(
                         f"play '{play.name}' stopped by batch {index}/{len(split)}: {reason}; "
                         f"hosts never reached: {never}"
                     )
@@ -71,12 +77,12 @@ class PlayLoop(TaskRunner):
         if play.any_errors_fatal and (failed := [s.host.name for s in batch if s.dead]):
             return f"any_errors_fatal: the play's start failed on {', '.join(failed)}"
         for task in play.tasks:
-            if not task.selected(self.options.tags, self.options.skip_tags):
+            if not task.selected(self._state.options.tags, self._state.options.skip_tags):
                 continue
             live = [s for s in batch if not s.dead]
             if not live:
                 return None
-            if self.interrupted:
+            if self._state.interrupted:
                 for session in live:
                     session.interrupted = session.interrupted or f"before '{task.name}'"
                 return None
@@ -90,7 +96,7 @@ class PlayLoop(TaskRunner):
             if failed and task.errors_fatal(play.any_errors_fatal):
                 return f"any_errors_fatal: '{task.name}' failed on {', '.join(failed)}"
         live = [s for s in batch if not s.dead]
-        if self.interrupted:
+        if self._state.interrupted:
             for session in live:
                 session.interrupted = session.interrupted or "before the handlers"
             return None
@@ -118,26 +124,31 @@ class PlayLoop(TaskRunner):
         except runlock.HostLocked as error:
             session.dead = True
             session.tally.failed += 1
-            self.reporter.task(name, "run lock", TaskResult(Status.FAILED, str(error)))
-            self.runlog.write(name, f"LOCKED: {error}")
+            self._state.reporter.task(name, "run lock", TaskResult(Status.FAILED, str(error)))
+            self._state.runlog.write(name, f"LOCKED: {error}")
         except HostUnreachable as error:
-            self._unreachable(session, str(error))
+            session.dead = True
+            session.tally.unreachable += 1
+            self._state.reporter.task(name, "connect", TaskResult(Status.UNREACHABLE, str(error)))
+            self._state.runlog.write(name, f"UNREACHABLE: {error}")
         except Exception as error:  # never let one host's trouble stop the others
-            self.runlog.write(name, traceback.format_exc())
+            self._state.runlog.write(name, traceback.format_exc())
             session.dead = True
             session.tally.failed += 1
-            self.reporter.task(
+            self._state.reporter.task(
                 name, "glmops", TaskResult(Status.FAILED, f"internal error: {error!r}")
             )
         return None
 
     def _start_play(self, play: Play, playbook: Path, session: HostSession) -> None:
         """Connect (and lock), read the notifications an earlier run left, gather facts."""
-        self._connect(play, session)
+        self._pool.connect(play, session)
         key = play_key(playbook, play.name)
-        session.pending = read_pending(self._context(play, session, None), key, play.handler_names)
+        session.pending = read_pending(
+            self._pool.context(play, session, None), key, play.handler_names
+        )
         if session.pending:
-            self.reporter.note(
+            self._state.reporter.note(
                 f"replaying notifications kept from an earlier run: "
                 f"{', '.join(sorted(session.pending))}",
                 session.host.name,
@@ -146,7 +157,7 @@ class PlayLoop(TaskRunner):
             self._gather_task(play, session)
 
     def _step(self, play: Play, playbook: Path, session: HostSession, task: Task) -> TaskResult:
-        result = self._run_task(play, playbook, session, task)
+        result = self._runner.run(play, playbook, session, task)
         self._after_task(play, playbook, session, task, result)
         return result
 
@@ -154,16 +165,16 @@ class PlayLoop(TaskRunner):
         self, play: Play, playbook: Path, session: HostSession, task: Task, result: TaskResult
     ) -> None:
         """Record the task's notifications on the host; a failure ends the host's play."""
-        if self.interrupted and not session.interrupted:
+        if self._state.interrupted and not session.interrupted:
             session.interrupted = f"in '{task.name}'"
         # A task ended mid-command may have changed the host: its notification is kept too
         # (a needless restart later beats a lost one).
         if (result.changed or result.data.get(ENDED_MIDWAY)) and task.notify:
             new = set(task.notify) - session.pending
             session.pending |= set(task.notify)
-            if new and not self.options.check:
+            if new and not self._state.options.check:
                 write_pending(
-                    self._context(play, session, None),
+                    self._pool.context(play, session, None),
                     play_key(playbook, play.name),
                     session.pending,
                     play.handler_names,
@@ -200,7 +211,7 @@ class PlayLoop(TaskRunner):
         def share(session: HostSession) -> TaskResult:
             copy = TaskResult(shared.status, shared.msg, None, dict(shared.data))
             copy.delegate = shared.delegate
-            self._record(session, task, copy, source=f"{task.source}:{task.line}")
+            self._runner.record(session, task, copy, source=f"{task.source}:{task.line}")
             self._after_task(play, playbook, session, task, copy)
             return copy
 
@@ -217,17 +228,17 @@ class PlayLoop(TaskRunner):
             names = {handler.name, *handler.listen}
             if not names & pending:
                 continue
-            if self.interrupted:  # what is still pending stays recorded on the host
+            if self._state.interrupted:  # what is still pending stays recorded on the host
                 session.interrupted = session.interrupted or f"before handler '{handler.name}'"
                 return pending - done
-            result = self._run_task(play, playbook, session, handler, handler=True)
+            result = self._runner.run(play, playbook, session, handler, handler=True)
             if result.failed and not result.ignored:
                 session.dead = True
                 break
             done |= names
-        if not self.options.check:
+        if not self._state.options.check:
             write_pending(
-                self._context(play, session, None),
+                self._pool.context(play, session, None),
                 play_key(playbook, play.name),
                 pending - done,
                 play.handler_names,
@@ -237,13 +248,13 @@ class PlayLoop(TaskRunner):
     def _gather_task(self, play: Play, session: HostSession) -> bool:
         """Gather facts as the play's first task; False (host failed) when the probe fails."""
         try:
-            self._gather_facts(play, session)
+            self._pool.gather_facts(play, session)
             result = TaskResult(Status.OK, _facts_summary(session.facts or {}))
         except (RemoteCommandError, CommandTimeout) as error:
             result = TaskResult(Status.FAILED, f"cannot gather facts: {error}")
             session.dead = True
         session.tally.count(result)
-        self.reporter.task(session.host.name, "gather facts", result)
+        self._state.reporter.task(session.host.name, "gather facts", result)
         return not result.failed
 
 

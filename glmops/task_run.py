@@ -14,7 +14,7 @@ from typing import Any
 
 from glmops import paths
 from glmops.context import RemoteCommandError, TaskContext
-from glmops.delegation import Delegation
+from glmops.delegation import Delegates
 from glmops.errors import (
     CommandInterrupted,
     CommandTimeout,
@@ -26,7 +26,8 @@ from glmops.modules import REGISTRY
 from glmops.modules.base import check_types
 from glmops.playbook import Play, Task
 from glmops.results import Status, TaskResult
-from glmops.sessions import HostSession
+from glmops.run_state import RunState
+from glmops.sessions import HostSession, SessionPool
 from glmops.templating import evaluate_condition, render_value, resolve_variables
 
 #: Result data of a task whose command was ended midway (timeout, interrupt): it may have
@@ -34,11 +35,13 @@ from glmops.templating import evaluate_condition, render_value, resolve_variable
 ENDED_MIDWAY = "ended_midway"
 
 
-class TaskRunner(Delegation):
-    """The engine's part that runs one task on one host (mixed into Executor)."""
+class TaskRunner:
+    """Runs one task on one host, over the host's session (or its delegate's) from the pool."""
 
-    interrupted: int | None
-    _running: dict[str, tuple[str, float]]  # host -> (task, started), for the heartbeat
+    def __init__(self, state: RunState, pool: SessionPool, delegates: Delegates):
+        self._state = state
+        self._pool = pool
+        self._delegates = delegates
 
     def variables(
         self, play: Play, playbook: Path, session: HostSession, task: Task | None = None
@@ -47,12 +50,12 @@ class TaskRunner(Delegation):
         run's own (inventory_hostname, facts, pending_handlers, ...), registered results and
         set_fact, then the task's vars; templates resolved, secrets noted for masking."""
         host = session.host
-        merged = {**play.defaults, **host.vars, **play.vars, **self.options.extra_vars}
-        self.masker.add_secret_vars(merged)
+        merged = {**play.defaults, **host.vars, **play.vars, **self._state.options.extra_vars}
+        self._state.masker.add_secret_vars(merged)
         merged.update(
             inventory_hostname=host.name,
             group_names=host.groups,
-            check_mode=self.options.check,
+            check_mode=self._state.options.check,
             playbook_dir=str(playbook.parent),
             facts=session.facts or {},
             # What the play's handlers will run on this host: notified so far in this run, or
@@ -64,29 +67,31 @@ class TaskRunner(Delegation):
             merged.update(task.vars)
         where = f"{task.where} on host '{host.name}'" if task else f"play '{play.name}'"
         resolved = resolve_variables(merged, where=where)
-        self.masker.add_secret_vars(resolved)
+        self._state.masker.add_secret_vars(resolved)
         return resolved
 
-    def _run_task(
+    def run(
         self, play: Play, playbook: Path, session: HostSession, task: Task, *, handler: bool = False
     ) -> TaskResult:
+        """Run the task on the host (once per `loop` item), then record its result; shown as
+        running (for the heartbeat) while it runs."""
         started = time.monotonic()
         source = f"{task.source}:{task.line}"
-        self.reporter.task_start(session.host.name, task.name, source, handler=handler)
-        self._running[session.host.name] = (task.name, started)
+        self._state.reporter.task_start(session.host.name, task.name, source, handler=handler)
+        self._state.running[session.host.name] = (task.name, started)
         try:
             if task.loop is None:
                 result = self._guarded(play, playbook, session, task, {})
             else:
                 result = self._looped(play, playbook, session, task)
         finally:
-            self._running.pop(session.host.name, None)
-        self._record(
+            self._state.running.pop(session.host.name, None)
+        self.record(
             session, task, result, handler=handler, source=source, took=time.monotonic() - started
         )
         return result
 
-    def _record(
+    def record(
         self,
         session: HostSession,
         task: Task,
@@ -105,12 +110,12 @@ class TaskRunner(Delegation):
         if not result.failed:  # set_fact
             session.registered.update(result.data.get("set_vars") or {})
         shown = _censored(result) if task.no_log else result
-        self.runlog.write(
+        self._state.runlog.write(
             session.host.name,
             f"task {task.name!r}: {shown.status.value} "
             f"({took or 0:.2f}s) {shown.msg}" + (f" on {shown.delegate}" if shown.delegate else ""),
         )
-        self.reporter.task(
+        self._state.reporter.task(
             session.host.name,
             task.name,
             shown,
@@ -144,11 +149,11 @@ class TaskRunner(Delegation):
             return TaskResult(Status.FAILED, str(error))
         except Exception as error:  # a bug in a module fails its task, never the whole run
             trace = traceback.format_exc()
-            self.runlog.write(session.host.name, trace)
+            self._state.runlog.write(session.host.name, trace)
             return TaskResult(
                 Status.FAILED,
                 f"internal error in module '{task.module}': {error!r}"
-                f" (traceback in {self.runlog.path}/{session.host.name}.log)",
+                f" (traceback in {self._state.runlog.path}/{session.host.name}.log)",
                 data={"traceback": trace},
             )
 
@@ -165,7 +170,7 @@ class TaskRunner(Delegation):
             return TaskResult(Status.FAILED, f"{where}: 'loop' rendered to {items!r}, not a list")
         results, delegates = [], set()
         for item in items:
-            if self.interrupted:
+            if self._state.interrupted:
                 break
             one = self._guarded(play, playbook, session, task, {task.loop_var: item})
             results.append({**one.registered(), task.loop_var: item})
@@ -195,8 +200,10 @@ class TaskRunner(Delegation):
         problems = check_types(module_cls, params)
         if problems:
             raise ModuleError(f"{where}: {problems[0]}")
-        delegate = self._delegate(play, task, variables, where) if task.delegate_to else None
-        ctx = self._context(play, delegate or session, task)
+        delegate = (
+            self._delegates.session(play, task, variables, where) if task.delegate_to else None
+        )
+        ctx = self._pool.context(play, delegate or session, task)
         ctx.environment = _environment(
             render_value({**play.environment, **task.environment}, variables, where=where), where
         )
@@ -219,7 +226,9 @@ class TaskRunner(Delegation):
                 if evaluate_condition(task.until, scope, where=where):
                     break
             if attempt < attempts:
-                self.runlog.write(session.host.name, f"retry {attempt}/{task.retries}: {task.name}")
+                self._state.runlog.write(
+                    session.host.name, f"retry {attempt}/{task.retries}: {task.name}"
+                )
                 time.sleep(task.delay)
         else:
             if task.until is not None and not result.failed:
@@ -233,10 +242,10 @@ class TaskRunner(Delegation):
             result.changed
             and module_cls.changes_facts
             and session.facts is not None
-            and not self.options.check
+            and not self._state.options.check
             and delegate is None
         ):
-            self._gather_facts(play, session)
+            self._pool.gather_facts(play, session)
         if delegate is not None and delegate is not session:
             result.delegate = delegate.host.name
         return result
