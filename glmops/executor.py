@@ -11,8 +11,9 @@ only the parts it uses:
   once (its run lock, runlock.py), its task contexts, facts, reconnects; closed at the end;
 - `Delegates(inventory, pool)` (glmops/delegation.py): the session a `delegate_to` task runs
   over;
-- `TaskRunner(state, pool, delegates)` (glmops/task_run.py): one task on one host (variables,
-  when, loop, retries, plan/apply), its result recorded;
+- `TaskRunner(state, pool, delegates, inventory)` (glmops/task_run.py): one task on one host
+  (variables, `hostvars` and `groups` included; when, loop, retries, plan/apply), its result
+  recorded;
 - `PlayLoop(state, pool, runner)` (glmops/play_loop.py): a play's batches, run task by task on
   every host (linear strategy), `run_once`, `any_errors_fatal`, `max_fail_percentage`,
   handlers and notifications.
@@ -69,7 +70,9 @@ class Executor:
         self.inventory = inventory
         self._state = RunState(options, reporter, masker, runlog)
         self._pool = SessionPool(self._state)
-        self._runner = TaskRunner(self._state, self._pool, Delegates(inventory, self._pool))
+        self._runner = TaskRunner(
+            self._state, self._pool, Delegates(inventory, self._pool), inventory
+        )
         self._play_loop = PlayLoop(self._state, self._pool, self._runner)
         #: Each play's batches, and why it stopped early (for the recap).
         self.plays: list[PlayRecap] = []

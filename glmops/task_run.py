@@ -22,6 +22,8 @@ from glmops.errors import (
     ModuleError,
     TemplateError,
 )
+from glmops.hostvars import HostVars, groups_of
+from glmops.inventory import Inventory
 from glmops.modules import REGISTRY
 from glmops.modules.base import check_types
 from glmops.playbook import Play, Task
@@ -38,17 +40,22 @@ ENDED_MIDWAY = "ended_midway"
 class TaskRunner:
     """Runs one task on one host, over the host's session (or its delegate's) from the pool."""
 
-    def __init__(self, state: RunState, pool: SessionPool, delegates: Delegates):
+    def __init__(
+        self, state: RunState, pool: SessionPool, delegates: Delegates, inventory: Inventory
+    ):
         self._state = state
         self._pool = pool
         self._delegates = delegates
+        self._inventory = inventory
+        self._hostvars = HostVars(inventory, pool, state)
 
     def variables(
         self, play: Play, playbook: Path, session: HostSession, task: Task | None = None
     ) -> dict[str, Any]:
         """What a task on this host sees: play defaults < inventory < play vars < -e, the
-        run's own (inventory_hostname, facts, pending_handlers, ...), registered results and
-        set_fact, then the task's vars; templates resolved, secrets noted for masking."""
+        run's own (inventory_hostname, facts, pending_handlers, hostvars, groups, ...),
+        registered results and set_fact, then the task's vars; templates resolved, secrets
+        noted for masking."""
         host = session.host
         merged = {**play.defaults, **host.vars, **play.vars, **self._state.options.extra_vars}
         self._state.masker.add_secret_vars(merged)
@@ -61,6 +68,8 @@ class TaskRunner:
             # What the play's handlers will run on this host: notified so far in this run, or
             # kept on the host by an earlier run that stopped before its handlers.
             pending_handlers=sorted(session.pending),
+            hostvars=self._hostvars,
+            groups=groups_of(self._inventory),
         )
         merged.update(session.registered)
         if task:

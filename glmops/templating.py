@@ -61,6 +61,15 @@ def _combine(*dicts: dict[str, Any], recursive: bool = False) -> dict[str, Any]:
     return result
 
 
+def _extract(key: Any, container: Any, morekeys: Any = None) -> Any:
+    """Ansible's `extract`: `container[key]`, then each of `morekeys` in turn
+    (`groups['web'] | map('extract', hostvars, 'port')`)."""
+    value = container[key]
+    for more in [] if morekeys is None else morekeys if isinstance(morekeys, list) else [morekeys]:
+        value = value[more]
+    return value
+
+
 #: Filters beyond Jinja's own; the names and meanings are Ansible's.
 FILTERS = {
     "to_json": _to_json,
@@ -75,6 +84,7 @@ FILTERS = {
     "b64encode": lambda value: base64.b64encode(str(value).encode()).decode(),
     "b64decode": lambda value: base64.b64decode(str(value)).decode(),
     "combine": _combine,
+    "extract": _extract,
     "basename": lambda value: os.path.basename(str(value)),
     "dirname": lambda value: os.path.dirname(str(value)),
 }

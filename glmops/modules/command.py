@@ -69,8 +69,9 @@ class Command(Module):
         data = {
             "cmd": line,
             "rc": result.rc,
-            "stdout": result.stdout,
-            "stderr": result.stderr,
+            # Ansible's: without the trailing newline, so `when: out.stdout == "ok"` works.
+            "stdout": result.stdout.rstrip("\r\n"),
+            "stderr": result.stderr.rstrip("\r\n"),
             "stdout_lines": result.stdout.splitlines(),
             "stderr_lines": result.stderr.splitlines(),
             "duration": round(result.duration, 3),

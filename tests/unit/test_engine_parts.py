@@ -55,7 +55,7 @@ def parts(tmp_path: Path):
     play = load_playbook(playbook)[0]
     state = new_state(tmp_path)
     pool = SessionPool(state)
-    runner = TaskRunner(state, pool, Delegates(inventory, pool))
+    runner = TaskRunner(state, pool, Delegates(inventory, pool), inventory)
     yield inventory, playbook, play, state, pool, runner
     pool.close()
 
