@@ -80,9 +80,27 @@ FILTERS = {
 }
 
 
+class _Undefined(jinja2.StrictUndefined):
+    """StrictUndefined whose message names a YAML-loaded mapping or list by its builtin type
+    (`'dict object' has no attribute 'x'`), as Ansible's does."""
+
+    __slots__ = ()
+
+    @property
+    def _undefined_message(self) -> str:
+        obj = self._undefined_obj
+        builtin = next((c for c in type(obj).__mro__ if c.__module__ == "builtins"), object)
+        if self._undefined_hint or obj is jinja2.utils.missing or type(obj) is builtin:
+            return super()._undefined_message
+        shown = f"{builtin.__name__} object"
+        if not isinstance(self._undefined_name, str):
+            return f"{shown} has no element {self._undefined_name!r}"
+        return f"{shown!r} has no attribute {self._undefined_name!r}"
+
+
 def make_environment(loader: jinja2.BaseLoader | None = None) -> jinja2.Environment:
     env = jinja2.Environment(
-        undefined=jinja2.StrictUndefined,
+        undefined=_Undefined,
         keep_trailing_newline=True,
         loader=loader,
         autoescape=False,
