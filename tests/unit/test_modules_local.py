@@ -17,7 +17,7 @@ FILES = """
   gather_facts: false
   tasks:
     - name: folder
-      file: {path: "{{ root }}/etc", mode: "0750"}
+      file: {path: "{{ root }}/etc", state: directory, mode: "0750"}
     - name: config
       copy: {dest: "{{ root }}/etc/app.conf", content: "port={{ port | default(8000) }}\\n",
              mode: "0640"}
@@ -96,7 +96,7 @@ def test_unquoted_octal_modes_mean_what_they_say(
     - hosts: all
       gather_facts: false
       tasks:
-        - file: {{path: "{root}/private", mode: 0700}}
+        - file: {{path: "{root}/private", state: directory, mode: 0700}}
         - copy: {{dest: "{root}/conf", content: "x\\n", mode: 0644}}
         - copy: {{dest: "{root}/quoted", content: "x\\n", mode: "640"}}
     """
