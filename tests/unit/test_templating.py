@@ -56,3 +56,28 @@ def test_debug_shows_an_inventory_mapping_as_yaml(run_playbook: Runner, tmp_path
     assert outcome.exit_code == 0, outcome.stderr
     shown = next(e for e in outcome.results() if e["task"] == "show")
     assert shown["msg"].strip() == "a: 1", shown
+
+
+def test_an_undefined_variable_in_a_template_names_its_line(
+    run_playbook: Runner, local_inventory: Path, tmp_path: Path
+) -> None:
+    root = tmp_path / "root"
+    (tmp_path / "page.j2").write_text("one\n{{ 2 }}\n{% include 'part.j2' %}\n")
+    (tmp_path / "part.j2").write_text("fine\n\nthree {{ not_defined_anywhere }}\n")
+    (tmp_path / "broken.j2").write_text("one\n{% if %}\n")
+    outcome = run_playbook(
+        f"""
+        - hosts: all
+          gather_facts: false
+          tasks:
+            - name: page
+              template: {{src: page.j2, dest: "{root}/page"}}
+              ignore_errors: true
+            - name: broken
+              template: {{src: broken.j2, dest: "{root}/broken"}}
+        """,
+        local_inventory,
+    )
+    page, broken = outcome.results()
+    assert f"{tmp_path}/part.j2:3: undefined variable: 'not_defined_anywhere'" in page["msg"]
+    assert f"{tmp_path}/broken.j2:2: template syntax error" in broken["msg"], broken["msg"]
