@@ -254,7 +254,7 @@ def test_timeout_fails_the_task(run_playbook: Runner, local_inventory: Path) -> 
         local_inventory,
     )
     assert outcome.exit_code == 2
-    assert "timed out" in outcome.results()[0]["msg"]
+    assert outcome.results()[0]["msg"] == "timed out: task timed out after 1 s"
 
 
 def test_tags_and_skip_tags(run_playbook: Runner, local_inventory: Path) -> None:
