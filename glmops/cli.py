@@ -24,67 +24,86 @@ def default_inventory() -> Path:
     return Path(os.environ.get("GLMOPS_INVENTORY", "inventory/hosts.yml"))
 
 
-def run_options(func: Callable[..., Any]) -> Callable[..., Any]:
-    """The options every playbook-running verb takes, as Ansible users know them."""
-    options = [
-        click.option(
-            "-i",
-            "--inventory",
-            type=click.Path(path_type=Path),
-            default=None,
-            help="inventory file (default: $GLMOPS_INVENTORY, else inventory/hosts.yml)",
-        ),
-        click.option(
-            "-C", "--check", is_flag=True, help="change nothing; report what would change"
-        ),
-        click.option("-D", "--diff", is_flag=True, help="show unified diffs of files that change"),
-        click.option("--limit", "-l", default=None, help="hosts, groups or globs to run on"),
-        click.option("--tags", "-t", default="", help="run only tasks with these tags (a,b)"),
-        click.option("--skip-tags", default="", help="skip tasks with these tags"),
-        click.option(
-            "--forks",
-            "-f",
-            type=click.IntRange(1),
-            default=None,
-            help="hosts in parallel (default: min(hosts, 32))",
-        ),
-        click.option(
-            "-e",
-            "--extra-vars",
-            "extra_vars",
-            multiple=True,
-            metavar="KEY=VALUE|JSON|@FILE",
-            help="variables that override the inventory's: k=v, a JSON mapping, or @vars.yml",
-        ),
-        click.option("--json", "json_events", is_flag=True, help="JSON events on stdout"),
-        click.option("-v", "--verbose", count=True, help="-v: more; -vv: command output"),
-        click.option(
-            "-K",
-            "--ask-become-pass",
-            is_flag=True,
-            help="ask once for the sudo password (or set GLMOPS_BECOME_PASSWORD)",
-        ),
-        click.option(
-            "--explain",
-            is_flag=True,
-            help="print, for each decision, the fact and the rule behind it",
-        ),
-        click.option(
-            "--strict-host-keys",
-            is_flag=True,
-            help="refuse hosts whose key is not yet in glmops' known_hosts",
-        ),
-        click.option(
-            "--syntax-check",
-            is_flag=True,
-            help="load and check the playbook (modules, arguments, expressions); run nothing",
-        ),
-        click.option("--list-hosts", is_flag=True, help="print each play's hosts; run nothing"),
-        click.option("--list-tasks", is_flag=True, help="print each play's tasks; run nothing"),
-    ]
-    for option in reversed(options):
-        func = option(func)
-    return func
+def _option_set(*options: Callable[..., Any]) -> Callable[..., Any]:
+    """One decorator that adds `options` in the order given (as --help lists them)."""
+
+    def apply(func: Callable[..., Any]) -> Callable[..., Any]:
+        for option in reversed(options):
+            func = option(func)
+        return func
+
+    return apply
+
+
+# The options shared by the verbs, declared once; each verb takes those it honours.
+INVENTORY = click.option(
+    "-i",
+    "--inventory",
+    type=click.Path(path_type=Path),
+    default=None,
+    help="inventory file (default: $GLMOPS_INVENTORY, else inventory/hosts.yml)",
+)
+LIMIT = click.option(
+    "--limit",
+    "-l",
+    default=None,
+    help="hosts, groups, globs or !excluded to run on (or @FILE: its host names)",
+)
+EXTRA_VARS = click.option(
+    "-e",
+    "--extra-vars",
+    "extra_vars",
+    multiple=True,
+    metavar="KEY=VALUE|JSON|@FILE",
+    help="variables that override the inventory's: k=v, a JSON mapping, or @vars.yml",
+)
+FORKS = click.option(
+    "--forks",
+    "-f",
+    type=click.IntRange(1),
+    default=None,
+    help="hosts in parallel (default: min(hosts, 32))",
+)
+ASK_BECOME_PASS = click.option(
+    "-K",
+    "--ask-become-pass",
+    is_flag=True,
+    help="ask once for the sudo password (or set GLMOPS_BECOME_PASSWORD)",
+)
+STRICT_HOST_KEYS = click.option(
+    "--strict-host-keys",
+    is_flag=True,
+    help="refuse hosts whose key is not yet in glmops' known_hosts",
+)
+JSON_EVENTS = click.option("--json", "json_events", is_flag=True, help="JSON events on stdout")
+VERBOSE = click.option("-v", "--verbose", count=True, help="-v: more; -vv: command output")
+CHECK = click.option("-C", "--check", is_flag=True, help="change nothing; report what would change")
+
+#: Every verb that reaches hosts through the inventory: which, with what, and how to report.
+host_options = _option_set(
+    INVENTORY, LIMIT, EXTRA_VARS, FORKS, JSON_EVENTS, VERBOSE, ASK_BECOME_PASS, STRICT_HOST_KEYS
+)
+
+#: The playbook-running verbs add Ansible's run options.
+run_options = _option_set(
+    host_options,
+    CHECK,
+    click.option("-D", "--diff", is_flag=True, help="show unified diffs of files that change"),
+    click.option("--tags", "-t", default="", help="run only tasks with these tags (a,b)"),
+    click.option("--skip-tags", default="", help="skip tasks with these tags"),
+    click.option(
+        "--explain",
+        is_flag=True,
+        help="print, for each decision, the fact and the rule behind it",
+    ),
+    click.option(
+        "--syntax-check",
+        is_flag=True,
+        help="load and check the playbook (modules, arguments, expressions); run nothing",
+    ),
+    click.option("--list-hosts", is_flag=True, help="print each play's hosts; run nothing"),
+    click.option("--list-tasks", is_flag=True, help="print each play's tasks; run nothing"),
+)
 
 
 def reports_errors(func: Callable[..., Any]) -> Callable[..., Any]:
@@ -197,6 +216,25 @@ def sudo_password(opts: dict[str, Any]) -> str | None:
     if password is None and opts.get("ask_become_pass"):
         password = getpass.getpass("sudo password: ")
     return password
+
+
+def _report_options(opts: dict[str, Any]) -> Any:
+    """The engine's options for a read-only report (facts, status) from host_options."""
+    from glmops.connection import ConnectionSettings
+    from glmops.executor import RunOptions
+    from glmops.inventory import parse_extra_vars
+
+    return RunOptions(
+        forks=opts.get("forks"),
+        extra_vars=parse_extra_vars(list(opts.get("extra_vars") or ())),
+        sudo_password=sudo_password(opts),
+        connection=ConnectionSettings(strict_host_keys=opts.get("strict_host_keys", False)),
+    )
+
+
+def _pattern(hosts: tuple[str, ...], limit: str | None) -> str:
+    """The hosts a verb runs on: HOSTS or --limit (with @FILE read), else all."""
+    return _resolve_limit(_hosts_limit(hosts, limit)) or "all"
 
 
 def _resolve_limit(limit: str | None) -> str | None:
@@ -398,8 +436,18 @@ def up(hosts: tuple[str, ...], limit: str | None, skip: str, restart: bool, **op
 
 @main.command()
 @click.argument("hosts", nargs=-1)
-@click.option("-i", "--inventory", type=click.Path(path_type=Path), default=None)
-@click.option("--check", is_flag=True, help="change nothing; report which hosts lack files")
+@_option_set(
+    INVENTORY,
+    LIMIT,
+    EXTRA_VARS,
+    JSON_EVENTS,
+    VERBOSE,
+    ASK_BECOME_PASS,
+    STRICT_HOST_KEYS,
+    click.option(
+        "-C", "--check", is_flag=True, help="change nothing; report which hosts lack files"
+    ),
+)
 @click.option("--per-source", type=click.IntRange(1), default=2, help="copies one source serves")
 @click.option("--no-tree", is_flag=True, help="only the controller sends (no host seeds others)")
 @click.option(
@@ -407,12 +455,10 @@ def up(hosts: tuple[str, ...], limit: str | None, skip: str, restart: bool, **op
 )
 @click.option("--verify-all", is_flag=True, help="hash every file on every host")
 @click.option("--refresh", is_flag=True, help="resolve branches again (a new manifest)")
-@click.option("-e", "--extra-vars", "extra_vars", multiple=True, metavar="KEY=VALUE")
-@click.option("--json", "json_events", is_flag=True, help="JSON events on stdout")
-@click.option("-v", "--verbose", count=True)
-@click.option("--strict-host-keys", is_flag=True)
 @reports_errors
-def model(hosts: tuple[str, ...], inventory: Path | None, **opts: Any) -> ExitCode:
+def model(
+    hosts: tuple[str, ...], inventory: Path | None, limit: str | None, **opts: Any
+) -> ExitCode:
     """Fetch the model from the Hub once and copy it to HOSTS as a tree, verified."""
     from glmops.model.command import model_command, options_from_cli
 
@@ -424,10 +470,11 @@ def model(hosts: tuple[str, ...], inventory: Path | None, **opts: Any) -> ExitCo
         opts["refresh"],
         opts["strict_host_keys"],
         opts["seed"],
+        sudo_password=sudo_password(opts),
     )
     return model_command(
         inventory or default_inventory(),
-        ",".join(hosts) or "all",
+        _pattern(hosts, limit),
         options,
         extra_vars=opts["extra_vars"],
         json_events=opts["json_events"],
@@ -436,24 +483,24 @@ def model(hosts: tuple[str, ...], inventory: Path | None, **opts: Any) -> ExitCo
 
 
 @main.command()
-@click.argument("hosts", nargs=-1, required=True)
-@click.option("-i", "--inventory", type=click.Path(path_type=Path), default=None)
+@click.argument("hosts", nargs=-1)
+@host_options
 @click.option("--capability", default="", help="compute capability X.Y (default: the host's GPU)")
 @click.option("--dtype", default="", help="float16 or bfloat16 (default: what GGUF needs there)")
-@click.option("--json", "json_events", is_flag=True, help="JSON events on stdout")
 @reports_errors
 def preflight(
-    hosts: tuple[str, ...], inventory: Path | None, capability: str, dtype: str, json_events: bool
+    hosts: tuple[str, ...], limit: str | None, capability: str, dtype: str, **opts: Any
 ) -> ExitCode:
     """Which attention backend HOSTS' vLLM would pick for GLM-5, and why not the others."""
+    if not hosts and not limit:
+        raise click.UsageError("give HOSTS or --limit")
     extra = (f"preflight_capability={capability}", f"preflight_dtype={dtype}")
     return run_playbook(
         paths.playbooks() / "preflight.yml",
-        limit=",".join(hosts),
+        limit=_pattern(hosts, limit),
         extra=extra,
-        inventory=inventory,
-        json_events=json_events,
         explain=True,
+        **opts,
     )
 
 
@@ -467,36 +514,55 @@ _playbook_verb(
 
 @main.command()
 @click.argument("hosts", nargs=-1)
-@click.option("-i", "--inventory", type=click.Path(path_type=Path), default=None)
-@click.option("--json", "as_json", is_flag=True)
+@host_options
 @reports_errors
-def facts(hosts: tuple[str, ...], inventory: Path | None, as_json: bool) -> ExitCode:
+def facts(
+    hosts: tuple[str, ...], inventory: Path | None, limit: str | None, **opts: Any
+) -> ExitCode:
     """Gather and print HOSTS' facts (one round trip per host)."""
     from glmops.facts_cmd import print_facts
 
-    return print_facts(inventory or default_inventory(), ",".join(hosts) or "all", as_json)
+    return print_facts(
+        inventory or default_inventory(),
+        _pattern(hosts, limit),
+        opts["json_events"],
+        _report_options(opts),
+        opts["verbose"],
+    )
 
 
 @main.command()
 @click.argument("hosts", nargs=-1)
-@click.option("-i", "--inventory", type=click.Path(path_type=Path), default=None)
-@click.option("--json", "as_json", is_flag=True)
+@host_options
 @reports_errors
-def status(hosts: tuple[str, ...], inventory: Path | None, as_json: bool) -> ExitCode:
+def status(
+    hosts: tuple[str, ...], inventory: Path | None, limit: str | None, **opts: Any
+) -> ExitCode:
     """A row per host: GPUs, driver, vLLM, patches, model, unit, health, backend."""
     from glmops.status import print_status
 
-    return print_status(inventory or default_inventory(), ",".join(hosts) or "all", as_json)
+    return print_status(
+        inventory or default_inventory(),
+        _pattern(hosts, limit),
+        opts["json_events"],
+        _report_options(opts),
+        opts["verbose"],
+    )
 
 
 @main.command()
 @click.argument("hosts", nargs=-1)
-@click.option("-i", "--inventory", type=click.Path(path_type=Path), default=None)
+@INVENTORY
+@LIMIT
 @click.option("--json", "as_json", is_flag=True, help="one JSON result per check on stdout")
 @click.option("-k", "keyword", default=None, help="only checks matching this pytest -k expression")
 @reports_errors
 def verify(
-    hosts: tuple[str, ...], inventory: Path | None, as_json: bool, keyword: str | None
+    hosts: tuple[str, ...],
+    inventory: Path | None,
+    limit: str | None,
+    as_json: bool,
+    keyword: str | None,
 ) -> ExitCode:
     """Run the testinfra host checks (tests/host) against HOSTS (needs glmops[verify])."""
     try:
@@ -507,7 +573,8 @@ def verify(
             "pip install 'glmops[verify]'"
         ) from None
 
-    return run_verify(inventory or default_inventory(), ",".join(hosts) or "all", as_json, keyword)
+    pattern = _pattern(hosts, limit)
+    return run_verify(inventory or default_inventory(), pattern, as_json, keyword)
 
 
 @main.command()

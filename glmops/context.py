@@ -136,7 +136,7 @@ class TaskContext:
         wrapped, password = self._wrap(command)
         if password is not None or stdin is not None:
             stdin = (password or "") + (stdin or "")
-        limit = self._limit(timeout)
+        limit, by_task = self._limit(timeout)
         started = time.monotonic()
         logged = "(a no_log task's command)" if self.no_log else command
         try:
@@ -145,6 +145,8 @@ class TaskContext:
             )
         except CommandTimeout:
             self.log.command(self.host.name, logged, "timeout", time.monotonic() - started, "", "")
+            if by_task:  # the command had what was left of the task's time: name the task's
+                raise CommandTimeout(f"task timed out after {self.timeout:g} s") from None
             raise
         result = CommandResult(command, result.rc, result.stdout, result.stderr, result.duration)
         shown = result.stdout if log_output else f"({len(result.stdout)} bytes, not logged)\n"
@@ -180,14 +182,16 @@ class TaskContext:
             return f"runuser -u {quote(user)} -- /bin/sh -c {quote(command)}", None
         return sudo_wrap(command, self.sudo_password, user)
 
-    def _limit(self, timeout: float | None) -> float:
+    def _limit(self, timeout: float | None) -> tuple[float, bool]:
+        """A command's time limit, and whether it is what is left of the task's `timeout`."""
         limit = timeout or self.host.connection.command_timeout
         if self._deadline is not None:
             remaining = self._deadline - time.monotonic()
             if remaining <= 0:
                 raise CommandTimeout(f"task timed out after {self.timeout:g} s")
-            limit = min(limit, remaining)
-        return limit
+            if remaining < limit:
+                return remaining, True
+        return limit, False
 
     def find_file(self, name: str, kind: str) -> Path:
         """A controller-side file named by a task (`src:`): absolute, or under a search path,

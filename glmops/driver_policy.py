@@ -116,8 +116,8 @@ def _capabilities(facts: HostFacts, s: DriverSettings) -> tuple[tuple[CC, ...], 
     ccs = facts.compute_capabilities
     if not ccs and s.expected_compute_cap:
         cc = s.expected_compute_cap
-        return (cc,), f"compute_cap {_v2(cc)} (inventory profile; no driver to ask)"
-    return ccs, "compute_cap " + ", ".join(_v2(c) for c in ccs)
+        return (cc,), f"compute_cap {_dotted(cc)} (inventory profile; no driver to ask)"
+    return ccs, "compute_cap " + ", ".join(_dotted(c) for c in ccs)
 
 
 def _flavour(facts: HostFacts, families: dict[CC, gpus.GpuFamily], cc_fact: str) -> Decision:
@@ -178,7 +178,7 @@ def _branch(
         return Decision(
             "branch",
             s.branch,
-            f"{cc_fact} needs CUDA ≥ {_v2(floor.min_cuda)}",
+            f"{cc_fact} needs CUDA ≥ {_dotted(floor.min_cuda)}",
             f"branch {branch} < {floor.min_branch}: too old",
             True,
             error=True,
@@ -202,7 +202,7 @@ def _branch(
             error=True,
         )
     cuda_rule = (
-        f"; CUDA ≥ {_v2(floor.min_cuda)} (driver ≥ R{floor.min_branch})"
+        f"; CUDA ≥ {_dotted(floor.min_cuda)} (driver ≥ R{floor.min_branch})"
         if (floor and floor.min_cuda)
         else ""
     )
@@ -305,7 +305,8 @@ def _reboot(facts: HostFacts, change: str, installing: bool) -> Decision:
     )
 
 
-def _v2(v: tuple[int, int]) -> str:
+def _dotted(v: tuple[int, int]) -> str:
+    """(12, 0) -> "12.0": a compute capability or CUDA version as people write it."""
     return f"{v[0]}.{v[1]}"
 
 

@@ -8,15 +8,22 @@ from pathlib import Path
 from rich.table import Table
 
 from glmops.errors import ExitCode
-from glmops.executor import observe
+from glmops.executor import RunOptions
 from glmops.facts import parse_facts
 from glmops.output import console, event_line
 from glmops.playbook import Play
+from glmops.reports import run_read_only
 
 
-def print_facts(inventory_path: Path, pattern: str, as_json: bool) -> ExitCode:
+def print_facts(
+    inventory_path: Path,
+    pattern: str,
+    as_json: bool,
+    options: RunOptions | None = None,
+    verbosity: int = 0,
+) -> ExitCode:
     play = Play(name="gather facts", hosts=pattern, source=str(inventory_path), line=0)
-    code, executor = observe(inventory_path, [play])
+    code, executor = run_read_only(inventory_path, [play], options, verbosity=verbosity)
     gathered = {name: s.facts for name, s in executor.sessions.items() if s.facts is not None}
     if as_json:
         for name, facts in gathered.items():

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import difflib
 import fnmatch
-from dataclasses import dataclass, field
+from dataclasses import MISSING, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -40,43 +40,53 @@ class ConnKey:
     choices: tuple[str, ...] = ()
 
 
-CONNECTION_KEYS: dict[str, ConnKey] = {
-    "address": ConnKey((str,), None, "host name or IP to connect to (default: the host's name)"),
-    "user": ConnKey((str,), None, "SSH user (default: ~/.ssh/config, then the local user)"),
-    "port": ConnKey((int,), None, "SSH port (default: ~/.ssh/config, then 22)"),
-    "key_file": ConnKey((str,), None, "private key file for SSH authentication"),
-    "jump": ConnKey((str,), None, "jump host, as for ssh -J: [user@]host[:port]"),
-    "become": ConnKey((bool,), False, "run tasks through sudo"),
-    "connection": ConnKey((str,), "ssh", "how to reach the host", ("ssh", "local")),
-    "host_key_checking": ConnKey(
-        (str,), "accept-new", "unknown host keys: record them, or refuse", ("accept-new", "strict")
-    ),
-    "connect_timeout": ConnKey((int, float), 15, "seconds to establish the SSH connection"),
-    "command_timeout": ConnKey((int, float), 3600, "default seconds one remote command may run"),
-    "state_dir": ConnKey(
-        (str,),
-        None,
-        "glmops' state on the host: pending notifications, run lock, backups "
-        "(default: /var/lib/glmops as root, else ~/.local/state/glmops)",
-    ),
-}
+def _key(default: Any, types: tuple[type, ...], doc: str, choices: tuple[str, ...] = ()) -> Any:
+    """A ConnectionSpec field that an inventory sets under the same name: its default, the
+    types it accepts, its meaning and its choices (read back as CONNECTION_KEYS)."""
+    return field(default=default, metadata={"types": types, "doc": doc, "choices": choices})
 
 
 @dataclass(frozen=True)
 class ConnectionSpec:
-    """How to reach one host: the validated connection keys of its merged variables."""
+    """How to reach one host: the validated connection keys of its merged variables.
 
-    address: str
-    user: str | None = None
-    port: int | None = None
-    key_file: str | None = None
-    jump: str | None = None
-    become: bool = False
-    connection: str = "ssh"
-    host_key_checking: str = "accept-new"
-    connect_timeout: float = 15
-    command_timeout: float = 3600
-    state_dir: str | None = None
+    The one table of the connection keys an inventory may set, with their defaults."""
+
+    address: str = field(  # always set: the host's name when the inventory gives none
+        metadata={
+            "types": (str,),
+            "doc": "host name or IP to connect to (default: the host's name)",
+            "choices": (),
+        }
+    )
+    user: str | None = _key(None, (str,), "SSH user (default: ~/.ssh/config, then the local user)")
+    port: int | None = _key(None, (int,), "SSH port (default: ~/.ssh/config, then 22)")
+    key_file: str | None = _key(None, (str,), "private key file for SSH authentication")
+    jump: str | None = _key(None, (str,), "jump host, as for ssh -J: [user@]host[:port]")
+    become: bool = _key(False, (bool,), "run tasks through sudo")
+    connection: str = _key("ssh", (str,), "how to reach the host", ("ssh", "local"))
+    host_key_checking: str = _key(
+        "accept-new", (str,), "unknown host keys: record them, or refuse", ("accept-new", "strict")
+    )
+    connect_timeout: float = _key(15, (int, float), "seconds to establish the SSH connection")
+    command_timeout: float = _key(3600, (int, float), "default seconds one remote command may run")
+    state_dir: str | None = _key(
+        None,
+        (str,),
+        "glmops' state on the host: pending notifications, run lock, backups "
+        "(default: /var/lib/glmops as root, else ~/.local/state/glmops)",
+    )
+
+
+CONNECTION_KEYS: dict[str, ConnKey] = {
+    spec.name: ConnKey(
+        spec.metadata["types"],
+        None if spec.default is MISSING else spec.default,
+        spec.metadata["doc"],
+        spec.metadata["choices"],
+    )
+    for spec in fields(ConnectionSpec)
+}
 
 
 @dataclass

@@ -34,10 +34,7 @@ def _type_name(arg: Arg) -> str:
 def describe(name: str) -> str:
     """`glmops doc NAME`: the module's description and every argument."""
     module = REGISTRY[name]
-    lines = [f"{name}: {summary(module)}", ""]
-    body = inspect.getdoc(module) or ""
-    if body and " ".join(body.split()) != summary(module):
-        lines += [body, ""]
+    lines = [f"{name}: {inspect.getdoc(module) or summary(module)}", ""]
     if module.variable_scope:
         lines.append("  Reads all host variables (its expressions or template).")
     if not module.args:

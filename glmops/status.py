@@ -18,7 +18,7 @@ from typing import Any
 from rich.table import Table
 
 from glmops.errors import ExitCode, InputError
-from glmops.executor import observe
+from glmops.executor import RunOptions
 from glmops.facts import HostFacts, parse_facts
 from glmops.fleet.gang import MemberState, verdict
 from glmops.fleet.multinode import DEFAULT_MASTER_PORT, member_plan
@@ -26,6 +26,7 @@ from glmops.fleet.topology import serving_hosts
 from glmops.inventory import load_inventory
 from glmops.output import console, event_line
 from glmops.playbook import Play, Task
+from glmops.reports import run_read_only
 from glmops.serving import ServeError, needs_single_file, serve_flags, vllm_profile
 from glmops.serving.patches import patch_state
 
@@ -253,7 +254,9 @@ def _flag_diff(on_host: str, wanted: str) -> str:
     return f"host has {' '.join(gone) or '-'}; inventory wants {' '.join(new) or '-'}"
 
 
-def collect(inventory_path: Path, pattern: str) -> tuple[ExitCode, list[dict[str, Any]]]:
+def collect(
+    inventory_path: Path, pattern: str, options: RunOptions | None = None, verbosity: int = 0
+) -> tuple[ExitCode, list[dict[str, Any]]]:
     """Run the read-only status play and build the rows."""
     task = Task(
         name="deploy status",
@@ -264,7 +267,8 @@ def collect(inventory_path: Path, pattern: str) -> tuple[ExitCode, list[dict[str
         register="deploy_status",
     )
     # the router host serves no model: it has no row
-    serving = [h.name for h in serving_hosts(load_inventory(inventory_path), pattern)]
+    inventory = load_inventory(inventory_path, options.extra_vars if options else None)
+    serving = [h.name for h in serving_hosts(inventory, pattern)]
     if not serving:
         raise InputError(f"'{pattern}' selects no serving host (a router host serves no model)")
     play = Play(
@@ -275,7 +279,7 @@ def collect(inventory_path: Path, pattern: str) -> tuple[ExitCode, list[dict[str
         tasks=[task],
         become=True,
     )  # the journal and /etc/glmops need root
-    code, executor = observe(inventory_path, [play], check=True)
+    code, executor = run_read_only(inventory_path, [play], options, check=True, verbosity=verbosity)
     rows = []
     gangs: dict[str, GangSeen] = {}
     for name, session in executor.sessions.items():
@@ -295,8 +299,14 @@ def collect(inventory_path: Path, pattern: str) -> tuple[ExitCode, list[dict[str
     return code, rows
 
 
-def print_status(inventory_path: Path, pattern: str, as_json: bool) -> ExitCode:
-    code, rows = collect(inventory_path, pattern)
+def print_status(
+    inventory_path: Path,
+    pattern: str,
+    as_json: bool,
+    options: RunOptions | None = None,
+    verbosity: int = 0,
+) -> ExitCode:
+    code, rows = collect(inventory_path, pattern, options, verbosity)
     if as_json:
         for row in rows:
             print(event_line("status", **row))

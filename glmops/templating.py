@@ -10,6 +10,7 @@ import base64
 import json
 import os
 import re
+from pathlib import Path
 from typing import Any
 
 import jinja2
@@ -90,9 +91,27 @@ FILTERS = {
 }
 
 
+class _Undefined(jinja2.StrictUndefined):
+    """StrictUndefined whose message names a YAML-loaded mapping or list by its builtin type
+    (`'dict object' has no attribute 'x'`), as Ansible's does."""
+
+    __slots__ = ()
+
+    @property
+    def _undefined_message(self) -> str:
+        obj = self._undefined_obj
+        builtin = next((c for c in type(obj).__mro__ if c.__module__ == "builtins"), object)
+        if self._undefined_hint or obj is jinja2.utils.missing or type(obj) is builtin:
+            return super()._undefined_message
+        shown = f"{builtin.__name__} object"
+        if not isinstance(self._undefined_name, str):
+            return f"{shown} has no element {self._undefined_name!r}"
+        return f"{shown!r} has no attribute {self._undefined_name!r}"
+
+
 def make_environment(loader: jinja2.BaseLoader | None = None) -> jinja2.Environment:
     env = jinja2.Environment(
-        undefined=jinja2.StrictUndefined,
+        undefined=_Undefined,
         keep_trailing_newline=True,
         loader=loader,
         autoescape=False,
@@ -206,6 +225,21 @@ def syntax_problem(text: str, *, expression: bool) -> str | None:
             kind = "filter" if isinstance(node, jinja2.nodes.Filter) else "test"
             return f"unknown {kind} '{node.name}' in {text.strip()!r}"
     return None
+
+
+def describe_template_error(error: jinja2.TemplateError, path: Path) -> str:
+    """`FILE:LINE: why` for an error rendering the template file `path`: the line of the
+    template (or of a template it includes) where it happened, as jinja2 records it."""
+    if isinstance(error, jinja2.TemplateSyntaxError):
+        where = f"{error.filename or path}:{error.lineno}"
+        return f"{where}: template syntax error: {error.message}"
+    where = str(path)
+    trace = error.__traceback__
+    while trace is not None:  # jinja2 rewrites the frames of template code to name file and line
+        if "__jinja_exception__" in trace.tb_frame.f_globals:
+            where = f"{trace.tb_frame.f_code.co_filename}:{trace.tb_lineno}"
+        trace = trace.tb_next
+    return f"{where}: {_describe(error)}"
 
 
 def _describe(error: jinja2.TemplateError) -> str:

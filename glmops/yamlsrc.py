@@ -59,6 +59,9 @@ def _construct_sequence(loader: _Loader, node: yaml.SequenceNode) -> SourceList:
 
 _Loader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_mapping)
 _Loader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_SEQUENCE_TAG, _construct_sequence)
+# Dumped back (the `to_yaml` filter, state files) as the plain mapping and list they are.
+yaml.SafeDumper.add_representer(SourceMap, yaml.SafeDumper.represent_dict)
+yaml.SafeDumper.add_representer(SourceList, yaml.SafeDumper.represent_list)
 
 
 def load_yaml(path: Path) -> Any:

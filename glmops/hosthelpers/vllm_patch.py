@@ -117,6 +117,12 @@ def _load_manifest(state: Path) -> Manifest | None:
     return json.loads(path.read_text()) if path.is_file() else None
 
 
+def files_left(manifest: Manifest) -> dict:
+    """{path relative to site-packages: the sha256 the patch set left there}: what status and
+    verify compare with the files on disk."""
+    return {rel: entry.get("sha256_after") for rel, entry in manifest.get("files", {}).items()}
+
+
 def mode_read(args: dict) -> dict:
     sp = _site_packages(args)
     files: dict[str, str | None] = {}

@@ -59,9 +59,9 @@ def options_from_cli(
     refresh: bool,
     strict: bool,
     seed: str | None = None,
+    *,
+    sudo_password: str | None = None,
 ) -> ModelOptions:
-    from glmops.secretenv import become_password
-
     return ModelOptions(
         check=check,
         per_source=per_source,
@@ -69,6 +69,6 @@ def options_from_cli(
         full_verify=verify_all,
         refresh=refresh,
         seed=seed,
-        sudo_password=become_password(),
+        sudo_password=sudo_password,
         connection=ConnectionSettings(strict_host_keys=strict),
     )

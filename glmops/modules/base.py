@@ -83,8 +83,13 @@ class Plan:
     data: dict[str, Any] = field(default_factory=dict)
 
     def data_public(self) -> dict[str, Any]:
-        """The data worth registering: everything but raw file contents."""
-        return {key: value for key, value in self.data.items() if not isinstance(value, bytes)}
+        """The data worth registering: everything but raw file contents and the keys that start
+        with `_` (what a plan hands its own apply, e.g. the steps it planned)."""
+        return {
+            key: value
+            for key, value in self.data.items()
+            if not isinstance(value, bytes) and not key.startswith("_")
+        }
 
 
 class Module:

@@ -12,7 +12,7 @@ from glmops.errors import ModuleError
 from glmops.modules.base import Arg, Module, Plan, mode_arg, register
 from glmops.modules.file import _attribute_commands, _attribute_fixes
 from glmops.results import Status, TaskResult
-from glmops.templating import make_environment
+from glmops.templating import describe_template_error, make_environment
 
 FILE_ARGS = {
     "dest": Arg(str, required=True, doc="absolute path on the host"),
@@ -95,7 +95,13 @@ class Copy(Module):
 
 @register
 class Template(Copy):
-    """Render the Jinja2 file `src` with the host's variables and put it at `dest`."""
+    """Render the Jinja2 file `src` with the host's variables and put it at `dest`.
+
+    A relative `src` is looked up beside the playbook, then in the playbook's parent folder,
+    then in glmops' own files (its checkout, or the installed package's), in each first under
+    `templates/`, then directly; the first found is used, and when none is, the error lists the
+    folders searched. `{% include %}` looks beside the template first, then in those folders.
+    An error in the template names its file and line."""
 
     name = "template"
     variable_scope = True
@@ -112,9 +118,7 @@ class Template(Copy):
         try:
             return env.get_template(path.name).render(self.scope(ctx)).encode()
         except jinja2.TemplateError as error:
-            from glmops.templating import _describe
-
-            raise ModuleError(f"template {path}: {_describe(error)}") from None
+            raise ModuleError(f"template {describe_template_error(error, path)}") from None
 
 
 def _diff(ctx: TaskContext, dest: str, current: FileState | None, wanted: bytes) -> str | None:

@@ -14,13 +14,16 @@ from glmops.results import Status, TaskResult
 class File(Module):
     """Make `path` a directory (`state: directory`), a symlink to `src` (`link`), an empty file
     if missing (`touch`), remove it (`absent`), or fix a file's mode and owner (`state: file`,
-    which never creates one)."""
+    which never creates one). Without `state`, as in Ansible, the path keeps what it is (a
+    directory's or a file's mode and owner are fixed) and a missing path is an error."""
 
     name = "file"
     args = {
         "path": Arg(str, required=True),
         "state": Arg(
-            str, default="directory", choices=("directory", "absent", "file", "link", "touch")
+            str,
+            choices=("directory", "absent", "file", "link", "touch"),
+            doc="default: what the path is now (directory or file); file when it is missing",
         ),
         "src": Arg(str, doc="what a link points to (state: link)"),
         "mode": mode_arg(symbolic=True),
@@ -29,26 +32,29 @@ class File(Module):
     }
 
     def plan(self, ctx: TaskContext) -> Plan:
-        path, state = self.params["path"], self.params["state"]
+        """What the run will do; a path that cannot become what is asked fails here, so
+        `--check` fails exactly where the run would."""
+        path = self.params["path"]
         current = ctx.stat(path, checksum=False)
+        state = self.params["state"] or _kept_state(current)
         if state == "absent":
             return (
                 Plan(True, f"would remove {path}") if current else Plan(False, f"{path} is absent")
             )
         if state == "link":
             return self._plan_link(ctx, current)
-        if state == "touch" and current is None:
-            return Plan(True, f"would create empty file {path}")
         if current is None:
             if state == "file":
-                return Plan(None, f"{path} does not exist (state: file never creates one)")
-            return Plan(True, f"would create directory {path}")
+                raise ModuleError(
+                    f"{path} does not exist (state: file never creates one; "
+                    "state: touch makes an empty file, state: directory a directory)"
+                )
+            made = "empty file" if state == "touch" else "directory"
+            return Plan(True, f"would create {made} {path}", data={"create": state})
         if state == "directory" and current.kind != "directory":
-            return Plan(
-                True,
-                f"{path} is a {current.kind}; cannot make it a directory",
-                data={"conflict": True},
-            )
+            raise ModuleError(f"{path} is a {current.kind}; cannot make it a directory")
+        if state == "file" and current.kind == "directory":
+            raise ModuleError(f"{path} is a directory; state: file manages files")
         fixes = _attribute_fixes(ctx, current, self.params)
         if fixes:
             return Plan(True, "would set " + ", ".join(fixes))
@@ -69,24 +75,26 @@ class File(Module):
 
     def apply(self, ctx: TaskContext, plan: Plan) -> TaskResult:
         path = quote(self.params["path"])
-        if plan.data.get("conflict"):
-            return TaskResult(Status.FAILED, plan.reason)
-        if plan.change is None:
-            return TaskResult(Status.FAILED, plan.reason)
         if self.params["state"] == "absent":
             ctx.run(f"rm -rf -- {path}", check=True, what=f"remove {path}")
             return TaskResult(Status.CHANGED, f"removed {self.params['path']}")
-        state = self.params["state"]
-        if state == "link":
+        if self.params["state"] == "link":
             ctx.run(
                 f"ln -sfn -- {quote(self.params['src'])} {path}", check=True, what=f"link {path}"
             )
             return TaskResult(Status.CHANGED, plan.reason.removeprefix("would "))
-        steps = {"directory": [f"mkdir -p -- {path}"], "touch": [f"touch -- {path}"]}.get(state, [])
+        create = {"directory": f"mkdir -p -- {path}", "touch": f"touch -- {path}"}
+        steps = [create[plan.data["create"]]] if "create" in plan.data else []
         steps += _attribute_commands(path, self.params)
         ctx.run(" && ".join(steps), check=True, what=f"set up {self.params['path']}")
         done = plan.reason.removeprefix("would ")
         return TaskResult(Status.CHANGED, done[:1].upper() + done[1:])  # paths keep their case
+
+
+def _kept_state(current) -> str:
+    """Ansible's state when a task gives none: a directory stays one; anything else (a
+    missing path too) is a file."""
+    return "directory" if current is not None and current.kind == "directory" else "file"
 
 
 def _attribute_fixes(ctx: TaskContext, current, params) -> list[str]:

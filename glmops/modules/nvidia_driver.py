@@ -179,6 +179,7 @@ class NvidiaDriver(Module):
         reboot = policy.get(decisions, "reboot")
         packages = policy.get(decisions, "packages")
         data.update(
+            _steps=steps,
             steps=[s.what for s in steps],
             packages=list(packages.value) if packages else [],
             reboot=bool(reboot and reboot.value),
@@ -195,17 +196,8 @@ class NvidiaDriver(Module):
         return Plan(True, reason, diff="\n".join(f"+ {s.what}" for s in steps) + "\n", data=data)
 
     def apply(self, ctx: TaskContext, plan: Plan) -> TaskResult:
-        facts = self.facts(ctx)
-        decisions = policy.decide(facts, settings_from(self.params))
-        keyring = ctx.run("dpkg-query -W -f='${db:Status-Abbrev}' cuda-keyring 2>/dev/null")
-        current = ctx.read(NOUVEAU_CONF)
-        steps = plan_steps(
-            decisions,
-            keyring_installed=keyring.ok and keyring.stdout.startswith("ii"),
-            nouveau_current=current,
-        )
         done = []
-        for step in steps:
+        for step in plan.data["_steps"]:  # as planned: the host was asked once, by plan()
             if step.key == "nouveau":
                 ctx.run("mkdir -p /etc/modprobe.d", check=True, what="mkdir /etc/modprobe.d")
                 ctx.write_file(

@@ -46,7 +46,8 @@ class TorchChoice:
     error: str | None = None
 
 
-def _v2(text: str | None) -> tuple[int, int] | None:
+def _major_minor(text: str | None) -> tuple[int, int] | None:
+    """The first two numbers of a version string ("12.8.1" -> (12, 8)), or None."""
     nums = re.findall(r"\d+", text or "")
     return (int(nums[0]), int(nums[1] if len(nums) > 1 else 0)) if nums else None
 
@@ -57,7 +58,7 @@ def choose_torch(facts: HostFacts, branch: str, wanted: str | None) -> TorchChoi
         return TorchChoice(wanted, f"torch_backend = {wanted} → as configured")
     if not facts.has_nvidia_gpu:
         return TorchChoice(None, "no NVIDIA GPU → torch as the index resolves it (no backend)")
-    cuda = _v2(facts.cuda_version)
+    cuda = _major_minor(facts.cuda_version)
     fact = f"driver supports CUDA {facts.cuda_version}"
     if cuda is None:
         cuda = BRANCH_CUDA.get(str(branch))

@@ -1,8 +1,7 @@
 """The patch manifest (written by hosthelpers/vllm_patch.py) against the files on disk.
 
-The manifest's exact shape belongs to the patch-set work; this reads the likely spellings:
-`files` as a list of {path, sha256_after|after|sha256} or as {path: {...}} / {path: sha}.
-Relative paths are taken relative to the installed vllm package's parent folder.
+The manifest is read with the writer's own reader (`vllm_patch.files_left`); its paths are
+relative to the site-packages folder the installed vllm package sits in.
 """
 
 from __future__ import annotations
@@ -11,36 +10,18 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
+from glmops.hosthelpers.vllm_patch import Manifest, files_left
 
-def manifest_files(manifest: Mapping[str, Any] | None, base: str | None) -> dict[str, str | None]:
-    """{absolute path: the sha256 the patch set left there} from a manifest."""
+
+def manifest_files(manifest: Manifest | None, base: str | None) -> dict[str, str | None]:
+    """{absolute path: the sha256 the patch set left there} from a manifest; `base` is the
+    site-packages folder its relative paths start from."""
     if not manifest:
         return {}
-    raw = manifest.get("files") or manifest.get("entries") or {}
-    items: list[tuple[str, Any]]
-    if isinstance(raw, Mapping):
-        items = list(raw.items())
-    else:
-        items = [(e.get("path") or e.get("file") or "", e) for e in raw if isinstance(e, Mapping)]
-    out: dict[str, str | None] = {}
-    for path, entry in items:
-        if not path:
-            continue
-        if isinstance(entry, Mapping):
-            sha = next(
-                (
-                    entry[k]
-                    for k in ("sha256_after", "after", "sha256", "after_sha256")
-                    if entry.get(k)
-                ),
-                None,
-            )
-        else:
-            sha = entry if isinstance(entry, str) else None
-        if not os.path.isabs(path) and base:
-            path = os.path.join(base, path)
-        out[path] = sha
-    return out
+    return {
+        os.path.join(base, rel) if base and not os.path.isabs(rel) else rel: sha
+        for rel, sha in files_left(manifest).items()
+    }
 
 
 def patch_state(

@@ -19,7 +19,7 @@ CONVERGE = """
 - hosts: testbed
   tasks:
     - name: app folder
-      file: {path: /opt/app, mode: "0755"}
+      file: {path: /opt/app, state: directory, mode: "0755"}
     - name: config
       copy:
         dest: /opt/app/app.conf
@@ -265,7 +265,7 @@ def test_hostile_values_never_execute(
           register: echoed
           failed_when: echoed.stdout != evil + "\\n"
         - name: as a path
-          file: {{path: "/tmp/hostile/{{{{ evil | replace('/', '_') }}}}"}}
+          file: {{path: "/tmp/hostile/{{{{ evil | replace('/', '_') }}}}", state: directory}}
         - name: as content, in a path
           copy:
             dest: "/tmp/hostile/{{{{ evil | replace('/', '_') }}}}/f"

@@ -100,7 +100,7 @@ MULTI = """
   gather_facts: false
   tasks:
     - name: folder
-      file: {{path: /srv/faults, mode: "0755"}}
+      file: {{path: /srv/faults, state: directory, mode: "0755"}}
     - name: config
       copy: {{dest: /srv/faults/app.conf, content: "{{{{ text }}}}\\n"}}
       notify: record restart

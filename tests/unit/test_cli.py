@@ -179,3 +179,43 @@ def test_doc_prints_a_modules_arguments_from_its_table() -> None:
     assert invoke("doc").stdout.count("\n") == len(REGISTRY)
     missing = invoke("doc", "nosuch")
     assert missing.exit_code == 5 and "no module 'nosuch'" in missing.stderr
+
+
+HOST_VERBS = ("run", "provision", "deploy", "patch", "unpatch", "up", "preflight", "facts")
+HOST_VERBS += ("status", "model")
+
+
+@pytest.mark.parametrize("verb", [*HOST_VERBS, "verify"])
+def test_every_verb_that_reaches_hosts_shares_the_selection_options(verb: str) -> None:
+    text = invoke(verb, "--help").output
+    inventory = next(line for line in text.splitlines() if "-i, --inventory PATH" in line)
+    assert "inventory file (default:" in inventory, text
+    assert "-l, --limit TEXT" in text
+    if verb != "verify":  # pytest's host checks read the inventory as it is, as root or env
+        for option in ("-e, --extra-vars", "-v, --verbose", "-K, --ask-become-pass", "--json"):
+            assert option in text, (verb, option)
+    if verb in ("run", "provision", "deploy", "patch", "unpatch", "up", "model"):
+        assert "-C, --check" in text
+
+
+def test_facts_take_limit_and_extra_vars(workdir: Path) -> None:
+    (workdir / "hosts.yml").write_text(
+        f"all:\n  vars: {{state_dir: '{workdir}/state'}}\n"
+        "  hosts:\n    a: {address: 192.0.2.1}\n    b: {connection: local}\n"
+    )
+    result = invoke("facts", "-i", "hosts.yml", "--limit", "a", "-e", "connection=local", "--json")
+    assert result.exit_code == 0, result.output
+    assert [json.loads(line)["host"] for line in result.stdout.splitlines()] == ["a"]
+    assert invoke("status", "-K", "--help").exit_code == 0
+    both = invoke("facts", "a", "--limit", "b", "-i", "hosts.yml")
+    assert both.exit_code == 5 and "give hosts or --limit, not both" in both.output
+
+
+def test_python_m_glmops_is_the_cli() -> None:
+    import subprocess
+    import sys
+
+    done = subprocess.run(
+        [sys.executable, "-m", "glmops", "--help"], capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 0 and "Usage: glmops [OPTIONS] COMMAND" in done.stdout

@@ -17,3 +17,20 @@ def test_readme_module_list_matches_the_modules() -> None:
     )
     for name in REGISTRY:
         assert f"- `{name}`:" in module_list()
+
+
+def test_doc_says_each_sentence_once() -> None:
+    from glmops.moddoc import describe
+
+    for name in REGISTRY:
+        text = describe(name)
+        first = " ".join(text.split("\n\n")[0].split())
+        sentence = first.split(": ", 1)[1].split(". ")[0]
+        assert " ".join(text.split()).count(sentence) == 1, text
+
+
+def test_template_doc_gives_the_src_lookup_order() -> None:
+    from glmops.moddoc import describe
+
+    text = " ".join(describe("template").split())
+    assert "beside the playbook, then in the playbook's parent folder, then in glmops' own" in text

@@ -17,7 +17,7 @@ FILES = """
   gather_facts: false
   tasks:
     - name: folder
-      file: {path: "{{ root }}/etc", mode: "0750"}
+      file: {path: "{{ root }}/etc", state: directory, mode: "0750"}
     - name: config
       copy: {dest: "{{ root }}/etc/app.conf", content: "port={{ port | default(8000) }}\\n",
              mode: "0640"}
@@ -96,7 +96,7 @@ def test_unquoted_octal_modes_mean_what_they_say(
     - hosts: all
       gather_facts: false
       tasks:
-        - file: {{path: "{root}/private", mode: 0700}}
+        - file: {{path: "{root}/private", state: directory, mode: 0700}}
         - copy: {{dest: "{root}/conf", content: "x\\n", mode: 0644}}
         - copy: {{dest: "{root}/quoted", content: "x\\n", mode: "640"}}
     """
@@ -254,7 +254,7 @@ def test_timeout_fails_the_task(run_playbook: Runner, local_inventory: Path) -> 
         local_inventory,
     )
     assert outcome.exit_code == 2
-    assert "timed out" in outcome.results()[0]["msg"]
+    assert outcome.results()[0]["msg"] == "timed out: task timed out after 1 s"
 
 
 def test_tags_and_skip_tags(run_playbook: Runner, local_inventory: Path) -> None:

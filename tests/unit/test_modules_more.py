@@ -77,6 +77,54 @@ def test_file_link_and_touch(run_playbook: Runner, local_inventory: Path, tmp_pa
     assert os.readlink(root / "link") == f"{root}/target"
 
 
+@pytest.mark.parametrize(
+    ("task", "message"),
+    [
+        ('{path: "ROOT/missing", mode: "0644"}', "ROOT/missing does not exist"),
+        ('{path: "ROOT/missing", state: file}', "ROOT/missing does not exist"),
+        ('{path: "ROOT/plain", state: directory}', "ROOT/plain is a file"),
+        ('{path: "ROOT/dir", state: file}', "ROOT/dir is a directory"),
+    ],
+)
+def test_file_fails_in_check_mode_exactly_where_the_run_fails(
+    run_playbook: Runner, local_inventory: Path, tmp_path: Path, task: str, message: str
+) -> None:
+    """As in Ansible: without `state`, a missing path is an error (never a new directory), and
+    `--check` predicts the real run's failure instead of a change."""
+    root = tmp_path / "root"
+    (root / "plain").write_text("x")
+    (root / "dir").mkdir()
+    play = "- hosts: all\n  gather_facts: false\n  tasks:\n    - file: " + task + "\n"
+    play = play.replace("ROOT", str(root))
+    before = sorted(p.name for p in root.iterdir())
+    for check in (True, False):
+        outcome = run_playbook(play, local_inventory, check=check)
+        assert outcome.exit_code == 2, (check, outcome.results())
+        assert message.replace("ROOT", str(root)) in outcome.results()[0]["msg"]
+    assert sorted(p.name for p in root.iterdir()) == before
+
+
+def test_file_without_state_keeps_what_the_path_is(
+    run_playbook: Runner, local_inventory: Path, tmp_path: Path
+) -> None:
+    root = tmp_path / "root"
+    (root / "plain").write_text("x")
+    (root / "dir").mkdir()
+    play = f"""
+    - hosts: all
+      gather_facts: false
+      tasks:
+        - file: {{path: "{root}/plain", mode: "0640"}}
+        - file: {{path: "{root}/dir", mode: "0750"}}
+    """
+    assert run_playbook(play, local_inventory, check=True).exit_code == 3
+    outcome = run_playbook(play, local_inventory)
+    assert outcome.exit_code == 0, outcome.results()
+    assert (root / "plain").stat().st_mode & 0o777 == 0o640
+    assert (root / "dir").stat().st_mode & 0o777 == 0o750
+    assert run_playbook(play, local_inventory).changed() == 0
+
+
 def test_lineinfile_and_blockinfile(
     run_playbook: Runner, local_inventory: Path, tmp_path: Path
 ) -> None:
@@ -216,7 +264,7 @@ def test_messages_keep_the_case_of_paths(
     - hosts: all
       gather_facts: false
       tasks:
-        - file: {{path: "{tmp_path}/root/MixedCase Dir"}}
+        - file: {{path: "{tmp_path}/root/MixedCase Dir", state: directory}}
     """,
         local_inventory,
     )

@@ -108,7 +108,9 @@ def test_fresh_blackwell_host_installs_open_driver_from_cuda_repo_and_reboots() 
     ctx.commands.clear()
     result = module.apply(ctx, plan)  # type: ignore[arg-type]
     assert result.status is Status.CHANGED and "reboot needed" in result.msg
-    cmds = [c for c in ctx.commands if "dpkg-query" not in c]
+    assert not any("dpkg-query" in c for c in ctx.commands), "apply asks the host nothing again"
+    assert "_steps" not in result.data, "the planned steps are not registered"
+    cmds = ctx.commands
     url = "https://developer.download.nvidia.com/compute/cuda/repos/ubuntu2404/x86_64/"
     assert url + "cuda-keyring_1.1-1_all.deb" in cmds[0] and "dpkg -i" in cmds[0]
     assert cmds[1].endswith("apt-get update -q")

@@ -1,0 +1,5 @@
+"""`python3 -m glmops`: the same command line as `glmops`."""
+
+from glmops.cli import main
+
+main(prog_name="glmops")
