@@ -1,5 +1,5 @@
 """Run plays on hosts: `Executor.run` takes a loaded playbook and an inventory and returns the
-exit code; `observe` runs read-only plays for a report. This file holds the run as a whole:
+exit code (read-only reports go through glmops/reports.py). This file holds the run as a whole:
 which plays run on which hosts, SIGINT/SIGTERM, the heartbeat, the recap and the exit code.
 
 The Executor composes the run's parts, each in its own module and each given, when it is made,
@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import os
 import signal
-import sys
 import threading
 import time
 from collections.abc import Mapping
@@ -40,7 +39,7 @@ from typing import Any
 
 from glmops.delegation import Delegates, check_delegates
 from glmops.errors import ExitCode, InputError
-from glmops.inventory import Host, Inventory, load_inventory
+from glmops.inventory import Host, Inventory
 from glmops.output import Reporter
 from glmops.play_loop import PlayLoop
 from glmops.playbook import Play, Task
@@ -51,7 +50,7 @@ from glmops.sessions import HostSession, SessionPool
 from glmops.task_run import TaskRunner
 
 #: A run is started from here: the options and their run directory come with the executor.
-__all__ = ["Executor", "RunOptions", "default_run_root", "observe"]
+__all__ = ["Executor", "RunOptions", "default_run_root"]
 
 HEARTBEAT_SECONDS = 30
 
@@ -222,17 +221,3 @@ class Executor:
 
     def _play_hosts(self, play: Play) -> list[Host]:
         return self.inventory.select(play.hosts)
-
-
-def observe(
-    inventory_path: Path, plays: list[Play], *, check: bool = False
-) -> tuple[ExitCode, Executor]:
-    """Run read-only plays for a report (`glmops facts`, `glmops status`): task lines go to
-    stderr, so stdout stays free for the report; returns the executor to read sessions from."""
-    masker = Masker()
-    options = RunOptions(check=check, lock=False)
-    reporter = Reporter(masker, stdout=sys.stderr)
-    executor = Executor(
-        load_inventory(inventory_path), options, reporter, masker, RunLog(options.run_root, masker)
-    )
-    return executor.run(plays, inventory_path), executor
