@@ -108,6 +108,7 @@ def write(report: dict) -> None:
     left_out = "".join(
         f"\nLeft out: {e['method']} run {e['run']}, {e['why']}." for e in report.get("excluded", [])
     )
+    note = f"\n{report['note']}" if report.get("note") else ""
     command = f"python3 -m benchmarks.fleet_rolling.bench --repeat {report['repeat']}"
     command = f"flock /tmp/glmops-testbed.lock {command}"
     (RESULTS / "fleet_rolling.md").write_text(
@@ -119,7 +120,7 @@ glmops/tinymodel.py, `--enforce-eager`), vllm-router {v["vllm-router"]}, glmops 
 {report["threads"]} client(s) send 8-token completions through the router, pausing
 {report["pause_s"]} s between requests, while
 every replica's unit environment changes, so each replica restarts once. Medians of
-{runs}; the machine is shared with other work (load average above).{left_out}
+{runs}; the machine is shared with other work (load average above).{left_out}{note}
 `{command}`.
 
 | method | wall s | requests | served | failed | p50 s | p90 s | p99 s | stops killed |
