@@ -1,9 +1,9 @@
 #!/usr/bin/env python3
 """Benchmark a rolling redeploy of 3 replicas under steady load against an all-at-once deploy.
 
-Not a test: run by hand as root, under the testbed lock (it boots tb211..tb214, the hosts of
-tests/testbed/test_fleet_roll.py):
-  flock /tmp/glmops-testbed.lock python3 benchmarks/fleet_rolling/bench.py [--repeat 2]
+Not a test: run by hand as root from the checkout, under the testbed lock (it boots
+tb211..tb214, the hosts of tests/testbed/test_fleet_roll.py):
+  flock /tmp/glmops-testbed.lock python3 -m benchmarks.fleet_rolling.bench [--repeat 2]
 Brings up 3 replicas of vLLM's CPU build serving glmops' tiny model and vllm-router on a fourth
 host (tests/support/fleet_bed.py, with the CLI), then, `--repeat` times each, changes an
 environment variable of the vLLM unit (so every replica must restart) and deploys it while
@@ -12,7 +12,8 @@ between requests (the paced load of the fleet's tests; `--pause 0` is a closed l
 - rolling: `glmops deploy --rolling` (one replica at a time: out of the router, drain, restart,
   gate, back in, soak);
 - at once: `glmops deploy` (every replica restarts together, as a deploy without a fleet does).
-Records wall time, requests served and failed, latency percentiles (medians over the runs) in
+Records wall time, requests served and failed, latency percentiles (medians over the runs) and
+the ratios of the rolling medians to the all-at-once ones (the baseline, same run) in
 benchmarks/results/fleet_rolling.{json,md}. All hosts share this machine's cores.
 """
 
@@ -30,13 +31,12 @@ import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT))
+from glmops import wheelcache
+from glmops.fleet.loadgen import Load
+from glmops.testbed import Testbed
+from tests.support.fleet_bed import FLEET_VARS, FleetBed, explain, failures, fleet_recap
 
-from glmops import wheelcache  # noqa: E402
-from glmops.fleet.loadgen import Load  # noqa: E402
-from glmops.testbed import Testbed  # noqa: E402
-from tests.support.fleet_bed import FLEET_VARS, FleetBed, explain, failures, fleet_recap  # noqa: E402
+ROOT = Path(__file__).resolve().parents[2]
 
 RESULTS = ROOT / "benchmarks" / "results"
 FIRST_INDEX = 211
@@ -75,6 +75,16 @@ def median(runs: list[dict], key: str) -> float | None:
     return round(statistics.median(values), 3) if values else None
 
 
+def ratios(med: dict[str, dict[str, float | None]]) -> dict[str, float | None]:
+    """Rolling over at once, per metric: the price (wall time) and the gain (failures)."""
+    rolling, at_once = med.get("rolling", {}), med.get("at_once", {})
+    out: dict[str, float | None] = {}
+    for key in METRICS:
+        a, b = rolling.get(key), at_once.get(key)
+        out[key] = round(a / b, 2) if a is not None and b else None
+    return out
+
+
 def versions() -> dict[str, str]:
     commit = subprocess.run(
         ["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True
@@ -92,11 +102,15 @@ def write(report: dict) -> None:
     (RESULTS / "fleet_rolling.json").write_text(json.dumps(report, indent=2) + "\n")
     med = report["median"]
     rows = "\n".join(f"| {m} | " + " | ".join(str(med[m][k]) for k in METRICS) + " |" for m in med)
+    rows += "\n| rolling / at_once | " + " | ".join(str(v) for v in report["ratio"].values()) + " |"
     v = report["versions"]
     runs = ", ".join(f"{len(r)} run(s) {m}" for m, r in report["runs"].items())
     left_out = "".join(
         f"\nLeft out: {e['method']} run {e['run']}, {e['why']}." for e in report.get("excluded", [])
     )
+    note = f"\n{report['note']}" if report.get("note") else ""
+    command = f"python3 -m benchmarks.fleet_rolling.bench --repeat {report['repeat']}"
+    command = f"flock /tmp/glmops-testbed.lock {command}"
     (RESULTS / "fleet_rolling.md").write_text(
         f"""# Fleet: rolling redeploy vs all at once, under load
 
@@ -106,8 +120,8 @@ glmops/tinymodel.py, `--enforce-eager`), vllm-router {v["vllm-router"]}, glmops 
 {report["threads"]} client(s) send 8-token completions through the router, pausing
 {report["pause_s"]} s between requests, while
 every replica's unit environment changes, so each replica restarts once. Medians of
-{runs}; the machine is shared with other work (load average above).{left_out}
-`flock /tmp/glmops-testbed.lock python3 benchmarks/fleet_rolling/bench.py`.
+{runs}; the machine is shared with other work (load average above).{left_out}{note}
+`{command}`.
 
 | method | wall s | requests | served | failed | p50 s | p90 s | p99 s | stops killed |
 |---|---|---|---|---|---|---|---|---|
@@ -123,6 +137,7 @@ hosts share the same 2 cores here, so a restarting replica also slows those serv
 during the roll is the cost of that sharing, not of the router. "Stops killed": restarts
 whose stop systemd ended with SIGKILL after TimeoutStopSec, because vLLM held a request when
 it was stopped (it leaves such a request unanswered until it is killed, so its client waits).
+The last row divides the rolling median by the all-at-once one (none where that is 0).
 Load average: before and after each run, in fleet_rolling.json (`load_average`).
 """
     )
@@ -158,6 +173,7 @@ def main() -> int:
 
 
 def report(runs: dict[str, list[dict]], args: argparse.Namespace) -> dict:
+    medians = {m: {k: median(r, k) for k in METRICS} for m, r in runs.items() if r}
     return {
         "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
         "machine": f"{platform.machine()} {os.cpu_count()} cores, load average "
@@ -166,7 +182,8 @@ def report(runs: dict[str, list[dict]], args: argparse.Namespace) -> dict:
         "repeat": min(len(r) for r in runs.values()) or max(len(r) for r in runs.values()),
         "threads": args.threads,
         "pause_s": args.pause,
-        "median": {m: {k: median(r, k) for k in METRICS} for m, r in runs.items() if r},
+        "median": medians,
+        "ratio": ratios(medians),
         "runs": runs,
     }
 

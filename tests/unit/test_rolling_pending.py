@@ -59,6 +59,7 @@ def rolling_play(unit_text: str) -> str:
         "name": "deploy GLM-5",
         "hosts": "all",
         "gather_facts": False,
+        "vars": {"gang": {"member": False}},  # what deploy.yml's vllm_gang registers alone
         "tasks": [
             notifying("model files", "model", "model", "weights\n"),
             notifying("environment file", "env_file", "env", "A=1\n"),

@@ -70,20 +70,62 @@ def test_the_router_host_serves_nothing_and_a_failed_preflight_touches_nothing(
     assert "preflight failed, nothing done: r3: " in capsys.readouterr().out
 
 
-def test_rolling_refuses_a_gang_before_touching_any_host(tmp_path: Path) -> None:
-    gang = FLEET.replace("r3: {address: 10.0.0.3}", "r3: {address: 10.0.0.3, replica: g}")
-    gang = gang.replace("r4: {address: 10.0.0.4}", "r4: {address: 10.0.0.4, replica: g}")
-    (tmp_path / "hosts.yml").write_text(textwrap.dedent(gang))
-    calls: list[str] = []
+GANGS = FLEET.replace("r1: {address: 10.0.0.1}", "r1: {address: 10.0.0.1, replica: g}")
+GANGS = GANGS.replace("r2: {address: 10.0.0.2}", "r2: {address: 10.0.0.2, replica: g}")
+GANGS = GANGS.replace("r4: {address: 10.0.0.4}", "r4: {address: 10.0.0.4, replica: h}")
+GANGS += "        r5: {address: 10.0.0.5, replica: h}\n        r6: {address: 10.0.0.6}\n"
+
+
+def gang_fleet(tmp_path: Path, fail: dict[str, str]) -> tuple[FleetDeploy, list[tuple]]:
+    """Gangs g (r1, r2) and h (r4, r5), replicas of one host r3 and r6."""
+    (tmp_path / "hosts.yml").write_text(textwrap.dedent(GANGS))
+    calls: list[tuple] = []
 
     def run(playbook: Path, limit: str, extra: dict, settings: dict) -> RunOutcome:
-        calls.append(playbook.name)
-        return RunOutcome(ExitCode.OK)
+        calls.append((playbook.name, limit, extra, settings))
+        hit = {h: fail[h] for h in limit.split(",") if h in fail and playbook.name in fail[h]}
+        return RunOutcome(ExitCode.HOST_FAILED if hit else ExitCode.OK, hit)
 
-    fleet = FleetDeploy(load_inventory(tmp_path / "hosts.yml"), "all", run, json_events=True)
-    with pytest.raises(InputError, match=r"--rolling: g \(r3, r4\) span hosts") as refused:
-        fleet.rolling([1], 0)
-    assert "hosts.yml" in str(refused.value) and calls == []
+    inventory = load_inventory(tmp_path / "hosts.yml")
+    return FleetDeploy(inventory, "all", run, json_events=True), calls
+
+
+def test_rolling_runs_each_gang_as_a_batch_of_its_own(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The replicas of one host in the engine's batches (`serial`), then one run per gang
+    over all its members (never split), then the router."""
+    fleet, calls = gang_fleet(tmp_path, {})
+    assert fleet.rolling([1], 0) == ExitCode.OK
+    assert [(c[0], c[1], c[3]) for c in calls] == [
+        ("fleet-preflight.yml", "r1,r2,r3,r4,r5,r6", {}),
+        ("deploy.yml", "r3,r6", {"serial": [1], "max_fail_percentage": 0}),
+        ("deploy.yml", "r1,r2", {}),
+        ("deploy.yml", "r4,r5", {}),
+        ("router.yml", "rt", {}),
+    ]
+    for _, _, extra, _ in calls[1:4]:
+        assert extra["fleet_rolling"] is True
+        assert extra["fleet_replica_urls"]["r2"] == "http://10.0.0.1:8000", "the head's URL"
+    assert calls[-1][2]["fleet_workers"] == [
+        "http://10.0.0.1:8000", "http://10.0.0.3:8000", "http://10.0.0.4:8000",
+        "http://10.0.0.6:8000"]  # fmt: skip
+    recap = json.loads(capsys.readouterr().out.splitlines()[-1])
+    assert recap["stopped"] is None and recap["out_of_router"] == {}
+
+
+def test_a_failed_gang_stops_the_roll_and_stays_out_of_the_router(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    fleet, calls = gang_fleet(tmp_path, {"r2": "deploy.yml: gang worker started: failed"})
+    assert fleet.rolling([1], 0) == ExitCode.HOST_FAILED
+    assert [c[1] for c in calls] == ["r1,r2,r3,r4,r5,r6", "r3,r6", "r1,r2", "rt"], "h not rolled"
+    assert calls[-1][2]["fleet_workers"] == [
+        "http://10.0.0.3:8000", "http://10.0.0.4:8000", "http://10.0.0.6:8000"]  # fmt: skip
+    recap = json.loads(capsys.readouterr().out.splitlines()[-1])
+    assert recap["stopped"] == "gang g: r2 failed, more than max_fail_percentage 0% of its 2 hosts"
+    assert recap["out_of_router"] == {"g": "r2: deploy.yml: gang worker started: failed"}
+    assert recap["batches"] == [["r3", "r6"], ["r1", "r2"]]
 
 
 def test_rolling_sets_serial_and_leaves_failed_replicas_out_of_the_router(
