@@ -136,8 +136,8 @@ def resolve(
     for spec in cache.source.repos:
         commit = _commit(api, spec)
         if not spec.pinned:
-            kept = "recorded" if write else "check mode: not recorded"
-            report(f"{spec.repo}: revision {spec.revision} is commit {commit} ({kept})")
+            noted = "recorded" if write else "check mode: not recorded"
+            report(f"{spec.repo}: revision {spec.revision} is commit {commit} ({noted})")
         sources.append(
             {
                 "part": spec.part,
