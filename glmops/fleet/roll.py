@@ -23,7 +23,7 @@ from typing import Any
 from glmops import batches, paths
 from glmops.batches import SerialEntry
 from glmops.errors import ExitCode, InputError
-from glmops.fleet.router import router_argv
+from glmops.fleet.router import listen_address, router_argv
 from glmops.fleet.topology import Fleet, Replica, fleet_from_inventory, serving_hosts
 from glmops.inventory import Inventory
 
@@ -68,7 +68,12 @@ def router_vars(inventory: Inventory, fleet: Fleet, workers: Sequence[str]) -> d
     venv = str(host.get("router_venv", "/opt/vllm-router"))
     argv = router_argv(
         f"{venv}/bin/vllm-router",
-        host=str(host.get("router_listen", "0.0.0.0")),
+        host=listen_address(
+            fleet.router.address,
+            host.get("router_listen"),
+            host=fleet.router.host,
+            source=str(inventory.path),
+        ),
         port=fleet.router.port,
         workers=list(workers),
         policy=str(host.get("router_policy", "round_robin")),

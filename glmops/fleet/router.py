@@ -3,7 +3,12 @@
 vllm-router (PyPI `vllm-router`) sends OpenAI-API requests to a list of vLLM servers, retries
 on failure and checks their health. Its admin endpoints: `GET /list_workers`,
 `POST /add_worker?url=U` (which returns only once U answers `/health`, up to the router's
-`--worker-startup-timeout-secs`) and `POST /remove_worker?url=U`.
+`--worker-startup-timeout-secs`) and `POST /remove_worker?url=U`. vllm-router 0.1.17 serves
+them on its one client port and asks no credentials for them, even with `--api-key` (that key
+only goes to workers for data-parallel-aware routing; a client's `Authorization` header is passed
+on to the worker unchanged, so replicas with an API key check the clients' keys themselves).
+Whoever reaches the router's address can therefore change its worker list: it listens on one
+address only (`listen_address`), never on every interface unless told so.
 """
 
 from __future__ import annotations
@@ -14,11 +19,31 @@ import urllib.request
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from glmops.errors import GlmopsError
+from glmops.errors import GlmopsError, InputError
 
 
 class RouterError(GlmopsError):
     """The router did not answer as expected (down, refused, or an unexpected reply)."""
+
+
+LOOPBACK = ("127.", "localhost", "::1", "[::1]")
+
+
+def listen_address(router_address: str, configured: object, *, host: str, source: str) -> str:
+    """The router's bind address: `router_listen` if set, else the address the controller
+    reaches the router at (127.0.0.1 on the controller itself; the inventory address of a
+    router host), so it answers on that one interface and not on every other. A loopback
+    address on a router host that is not the controller is refused: neither the controller
+    (which keeps the worker list through the admin API) nor any client could reach it."""
+    listen = str(configured).strip() if configured not in (None, "") else router_address
+    if listen.startswith(LOOPBACK) and not router_address.startswith(LOOPBACK):
+        raise InputError(
+            f"router_listen {listen} on {host}: the controller reaches the router at "
+            f"{router_address} and could not keep its worker list; set router_listen to an "
+            "address the controller and the clients reach (or leave it unset: that address)",
+            source=source,
+        )
+    return listen
 
 
 def router_argv(

@@ -23,6 +23,7 @@ repo needs no other code here.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 from collections.abc import Callable
@@ -36,6 +37,7 @@ from glmops.model.manifest import (
     FileEntry,
     Manifest,
     git_blob_id,
+    git_blob_id_of,
     load_manifest,
     sha256_file,
     write_atomic,
@@ -120,8 +122,12 @@ class ModelCache:
         return done + sum(p.stat().st_size for p in partial)
 
 
-def resolve(cache: ModelCache, hub: HubAccess, report: Report, refresh: bool = False) -> Manifest:
-    """The manifest: read if kept (not rewritten), else built from the Hub and written once."""
+def resolve(
+    cache: ModelCache, hub: HubAccess, report: Report, refresh: bool = False, *, write: bool = True
+) -> Manifest:
+    """The manifest: read if kept (not rewritten), else built from the Hub and written once.
+    `write=False` (check mode) writes nothing anywhere: a new manifest is built in memory (the
+    small files read into memory to hash them), and the report says what a run would record."""
     if cache.manifest_path.exists() and not refresh:
         return load_manifest(cache.manifest_path)
     from huggingface_hub import HfApi
@@ -131,7 +137,8 @@ def resolve(cache: ModelCache, hub: HubAccess, report: Report, refresh: bool = F
     for spec in cache.source.repos:
         commit = _commit(api, spec)
         if not spec.pinned:
-            report(f"{spec.repo}: revision {spec.revision} is commit {commit} (recorded)")
+            noted = "recorded" if write else "check mode: not recorded"
+            report(f"{spec.repo}: revision {spec.revision} is commit {commit} ({noted})")
         sources.append(
             {
                 "part": spec.part,
@@ -141,10 +148,16 @@ def resolve(cache: ModelCache, hub: HubAccess, report: Report, refresh: bool = F
                 "include": list(spec.include),
             }
         )
-        files += [_entry(cache, hub, spec, commit, item) for item in _listing(api, spec, commit)]
+        listing = _listing(api, spec, commit)
+        files += [_entry(cache, hub, spec, commit, item, write) for item in listing]
     manifest = Manifest(tuple(sources), tuple(sorted(files, key=lambda f: f.path)))
-    if cache.manifest_path.exists() and load_manifest(cache.manifest_path) == manifest:
+    kept = load_manifest(cache.manifest_path) if cache.manifest_path.exists() else None
+    if kept == manifest:
         return manifest  # unchanged: keep the file as it is
+    if not write:
+        instead = f", replacing {kept.digest[:12]}" if kept else ""
+        report(f"would record manifest {manifest.digest[:12]} ({cache.manifest_path}{instead})")
+        return manifest
     write_atomic(cache.manifest_path, manifest.to_json())
     return manifest
 
@@ -180,12 +193,19 @@ def _listing(api: Any, spec: RepoSpec, commit: str) -> list[Any]:
     return chosen
 
 
-def _entry(cache: ModelCache, hub: HubAccess, spec: RepoSpec, commit: str, item: Any) -> FileEntry:
+def _entry(
+    cache: ModelCache, hub: HubAccess, spec: RepoSpec, commit: str, item: Any, write: bool
+) -> FileEntry:
     path = f"{spec.part}/{item.path}"
     if item.lfs is not None:
         return FileEntry(path, int(item.lfs.size), item.lfs.sha256, "lfs")
     # Outside LFS the Hub gives only git's blob id: fetch the (small) file now, check it
     # against that id, and record its sha256 so hosts verify it like any other file.
+    if not write:  # check mode: in memory (the Hub keeps files outside LFS small)
+        data = _read(hub, spec, commit, item.path)
+        if git_blob_id_of(data) != item.blob_id:
+            raise FetchError(f"{spec.repo}@{commit}: {item.path} does not match its git blob id")
+        return FileEntry(path, len(data), hashlib.sha256(data).hexdigest(), "blob")
     partial = _download(hub, spec, commit, item.path, cache.files / spec.part)
     if git_blob_id(partial) != item.blob_id:
         partial.unlink()
@@ -274,6 +294,20 @@ def _download(hub: HubAccess, spec: RepoSpec, commit: str, repo_path: str, local
     except Exception as error:  # the HTTP library's errors: say which file, keep the partial
         raise FetchError(f"{spec.repo}@{commit}: {repo_path}: {_short(error)}") from None
     return partial
+
+
+def _read(hub: HubAccess, spec: RepoSpec, commit: str, repo_path: str) -> bytes:
+    """One small file from the Hub, into memory only."""
+    from huggingface_hub import hf_hub_url
+    from huggingface_hub.utils import build_hf_headers, get_session, hf_raise_for_status
+
+    url = hf_hub_url(spec.repo, repo_path, revision=commit, endpoint=hub.endpoint)
+    try:
+        response = get_session().get(url, headers=build_hf_headers(token=hub.token), timeout=60)
+        hf_raise_for_status(response)
+    except Exception as error:  # the HTTP library's errors: say which file
+        raise FetchError(f"{spec.repo}@{commit}: {repo_path}: {_short(error)}") from None
+    return response.content
 
 
 def _short(error: Exception) -> str:

@@ -93,5 +93,8 @@ def sha256_file(path: Path, chunk: int = 8 << 20) -> str:
 def git_blob_id(path: Path) -> str:
     """git's id of a file's content (sha1 of "blob <size>\\0" + bytes): what the Hub reports
     for files outside LFS, so a small file is checked against the Hub too."""
-    data = path.read_bytes()
+    return git_blob_id_of(path.read_bytes())
+
+
+def git_blob_id_of(data: bytes) -> str:
     return hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest()  # noqa: S324 - git's id

@@ -92,7 +92,7 @@ def _one_source(
     masker.add(hub.token)
     source = parse_source(first["model_source"], f"host '{hosts[0].name}'")
     cache = ModelCache(options.cache_root or default_cache_root(), source)
-    manifest = resolve(cache, hub, reporter.note, refresh=options.refresh)
+    manifest = resolve(cache, hub, reporter.note, refresh=options.refresh, write=not options.check)
     reporter.note(
         f"manifest {manifest.digest[:12]}: {len(manifest.files)} files, "
         f"{human_bytes(manifest.total_bytes)} ({cache.manifest_path})"
@@ -138,6 +138,8 @@ def _converge(
     if not need:
         return results
     if options.check:
+        if not options.seed:
+            _would_fetch(cache, manifest, reporter)
         for name, ctx in need.items():
             missing = states[name].get("missing", []) + states[name].get("bad", [])
             results[name] = TaskResult(
@@ -188,6 +190,15 @@ def _seed_ready(
             data={**_paths(seed, manifest), "source": "hub"},
         )
     }
+
+
+def _would_fetch(cache: ModelCache, manifest: Manifest, reporter: Reporter) -> None:
+    """Check mode: what a run would download into the controller's cache (nothing is)."""
+    missing = [f for f in manifest.files if not cache.verified(f)]
+    if missing:
+        names = ", ".join(f.path for f in missing[:5]) + (", ..." if len(missing) > 5 else "")
+        size = human_bytes(sum(f.size for f in missing))
+        reporter.note(f"would fetch {len(missing)} file(s), {size}, into {cache.dir}: {names}")
 
 
 def _controller_room(cache: ModelCache, manifest: Manifest) -> None:

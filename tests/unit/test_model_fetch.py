@@ -7,6 +7,7 @@ listing exactly as from huggingface.co; small files go through the git blob-id c
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import random
 import signal
@@ -19,6 +20,7 @@ from pathlib import Path
 import pytest
 
 from glmops.context import run_helper_here
+from glmops.errors import ExitCode
 from glmops.model.fetch import FetchError, HubAccess, ModelCache, download, resolve
 from glmops.model.manifest import load_manifest
 from glmops.model.source import parse_source
@@ -237,3 +239,72 @@ def test_seed_helper_downloads_verifies_and_never_keeps_a_wrong_file(
     bad = run([wrong])
     assert bad["failed"] and "does not match its sha256" in bad["msg"]
     assert not list((tmp_path / "host" / "weights").glob("wrong.gguf*"))
+
+
+def snapshot(folder: Path) -> dict[str, tuple[bytes | None, int]]:
+    """Every path under `folder`: its bytes (None for a folder) and its mtime."""
+    return {
+        str(p.relative_to(folder)): (None if p.is_dir() else p.read_bytes(), p.stat().st_mtime_ns)
+        for p in sorted(folder.rglob("*"))
+    }
+
+
+def model_check(hub: dict, folder: Path, cache_root: Path, refresh: bool) -> int:
+    """`glmops model --check [--refresh]` on a local-connection host, as the CLI runs it."""
+    from glmops.model.command import model_command
+    from glmops.model.phase import ModelOptions
+    from tests.support.local_hosts import local_hosts
+
+    variables = {
+        "model_source": {
+            "repo": WEIGHTS,
+            "include": ["UD-Q4_K_XL/*"],
+            "config": {"repo": BASE, "revision": "main"},
+        },
+        "model_dir": str(folder / "host-model"),
+        "hf_endpoint": hub["endpoint"],
+    }
+    folder.mkdir()
+    inventory = local_hosts(folder, {"all": ["m1"]}, host_vars=lambda _: variables)
+    options = ModelOptions(check=True, refresh=refresh, cache_root=cache_root)
+    return int(model_command(inventory, "all", options, json_events=True))
+
+
+def notes(capsys: pytest.CaptureFixture[str]) -> str:
+    """The run's notes (--json events), one a line."""
+    events = [json.loads(line) for line in capsys.readouterr().out.splitlines() if line[:1] == "{"]
+    return "\n".join(e["msg"] for e in events if e.get("event") == "note")
+
+
+def test_check_mode_leaves_the_controllers_cache_as_it_was(
+    hub: dict, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """--check on an empty cache, then --check --refresh after the branch moved: the cache
+    (manifest, small files, stamps) stays byte for byte and mtime for mtime as it was, while
+    the report names what a run would fetch and record."""
+    monkeypatch.setenv("GLMOPS_RUN_DIR", str(tmp_path / "runs"))
+    cache_root = tmp_path / "cache"
+    cache_root.mkdir()
+    code = model_check(hub, tmp_path / "a", cache_root, refresh=False)
+    out = notes(capsys)
+    assert code == ExitCode.CHECK_FOUND_CHANGES, out
+    assert snapshot(cache_root) == {}, "check mode wrote into the controller's cache"
+    assert "would fetch 7 file(s)" in out and f"weights/{shard_name(1)}" in out, out
+    assert "would record manifest" in out and "config/config.json" in out, out
+
+    kept = resolve(ModelCache(cache_root, source()), HubAccess(hub["endpoint"]), print)
+    before = snapshot(cache_root)
+    repo: HubRepo = hub["weights"]
+    repo.put("UD-Q4_K_XL/notes.txt", b"moved on\n")
+    moved = repo.commit("move the branch")
+    try:
+        code = model_check(hub, tmp_path / "b", cache_root, refresh=True)
+    finally:
+        repo._git("reset", "-q", "--hard", hub["weights_commit"])
+    out = notes(capsys)
+    assert code == ExitCode.CHECK_FOUND_CHANGES, out
+    assert snapshot(cache_root) == before, "check --refresh changed the controller's cache"
+    assert load_manifest(ModelCache(cache_root, source()).manifest_path) == kept
+    assert f"is commit {moved} (check mode: not recorded)" in out, out
+    assert f"replacing {kept.digest[:12]}" in out, out
+    assert "would fetch" in out and "weights/UD-Q4_K_XL/notes.txt" in out, out

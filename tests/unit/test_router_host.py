@@ -11,7 +11,7 @@ import pytest
 
 from glmops import paths
 from glmops.errors import ExitCode, InputError
-from glmops.fleet.roll import FleetDeploy, RunOutcome
+from glmops.fleet.roll import FleetDeploy, RunOutcome, router_vars
 from glmops.fleet.topology import fleet_from_inventory
 from glmops.inventory import load_inventory
 from glmops.listing import list_hosts
@@ -98,10 +98,41 @@ def test_the_fleet_deploy_runs_the_router_play_on_the_controller(tmp_path: Path)
     assert extra["fleet_router_argv"][:5] == [
         "/opt/vllm-router/bin/vllm-router",
         "--host",
-        "0.0.0.0",
+        "127.0.0.1",
         "--port",
         "30007",
     ]
+
+
+REMOTE = (
+    FLEET.replace("router_host: localhost", "router_host: rt")
+    + """\
+    routers:
+      hosts:
+        rt: {address: 10.0.0.9}
+"""
+)
+
+
+def router_bind(inventory) -> str:
+    argv = router_vars(inventory, fleet_from_inventory(inventory, []), [])["fleet_router_argv"]
+    return argv[argv.index("--host") + 1]
+
+
+def test_the_router_listens_where_the_controller_reaches_it_not_on_every_interface(
+    tmp_path: Path,
+) -> None:
+    assert router_bind(inventory_of(tmp_path, FLEET)) == "127.0.0.1"
+    assert router_bind(inventory_of(tmp_path, REMOTE)) == "10.0.0.9"
+    wide = inventory_of(tmp_path, REMOTE, {"router_listen": "0.0.0.0"})
+    assert router_bind(wide) == "0.0.0.0", "every interface only when asked"
+
+
+def test_a_loopback_router_listen_on_a_remote_router_host_is_refused(tmp_path: Path) -> None:
+    inventory = inventory_of(tmp_path, REMOTE, {"router_listen": "127.0.0.1"})
+    with pytest.raises(InputError, match="router_listen 127.0.0.1 on rt: .* 10.0.0.9") as raised:
+        router_bind(inventory)
+    assert str(tmp_path / "hosts.yml") in str(raised.value)
 
 
 def test_the_router_play_reaches_the_controller_only_when_limited_to_it(tmp_path: Path) -> None:
