@@ -21,6 +21,7 @@ from glmops.facts import HostFacts
 from glmops.modules.base import Arg, Module, Plan, register
 from glmops.modules.python_venv import UV_DIR
 from glmops.results import Status, TaskResult
+from glmops.versions import major_minor
 
 NIGHTLY_INDEX = "https://wheels.vllm.ai/nightly"
 COMMIT_INDEX = "https://wheels.vllm.ai"
@@ -46,19 +47,13 @@ class TorchChoice:
     error: str | None = None
 
 
-def _major_minor(text: str | None) -> tuple[int, int] | None:
-    """The first two numbers of a version string ("12.8.1" -> (12, 8)), or None."""
-    nums = re.findall(r"\d+", text or "")
-    return (int(nums[0]), int(nums[1] if len(nums) > 1 else 0)) if nums else None
-
-
 def choose_torch(facts: HostFacts, branch: str, wanted: str | None) -> TorchChoice:
     """The torch CUDA build for this host: the newest the driver supports (pure)."""
     if wanted and wanted != "auto":
         return TorchChoice(wanted, f"torch_backend = {wanted} → as configured")
     if not facts.has_nvidia_gpu:
         return TorchChoice(None, "no NVIDIA GPU → torch as the index resolves it (no backend)")
-    cuda = _major_minor(facts.cuda_version)
+    cuda = major_minor(facts.cuda_version)
     fact = f"driver supports CUDA {facts.cuda_version}"
     if cuda is None:
         cuda = BRANCH_CUDA.get(str(branch))

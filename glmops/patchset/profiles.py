@@ -11,6 +11,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from glmops.versions import major_minor
+
 REGISTRY = "vllm/v1/attention/backends/registry.py"
 CUDA = "vllm/platforms/cuda.py"
 BACKEND_BASE = "vllm/v1/attention/backend.py"
@@ -85,7 +87,7 @@ class Profile:
         return self.gguf_loader == IN_TREE_GGUF
 
     def covers(self, version: str | None) -> bool:
-        parsed = _major_minor(version)
+        parsed = major_minor(version)
         low, high = self.versions
         return parsed is not None and low <= parsed and (high is None or parsed < high)
 
@@ -236,8 +238,3 @@ def profile_by_name(name: str) -> Profile:
 def profile_for_version(version: str | None) -> Profile | None:
     """The layout a vLLM release of this version has, from the profiles' version ranges."""
     return next((p for p in PROFILES if p.covers(version)), None)
-
-
-def _major_minor(version: str | None) -> tuple[int, int] | None:
-    match = re.match(r"^(\d+)\.(\d+)", version or "")
-    return (int(match[1]), int(match[2])) if match else None

@@ -17,11 +17,11 @@ from glmops.gpus import gguf_dtype
 from glmops.patchset.profiles import (
     PLUGIN_GGUF,
     Profile,
-    _major_minor,
     profile_by_name,
     profile_for_version,
 )
 from glmops.serving.backends import Expectation, expected_backends
+from glmops.versions import major_minor
 
 #: GLM-5 has 64 attention heads; tensor parallelism must divide them.
 GLM5_ATTENTION_HEADS = 64
@@ -314,7 +314,7 @@ def _shutdown_timeout(
             )
         reasons["--shutdown-timeout"] = f"vllm_extra_args, under vllm_stop_timeout_s {stop}"
         return []
-    version = _major_minor(facts.venv.vllm_version if facts.venv else None)
+    version = major_minor(facts.venv.vllm_version if facts.venv else None)
     if gang.get("args") or version is None or version < SHUTDOWN_TIMEOUT_SINCE:
         return []  # a gang stops by SIGKILL; an older vLLM aborts (no flag)
     drain = stop - STOP_TEARDOWN_S
