@@ -154,7 +154,12 @@ class TaskRunner:
                 f"interrupted: {error}; its command was ended",
                 data={ENDED_MIDWAY: True},
             )
-        except (TemplateError, ModuleError, RemoteCommandError) as error:
+        except TemplateError as error:  # the task's own templates name it; a module's do not
+            where = f"{task.where} on host '{session.host.name}'"
+            message = str(error)
+            located = message if message.startswith(where) else f"{where}: {message}"
+            return TaskResult(Status.FAILED, located)
+        except (ModuleError, RemoteCommandError) as error:
             return TaskResult(Status.FAILED, str(error))
         except Exception as error:  # a bug in a module fails its task, never the whole run
             trace = traceback.format_exc()

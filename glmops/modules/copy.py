@@ -8,7 +8,7 @@ import hashlib
 import jinja2
 
 from glmops.context import FileState, TaskContext
-from glmops.errors import ModuleError
+from glmops.errors import ModuleError, TemplateError
 from glmops.modules.base import Arg, Module, Plan, mode_arg, register
 from glmops.modules.file import _attribute_commands, _attribute_fixes
 from glmops.results import Status, TaskResult
@@ -118,7 +118,7 @@ class Template(Copy):
         try:
             return env.get_template(path.name).render(self.scope(ctx)).encode()
         except jinja2.TemplateError as error:
-            raise ModuleError(f"template {describe_template_error(error, path)}") from None
+            raise TemplateError(f"template {describe_template_error(error, path)}") from None
 
 
 def _diff(ctx: TaskContext, dest: str, current: FileState | None, wanted: bytes) -> str | None:

@@ -80,4 +80,5 @@ def test_an_undefined_variable_in_a_template_names_its_line(
     )
     page, broken = outcome.results()
     assert f"{tmp_path}/part.j2:3: undefined variable: 'not_defined_anywhere'" in page["msg"]
+    assert page["msg"].startswith(f"{tmp_path}/playbook.yml:5 task 'page' on host 'here': ")
     assert f"{tmp_path}/broken.j2:2: template syntax error" in broken["msg"], broken["msg"]
