@@ -152,13 +152,15 @@ class SessionPool:
 
     def _reconnect(self, session: HostSession) -> Connection:
         """A fresh connection to the same host (after a reboot); the old one is closed first,
-        and the run lock, which lived with it, is taken again."""
-        if session.conn is not None:
-            session.conn.close()
-        session.conn = None
-        session.release_lock = None
-        self._ensure_connected(session)
-        if session.lock_play is not None:
-            self._lock(session.lock_play, session)
-        assert session.conn is not None
-        return session.conn
+        and the run lock, which lived with it, is taken again. Under the session's guard, as
+        `connect`: a task delegated to this host meanwhile waits for the one new connection."""
+        with session.guard:
+            if session.conn is not None:
+                session.conn.close()
+            session.conn = None
+            session.release_lock = None
+            self._ensure_connected(session)
+            if session.lock_play is not None:
+                self._lock(session.lock_play, session)
+            assert session.conn is not None
+            return session.conn
