@@ -263,7 +263,7 @@ def test_hostile_values_never_execute(
         - name: echo it
           command: echo {{{{ evil }}}}
           register: echoed
-          failed_when: echoed.stdout != evil + "\\n"
+          failed_when: echoed.stdout != evil
         - name: as a path
           file: {{path: "/tmp/hostile/{{{{ evil | replace('/', '_') }}}}", state: directory}}
         - name: as content, in a path
