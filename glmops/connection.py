@@ -148,6 +148,10 @@ class SSHConnection:
         self._lock = threading.Lock()
         #: Process groups of the commands running now, with how to signal each.
         self._groups: dict[int, KillWrap | None] = {}
+        #: The one SFTP session (Fabric keeps one per connection) takes one request at a time:
+        #: two tasks uploading at once (both delegated to this host) would read each other's
+        #: replies and wait forever.
+        self._sftp_lock = threading.Lock()
 
     def _make(
         self, address: str, user: str | None, port: int | None, jump: str | None
@@ -326,10 +330,11 @@ class SSHConnection:
         return True
 
     def put(self, data: bytes, remote_path: str, mode: int = 0o600) -> None:
-        sftp = self._fabric.sftp()
-        with sftp.file(remote_path, "wb") as remote:
-            remote.chmod(mode)
-            remote.write(data)
+        with self._sftp_lock:
+            sftp = self._fabric.sftp()
+            with sftp.file(remote_path, "wb") as remote:
+                remote.chmod(mode)
+                remote.write(data)
 
     def close(self) -> None:
         self._fabric.close()

@@ -9,6 +9,7 @@ connection keeps the contract tests/unit/test_connection.py checks on the local 
 from __future__ import annotations
 
 import stat
+import threading
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -120,3 +121,26 @@ def test_ssh_put_writes_the_bytes_with_the_mode(bed: Testbed, ssh: SSHConnection
     mode = bed.exec(HOST, ["stat", "-c", "%a", "/tmp/seams-upload"]).stdout.strip()
     assert mode == f"{stat.S_IMODE(0o600):o}"
     assert bed.exec(HOST, ["cat", "/tmp/seams-upload"], input=b"").stdout == b"\x00secret\n"
+
+
+def test_ssh_puts_from_many_threads_at_once_all_land(bed: Testbed, ssh: SSHConnection) -> None:
+    """Tasks delegated to one host share its connection, and so its one SFTP session: uploads
+    from several threads at once must each land whole (unserialised, they fail or hang)."""
+    payloads = {f"/tmp/seams-many-{i}": bytes([i]) * (1000 + 4099 * i) for i in range(24)}
+    errors: list[BaseException] = []
+
+    def put(path: str, data: bytes) -> None:
+        try:
+            ssh.put(data, path, 0o640)
+        except BaseException as error:  # noqa: BLE001 - every failure is the test's finding
+            errors.append(error)
+
+    threads = [threading.Thread(target=put, args=item, daemon=True) for item in payloads.items()]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=60)
+    assert not any(thread.is_alive() for thread in threads), "an upload hung"
+    assert errors == []
+    for path, data in payloads.items():
+        assert bed.exec(HOST, ["cat", path], input=b"").stdout == data, path
