@@ -512,11 +512,38 @@ if gluon is not None:
         return idx_next_n, idx_next_p
 
     @gluon.jit
+    def _wg_tile_valid(idx_base, n0, end, num_rows, BLOCK_N: gl.constexpr, layout: gl.constexpr):
+        """Which of the tile's keys are real rows, in the scores' key layout: indices are read
+        again rather than converted from the gather's layout (an L1 hit, no shuffle)."""
+        idx = _wg_load_indices(idx_base, n0, end, BLOCK_N, layout)
+        return (idx >= 0) & (idx < num_rows)
+
+    @gluon.jit
+    def _wg_softmax_step(s, m_i, l_tile, KEY_AXIS: gl.constexpr):
+        """One tile of the online softmax in base 2 over scores ``s`` (scaled, -inf where
+        masked), keys along ``KEY_AXIS``. Returns P, the factor the running output is scaled
+        by, the new running max and the per-element running sums (reduced once, at the end)."""
+        m_new = gl.maximum(m_i, gl.max(s, KEY_AXIS))
+        m_safe = gl.where(m_new == float("-inf"), 0.0, m_new)
+        alpha = gl.exp2(m_i - m_safe)
+        p = gl.exp2(s - gl.expand_dims(m_safe, KEY_AXIS))
+        l_tile = l_tile * gl.expand_dims(alpha, KEY_AXIS) + p
+        return p, alpha, m_new, l_tile
+
+    @gluon.jit
+    def _wg_row_sums(l_tile, m_i, KEY_AXIS: gl.constexpr):
+        """Each head's softmax denominator (1 for a head that saw no valid key, whose output
+        stays 0) and its base-2 LSE (-inf there)."""
+        l_i = gl.sum(l_tile, KEY_AXIS)
+        empty = l_i == 0.0
+        denom = gl.where(empty, 1.0, l_i)
+        return denom, gl.where(empty, float("-inf"), m_i + gl.log2(denom))
+
+    @gluon.jit
     def _wg_store_rows(
         rows_smem,
+        out_rows,
         lse2,
-        offs_hl,
-        mask_hl,
         Out,
         LSE,
         PO,
@@ -534,10 +561,14 @@ if gluon is not None:
         IS_SPLIT: gl.constexpr,
         nope_layout: gl.constexpr,
     ):
-        """Stores the [BLOCK_H, 512] rows the caller staged in ``rows_smem`` as whole 16-byte
-        pieces of contiguous rows (the MMA accumulator layouts would store 4-byte pieces), and
-        their base-2 LSEs ``lse2`` (heads ``offs_hl`` where ``mask_hl``): the output, or a
-        split's partial rows (q's 16-bit dtype, NOTES.md round 7)."""
+        """Stores the [BLOCK_H, 512] rows ``out_rows`` (the output, or a split's partial rows
+        in q's 16-bit dtype, NOTES.md round 7) through ``rows_smem``, free shared memory, as
+        whole 16-byte pieces of contiguous rows (the MMA accumulator layouts would store 4-byte
+        pieces), and the heads' base-2 LSEs ``lse2``."""
+        offs_hl = head0 + gl.arange(0, BLOCK_H, layout=lse2.type.layout)
+        mask_hl = offs_hl < num_heads
+        gl.thread_barrier()  # every warp is done with what rows_smem held
+        rows_smem.store(out_rows)
         gl.thread_barrier()
         out_rows = rows_smem.load(nope_layout)
         offs_h = head0 + gl.arange(0, BLOCK_H, layout=gl.SliceLayout(1, nope_layout))
@@ -670,18 +701,13 @@ if gluon is not None:
             k_p = pe_tiles.index(stage)
             s = warpgroup_mma(q_nope, k_n.permute((1, 0)), s_zero, use_acc=False, is_async=True)
             s = warpgroup_mma(q_pe, k_p.permute((1, 0)), s, is_async=True)
-            idx_c = _wg_load_indices(
-                idx_base, start + i * BLOCK_N, end, BLOCK_N, gl.SliceLayout(0, s_layout)
+            n0 = start + i * BLOCK_N
+            valid = _wg_tile_valid(
+                idx_base, n0, end, num_rows, BLOCK_N, gl.SliceLayout(0, s_layout)
             )
-            valid = (idx_c >= 0) & (idx_c < num_rows)
             s = warpgroup_mma_wait(0, deps=(s,))
             s = gl.where(valid[None, :], s * qk_scale, float("-inf"))
-            m_new = gl.maximum(m_i, gl.max(s, 1))  # across the warpgroups
-            m_safe = gl.where(m_new == float("-inf"), 0.0, m_new)
-            alpha = gl.exp2(m_i - m_safe)
-            p = gl.exp2(s - m_safe[:, None])
-            l_tile = l_tile * alpha[:, None] + p
-            m_i = m_new
+            p, alpha, m_i, l_tile = _wg_softmax_step(s, m_i, l_tile, 1)  # max across warpgroups
             acc = acc * gl.convert_layout(alpha, gl.SliceLayout(1, acc_layout))[:, None]
             # Each warpgroup's P.V needs both halves of P: exchange them in shared memory.
             p_tile.store(p.to(dtype))
@@ -691,23 +717,12 @@ if gluon is not None:
             acc = warpgroup_mma_wait(0, deps=(acc,))
         async_copy.wait_group(0)
 
-        l_i = gl.sum(l_tile, 1)
-        empty = l_i == 0.0
-        l_acc = gl.convert_layout(gl.where(empty, 1.0, l_i), gl.SliceLayout(1, acc_layout))
-        out = acc / l_acc[:, None]
-        lse2 = gl.where(empty, float("-inf"), m_i + gl.log2(gl.where(empty, 1.0, l_i)))
-        offs_hl = hb * BLOCK_H + gl.arange(0, BLOCK_H, layout=gl.SliceLayout(1, s_layout))
-        mask_hl = offs_hl < num_heads
-        # The output rows, or a split's partial rows (16-bit too, NOTES.md round 7), go through
-        # the query's shared memory, free now, so that the global stores are whole 16-byte
-        # pieces of contiguous rows rather than the accumulator layout's 4-byte ones.
-        gl.thread_barrier()  # both warpgroups are done with Q
-        q_nope.store(out.to(dtype))
+        denom, lse2 = _wg_row_sums(l_tile, m_i, 1)
+        out = acc / gl.convert_layout(denom, gl.SliceLayout(1, acc_layout))[:, None]
         _wg_store_rows(
-            q_nope,
+            q_nope,  # free now
+            out.to(dtype),
             lse2,
-            offs_hl,
-            mask_hl,
             Out,
             LSE,
             PO,
@@ -837,18 +852,13 @@ if gluon is not None:
             k_p = pe_tiles.index(stage)
             s = warpgroup_mma(k_n, q_nope.permute((1, 0)), s_zero, use_acc=False, is_async=True)
             s = warpgroup_mma(k_p, q_pe.permute((1, 0)), s, is_async=True)
-            idx_c = _wg_load_indices(
-                idx_base, start + i * BLOCK_N, end, BLOCK_N, gl.SliceLayout(1, mma_layout)
+            n0 = start + i * BLOCK_N
+            valid = _wg_tile_valid(
+                idx_base, n0, end, num_rows, BLOCK_N, gl.SliceLayout(1, mma_layout)
             )
-            valid = (idx_c >= 0) & (idx_c < num_rows)
             s = warpgroup_mma_wait(0, deps=(s,))
             s = gl.where(valid[:, None], s * qk_scale, float("-inf"))
-            m_new = gl.maximum(m_i, gl.max(s, 0))
-            m_safe = gl.where(m_new == float("-inf"), 0.0, m_new)
-            alpha = gl.exp2(m_i - m_safe)
-            p = gl.exp2(s - m_safe[None, :])
-            l_tile = l_tile * alpha[None, :] + p
-            m_i = m_new
+            p, alpha, m_i, l_tile = _wg_softmax_step(s, m_i, l_tile, 0)
             acc = acc * alpha[None, :]
             p_tile.store(p.to(dtype))
             fence_async_shared()
@@ -857,19 +867,12 @@ if gluon is not None:
             acc = warpgroup_mma_wait(0, deps=(acc,))
         async_copy.wait_group(0)
 
-        l_i = gl.sum(l_tile, 0)
-        empty = l_i == 0.0
-        out = acc / gl.where(empty, 1.0, l_i)[None, :]
-        lse2 = gl.where(empty, float("-inf"), m_i + gl.log2(gl.where(empty, 1.0, l_i)))
-        offs_hl = hb * BLOCK_H + gl.arange(0, BLOCK_H, layout=head_layout)
-        mask_hl = offs_hl < num_heads
-        gl.thread_barrier()  # every warp is done with Q
-        q_nope.store(gl.permute(out.to(dtype), (1, 0)))
+        denom, lse2 = _wg_row_sums(l_tile, m_i, 0)
+        out = acc / denom[None, :]
         _wg_store_rows(
-            q_nope,
+            q_nope,  # free now
+            gl.permute(out.to(dtype), (1, 0)),
             lse2,
-            offs_hl,
-            mask_hl,
             Out,
             LSE,
             PO,
@@ -901,6 +904,15 @@ if gluon is not None:
             is_pure=True,
             pack=4,
         )
+
+    @gluon.jit
+    def _wg_widen_rows(src, dst, row0, ROWS: gl.constexpr, layout: gl.constexpr):
+        """e4m3 rows [row0, row0 + ROWS) of ``src`` into fp16 ``dst`` (ROWS rows), at most 32
+        at a time: 64 at once spill at 16 heads."""
+        STEP: gl.constexpr = ROWS if ROWS < 32 else 32
+        for c in gl.static_range(ROWS // STEP):
+            v8 = src.slice(row0 + c * STEP, STEP).load(layout)
+            dst.slice(c * STEP, STEP).store(_e4m3_cvt_to_f16_gl(v8))
 
     @gluon.jit
     def _wg_e4m3_query(q_tok, heads, cols, num_heads, stride_qh, col0):
@@ -946,6 +958,7 @@ if gluon is not None:
         stride_lh,
         v_scale,
         BLOCK_H: gl.constexpr,
+        V_ROWS: gl.constexpr,
         NUM_STAGES: gl.constexpr,
         IS_SPLIT: gl.constexpr,
         USE_PDL: gl.constexpr,
@@ -974,9 +987,8 @@ if gluon is not None:
         pe_smem: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_N, D_PE], f8)
         qn_smem: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_H, D_V], f8)
         qp_smem: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_H, D_PE], f8)
-        v_smem: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_N, D_V], gl.float16)
+        v_smem: gl.constexpr = gl.NVMMASharedLayout.get_default_for([V_ROWS, D_V], gl.float16)
         p_smem: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_N, BLOCK_H], gl.float16)
-        o_smem: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_H, D_V], out_ty)
 
         if USE_PDL:
             _wg_launch_dependents()
@@ -988,9 +1000,8 @@ if gluon is not None:
         ql_p = gl.allocate_shared_memory(f8, [BLOCK_H, D_PE], qp_smem)
         kv_tiles = gl.allocate_shared_memory(f8, [NUM_STAGES, BLOCK_N, D_V], kv_smem)
         pe_tiles = gl.allocate_shared_memory(f8, [NUM_STAGES, BLOCK_N, D_PE], pe_smem)
-        v_tile = gl.allocate_shared_memory(gl.float16, [BLOCK_N, D_V], v_smem)
+        v_tile = gl.allocate_shared_memory(gl.float16, [V_ROWS, D_V], v_smem)
         p_tile = gl.allocate_shared_memory(gl.float16, [BLOCK_N, BLOCK_H], p_smem)
-        o_rows = gl.allocate_shared_memory(out_ty, [BLOCK_H, D_V], o_smem)
 
         start = split * chunk
         end = gl.minimum(start + chunk, topk)
@@ -1067,44 +1078,39 @@ if gluon is not None:
             s = warpgroup_mma(k_n, ql_n.permute((1, 0)), s, is_async=True)
             s = warpgroup_mma(k_p, qh_p.permute((1, 0)), s, is_async=True)
             s = warpgroup_mma(k_p, ql_p.permute((1, 0)), s, is_async=True)
-            # V widened while the score MMAs run (the last P.V has finished reading v_tile),
-            # 32 rows at a time: the whole tile at once spills at 16 heads.
-            for c in gl.static_range(BLOCK_N // 32):
-                v8 = k_n.slice(c * 32, 32).load(nope_layout)
-                v_tile.slice(c * 32, 32).store(_e4m3_cvt_to_f16_gl(v8))
-            idx_c = _wg_load_indices(
-                idx_base, start + i * BLOCK_N, end, BLOCK_N, gl.SliceLayout(1, s_layout)
+            # V's first V_ROWS rows are widened while the score MMAs run (the last P.V has
+            # finished reading v_tile).
+            _wg_widen_rows(k_n, v_tile, 0, V_ROWS, nope_layout)
+            n0 = start + i * BLOCK_N
+            valid = _wg_tile_valid(
+                idx_base, n0, end, num_rows, BLOCK_N, gl.SliceLayout(1, s_layout)
             )
-            valid = (idx_c >= 0) & (idx_c < num_rows)
             s = warpgroup_mma_wait(0, deps=(s,))
             s = gl.where(valid[:, None], s * qk_row[None, :], float("-inf"))
-            m_new = gl.maximum(m_i, gl.max(s, 0))
-            m_safe = gl.where(m_new == float("-inf"), 0.0, m_new)
-            alpha = gl.exp2(m_i - m_safe)
-            p = gl.exp2(s - m_safe[None, :])
-            l_tile = l_tile * alpha[None, :] + p
-            m_i = m_new
+            p, alpha, m_i, l_tile = _wg_softmax_step(s, m_i, l_tile, 0)
             acc = acc * gl.convert_layout(alpha, gl.SliceLayout(0, o_layout))[None, :]
             p_tile.store(p.to(gl.float16))
-            fence_async_shared()
-            gl.thread_barrier()
-            acc = warpgroup_mma(v_tile.permute((1, 0)), p_tile, acc, is_async=True)
+            for c in gl.static_range(BLOCK_N // V_ROWS):
+                if c > 0:  # the next V_ROWS rows, once the last P.V has read v_tile
+                    acc = warpgroup_mma_wait(0, deps=(acc,))
+                    gl.thread_barrier()
+                    _wg_widen_rows(k_n, v_tile, c * V_ROWS, V_ROWS, nope_layout)
+                fence_async_shared()
+                gl.thread_barrier()
+                p_rows = p_tile.slice(c * V_ROWS, V_ROWS)
+                acc = warpgroup_mma(v_tile.permute((1, 0)), p_rows, acc, is_async=True)
             acc = warpgroup_mma_wait(0, deps=(acc,))
         async_copy.wait_group(0)
 
-        l_i = gl.sum(l_tile, 0)
-        empty = l_i == 0.0
-        denom = gl.convert_layout(gl.where(empty, 1.0, l_i), gl.SliceLayout(0, o_layout))
-        out = acc * v_scale / denom[None, :]
-        lse2 = gl.where(empty, float("-inf"), m_i + gl.log2(gl.where(empty, 1.0, l_i)))
-        offs_hl = head0 + gl.arange(0, BLOCK_H, layout=head_layout)
-        mask_hl = offs_hl < num_heads
-        o_rows.store(gl.permute(out.to(out_ty), (1, 0)))
+        denom, lse2 = _wg_row_sums(l_tile, m_i, 0)
+        out = acc * v_scale / gl.convert_layout(denom, gl.SliceLayout(0, o_layout))[None, :]
+        # The rows leave through v_tile, free now (V_ROWS >= BLOCK_H).
+        o_smem: gl.constexpr = gl.NVMMASharedLayout.get_default_for([V_ROWS, D_V], out_ty)
+        o_rows = v_tile._reinterpret(out_ty, [V_ROWS, D_V], o_smem).slice(0, BLOCK_H)
         _wg_store_rows(
             o_rows,
+            gl.permute(out.to(out_ty), (1, 0)),
             lse2,
-            offs_hl,
-            mask_hl,
             Out,
             LSE,
             PO,
@@ -1583,10 +1589,14 @@ def _launch_gluon(
     if kv_format == "fp8":
         if not swapped:
             raise ValueError("WGMMA with fp8 e4m3 rows needs BLOCK_H 8 or 16")
+        v_rows = cfg.get("V_ROWS", 64)
+        if v_rows not in (16, 32, 64):
+            raise ValueError(f"V_ROWS is 16, 32 or 64 (rows of V widened per P.V), not {v_rows}")
         _sparse_mla_wgmma_e4m3_kernel[(programs,)](
             *args,
             float(kv_scale),
             BLOCK_H=block_h,
+            V_ROWS=v_rows,
             **common,
             num_warps=4,
         )

@@ -17,7 +17,8 @@ Modes:
          small heads: PDL merge, wider/deeper gather tiles), r4 (round 4: indices prefetched
          by hand, deeper pipelines), fp8 (fp8_ds_mla rows; run with --dtypes fp8), r12 (fp8
          e4m3 tiles: V widened by bits in the 32-head tile, 16-head tile shapes), r12g (the
-         e4m3 Hopper tile against the tl.dot tile), r12v (its two V buffers)
+         e4m3 Hopper tile against the tl.dot tile), r12v (its two V buffers), r13 (its V
+         widened 16/32/64 rows per P.V, one or two programs per SM)
 The bare gather's shapes, by row size and index locality: gather_rows.py.
 
 Run from the repo root: python3 -m benchmarks.sparse_mla.bench [--mode ...]
@@ -1007,7 +1008,23 @@ def plan_r12() -> list[tuple[int, int, dict[str, int], int]]:
     return _expand(cases)
 
 
+def plan_r13() -> list[tuple[int, int, dict[str, int], int]]:
+    """fp8 e4m3 rows (run with --dtypes e4m3 --check): the e4m3 Hopper tile with V widened
+    ``V_ROWS`` rows per P.V MMA (16 rows: ~100/111 KB at 8/16 heads, two programs per SM;
+    32: two per SM at neither; 64: one P.V per tile, as round 12), each at the split counts
+    of one and of two programs per SM; the round-12 tile (64) first and last."""
+    cases = []
+    for b, h, splits in [(128, 8, (1, 2)), (128, 16, (1, 2)), (32, 8, (4, 8)), (32, 16, (4, 8)),
+                         (8, 8, (16, 32)), (8, 16, (16, 32))]:  # fmt: skip
+        tile = {"WGMMA": 1, "BLOCK_H": 8 if h <= 8 else 16, "BLOCK_N": 64, "num_warps": 4,
+                "num_stages": 2, "WAVES": 1}  # fmt: skip
+        tiles = [tile, {**tile, "V_ROWS": 32}, {**tile, "V_ROWS": 16}, {**tile, "V_ROWS": 64}]
+        cases.append((b, h, splits, tiles))
+    return _expand(cases)
+
+
 PLANS = {
+    "r13": plan_r13,
     "r12c": plan_r12c,
     "r12v": plan_r12v,
     "r12g": plan_r12g,
