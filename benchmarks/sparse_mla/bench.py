@@ -18,7 +18,8 @@ Modes:
          by hand, deeper pipelines), fp8 (fp8_ds_mla rows; run with --dtypes fp8), r12 (fp8
          e4m3 tiles: V widened by bits in the 32-head tile, 16-head tile shapes), r12g (the
          e4m3 Hopper tile against the tl.dot tile), r12v (its two V buffers), r13 (its V
-         widened 16/32/64 rows per P.V, one or two programs per SM)
+         widened 16/32/64 rows per P.V, one or two programs per SM), r13b (q's two parts
+         in one MMA; stages left out)
 The bare gather's shapes, by row size and index locality: gather_rows.py.
 
 Run from the repo root: python3 -m benchmarks.sparse_mla.bench [--mode ...]
@@ -1023,7 +1024,27 @@ def plan_r13() -> list[tuple[int, int, dict[str, int], int]]:
     return _expand(cases)
 
 
+def plan_r13b() -> list[tuple[int, int, dict[str, int], int]]:
+    """fp8 e4m3 rows (run with --dtypes e4m3 --check): the e4m3 Hopper tile with q's two e4m3
+    parts as one MMA of N = 2 x heads (``Q_FUSED``: the gathered tile is read once for the
+    scores, the two halves summed through shared memory), alone and with V widened 16 rows
+    per P.V at two programs per SM; and two diagnostics that leave a stage out (``ABLATE`` 1:
+    no V widening, 2: no P.V; their outputs are wrong by design). The round-12 tile first and
+    last."""
+    cases = []
+    for b, h, sp in [(128, 8, 1), (128, 16, 1), (32, 8, 4), (32, 16, 4), (8, 8, 16)]:
+        tile = {"WGMMA": 1, "BLOCK_H": 8 if h <= 8 else 16, "BLOCK_N": 64, "num_warps": 4,
+                "num_stages": 2, "WAVES": 1}  # fmt: skip
+        fused = {**tile, "Q_FUSED": 1}
+        cases.append((b, h, (sp,), [tile, fused]))
+        cases.append((b, h, (sp, 2 * sp), [{**fused, "V_ROWS": 16}]))
+        cases.append((b, h, (sp,), [{**tile, "ABLATE": 1}, {**tile, "ABLATE": 2}]))
+        cases.append((b, h, (sp,), [{**fused, "ABLATE": 1}, {**tile, "V_ROWS": 64}]))
+    return _expand(cases)
+
+
 PLANS = {
+    "r13b": plan_r13b,
     "r13": plan_r13,
     "r12c": plan_r12c,
     "r12v": plan_r12v,
