@@ -906,13 +906,12 @@ if gluon is not None:
         )
 
     @gluon.jit
-    def _wg_widen_rows(src, dst, row0, ROWS: gl.constexpr, layout: gl.constexpr):
-        """e4m3 rows [row0, row0 + ROWS) of ``src`` into fp16 ``dst`` (ROWS rows), at most 32
-        at a time: 64 at once spill at 16 heads."""
-        STEP: gl.constexpr = ROWS if ROWS < 32 else 32
-        for c in gl.static_range(ROWS // STEP):
-            v8 = src.slice(row0 + c * STEP, STEP).load(layout)
-            dst.slice(c * STEP, STEP).store(_e4m3_cvt_to_f16_gl(v8))
+    def _wg_widen_rows(src, dst, ROWS: gl.constexpr, layout: gl.constexpr):
+        """The ROWS e4m3 rows of ``src`` into fp16 ``dst``, 32 at a time: 64 at once spill at 16
+        heads."""
+        for c in gl.static_range(ROWS // 32):
+            v8 = src.slice(c * 32, 32).load(layout)
+            dst.slice(c * 32, 32).store(_e4m3_cvt_to_f16_gl(v8))
 
     @gluon.jit
     def _wg_e4m3_query(q_tok, heads, cols, num_heads, stride_qh, col0):
@@ -958,9 +957,6 @@ if gluon is not None:
         stride_lh,
         v_scale,
         BLOCK_H: gl.constexpr,
-        V_ROWS: gl.constexpr,
-        Q_FUSED: gl.constexpr,
-        ABLATE: gl.constexpr,
         NUM_STAGES: gl.constexpr,
         IS_SPLIT: gl.constexpr,
         USE_PDL: gl.constexpr,
@@ -989,32 +985,20 @@ if gluon is not None:
         pe_smem: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_N, D_PE], f8)
         qn_smem: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_H, D_V], f8)
         qp_smem: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_H, D_PE], f8)
-        v_smem: gl.constexpr = gl.NVMMASharedLayout.get_default_for([V_ROWS, D_V], gl.float16)
+        v_smem: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_N, D_V], gl.float16)
         p_smem: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_N, BLOCK_H], gl.float16)
 
         if USE_PDL:
             _wg_launch_dependents()
         hb, split, t = _wg_program(num_hb, num_splits)
 
-        if Q_FUSED:
-            q2n_smem: gl.constexpr = gl.NVMMASharedLayout.get_default_for([2 * BLOCK_H, D_V], f8)
-            q2p_smem: gl.constexpr = gl.NVMMASharedLayout.get_default_for([2 * BLOCK_H, D_PE], f8)
-            s2_smem: gl.constexpr = gl.SwizzledSharedLayout(1, 1, 1, [1, 0])
-            q2_n = gl.allocate_shared_memory(f8, [2 * BLOCK_H, D_V], q2n_smem)
-            q2_p = gl.allocate_shared_memory(f8, [2 * BLOCK_H, D_PE], q2p_smem)
-            s2_tile = gl.allocate_shared_memory(gl.float32, [BLOCK_N, 2 * BLOCK_H], s2_smem)
-            qh_n = q2_n.slice(0, BLOCK_H)
-            ql_n = q2_n.slice(BLOCK_H, BLOCK_H)
-            qh_p = q2_p.slice(0, BLOCK_H)
-            ql_p = q2_p.slice(BLOCK_H, BLOCK_H)
-        else:
-            qh_n = gl.allocate_shared_memory(f8, [BLOCK_H, D_V], qn_smem)
-            ql_n = gl.allocate_shared_memory(f8, [BLOCK_H, D_V], qn_smem)
-            qh_p = gl.allocate_shared_memory(f8, [BLOCK_H, D_PE], qp_smem)
-            ql_p = gl.allocate_shared_memory(f8, [BLOCK_H, D_PE], qp_smem)
+        qh_n = gl.allocate_shared_memory(f8, [BLOCK_H, D_V], qn_smem)
+        ql_n = gl.allocate_shared_memory(f8, [BLOCK_H, D_V], qn_smem)
+        qh_p = gl.allocate_shared_memory(f8, [BLOCK_H, D_PE], qp_smem)
+        ql_p = gl.allocate_shared_memory(f8, [BLOCK_H, D_PE], qp_smem)
         kv_tiles = gl.allocate_shared_memory(f8, [NUM_STAGES, BLOCK_N, D_V], kv_smem)
         pe_tiles = gl.allocate_shared_memory(f8, [NUM_STAGES, BLOCK_N, D_PE], pe_smem)
-        v_tile = gl.allocate_shared_memory(gl.float16, [V_ROWS, D_V], v_smem)
+        v_tile = gl.allocate_shared_memory(gl.float16, [BLOCK_N, D_V], v_smem)
         p_tile = gl.allocate_shared_memory(gl.float16, [BLOCK_N, BLOCK_H], p_smem)
 
         start = split * chunk
@@ -1088,56 +1072,32 @@ if gluon is not None:
             stage = i % NUM_STAGES
             k_n = kv_tiles.index(stage)
             k_p = pe_tiles.index(stage)
-            if Q_FUSED:
-                s2_layout: gl.constexpr = gl.NVMMADistributedLayout(
-                    version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, 2 * BLOCK_H, 32]
-                )
-                s2 = gl.zeros([BLOCK_N, 2 * BLOCK_H], gl.float32, layout=s2_layout)
-                s2 = warpgroup_mma(k_n, q2_n.permute((1, 0)), s2, use_acc=False, is_async=True)
-                s2 = warpgroup_mma(k_p, q2_p.permute((1, 0)), s2, is_async=True)
-            else:
-                s = warpgroup_mma(k_n, qh_n.permute((1, 0)), s_zero, use_acc=False, is_async=True)
-                s = warpgroup_mma(k_n, ql_n.permute((1, 0)), s, is_async=True)
-                s = warpgroup_mma(k_p, qh_p.permute((1, 0)), s, is_async=True)
-                s = warpgroup_mma(k_p, ql_p.permute((1, 0)), s, is_async=True)
-            # V's first V_ROWS rows are widened while the score MMAs run (the last P.V has
-            # finished reading v_tile).
-            if ABLATE != 1:
-                _wg_widen_rows(k_n, v_tile, 0, V_ROWS, nope_layout)
+            s = warpgroup_mma(k_n, qh_n.permute((1, 0)), s_zero, use_acc=False, is_async=True)
+            s = warpgroup_mma(k_n, ql_n.permute((1, 0)), s, is_async=True)
+            s = warpgroup_mma(k_p, qh_p.permute((1, 0)), s, is_async=True)
+            s = warpgroup_mma(k_p, ql_p.permute((1, 0)), s, is_async=True)
+            # V widened while the score MMAs run (the last P.V has finished reading v_tile).
+            _wg_widen_rows(k_n, v_tile, BLOCK_N, nope_layout)
             n0 = start + i * BLOCK_N
             valid = _wg_tile_valid(
                 idx_base, n0, end, num_rows, BLOCK_N, gl.SliceLayout(1, s_layout)
             )
-            if Q_FUSED:
-                s2 = warpgroup_mma_wait(0, deps=(s2,))
-                s2_tile.store(s2)
-                gl.thread_barrier()
-                s = s2_tile.slice(0, BLOCK_H, 1).load(s_layout)
-                s = s + s2_tile.slice(BLOCK_H, BLOCK_H, 1).load(s_layout)
-            else:
-                s = warpgroup_mma_wait(0, deps=(s,))
+            s = warpgroup_mma_wait(0, deps=(s,))
             s = gl.where(valid[:, None], s * qk_row[None, :], float("-inf"))
             p, alpha, m_i, l_tile = _wg_softmax_step(s, m_i, l_tile, 0)
             acc = acc * gl.convert_layout(alpha, gl.SliceLayout(0, o_layout))[None, :]
             p_tile.store(p.to(gl.float16))
-            if ABLATE != 2:
-                for c in gl.static_range(BLOCK_N // V_ROWS):
-                    if c > 0:  # the next V_ROWS rows, once the last P.V has read v_tile
-                        acc = warpgroup_mma_wait(0, deps=(acc,))
-                        gl.thread_barrier()
-                        _wg_widen_rows(k_n, v_tile, c * V_ROWS, V_ROWS, nope_layout)
-                    fence_async_shared()
-                    gl.thread_barrier()
-                    p_rows = p_tile.slice(c * V_ROWS, V_ROWS)
-                    acc = warpgroup_mma(v_tile.permute((1, 0)), p_rows, acc, is_async=True)
-                acc = warpgroup_mma_wait(0, deps=(acc,))
+            fence_async_shared()
+            gl.thread_barrier()
+            acc = warpgroup_mma(v_tile.permute((1, 0)), p_tile, acc, is_async=True)
+            acc = warpgroup_mma_wait(0, deps=(acc,))
         async_copy.wait_group(0)
 
         denom, lse2 = _wg_row_sums(l_tile, m_i, 0)
         out = acc * v_scale / gl.convert_layout(denom, gl.SliceLayout(0, o_layout))[None, :]
-        # The rows leave through v_tile, free now (V_ROWS >= BLOCK_H).
-        o_smem: gl.constexpr = gl.NVMMASharedLayout.get_default_for([V_ROWS, D_V], out_ty)
-        o_rows = v_tile._reinterpret(out_ty, [V_ROWS, D_V], o_smem).slice(0, BLOCK_H)
+        # The rows leave through v_tile, free now.
+        o_smem: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_N, D_V], out_ty)
+        o_rows = v_tile._reinterpret(out_ty, [BLOCK_N, D_V], o_smem).slice(0, BLOCK_H)
         _wg_store_rows(
             o_rows,
             gl.permute(out.to(out_ty), (1, 0)),
@@ -1620,16 +1580,10 @@ def _launch_gluon(
     if kv_format == "fp8":
         if not swapped:
             raise ValueError("WGMMA with fp8 e4m3 rows needs BLOCK_H 8 or 16")
-        v_rows = cfg.get("V_ROWS", 64)
-        if v_rows not in (16, 32, 64):
-            raise ValueError(f"V_ROWS is 16, 32 or 64 (rows of V widened per P.V), not {v_rows}")
         _sparse_mla_wgmma_e4m3_kernel[(programs,)](
             *args,
             float(kv_scale),
             BLOCK_H=block_h,
-            V_ROWS=v_rows,
-            Q_FUSED=bool(cfg.get("Q_FUSED", 0)),
-            ABLATE=cfg.get("ABLATE", 0),
             **common,
             num_warps=4,
         )

@@ -1013,7 +1013,9 @@ def plan_r13() -> list[tuple[int, int, dict[str, int], int]]:
     """fp8 e4m3 rows (run with --dtypes e4m3 --check): the e4m3 Hopper tile with V widened
     ``V_ROWS`` rows per P.V MMA (16 rows: ~100/111 KB at 8/16 heads, two programs per SM;
     32: two per SM at neither; 64: one P.V per tile, as round 12), each at the split counts
-    of one and of two programs per SM; the round-12 tile (64) first and last."""
+    of one and of two programs per SM; the round-12 tile (64) first and last. ``V_ROWS`` needs
+    the kernel change in ``sweeps/sparse_mla_e4m3_wgmma_v_rows_q_fused_ablate_switches.diff``
+    (without it the launch has no such argument; NOTES.md round 13)."""
     cases = []
     for b, h, splits in [(128, 8, (1, 2)), (128, 16, (1, 2)), (32, 8, (4, 8)), (32, 16, (4, 8)),
                          (8, 8, (16, 32)), (8, 16, (16, 32))]:  # fmt: skip
@@ -1030,7 +1032,8 @@ def plan_r13b() -> list[tuple[int, int, dict[str, int], int]]:
     scores, the two halves summed through shared memory), alone and with V widened 16 rows
     per P.V at two programs per SM; and two diagnostics that leave a stage out (``ABLATE`` 1:
     no V widening, 2: no P.V; their outputs are wrong by design). The round-12 tile first and
-    last."""
+    last. The switches need the kernel change in
+    ``sweeps/sparse_mla_e4m3_wgmma_v_rows_q_fused_ablate_switches.diff``."""
     cases = []
     for b, h, sp in [(128, 8, 1), (128, 16, 1), (32, 8, 4), (32, 16, 4), (8, 8, 16)]:
         tile = {"WGMMA": 1, "BLOCK_H": 8 if h <= 8 else 16, "BLOCK_N": 64, "num_warps": 4,

@@ -89,9 +89,6 @@ def _split_job(module, arch: int, kv_format: str, cfg: dict) -> dict:
             kernel = "_sparse_mla_wgmma_e4m3_kernel"
         shape = {"BLOCK_H": cfg["BLOCK_H"]} if swapped else {"BLOCK_N": cfg["BLOCK_N"]}
         constexprs = {**shape, "NUM_STAGES": cfg["num_stages"]}
-        if kv_format == "fp8":
-            v_rows, q_fused = cfg.get("V_ROWS", 64), bool(cfg.get("Q_FUSED", 0))
-            constexprs.update(V_ROWS=v_rows, Q_FUSED=q_fused, ABLATE=0)
         pointers["PO"] = "bf16"  # 16-bit partials
     else:
         kernel = "_sparse_mla_split_kernel"
