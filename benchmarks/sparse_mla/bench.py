@@ -1046,7 +1046,23 @@ def plan_r13b() -> list[tuple[int, int, dict[str, int], int]]:
     return _expand(cases)
 
 
+def plan_r13c() -> list[tuple[int, int, dict[str, int], int]]:
+    """fp8 e4m3 rows (run with --dtypes e4m3 --check): the e4m3 Hopper tile with P.V as e4m3
+    MMAs (``PV_E4M3``: V transposed byte-wise into a K-major e4m3 tile instead of widened to
+    fp16, P times 2^8 in ``P_PARTS`` e4m3 parts), against the round-12 tile (V widened), which
+    runs first and last."""
+    cases = []
+    for b, h, sp in [(128, 8, 1), (128, 16, 1), (32, 8, 4), (32, 16, 4), (8, 8, 16), (8, 16, 16)]:
+        tile = {"WGMMA": 1, "BLOCK_H": 8 if h <= 8 else 16, "BLOCK_N": 64, "num_warps": 4,
+                "num_stages": 2, "WAVES": 1}  # fmt: skip
+        pv = {**tile, "PV_E4M3": 1}
+        tiles = [tile, pv, {**pv, "P_PARTS": 1}, {**tile, "PV_E4M3": 0}]
+        cases.append((b, h, (sp,), tiles))
+    return _expand(cases)
+
+
 PLANS = {
+    "r13c": plan_r13c,
     "r13b": plan_r13b,
     "r13": plan_r13,
     "r12c": plan_r12c,
