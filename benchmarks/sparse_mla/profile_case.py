@@ -3,7 +3,8 @@
     ncu --kernel-name regex:sparse_mla --launch-skip 2 --launch-count 1 --set full \
         python -m benchmarks.sparse_mla.profile_case --batch 128 --heads 64
 
-Inputs as in bench.py (its cache size, top-k and scale): random bf16 rows, random indices.
+Inputs as in bench.py (its cache size, top-k and scale): random bf16 rows (``--rows e4m3``:
+fp8 e4m3 rows, one scale, as vLLM's ``--kv-cache-dtype fp8`` writes them), random indices.
 """
 
 from __future__ import annotations
@@ -22,17 +23,23 @@ def main() -> None:
     ap.add_argument("--heads", type=int, default=64)
     ap.add_argument("--config", default="", help="JSON tile override, e.g. '{\"WGMMA\": 0}'")
     ap.add_argument("--calls", type=int, default=4)
+    ap.add_argument("--rows", choices=["bf16", "e4m3"], default="bf16")
     args = ap.parse_args()
     kmod = bench.load_module_file(bench.KERNEL_PATH, "sparse_mla")
     torch.manual_seed(0)
     kv = (torch.randn(bench.CACHE_ROWS, 576, device="cuda") * 0.5).to(torch.bfloat16)
+    kv_scale = 1.0
+    if args.rows == "e4m3":
+        kv_scale = bench.E4M3_SCALE
+        kv = (kv.float() / kv_scale).to(torch.float8_e4m3fn)
     q = (torch.rand(args.batch, args.heads, 576, device="cuda") * 2 - 1).to(torch.bfloat16)
     idx = torch.randint(0, kv.shape[0], (args.batch, bench.TOPK), device="cuda", dtype=torch.int32)
     config = json.loads(args.config) if args.config else None
     for _ in range(args.calls):
-        kmod.sparse_mla_decode(q, kv, idx, bench.SM_SCALE, config=config)
+        kmod.sparse_mla_decode(q, kv, idx, bench.SM_SCALE, config=config, kv_scale=kv_scale)
     torch.cuda.synchronize()
-    print(kmod._plan(args.batch, args.heads, bench.TOPK, q.device, config=config))
+    fmt = "fp8" if args.rows == "e4m3" else "16bit"
+    print(kmod._plan(args.batch, args.heads, bench.TOPK, q.device, config=config, kv_format=fmt))
 
 
 if __name__ == "__main__":
