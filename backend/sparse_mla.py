@@ -958,6 +958,7 @@ if gluon is not None:
         v_scale,
         BLOCK_H: gl.constexpr,
         PV_E4M3: gl.constexpr,
+        W_ROWS: gl.constexpr,
         P_PARTS: gl.constexpr,
         NUM_STAGES: gl.constexpr,
         IS_SPLIT: gl.constexpr,
@@ -981,6 +982,7 @@ if gluon is not None:
         )
         nope_layout: gl.constexpr = gl.BlockedLayout([1, 16], [1, 32], [4, 1], [1, 0])
         pe_layout: gl.constexpr = gl.BlockedLayout([1, 16], [8, 4], [4, 1], [1, 0])
+        w_layout: gl.constexpr = gl.BlockedLayout([1, 16], [W_ROWS, 32 // W_ROWS], [4, 1], [1, 0])
         qn_layout: gl.constexpr = gl.BlockedLayout([1, 8], [1, 32], [4, 1], [1, 0])
         qp_layout: gl.constexpr = gl.BlockedLayout([1, 8], [4, 8], [4, 1], [1, 0])
         kv_smem: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_N, D_V], f8)
@@ -1095,7 +1097,7 @@ if gluon is not None:
                     vt_tile.slice(c * 128, 128).store(gl.permute(v8, (1, 0)))
             else:
                 # V widened while the score MMAs run (the last P.V has finished reading v_tile).
-                _wg_widen_rows(k_n, v_tile, BLOCK_N, nope_layout)
+                _wg_widen_rows(k_n, v_tile, BLOCK_N, w_layout)
             n0 = start + i * BLOCK_N
             valid = _wg_tile_valid(
                 idx_base, n0, end, num_rows, BLOCK_N, gl.SliceLayout(1, s_layout)
@@ -1622,6 +1624,7 @@ def _launch_gluon(
             float(kv_scale),
             BLOCK_H=block_h,
             PV_E4M3=bool(cfg.get("PV_E4M3", 0)),
+            W_ROWS=cfg.get("W_ROWS", 1),
             P_PARTS=cfg.get("P_PARTS", 2),
             **common,
             num_warps=4,
