@@ -959,6 +959,7 @@ if gluon is not None:
         BLOCK_H: gl.constexpr,
         PV_E4M3: gl.constexpr,
         W_ROWS: gl.constexpr,
+        W_VEC: gl.constexpr,
         P_PARTS: gl.constexpr,
         NUM_STAGES: gl.constexpr,
         IS_SPLIT: gl.constexpr,
@@ -982,7 +983,9 @@ if gluon is not None:
         )
         nope_layout: gl.constexpr = gl.BlockedLayout([1, 16], [1, 32], [4, 1], [1, 0])
         pe_layout: gl.constexpr = gl.BlockedLayout([1, 16], [8, 4], [4, 1], [1, 0])
-        w_layout: gl.constexpr = gl.BlockedLayout([1, 16], [W_ROWS, 32 // W_ROWS], [4, 1], [1, 0])
+        w_layout: gl.constexpr = gl.BlockedLayout(
+            [1, W_VEC], [W_ROWS, 32 // W_ROWS], [4, 1], [1, 0]
+        )
         qn_layout: gl.constexpr = gl.BlockedLayout([1, 8], [1, 32], [4, 1], [1, 0])
         qp_layout: gl.constexpr = gl.BlockedLayout([1, 8], [4, 8], [4, 1], [1, 0])
         kv_smem: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_N, D_V], f8)
@@ -1625,6 +1628,7 @@ def _launch_gluon(
             BLOCK_H=block_h,
             PV_E4M3=bool(cfg.get("PV_E4M3", 0)),
             W_ROWS=cfg.get("W_ROWS", 1),
+            W_VEC=cfg.get("W_VEC", 16),
             P_PARTS=cfg.get("P_PARTS", 2),
             **common,
             num_warps=4,

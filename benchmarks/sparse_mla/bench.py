@@ -1065,12 +1065,14 @@ def plan_r13d() -> list[tuple[int, int, dict[str, int], int]]:
     """fp8 e4m3 rows (run with --dtypes e4m3 --check): the e4m3 Hopper tile with V widened in
     a layout of ``W_ROWS`` rows per warp (1: a warp's 32 threads along one row, whose fp16
     stores conflict 2-way in the 128-byte swizzle, ncu: 7.8 wavefronts per 512-byte store;
-    4 to 32: fewer columns per warp), the round-12 layout (1) first and last."""
+    4 or 8: fewer columns per warp), 16 or (``W_VEC``) 8 bytes per thread, the round-12 layout
+    (1 row, 16 bytes) first and last."""
     cases = []
     for b, h, sp in [(128, 8, 1), (128, 16, 1), (32, 8, 4), (32, 16, 4), (8, 8, 16), (8, 16, 16)]:
         tile = {"WGMMA": 1, "BLOCK_H": 8 if h <= 8 else 16, "BLOCK_N": 64, "num_warps": 4,
                 "num_stages": 2, "WAVES": 1}  # fmt: skip
-        tiles = [tile] + [{**tile, "W_ROWS": w} for w in (4, 8, 16, 32, 1)]
+        tiles = [tile] + [{**tile, "W_ROWS": w} for w in (4, 8)]
+        tiles += [{**tile, "W_ROWS": w, "W_VEC": 8} for w in (4, 8)] + [{**tile, "W_ROWS": 1}]
         cases.append((b, h, (sp,), tiles))
     return _expand(cases)
 
