@@ -957,10 +957,6 @@ if gluon is not None:
         stride_lh,
         v_scale,
         BLOCK_H: gl.constexpr,
-        PV_E4M3: gl.constexpr,
-        W_ROWS: gl.constexpr,
-        W_VEC: gl.constexpr,
-        P_PARTS: gl.constexpr,
         NUM_STAGES: gl.constexpr,
         IS_SPLIT: gl.constexpr,
         USE_PDL: gl.constexpr,
@@ -983,9 +979,10 @@ if gluon is not None:
         )
         nope_layout: gl.constexpr = gl.BlockedLayout([1, 16], [1, 32], [4, 1], [1, 0])
         pe_layout: gl.constexpr = gl.BlockedLayout([1, 16], [8, 4], [4, 1], [1, 0])
-        w_layout: gl.constexpr = gl.BlockedLayout(
-            [1, W_VEC], [W_ROWS, 32 // W_ROWS], [4, 1], [1, 0]
-        )
+        # V is widened 8 rows per warp: with a warp along one row (the gather's layout) its
+        # fp16 stores conflict in the 128-byte swizzle (ncu: 7.8 wavefronts per 512-byte store,
+        # half of them conflicts; NOTES.md round 13).
+        widen_layout: gl.constexpr = gl.BlockedLayout([1, 16], [8, 4], [4, 1], [1, 0])
         qn_layout: gl.constexpr = gl.BlockedLayout([1, 8], [1, 32], [4, 1], [1, 0])
         qp_layout: gl.constexpr = gl.BlockedLayout([1, 8], [4, 8], [4, 1], [1, 0])
         kv_smem: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_N, D_V], f8)
@@ -1005,16 +1002,8 @@ if gluon is not None:
         ql_p = gl.allocate_shared_memory(f8, [BLOCK_H, D_PE], qp_smem)
         kv_tiles = gl.allocate_shared_memory(f8, [NUM_STAGES, BLOCK_N, D_V], kv_smem)
         pe_tiles = gl.allocate_shared_memory(f8, [NUM_STAGES, BLOCK_N, D_PE], pe_smem)
-        if PV_E4M3:
-            vt_smem: gl.constexpr = gl.NVMMASharedLayout.get_default_for([D_V, BLOCK_N], f8)
-            pt_smem: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_H, BLOCK_N], f8)
-            t_layout: gl.constexpr = gl.BlockedLayout([4, 4], [4, 8], [4, 1], [1, 0])
-            vt_tile = gl.allocate_shared_memory(f8, [D_V, BLOCK_N], vt_smem)
-            pt_hi = gl.allocate_shared_memory(f8, [BLOCK_H, BLOCK_N], pt_smem)
-            pt_lo = gl.allocate_shared_memory(f8, [BLOCK_H, BLOCK_N], pt_smem)
-        else:
-            v_tile = gl.allocate_shared_memory(gl.float16, [BLOCK_N, D_V], v_smem)
-            p_tile = gl.allocate_shared_memory(gl.float16, [BLOCK_N, BLOCK_H], p_smem)
+        v_tile = gl.allocate_shared_memory(gl.float16, [BLOCK_N, D_V], v_smem)
+        p_tile = gl.allocate_shared_memory(gl.float16, [BLOCK_N, BLOCK_H], p_smem)
 
         start = split * chunk
         end = gl.minimum(start + chunk, topk)
@@ -1063,10 +1052,7 @@ if gluon is not None:
         head_layout: gl.constexpr = gl.SliceLayout(0, s_layout)
         qk_row = qk_scale / gl.convert_layout(scale, head_layout)
         m_i = gl.full([BLOCK_H], float("-inf"), gl.float32, layout=head_layout)
-        if PV_E4M3:
-            acc = gl.zeros([D_V, BLOCK_H], gl.float32, layout=s_layout)  # O^T
-        else:
-            acc = gl.zeros([D_V, BLOCK_H], gl.float32, layout=o_layout)  # O^T
+        acc = gl.zeros([D_V, BLOCK_H], gl.float32, layout=o_layout)  # O^T
         s_zero = gl.zeros([BLOCK_N, BLOCK_H], gl.float32, layout=s_layout)
         l_tile = s_zero
         for i in range(n_tiles):
@@ -1094,13 +1080,8 @@ if gluon is not None:
             s = warpgroup_mma(k_n, ql_n.permute((1, 0)), s, is_async=True)
             s = warpgroup_mma(k_p, qh_p.permute((1, 0)), s, is_async=True)
             s = warpgroup_mma(k_p, ql_p.permute((1, 0)), s, is_async=True)
-            if PV_E4M3:
-                for c in gl.static_range(D_V // 128):
-                    v8 = k_n.slice(c * 128, 128, 1).load(t_layout)
-                    vt_tile.slice(c * 128, 128).store(gl.permute(v8, (1, 0)))
-            else:
-                # V widened while the score MMAs run (the last P.V has finished reading v_tile).
-                _wg_widen_rows(k_n, v_tile, BLOCK_N, w_layout)
+            # V widened while the score MMAs run (the last P.V has finished reading v_tile).
+            _wg_widen_rows(k_n, v_tile, BLOCK_N, widen_layout)
             n0 = start + i * BLOCK_N
             valid = _wg_tile_valid(
                 idx_base, n0, end, num_rows, BLOCK_N, gl.SliceLayout(1, s_layout)
@@ -1108,38 +1089,19 @@ if gluon is not None:
             s = warpgroup_mma_wait(0, deps=(s,))
             s = gl.where(valid[:, None], s * qk_row[None, :], float("-inf"))
             p, alpha, m_i, l_tile = _wg_softmax_step(s, m_i, l_tile, 0)
-            if PV_E4M3:
-                acc = acc * alpha[None, :]
-                p8 = p * 256.0
-                hi = p8.to(gl.float8e4nv)
-                pt_hi.store(gl.permute(hi, (1, 0)))
-                if P_PARTS == 2:
-                    pt_lo.store(gl.permute((p8 - hi.to(gl.float32)).to(gl.float8e4nv), (1, 0)))
-                fence_async_shared()
-                gl.thread_barrier()
-                acc = warpgroup_mma(vt_tile, pt_hi.permute((1, 0)), acc, is_async=True)
-                if P_PARTS == 2:
-                    acc = warpgroup_mma(vt_tile, pt_lo.permute((1, 0)), acc, is_async=True)
-                acc = warpgroup_mma_wait(0, deps=(acc,))
-            else:
-                acc = acc * gl.convert_layout(alpha, gl.SliceLayout(0, o_layout))[None, :]
-                p_tile.store(p.to(gl.float16))
-                fence_async_shared()
-                gl.thread_barrier()
-                acc = warpgroup_mma(v_tile.permute((1, 0)), p_tile, acc, is_async=True)
-                acc = warpgroup_mma_wait(0, deps=(acc,))
+            acc = acc * gl.convert_layout(alpha, gl.SliceLayout(0, o_layout))[None, :]
+            p_tile.store(p.to(gl.float16))
+            fence_async_shared()
+            gl.thread_barrier()
+            acc = warpgroup_mma(v_tile.permute((1, 0)), p_tile, acc, is_async=True)
+            acc = warpgroup_mma_wait(0, deps=(acc,))
         async_copy.wait_group(0)
 
         denom, lse2 = _wg_row_sums(l_tile, m_i, 0)
-        if PV_E4M3:
-            out = acc * (v_scale / 256.0) / denom[None, :]
-            o32_smem: gl.constexpr = gl.NVMMASharedLayout.get_default_for([32, D_V], out_ty)
-            o_rows = vt_tile._reinterpret(out_ty, [32, D_V], o32_smem).slice(0, BLOCK_H)
-        else:
-            out = acc * v_scale / gl.convert_layout(denom, gl.SliceLayout(0, o_layout))[None, :]
-            # The rows leave through v_tile, free now.
-            o_smem: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_N, D_V], out_ty)
-            o_rows = v_tile._reinterpret(out_ty, [BLOCK_N, D_V], o_smem).slice(0, BLOCK_H)
+        out = acc * v_scale / gl.convert_layout(denom, gl.SliceLayout(0, o_layout))[None, :]
+        # The rows leave through v_tile, free now.
+        o_smem: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_N, D_V], out_ty)
+        o_rows = v_tile._reinterpret(out_ty, [BLOCK_N, D_V], o_smem).slice(0, BLOCK_H)
         _wg_store_rows(
             o_rows,
             gl.permute(out.to(out_ty), (1, 0)),
@@ -1626,10 +1588,6 @@ def _launch_gluon(
             *args,
             float(kv_scale),
             BLOCK_H=block_h,
-            PV_E4M3=bool(cfg.get("PV_E4M3", 0)),
-            W_ROWS=cfg.get("W_ROWS", 1),
-            W_VEC=cfg.get("W_VEC", 16),
-            P_PARTS=cfg.get("P_PARTS", 2),
             **common,
             num_warps=4,
         )

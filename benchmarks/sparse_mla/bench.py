@@ -1050,7 +1050,8 @@ def plan_r13c() -> list[tuple[int, int, dict[str, int], int]]:
     """fp8 e4m3 rows (run with --dtypes e4m3 --check): the e4m3 Hopper tile with P.V as e4m3
     MMAs (``PV_E4M3``: V transposed byte-wise into a K-major e4m3 tile instead of widened to
     fp16, P times 2^8 in ``P_PARTS`` e4m3 parts), against the round-12 tile (V widened), which
-    runs first and last."""
+    runs first and last. The switches (and ``W_ROWS``/``W_VEC``, plan r13d) need the kernel
+    change in ``sweeps/sparse_mla_e4m3_wgmma_pv_e4m3_and_widen_layout_switches.diff``."""
     cases = []
     for b, h, sp in [(128, 8, 1), (128, 16, 1), (32, 8, 4), (32, 16, 4), (8, 8, 16), (8, 16, 16)]:
         tile = {"WGMMA": 1, "BLOCK_H": 8 if h <= 8 else 16, "BLOCK_N": 64, "num_warps": 4,
@@ -1066,7 +1067,8 @@ def plan_r13d() -> list[tuple[int, int, dict[str, int], int]]:
     a layout of ``W_ROWS`` rows per warp (1: a warp's 32 threads along one row, whose fp16
     stores conflict 2-way in the 128-byte swizzle, ncu: 7.8 wavefronts per 512-byte store;
     4 or 8: fewer columns per warp), 16 or (``W_VEC``) 8 bytes per thread, the round-12 layout
-    (1 row, 16 bytes) first and last."""
+    (1 row, 16 bytes) first and last. The kernel now widens in the 8-row layout; the switches
+    are in ``sweeps/sparse_mla_e4m3_wgmma_pv_e4m3_and_widen_layout_switches.diff``."""
     cases = []
     for b, h, sp in [(128, 8, 1), (128, 16, 1), (32, 8, 4), (32, 16, 4), (8, 8, 16), (8, 16, 16)]:
         tile = {"WGMMA": 1, "BLOCK_H": 8 if h <= 8 else 16, "BLOCK_N": 64, "num_warps": 4,
@@ -1077,7 +1079,20 @@ def plan_r13d() -> list[tuple[int, int, dict[str, int], int]]:
     return _expand(cases)
 
 
+def plan_r13e() -> list[tuple[int, int, dict[str, int], int]]:
+    """The default Hopper tile of up to 16 heads (the e4m3 tile for --dtypes e4m3, the swapped
+    16-bit tile for bf16) at the benchmark's split counts: run with ``--kernel`` on an earlier
+    kernel file and on this one, alternately, for a same-run comparison (NOTES.md round 13)."""
+    cases = []
+    for b, h, sp in [(128, 8, 1), (128, 16, 1), (32, 8, 4), (32, 16, 4), (8, 8, 16), (8, 16, 16)]:
+        tile = {"WGMMA": 1, "BLOCK_H": 8 if h <= 8 else 16, "BLOCK_N": 64, "num_warps": 4,
+                "num_stages": 2, "WAVES": 1}  # fmt: skip
+        cases.append((b, h, (sp,), [tile]))
+    return _expand(cases)
+
+
 PLANS = {
+    "r13e": plan_r13e,
     "r13d": plan_r13d,
     "r13c": plan_r13c,
     "r13b": plan_r13b,
@@ -1184,9 +1199,15 @@ def main() -> None:
     ap.add_argument("--cache-rows", type=int, default=CACHE_ROWS)
     ap.add_argument("--json", default="sparse_mla_h200.json")
     ap.add_argument("--md", default="sparse_mla_h200.md")
+    ap.add_argument(
+        "--kernel",
+        type=Path,
+        default=KERNEL_PATH,
+        help="the kernel module to time (an earlier version, for a same-run comparison)",
+    )
     args = ap.parse_args()
     torch.manual_seed(0)
-    kmod = load_module_file(KERNEL_PATH, "sparse_mla")
+    kmod = load_module_file(args.kernel, "sparse_mla")
     kv = {}
     for dname in args.dtypes.split(","):
         rows = (torch.randn(args.cache_rows, 576, device="cuda") * 0.5).to(Q_DTYPES[dname])
