@@ -266,7 +266,8 @@ def _hosts_limit(hosts: tuple[str, ...], limit: str | None) -> str | None:
 
 
 class _Group(click.Group):
-    """Usage errors the CLI library catches (unknown option, missing file) exit 5 like ours."""
+    """Usage errors the CLI library catches (unknown option, missing file) exit 5 like ours,
+    with the same `error` event on stdout when the command line asked for --json."""
 
     def main(self, *args: Any, standalone_mode: bool = True, **kwargs: Any) -> Any:
         if not standalone_mode:
@@ -274,6 +275,9 @@ class _Group(click.Group):
         try:
             code = super().main(*args, standalone_mode=False, **kwargs)
         except click.ClickException as error:
+            argv = kwargs.get("args") or (args[0] if args else None) or sys.argv[1:]
+            if "--json" in argv:
+                _error(RuntimeError(error.format_message()), ExitCode.USAGE, as_json=True)
             error.show()
             sys.exit(int(ExitCode.USAGE))
         except click.Abort:

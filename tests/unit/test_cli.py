@@ -99,6 +99,25 @@ def test_usage_errors_the_cli_library_catches_exit_5(
     assert message in result.stderr
 
 
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["run", "nope.yml", "-i", "hosts.yml", "--json"], "does not exist"),
+        (["run", "play.yml", "--json", "--bogus"], "No such option"),
+        (["facts", "--json", "-i", "hosts.yml", "--bogus"], "No such option"),
+    ],
+)
+def test_usage_errors_the_cli_library_catches_are_json_events_too(
+    workdir: Path, args: list[str], message: str
+) -> None:
+    result = invoke(*args)
+    assert result.exit_code == 5, result.output
+    assert message in result.stderr and result.stderr.startswith("error: ")
+    [error] = [json.loads(line) for line in result.stdout.splitlines()]
+    assert (error["schema"], error["event"], error["exit_code"]) == (SCHEMA, "error", 5)
+    assert message in error["msg"]
+
+
 def test_a_play_whose_hosts_match_nothing_is_an_error(workdir: Path) -> None:
     (workdir / "play.yml").write_text(
         "- hosts: all\n  gather_facts: false\n  tasks: [{command: 'true'}]\n"
