@@ -25,6 +25,11 @@ OUTPUT_TAIL = 2000
 #: Values shorter than this are masked only as whole words ("root" in "user=root", never in
 #: "rootfs").
 SHORT_SECRET = 8
+#: A long repr cut short keeps a head and a tail around "..." (pytest's assertion reprs,
+#: reprlib), which can split a secret: a head of a secret just before "..." or a tail of one
+#: just after is masked from this many characters on.
+CUT_SECRET = 4
+_ELLIPSIS = re.compile(r"\.\.\.")
 
 
 def is_secret_name(name: str) -> bool:
@@ -58,7 +63,33 @@ class Masker:
 
     def mask(self, text: str) -> str:
         pattern = self._compiled()
-        return pattern.sub(MASK, text) if pattern is not None else text
+        if pattern is None:
+            return text
+        text = pattern.sub(MASK, text)
+        return self._mask_cut_secrets(text) if "..." in text else text
+
+    def _mask_cut_secrets(self, text: str) -> str:
+        """Masks the part of a secret that a cut-short repr left on either side of "..."."""
+        with self._lock:
+            secrets = [s for s in self._secrets if len(s) >= SHORT_SECRET]
+        spans = []
+        for dots in _ELLIPSIS.finditer(text):
+            start, end = dots.span()
+            head = max((_common_tail(text[:start], s) for s in secrets), default=0)
+            tail = max((_common_head(text[end:], s) for s in secrets), default=0)
+            if head >= CUT_SECRET:
+                spans.append((start - head, start))
+            if tail >= CUT_SECRET:
+                spans.append((end, end + tail))
+        merged: list[tuple[int, int]] = []
+        for start, end in sorted(spans):
+            if merged and start <= merged[-1][1]:
+                merged[-1] = (merged[-1][0], max(end, merged[-1][1]))
+            else:
+                merged.append((start, end))
+        for start, end in reversed(merged):
+            text = text[:start] + MASK + text[end:]
+        return text
 
     def _compiled(self) -> re.Pattern[str] | None:
         with self._lock:
@@ -69,6 +100,23 @@ class Masker:
                 ]
                 self._pattern = re.compile("|".join(parts))
             return self._pattern
+
+
+def _common_tail(text: str, secret: str) -> int:
+    """How long the end of ``text`` is a head of ``secret`` (a proper one: a whole secret is
+    masked already)."""
+    for n in range(min(len(text), len(secret) - 1), 0, -1):
+        if text.endswith(secret[:n]):
+            return n
+    return 0
+
+
+def _common_head(text: str, secret: str) -> int:
+    """How long the start of ``text`` is a tail of ``secret``."""
+    for n in range(min(len(text), len(secret) - 1), 0, -1):
+        if text.startswith(secret[-n:]):
+            return n
+    return 0
 
 
 #: Run directories kept under the run root; older ones are removed when a run starts.

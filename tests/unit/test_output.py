@@ -107,6 +107,37 @@ def test_masking_goes_by_secret_names_and_values_not_words_inside_names(
     assert "glmtokenizer" in msg and "user=root" in msg, msg
 
 
+def test_a_secret_cut_short_by_a_long_repr_is_masked_on_both_sides_of_the_cut() -> None:
+    from _pytest._io.saferepr import saferepr
+
+    from glmops.runlog import CUT_SECRET
+
+    secret = "hf_CutShort0123456789abcdef"
+    masker = Masker()
+    masker.add_secret_vars({"hf_token": secret, "vllm_env": f"HF_TOKEN={secret} " + "x" * 300})
+    host_vars = {"vllm_env": f"HF_TOKEN={secret} " + "x" * 300}
+    prefix = "{'vllm_env': 'HF_TOKEN="
+    kept_lengths = set()
+    for maxsize in range(2 * len(prefix) + 3, 2 * (len(prefix) + len(secret))):
+        shown = saferepr(host_vars, maxsize=maxsize)
+        kept = shown.split("...")[0].removeprefix(prefix)  # the head of the secret pytest kept
+        assert secret.startswith(kept), shown
+        kept_lengths.add(len(kept))
+        masked = masker.mask(shown)
+        if len(kept) >= CUT_SECRET:
+            assert kept not in masked and "HF_TOKEN=********..." in masked, masked
+        else:
+            assert masked == shown
+    assert kept_lengths == set(range(len(secret) - 1)), "every cut inside the secret was tried"
+    for maxsize in range(9, 2 * len(secret)):  # a tail of the secret right after "..."
+        shown = saferepr({"x": "y" * 300 + secret}, maxsize=maxsize)
+        kept = shown.split("...")[1].removesuffix("'}")
+        masked = masker.mask(shown)
+        if secret.endswith(kept) and len(kept) >= CUT_SECRET:
+            assert kept not in masked and masked.endswith("...********'}"), masked
+    assert masker.mask("a plain ... line") == "a plain ... line"
+
+
 def test_old_run_directories_are_pruned(tmp_path: Path) -> None:
     from glmops.runlog import RUNS_KEPT, RunLog
 
