@@ -431,22 +431,18 @@ if gluon is not None:
 
     @gluon.jit
     def _wg_issue_first_tiles(
-        KV,
-        idx_base,
-        kv_tiles,
-        pe_tiles,
-        start,
-        end,
-        num_rows,
-        stride_kv,
+        pipe,
         BLOCK_N: gl.constexpr,
         NUM_STAGES: gl.constexpr,
         nope_layout: gl.constexpr,
         pe_layout: gl.constexpr,
     ):
-        """Puts the first NUM_STAGES - 1 tiles in flight. Returns the indices of the next one:
-        the next gather's indices ride in registers, loaded one iteration ahead, so that
-        issuing a gather never waits for its index load."""
+        """Puts the first NUM_STAGES - 1 tiles of the program's rows in flight. ``pipe`` is
+        (KV, idx_base, kv_tiles, pe_tiles, start, end, num_rows, stride_kv): the rows, their
+        indices [start, end) and the stages they land in. Returns the indices of the next
+        tile: they ride in registers, loaded one iteration ahead, so that issuing a gather
+        never waits for its index load."""
+        KV, idx_base, kv_tiles, pe_tiles, start, end, num_rows, stride_kv = pipe
         n_layout: gl.constexpr = gl.SliceLayout(1, nope_layout)
         p_layout: gl.constexpr = gl.SliceLayout(1, pe_layout)
         for st in gl.static_range(NUM_STAGES - 1):
@@ -470,25 +466,20 @@ if gluon is not None:
 
     @gluon.jit
     def _wg_refill_and_wait(
-        KV,
-        idx_base,
-        kv_tiles,
-        pe_tiles,
-        idx_next_n,
-        idx_next_p,
+        pipe,
+        idx_next,
         i,
-        start,
-        end,
-        num_rows,
-        stride_kv,
         BLOCK_N: gl.constexpr,
         NUM_STAGES: gl.constexpr,
         nope_layout: gl.constexpr,
         pe_layout: gl.constexpr,
     ):
         """The top of iteration i. Every warp is done with tile i - 1 (its P included), so its
-        stage takes the next gather before tile i is waited for: two tiles are in flight during
-        that wait. Returns the indices of the gather after that."""
+        stage takes the next gather (indices ``idx_next``) before tile i is waited for: two
+        tiles are in flight during that wait. Returns the indices of the gather after that,
+        and tile i's stages (fp8/16-bit latent, rope part)."""
+        KV, idx_base, kv_tiles, pe_tiles, start, end, num_rows, stride_kv = pipe
+        idx_next_n, idx_next_p = idx_next
         gl.thread_barrier()
         nxt = (i + NUM_STAGES - 1) % NUM_STAGES
         _wg_issue_gather(
@@ -509,7 +500,8 @@ if gluon is not None:
         async_copy.wait_group(NUM_STAGES - 1)  # tile i has landed for this thread...
         fence_async_shared()  # ...is visible to the MMAs (async proxy)...
         gl.thread_barrier()  # ...and has landed for every thread
-        return idx_next_n, idx_next_p
+        stage = i % NUM_STAGES
+        return (idx_next_n, idx_next_p), kv_tiles.index(stage), pe_tiles.index(stage)
 
     @gluon.jit
     def _wg_tile_valid(idx_base, n0, end, num_rows, BLOCK_N: gl.constexpr, layout: gl.constexpr):
@@ -656,20 +648,8 @@ if gluon is not None:
         end = gl.minimum(start + chunk, topk)
         n_tiles = gl.cdiv(end - start, BLOCK_N)
         idx_base = IDX + t.to(gl.int64) * stride_it
-        idx_next_n, idx_next_p = _wg_issue_first_tiles(
-            KV,
-            idx_base,
-            kv_tiles,
-            pe_tiles,
-            start,
-            end,
-            num_rows,
-            stride_kv,
-            BLOCK_N,
-            NUM_STAGES,
-            nope_layout,
-            pe_layout,
-        )
+        pipe = (KV, idx_base, kv_tiles, pe_tiles, start, end, num_rows, stride_kv)
+        idx_next = _wg_issue_first_tiles(pipe, BLOCK_N, NUM_STAGES, nope_layout, pe_layout)
 
         m_i = gl.full([BLOCK_H], float("-inf"), gl.float32, layout=gl.SliceLayout(1, s_layout))
         acc = gl.zeros([BLOCK_H, D_V], gl.float32, layout=acc_layout)
@@ -678,27 +658,9 @@ if gluon is not None:
         # cross the warpgroups a second time.
         l_tile = s_zero
         for i in range(n_tiles):
-            idx_next_n, idx_next_p = _wg_refill_and_wait(
-                KV,
-                idx_base,
-                kv_tiles,
-                pe_tiles,
-                idx_next_n,
-                idx_next_p,
-                i,
-                start,
-                end,
-                num_rows,
-                stride_kv,
-                BLOCK_N,
-                NUM_STAGES,
-                nope_layout,
-                pe_layout,
+            idx_next, k_n, k_p = _wg_refill_and_wait(
+                pipe, idx_next, i, BLOCK_N, NUM_STAGES, nope_layout, pe_layout
             )
-
-            stage = i % NUM_STAGES
-            k_n = kv_tiles.index(stage)
-            k_p = pe_tiles.index(stage)
             s = warpgroup_mma(q_nope, k_n.permute((1, 0)), s_zero, use_acc=False, is_async=True)
             s = warpgroup_mma(q_pe, k_p.permute((1, 0)), s, is_async=True)
             n0 = start + i * BLOCK_N
@@ -808,20 +770,8 @@ if gluon is not None:
         end = gl.minimum(start + chunk, topk)
         n_tiles = gl.cdiv(end - start, BLOCK_N)
         idx_base = IDX + t.to(gl.int64) * stride_it
-        idx_next_n, idx_next_p = _wg_issue_first_tiles(
-            KV,
-            idx_base,
-            kv_tiles,
-            pe_tiles,
-            start,
-            end,
-            num_rows,
-            stride_kv,
-            BLOCK_N,
-            NUM_STAGES,
-            nope_layout,
-            pe_layout,
-        )
+        pipe = (KV, idx_base, kv_tiles, pe_tiles, start, end, num_rows, stride_kv)
+        idx_next = _wg_issue_first_tiles(pipe, BLOCK_N, NUM_STAGES, nope_layout, pe_layout)
 
         head_layout: gl.constexpr = gl.SliceLayout(0, mma_layout)
         m_i = gl.full([BLOCK_H], float("-inf"), gl.float32, layout=head_layout)
@@ -829,27 +779,9 @@ if gluon is not None:
         s_zero = gl.zeros([BLOCK_N, BLOCK_H], gl.float32, layout=mma_layout)
         l_tile = s_zero  # per-head sums (columns of S^T) per element, reduced after the loop
         for i in range(n_tiles):
-            idx_next_n, idx_next_p = _wg_refill_and_wait(
-                KV,
-                idx_base,
-                kv_tiles,
-                pe_tiles,
-                idx_next_n,
-                idx_next_p,
-                i,
-                start,
-                end,
-                num_rows,
-                stride_kv,
-                BLOCK_N,
-                NUM_STAGES,
-                nope_layout,
-                pe_layout,
+            idx_next, k_n, k_p = _wg_refill_and_wait(
+                pipe, idx_next, i, BLOCK_N, NUM_STAGES, nope_layout, pe_layout
             )
-
-            stage = i % NUM_STAGES
-            k_n = kv_tiles.index(stage)
-            k_p = pe_tiles.index(stage)
             s = warpgroup_mma(k_n, q_nope.permute((1, 0)), s_zero, use_acc=False, is_async=True)
             s = warpgroup_mma(k_p, q_pe.permute((1, 0)), s, is_async=True)
             n0 = start + i * BLOCK_N
@@ -1009,20 +941,8 @@ if gluon is not None:
         end = gl.minimum(start + chunk, topk)
         n_tiles = gl.cdiv(end - start, BLOCK_N)
         idx_base = IDX + t.to(gl.int64) * stride_it
-        idx_next_n, idx_next_p = _wg_issue_first_tiles(
-            KV,
-            idx_base,
-            kv_tiles,
-            pe_tiles,
-            start,
-            end,
-            num_rows,
-            stride_kv,
-            BLOCK_N,
-            NUM_STAGES,
-            nope_layout,
-            pe_layout,
-        )
+        pipe = (KV, idx_base, kv_tiles, pe_tiles, start, end, num_rows, stride_kv)
+        idx_next = _wg_issue_first_tiles(pipe, BLOCK_N, NUM_STAGES, nope_layout, pe_layout)
 
         # q per head scaled by a power of two to |q| <= 256, in two e4m3 parts; the scale
         # leaves through the scores.
@@ -1056,26 +976,9 @@ if gluon is not None:
         s_zero = gl.zeros([BLOCK_N, BLOCK_H], gl.float32, layout=s_layout)
         l_tile = s_zero
         for i in range(n_tiles):
-            idx_next_n, idx_next_p = _wg_refill_and_wait(
-                KV,
-                idx_base,
-                kv_tiles,
-                pe_tiles,
-                idx_next_n,
-                idx_next_p,
-                i,
-                start,
-                end,
-                num_rows,
-                stride_kv,
-                BLOCK_N,
-                NUM_STAGES,
-                nope_layout,
-                pe_layout,
+            idx_next, k_n, k_p = _wg_refill_and_wait(
+                pipe, idx_next, i, BLOCK_N, NUM_STAGES, nope_layout, pe_layout
             )
-            stage = i % NUM_STAGES
-            k_n = kv_tiles.index(stage)
-            k_p = pe_tiles.index(stage)
             s = warpgroup_mma(k_n, qh_n.permute((1, 0)), s_zero, use_acc=False, is_async=True)
             s = warpgroup_mma(k_n, ql_n.permute((1, 0)), s, is_async=True)
             s = warpgroup_mma(k_p, qh_p.permute((1, 0)), s, is_async=True)
