@@ -911,10 +911,11 @@ if gluon is not None:
         )
         nope_layout: gl.constexpr = gl.BlockedLayout([1, 16], [1, 32], [4, 1], [1, 0])
         pe_layout: gl.constexpr = gl.BlockedLayout([1, 16], [8, 4], [4, 1], [1, 0])
-        # V is widened 8 rows per warp: with a warp along one row (the gather's layout) its
-        # fp16 stores conflict in the 128-byte swizzle (ncu: 7.8 wavefronts per 512-byte store,
-        # half of them conflicts; NOTES.md round 13).
-        widen_layout: gl.constexpr = gl.BlockedLayout([1, 16], [8, 4], [4, 1], [1, 0])
+        # V is widened 8 bytes a thread, 16 threads along a row: each 8-thread phase of a
+        # 16-byte fp16 store, and each 16-thread phase of an 8-byte fp8 load, meets every bank
+        # of the 128-byte swizzle once. The gather's layout (a warp along one row, 16 bytes a
+        # thread) made the stores conflict 2-way (NOTES.md round 13).
+        widen_layout: gl.constexpr = gl.BlockedLayout([1, 8], [2, 16], [4, 1], [1, 0])
         qn_layout: gl.constexpr = gl.BlockedLayout([1, 8], [1, 32], [4, 1], [1, 0])
         qp_layout: gl.constexpr = gl.BlockedLayout([1, 8], [4, 8], [4, 1], [1, 0])
         kv_smem: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_N, D_V], f8)
