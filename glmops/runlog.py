@@ -75,8 +75,8 @@ class Masker:
         spans = []
         for dots in _ELLIPSIS.finditer(text):
             start, end = dots.span()
-            head = max((_common_tail(text[:start], s) for s in secrets), default=0)
-            tail = max((_common_head(text[end:], s) for s in secrets), default=0)
+            head = max((_secret_head_before(text, start, s) for s in secrets), default=0)
+            tail = max((_secret_tail_after(text, end, s) for s in secrets), default=0)
             if head >= CUT_SECRET:
                 spans.append((start - head, start))
             if tail >= CUT_SECRET:
@@ -102,19 +102,19 @@ class Masker:
             return self._pattern
 
 
-def _common_tail(text: str, secret: str) -> int:
-    """How long the end of ``text`` is a head of ``secret`` (a proper one: a whole secret is
-    masked already)."""
-    for n in range(min(len(text), len(secret) - 1), 0, -1):
-        if text.endswith(secret[:n]):
+def _secret_head_before(text: str, pos: int, secret: str) -> int:
+    """The length of the longest proper head of ``secret`` that ends at ``text[pos]`` (a whole
+    secret is masked already)."""
+    for n in range(min(pos, len(secret) - 1), 0, -1):
+        if text.endswith(secret[:n], 0, pos):
             return n
     return 0
 
 
-def _common_head(text: str, secret: str) -> int:
-    """How long the start of ``text`` is a tail of ``secret``."""
-    for n in range(min(len(text), len(secret) - 1), 0, -1):
-        if text.startswith(secret[-n:]):
+def _secret_tail_after(text: str, pos: int, secret: str) -> int:
+    """The length of the longest proper tail of ``secret`` that starts at ``text[pos]``."""
+    for n in range(min(len(text) - pos, len(secret) - 1), 0, -1):
+        if text.startswith(secret[-n:], pos):
             return n
     return 0
 
