@@ -3,137 +3,37 @@
 from __future__ import annotations
 
 import functools
-import getpass
-import os
-import subprocess
 import sys
-import traceback
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any
 
 import click
 
 from glmops import __version__, gpus, paths
-from glmops.errors import ExitCode, GlmopsError, InputError
-from glmops.secretenv import become_password
-from glmops.up import PHASES
-
-
-def default_inventory() -> Path:
-    return Path(os.environ.get("GLMOPS_INVENTORY", "inventory/hosts.yml"))
-
-
-def _option_set(*options: Callable[..., Any]) -> Callable[..., Any]:
-    """One decorator that adds `options` in the order given (as --help lists them)."""
-
-    def apply(func: Callable[..., Any]) -> Callable[..., Any]:
-        for option in reversed(options):
-            func = option(func)
-        return func
-
-    return apply
-
-
-# The options shared by the verbs, declared once; each verb takes those it honours.
-INVENTORY = click.option(
-    "-i",
-    "--inventory",
-    type=click.Path(path_type=Path),
-    default=None,
-    help="inventory file (default: $GLMOPS_INVENTORY, else inventory/hosts.yml)",
-)
-LIMIT = click.option(
-    "--limit",
-    "-l",
-    default=None,
-    help="hosts, groups, globs or !excluded to run on (or @FILE: its host names)",
-)
-EXTRA_VARS = click.option(
-    "-e",
-    "--extra-vars",
-    "extra_vars",
-    multiple=True,
-    metavar="KEY=VALUE|JSON|@FILE",
-    help="variables that override the inventory's: k=v, a JSON mapping, or @vars.yml",
-)
-FORKS = click.option(
-    "--forks",
-    "-f",
-    type=click.IntRange(1),
-    default=None,
-    help="hosts in parallel (default: min(hosts, 32))",
-)
-ASK_BECOME_PASS = click.option(
-    "-K",
-    "--ask-become-pass",
-    is_flag=True,
-    help="ask once for the sudo password (or set GLMOPS_BECOME_PASSWORD)",
-)
-STRICT_HOST_KEYS = click.option(
-    "--strict-host-keys",
-    is_flag=True,
-    help="refuse hosts whose key is not yet in glmops' known_hosts",
-)
-JSON_EVENTS = click.option("--json", "json_events", is_flag=True, help="JSON events on stdout")
-VERBOSE = click.option("-v", "--verbose", count=True, help="-v: more; -vv: command output")
-CHECK = click.option("-C", "--check", is_flag=True, help="change nothing; report what would change")
-
-#: Every verb that reaches hosts through the inventory: which, with what, and how to report.
-host_options = _option_set(
-    INVENTORY, LIMIT, EXTRA_VARS, FORKS, JSON_EVENTS, VERBOSE, ASK_BECOME_PASS, STRICT_HOST_KEYS
-)
-
-#: The playbook-running verbs add Ansible's run options.
-run_options = _option_set(
+from glmops.cli_options import (
+    ASK_BECOME_PASS,
+    EXTRA_VARS,
+    INVENTORY,
+    JSON_EVENTS,
+    LIMIT,
+    STRICT_HOST_KEYS,
+    VERBOSE,
+    default_inventory,
+    fail,
     host_options,
-    CHECK,
-    click.option("-D", "--diff", is_flag=True, help="show unified diffs of files that change"),
-    click.option("--tags", "-t", default="", help="run only tasks with these tags (a,b)"),
-    click.option("--skip-tags", default="", help="skip tasks with these tags"),
-    click.option(
-        "--explain",
-        is_flag=True,
-        help="print, for each decision, the fact and the rule behind it",
-    ),
-    click.option(
-        "--syntax-check",
-        is_flag=True,
-        help="load and check the playbook (modules, arguments, expressions); run nothing",
-    ),
-    click.option("--list-hosts", is_flag=True, help="print each play's hosts; run nothing"),
-    click.option("--list-tasks", is_flag=True, help="print each play's tasks; run nothing"),
+    host_pattern,
+    hosts_limit,
+    option_set,
+    report_options,
+    reports_errors,
+    resolve_limit,
+    run_options,
+    sudo_password,
+    tag_set,
 )
-
-
-def reports_errors(func: Callable[..., Any]) -> Callable[..., Any]:
-    """Turn glmops errors into one clear line on stderr and the right exit code."""
-
-    @functools.wraps(func)
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
-        as_json = bool(kwargs.get("json_events") or kwargs.get("as_json"))
-        try:
-            code = func(*args, **kwargs)
-        except GlmopsError as error:
-            _error(error, error.exit_code, as_json)
-        except (OSError, subprocess.SubprocessError) as error:
-            # The machine refused something (a file, a process): a message, never a traceback.
-            if os.environ.get("GLMOPS_DEBUG"):
-                traceback.print_exc()
-            _error(error, ExitCode.USAGE, as_json)
-        sys.exit(int(code or 0))
-
-    return wrapper
-
-
-def _error(error: Exception, code: int, as_json: bool) -> NoReturn:
-    """The one error line on stderr (with --json also an `error` event on stdout); exit."""
-    click.secho(f"error: {error}", fg="red", err=True)
-    if as_json:
-        from glmops.output import event_line
-
-        click.echo(event_line("error", msg=str(error), exit_code=int(code)))
-    sys.exit(int(code))
+from glmops.errors import ExitCode, InputError
+from glmops.up import PHASES
 
 
 def run_playbook(
@@ -163,7 +63,7 @@ def run_playbook(
         from glmops.listing import list_tasks, syntax_ok
 
         click.echo(
-            list_tasks(playbook, plays, _tag_set(opts.get("tags")), _tag_set(opts.get("skip_tags")))
+            list_tasks(playbook, plays, tag_set(opts.get("tags")), tag_set(opts.get("skip_tags")))
             if opts.get("list_tasks")
             else syntax_ok(playbook, plays)
         )
@@ -172,7 +72,7 @@ def run_playbook(
     if opts.get("list_hosts"):
         from glmops.listing import list_hosts
 
-        click.echo(list_hosts(inventory, plays, _resolve_limit(limit)))
+        click.echo(list_hosts(inventory, plays, resolve_limit(limit)))
         return ExitCode.OK
     password = sudo_password(opts)
     masker = Masker({password} if password else set())
@@ -180,9 +80,9 @@ def run_playbook(
         check=opts.get("check", False),
         diff=opts.get("diff", False),
         forks=opts.get("forks"),
-        limit=_resolve_limit(limit),
-        tags=_tag_set(opts.get("tags")),
-        skip_tags=_tag_set(opts.get("skip_tags")),
+        limit=resolve_limit(limit),
+        tags=tag_set(opts.get("tags")),
+        skip_tags=tag_set(opts.get("skip_tags")),
         extra_vars=extra_vars,
         sudo_password=password,
         connection=ConnectionSettings(strict_host_keys=opts.get("strict_host_keys", False)),
@@ -207,64 +107,6 @@ def run_playbook(
     return code
 
 
-def sudo_password(opts: dict[str, Any]) -> str | None:
-    """The sudo password: the one `up` asked once for all its phases, else
-    $GLMOPS_BECOME_PASSWORD, else asked now (-K)."""
-    password = opts.get("become_password")
-    if password is None:
-        password = become_password()
-    if password is None and opts.get("ask_become_pass"):
-        password = getpass.getpass("sudo password: ")
-    return password
-
-
-def _report_options(opts: dict[str, Any]) -> Any:
-    """The engine's options for a read-only report (facts, status) from host_options."""
-    from glmops.connection import ConnectionSettings
-    from glmops.executor import RunOptions
-    from glmops.inventory import parse_extra_vars
-
-    return RunOptions(
-        forks=opts.get("forks"),
-        extra_vars=parse_extra_vars(list(opts.get("extra_vars") or ())),
-        sudo_password=sudo_password(opts),
-        connection=ConnectionSettings(strict_host_keys=opts.get("strict_host_keys", False)),
-    )
-
-
-def _pattern(hosts: tuple[str, ...], limit: str | None) -> str:
-    """The hosts a verb runs on: HOSTS or --limit (with @FILE read), else all."""
-    return _resolve_limit(_hosts_limit(hosts, limit)) or "all"
-
-
-def _resolve_limit(limit: str | None) -> str | None:
-    """`--limit @FILE` reads host names from FILE, one per line (`@last-failed` is glmops')."""
-    if not limit or not limit.startswith("@"):
-        return limit
-    name = limit[1:]
-    from glmops.executor import default_run_root
-
-    path = default_run_root().parent / name
-    path = path if name == "last-failed" else Path(name)
-    try:
-        hosts = [line.strip() for line in path.read_text().splitlines() if line.strip()]
-    except OSError as error:
-        raise InputError(f"--limit {limit}: cannot read {path}: {error.strerror}") from None
-    if not hosts:
-        raise InputError(f"--limit {limit}: {path} names no host (nothing failed last time)")
-    return ",".join(hosts)
-
-
-def _tag_set(value: str | None) -> set[str]:
-    return {t.strip() for t in (value or "").split(",") if t.strip()}
-
-
-def _hosts_limit(hosts: tuple[str, ...], limit: str | None) -> str | None:
-    if hosts and limit:
-        raise click.UsageError("give hosts or --limit, not both")
-    return ",".join(hosts) if hosts else limit
-
-
 class _Group(click.Group):
     """Usage errors the CLI library catches (unknown option, missing file) exit 5 like ours,
     with the same `error` event on stdout when the command line asked for --json."""
@@ -277,7 +119,7 @@ class _Group(click.Group):
         except click.ClickException as error:
             argv = kwargs.get("args") or (args[0] if args else None) or sys.argv[1:]
             if "--json" in argv:
-                _error(RuntimeError(error.format_message()), ExitCode.USAGE, as_json=True)
+                fail(RuntimeError(error.format_message()), ExitCode.USAGE, as_json=True)
             error.show()
             sys.exit(int(ExitCode.USAGE))
         except click.Abort:
@@ -311,7 +153,7 @@ def _playbook_verb(name: str, playbook: str, summary: str, *, needs_hosts: bool 
     @run_options
     @reports_errors
     def verb(hosts: tuple[str, ...], limit: str | None, **opts: Any) -> ExitCode:
-        return run_playbook(paths.playbooks() / playbook, limit=_hosts_limit(hosts, limit), **opts)
+        return run_playbook(paths.playbooks() / playbook, limit=hosts_limit(hosts, limit), **opts)
 
 
 _playbook_verb(
@@ -347,7 +189,7 @@ def deploy(
     from glmops.fleet.topology import fleet_from_inventory
     from glmops.inventory import load_inventory, parse_extra_vars
 
-    pattern = _resolve_limit(_hosts_limit(hosts, limit))
+    pattern = resolve_limit(hosts_limit(hosts, limit))
     playbook = paths.playbooks() / "deploy.yml"
     if opts.get("syntax_check") or opts.get("list_tasks"):  # the playbook alone, no inventory
         return run_playbook(playbook, limit=pattern, **opts)
@@ -432,15 +274,15 @@ def up(hosts: tuple[str, ...], limit: str | None, skip: str, restart: bool, **op
     """
     from glmops.up import run_up
 
-    pattern = _hosts_limit(hosts, limit) or "all"
+    pattern = hosts_limit(hosts, limit) or "all"
     inventory = opts.pop("inventory") or default_inventory()
     opts["become_password"] = sudo_password(opts)  # asked once (-K), handed to every phase
-    return run_up(inventory, pattern, skip=tuple(_tag_set(skip)), restart=restart, opts=opts)
+    return run_up(inventory, pattern, skip=tuple(tag_set(skip)), restart=restart, opts=opts)
 
 
 @main.command()
 @click.argument("hosts", nargs=-1)
-@_option_set(
+@option_set(
     INVENTORY,
     LIMIT,
     EXTRA_VARS,
@@ -478,7 +320,7 @@ def model(
     )
     return model_command(
         inventory or default_inventory(),
-        _pattern(hosts, limit),
+        host_pattern(hosts, limit),
         options,
         extra_vars=opts["extra_vars"],
         json_events=opts["json_events"],
@@ -501,7 +343,7 @@ def preflight(
     extra = (f"preflight_capability={capability}", f"preflight_dtype={dtype}")
     return run_playbook(
         paths.playbooks() / "preflight.yml",
-        limit=_pattern(hosts, limit),
+        limit=host_pattern(hosts, limit),
         extra=extra,
         explain=True,
         **opts,
@@ -528,9 +370,9 @@ def facts(
 
     return print_facts(
         inventory or default_inventory(),
-        _pattern(hosts, limit),
+        host_pattern(hosts, limit),
         opts["json_events"],
-        _report_options(opts),
+        report_options(opts),
         opts["verbose"],
     )
 
@@ -547,9 +389,9 @@ def status(
 
     return print_status(
         inventory or default_inventory(),
-        _pattern(hosts, limit),
+        host_pattern(hosts, limit),
         opts["json_events"],
-        _report_options(opts),
+        report_options(opts),
         opts["verbose"],
     )
 
@@ -577,7 +419,7 @@ def verify(
             "pip install 'glmops[verify]'"
         ) from None
 
-    pattern = _pattern(hosts, limit)
+    pattern = host_pattern(hosts, limit)
     return run_verify(inventory or default_inventory(), pattern, as_json, keyword)
 
 
