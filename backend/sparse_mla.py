@@ -1219,7 +1219,7 @@ def _default_config(
         raise ValueError(f"sparse MLA decode: {reason}")
     if num_heads <= 16 and wgmma and kv_format == "fp8":
         # The swapped tile for e4m3 rows: e4m3 MMAs for the scores, V widened once;
-        # ~176 KB at 16 heads, one per SM (NOTES.md round 12).
+        # ~160 KB at 16 heads, one per SM (NOTES.md rounds 12-13).
         return {
             "BLOCK_H": 8 if num_heads <= 8 else 16,
             "BLOCK_N": 64,

@@ -107,6 +107,15 @@ def run_playbook(
     return code
 
 
+def _asks_for_json(error: click.ClickException, argv: list[str]) -> bool:
+    """Whether the command that failed to parse takes --json and the command line gave it
+    (before any `--`)."""
+    ctx = getattr(error, "ctx", None)
+    params = ctx.command.params if ctx is not None else []
+    takes_json = any("--json" in getattr(p, "opts", ()) for p in params)
+    return takes_json and "--json" in (argv[: argv.index("--")] if "--" in argv else argv)
+
+
 class _Group(click.Group):
     """Usage errors the CLI library catches (unknown option, missing file) exit 5 like ours,
     with the same `error` event on stdout when the command line asked for --json."""
@@ -117,8 +126,8 @@ class _Group(click.Group):
         try:
             code = super().main(*args, standalone_mode=False, **kwargs)
         except click.ClickException as error:
-            argv = kwargs.get("args") or (args[0] if args else None) or sys.argv[1:]
-            if "--json" in argv:
+            argv = kwargs.get("args") if "args" in kwargs else (args[0] if args else None)
+            if _asks_for_json(error, sys.argv[1:] if argv is None else list(argv)):
                 fail(RuntimeError(error.format_message()), ExitCode.USAGE, as_json=True)
             error.show()
             sys.exit(int(ExitCode.USAGE))

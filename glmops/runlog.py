@@ -26,10 +26,12 @@ OUTPUT_TAIL = 2000
 #: "rootfs").
 SHORT_SECRET = 8
 #: A long repr cut short keeps a head and a tail around "..." (pytest's assertion reprs,
-#: reprlib), which can split a secret: a head of a secret just before "..." or a tail of one
-#: just after is masked from this many characters on.
+#: reprlib), which can split a secret: a head of a secret (of SHORT_SECRET characters or more)
+#: just before a run of dots, or a tail of one just after, is masked from this many characters
+#: on. It errs on the side of masking: ordinary text that happens to end like a secret begins
+#: ("chan..." beside the secret "changeme-please") is masked too.
 CUT_SECRET = 4
-_ELLIPSIS = re.compile(r"\.\.\.")
+_DOTS = re.compile(r"\.{3,}")
 
 
 def is_secret_name(name: str) -> bool:
@@ -73,7 +75,7 @@ class Masker:
         with self._lock:
             secrets = [s for s in self._secrets if len(s) >= SHORT_SECRET]
         spans = []
-        for dots in _ELLIPSIS.finditer(text):
+        for dots in _DOTS.finditer(text):
             start, end = dots.span()
             head = max((_secret_head_before(text, start, s) for s in secrets), default=0)
             tail = max((_secret_tail_after(text, end, s) for s in secrets), default=0)
@@ -103,8 +105,8 @@ class Masker:
 
 
 def _secret_head_before(text: str, pos: int, secret: str) -> int:
-    """The length of the longest proper head of ``secret`` that ends at ``text[pos]`` (a whole
-    secret is masked already)."""
+    """The length of the longest proper head of ``secret`` that ends just before ``text[pos]``
+    (a whole secret is masked already)."""
     for n in range(min(pos, len(secret) - 1), 0, -1):
         if text.endswith(secret[:n], 0, pos):
             return n

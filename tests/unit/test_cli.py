@@ -118,6 +118,18 @@ def test_usage_errors_the_cli_library_catches_are_json_events_too(
     assert message in error["msg"]
 
 
+@pytest.mark.parametrize(
+    "args",
+    [["doc", "--json"], ["run", "play.yml", "--bogus", "--", "--json"]],
+)
+def test_a_json_flag_the_command_does_not_take_gives_no_json(
+    workdir: Path, args: list[str]
+) -> None:
+    result = invoke(*args)
+    assert result.exit_code == 5, result.output
+    assert result.stdout == "" and "Usage:" in result.stderr
+
+
 def test_a_play_whose_hosts_match_nothing_is_an_error(workdir: Path) -> None:
     (workdir / "play.yml").write_text(
         "- hosts: all\n  gather_facts: false\n  tasks: [{command: 'true'}]\n"

@@ -108,6 +108,7 @@ def test_masking_goes_by_secret_names_and_values_not_words_inside_names(
 
 
 def test_a_secret_cut_short_by_a_long_repr_is_masked_on_both_sides_of_the_cut() -> None:
+    # pytest's own truncation of long reprs, as a failed host check's traceback shows them
     from _pytest._io.saferepr import saferepr
 
     from glmops.runlog import CUT_SECRET
@@ -117,25 +118,34 @@ def test_a_secret_cut_short_by_a_long_repr_is_masked_on_both_sides_of_the_cut() 
     masker.add_secret_vars({"hf_token": secret, "vllm_env": f"HF_TOKEN={secret} " + "x" * 300})
     host_vars = {"vllm_env": f"HF_TOKEN={secret} " + "x" * 300}
     prefix = "{'vllm_env': 'HF_TOKEN="
-    kept_lengths = set()
-    for maxsize in range(2 * len(prefix) + 3, 2 * (len(prefix) + len(secret))):
+    heads = set()
+    for maxsize in range(2 * len(prefix) + 3, 2 * (len(prefix) + len(secret)) + 2):
         shown = saferepr(host_vars, maxsize=maxsize)
         kept = shown.split("...")[0].removeprefix(prefix)  # the head of the secret pytest kept
         assert secret.startswith(kept), shown
-        kept_lengths.add(len(kept))
+        heads.add(len(kept))
         masked = masker.mask(shown)
         if len(kept) >= CUT_SECRET:
             assert kept not in masked and "HF_TOKEN=********..." in masked, masked
         else:
             assert masked == shown
-    assert kept_lengths == set(range(len(secret) - 1)), "every cut inside the secret was tried"
-    for maxsize in range(9, 2 * len(secret)):  # a tail of the secret right after "..."
+    assert heads == set(range(len(secret))), "every cut inside the secret was tried"
+    tails = set()
+    for maxsize in range(9, 2 * len(secret) + 6):  # a tail of the secret right after "..."
         shown = saferepr({"x": "y" * 300 + secret}, maxsize=maxsize)
         kept = shown.split("...")[1].removesuffix("'}")
+        if not secret.endswith(kept):
+            continue  # the cut fell before the secret: the whole of it is shown, and masked
+        tails.add(len(kept))
         masked = masker.mask(shown)
-        if secret.endswith(kept) and len(kept) >= CUT_SECRET:
+        if len(kept) >= CUT_SECRET:
             assert kept not in masked and masked.endswith("...********'}"), masked
-    assert masker.mask("a plain ... line") == "a plain ... line"
+        else:
+            assert masked == shown
+    assert set(range(1, len(secret))) <= tails, "every tail length was tried"
+    for dots in ("...", "....", "......"):  # a head that ends in "." leaves a longer run
+        assert masker.mask(f"'{secret[:9]}{dots}{secret[-9:]}'") == f"'********{dots}********'"
+    assert masker.mask("a plain ... line.... end") == "a plain ... line.... end"
 
 
 def test_old_run_directories_are_pruned(tmp_path: Path) -> None:
