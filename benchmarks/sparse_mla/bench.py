@@ -919,6 +919,17 @@ def plan_r11f() -> list[tuple[int, int, dict[str, int], int]]:
     return _expand(cases)
 
 
+def _hopper_small_tile(heads: int) -> dict[str, int]:
+    """The default Hopper tile of up to 16 heads (the swapped tile; for e4m3 rows, its e4m3
+    twin): 8 or 16 heads as the MMA's N, 64-row tiles, 2 stages, one program per SM."""
+    return {"WGMMA": 1, "BLOCK_H": 8 if heads <= 8 else 16, "BLOCK_N": 64, "num_warps": 4,
+            "num_stages": 2, "WAVES": 1}  # fmt: skip
+
+
+#: (B, H, split count) of the small-head Hopper sweeps: the benchmark's split counts.
+_SMALL_HEAD_CASES = [(128, 8, 1), (128, 16, 1), (32, 8, 4), (32, 16, 4), (8, 8, 16), (8, 16, 16)]
+
+
 def plan_r12g() -> list[tuple[int, int, dict[str, int], int]]:
     """fp8 e4m3 rows (run with --dtypes e4m3 --check): the swapped Hopper tile for e4m3 rows
     (``_sparse_mla_wgmma_e4m3_kernel``: e4m3 MMAs for the scores on the gathered tile, V
@@ -929,11 +940,7 @@ def plan_r12g() -> list[tuple[int, int, dict[str, int], int]]:
     cases = []
     for b, h, splits in [(128, 8, (1, 2)), (128, 16, (1, 2)), (32, 8, (4, 8)), (32, 16, (4, 8)),
                          (8, 8, (16, 32)), (8, 16, (16, 32)), (1, 8, (32, 64))]:  # fmt: skip
-        gluon = [
-            {"WGMMA": 1, "BLOCK_H": 8 if h <= 8 else 16, "BLOCK_N": 64, "num_warps": 4,
-             "num_stages": st, "WAVES": 1}
-            for st in (2, 3)
-        ]  # fmt: skip
+        gluon = [{**_hopper_small_tile(h), "num_stages": st} for st in (2, 3)]
         cases.append((b, h, splits, [tl_dot, *gluon, {**tl_dot, "num_warps": 4}]))
     return _expand(cases)
 
@@ -945,9 +952,8 @@ def plan_r12v() -> list[tuple[int, int, dict[str, int], int]]:
     ``sweeps/sparse_mla_e4m3_wgmma_v_buffers_rejected.diff`` (without it the launch has no
     such argument)."""
     cases = []
-    for b, h, sp in [(128, 8, 1), (128, 16, 1), (32, 8, 4), (32, 16, 4), (8, 8, 16), (8, 16, 16)]:
-        tile = {"WGMMA": 1, "BLOCK_H": 8 if h <= 8 else 16, "BLOCK_N": 64, "num_warps": 4,
-                "num_stages": 2, "WAVES": 1}  # fmt: skip
+    for b, h, sp in _SMALL_HEAD_CASES:
+        tile = _hopper_small_tile(h)
         two = {**tile, "V_BUFFERS": 2}
         cases.append((b, h, (sp,), [tile, two, {**tile, "V_BUFFERS": 1}, {**two, "num_warps": 4}]))
     return _expand(cases)
@@ -961,8 +967,7 @@ def plan_r12c() -> list[tuple[int, int, dict[str, int], int]]:
     ``sweeps/sparse_mla_e4m3_wgmma_v_widening_switches.diff``."""
     cases = []
     for b, h, sp in [(128, 8, 1), (128, 16, 1), (32, 8, 4), (32, 16, 4), (8, 8, 16)]:
-        tile = {"WGMMA": 1, "BLOCK_H": 8 if h <= 8 else 16, "BLOCK_N": 64, "num_warps": 4,
-                "num_stages": 2, "WAVES": 1}  # fmt: skip
+        tile = _hopper_small_tile(h)
         cvt = {**tile, "V_CVT": 1}
         tiles = [tile, cvt, {**tile, "V_CHUNK": 32}, {**cvt, "V_CHUNK": 32}]
         tiles += [{**cvt, "V_CHUNK": 64}] * (h <= 8) + [{**tile, "V_CHUNK": 16}]
@@ -1019,8 +1024,7 @@ def plan_r13() -> list[tuple[int, int, dict[str, int], int]]:
     cases = []
     for b, h, splits in [(128, 8, (1, 2)), (128, 16, (1, 2)), (32, 8, (4, 8)), (32, 16, (4, 8)),
                          (8, 8, (16, 32)), (8, 16, (16, 32))]:  # fmt: skip
-        tile = {"WGMMA": 1, "BLOCK_H": 8 if h <= 8 else 16, "BLOCK_N": 64, "num_warps": 4,
-                "num_stages": 2, "WAVES": 1}  # fmt: skip
+        tile = _hopper_small_tile(h)
         tiles = [tile, {**tile, "V_ROWS": 32}, {**tile, "V_ROWS": 16}, {**tile, "V_ROWS": 64}]
         cases.append((b, h, splits, tiles))
     return _expand(cases)
@@ -1036,8 +1040,7 @@ def plan_r13b() -> list[tuple[int, int, dict[str, int], int]]:
     ``sweeps/sparse_mla_e4m3_wgmma_v_rows_q_fused_ablate_switches.diff``."""
     cases = []
     for b, h, sp in [(128, 8, 1), (128, 16, 1), (32, 8, 4), (32, 16, 4), (8, 8, 16)]:
-        tile = {"WGMMA": 1, "BLOCK_H": 8 if h <= 8 else 16, "BLOCK_N": 64, "num_warps": 4,
-                "num_stages": 2, "WAVES": 1}  # fmt: skip
+        tile = _hopper_small_tile(h)
         fused = {**tile, "Q_FUSED": 1}
         cases.append((b, h, (sp,), [tile, fused]))
         cases.append((b, h, (sp, 2 * sp), [{**fused, "V_ROWS": 16}]))
@@ -1053,9 +1056,8 @@ def plan_r13c() -> list[tuple[int, int, dict[str, int], int]]:
     runs first and last. The switches (and ``W_ROWS``/``W_VEC``, plan r13d) need the kernel
     change in ``sweeps/sparse_mla_e4m3_wgmma_pv_e4m3_and_widen_layout_switches.diff``."""
     cases = []
-    for b, h, sp in [(128, 8, 1), (128, 16, 1), (32, 8, 4), (32, 16, 4), (8, 8, 16), (8, 16, 16)]:
-        tile = {"WGMMA": 1, "BLOCK_H": 8 if h <= 8 else 16, "BLOCK_N": 64, "num_warps": 4,
-                "num_stages": 2, "WAVES": 1}  # fmt: skip
+    for b, h, sp in _SMALL_HEAD_CASES:
+        tile = _hopper_small_tile(h)
         pv = {**tile, "PV_E4M3": 1}
         tiles = [tile, pv, {**pv, "P_PARTS": 1}, {**tile, "PV_E4M3": 0}]
         cases.append((b, h, (sp,), tiles))
@@ -1070,9 +1072,8 @@ def plan_r13d() -> list[tuple[int, int, dict[str, int], int]]:
     (1 row, 16 bytes) first and last. The kernel now widens in the 8-row layout; the switches
     are in ``sweeps/sparse_mla_e4m3_wgmma_pv_e4m3_and_widen_layout_switches.diff``."""
     cases = []
-    for b, h, sp in [(128, 8, 1), (128, 16, 1), (32, 8, 4), (32, 16, 4), (8, 8, 16), (8, 16, 16)]:
-        tile = {"WGMMA": 1, "BLOCK_H": 8 if h <= 8 else 16, "BLOCK_N": 64, "num_warps": 4,
-                "num_stages": 2, "WAVES": 1}  # fmt: skip
+    for b, h, sp in _SMALL_HEAD_CASES:
+        tile = _hopper_small_tile(h)
         tiles = [tile] + [{**tile, "W_ROWS": w} for w in (4, 8)]
         tiles += [{**tile, "W_ROWS": w, "W_VEC": 8} for w in (4, 8)] + [{**tile, "W_ROWS": 1}]
         cases.append((b, h, (sp,), tiles))
@@ -1084,9 +1085,8 @@ def plan_r13e() -> list[tuple[int, int, dict[str, int], int]]:
     16-bit tile for bf16) at the benchmark's split counts: run with ``--kernel`` on an earlier
     kernel file and on this one, alternately, for a same-run comparison (NOTES.md round 13)."""
     cases = []
-    for b, h, sp in [(128, 8, 1), (128, 16, 1), (32, 8, 4), (32, 16, 4), (8, 8, 16), (8, 16, 16)]:
-        tile = {"WGMMA": 1, "BLOCK_H": 8 if h <= 8 else 16, "BLOCK_N": 64, "num_warps": 4,
-                "num_stages": 2, "WAVES": 1}  # fmt: skip
+    for b, h, sp in _SMALL_HEAD_CASES:
+        tile = _hopper_small_tile(h)
         cases.append((b, h, (sp,), [tile]))
     return _expand(cases)
 
@@ -1178,6 +1178,17 @@ def run_sweep_v2(
     report_compiled(kmod)
 
 
+def cache_rows(kmod: types.ModuleType, name: str, count: int, device: str = "cuda") -> Any:
+    """``count`` random cache rows for a --dtypes name: N(0, 0.5) values in q's dtype, as
+    fp8_ds_mla rows (``fp8``) or e4m3 rows scaled by ``E4M3_SCALE`` (``e4m3``)."""
+    rows = (torch.randn(count, 576, device=device) * 0.5).to(Q_DTYPES[name])
+    if name == "fp8":
+        return kmod.quantize_fp8_ds_mla(rows)
+    if name == "e4m3":
+        return (rows.float() / E4M3_SCALE).to(torch.float8_e4m3fn)
+    return rows
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--mode", choices=["bench", "sweep", "sweep2"], default="bench")
@@ -1208,14 +1219,7 @@ def main() -> None:
     args = ap.parse_args()
     torch.manual_seed(0)
     kmod = load_module_file(args.kernel, "sparse_mla")
-    kv = {}
-    for dname in args.dtypes.split(","):
-        rows = (torch.randn(args.cache_rows, 576, device="cuda") * 0.5).to(Q_DTYPES[dname])
-        if dname == "fp8":
-            rows = kmod.quantize_fp8_ds_mla(rows)
-        elif dname == "e4m3":
-            rows = (rows.float() / E4M3_SCALE).to(torch.float8_e4m3fn)
-        kv[dname] = rows
+    kv = {name: cache_rows(kmod, name, args.cache_rows) for name in args.dtypes.split(",")}
     if args.mode == "sweep":
         run_sweep(args, kmod, kv)
     elif args.mode == "sweep2":

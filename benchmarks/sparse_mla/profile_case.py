@@ -27,11 +27,8 @@ def main() -> None:
     args = ap.parse_args()
     kmod = bench.load_module_file(bench.KERNEL_PATH, "sparse_mla")
     torch.manual_seed(0)
-    kv = (torch.randn(bench.CACHE_ROWS, 576, device="cuda") * 0.5).to(torch.bfloat16)
-    kv_scale = 1.0
-    if args.rows == "e4m3":
-        kv_scale = bench.E4M3_SCALE
-        kv = (kv.float() / kv_scale).to(torch.float8_e4m3fn)
+    kv = bench.cache_rows(kmod, args.rows, bench.CACHE_ROWS)
+    kv_scale = bench.E4M3_SCALE if args.rows == "e4m3" else 1.0
     q = (torch.rand(args.batch, args.heads, 576, device="cuda") * 2 - 1).to(torch.bfloat16)
     idx = torch.randint(0, kv.shape[0], (args.batch, bench.TOPK), device="cuda", dtype=torch.int32)
     config = json.loads(args.config) if args.config else None
