@@ -824,26 +824,26 @@ if gluon is not None:
         )
 
     @gluon.jit
-    def _e4m3_cvt_to_f16_gl(x):
-        """e4m3 to fp16, four values per call, by the hardware conversion: in this tile it is
-        faster than ``_e4m3_bits_to_f16``'s integer moves (NOTES.md round 12)."""
-        return gl.inline_asm_elementwise(
-            "{ .reg .b16 lo, hi; mov.b32 {lo, hi}, $2; "
-            "cvt.rn.f16x2.e4m3x2 $0, lo; cvt.rn.f16x2.e4m3x2 $1, hi; }",
-            "=r,=r,r",
-            [x],
-            dtype=gl.float16,
-            is_pure=True,
-            pack=4,
-        )
+    def _wg_v_operand(v_rows, load_layout: gl.constexpr, a_layout: gl.constexpr):
+        """16 gathered e4m3 rows of V (keys x 512) as the fp16 A operand of O^T += V^T P^T,
+        widened in registers: no fp16 copy of V passes through shared memory.
+
+        Each thread loads 16 contiguous values of 4 rows (16-byte pieces; every 8-thread phase
+        meets each bank of the 128-byte swizzle once). An MMA row m is any value of V^T as long
+        as the output's rows are put back in order: the tensor is relabelled (no data moves) so
+        that MMA row 64i + 16w + 8b + g holds value 16(8w + g) + 2i + b, which is what thread
+        (warp w, group g) loaded; ``_wg_rows_in_order`` undoes it."""
+        x = v_rows.load(load_layout).to(gl.float16)
+        x = gl.permute(gl.reshape(x, [16, 4, 8, 8, 2]), (0, 3, 1, 4, 2))
+        x = gl.permute(gl.reshape(x, [16, 512]), (1, 0))
+        return gl.convert_layout(x, a_layout, assert_trivial=True)
 
     @gluon.jit
-    def _wg_widen_rows(src, dst, ROWS: gl.constexpr, layout: gl.constexpr):
-        """The ROWS e4m3 rows of ``src`` into fp16 ``dst``, 32 at a time: 64 at once spill at 16
-        heads."""
-        for c in gl.static_range(ROWS // 32):
-            v8 = src.slice(c * 32, 32).load(layout)
-            dst.slice(c * 32, 32).store(_e4m3_cvt_to_f16_gl(v8))
+    def _wg_rows_in_order(o, BLOCK_H: gl.constexpr):
+        """The [512, BLOCK_H] accumulator of ``_wg_v_operand``'s MMAs with its rows in value
+        order."""
+        o = gl.permute(gl.reshape(o, [8, 4, 2, 8, BLOCK_H]), (1, 3, 0, 2, 4))
+        return gl.reshape(o, [512, BLOCK_H])
 
     @gluon.jit
     def _wg_e4m3_query(q_tok, heads, cols, num_heads, stride_qh, col0):
@@ -893,36 +893,44 @@ if gluon is not None:
         IS_SPLIT: gl.constexpr,
         USE_PDL: gl.constexpr,
     ):
-        """The swapped small-head tile for fp8 e4m3 rows: the gathered fp8 tile is the A
-        operand of e4m3 warpgroup MMAs for S^T = K Q^T as it lands (q in two e4m3 parts), and
-        V is widened once per tile (the hardware conversion) into an fp16 tile for O^T += V^T P^T
-        (e4m3 MMAs need both operands K-major, which V^T is not)."""
+        """The swapped tile for fp8 e4m3 rows: the gathered fp8 tile is the A operand of e4m3
+        warpgroup MMAs for S^T = K Q^T as it lands (q in two e4m3 parts), and V is widened in
+        registers, 16 rows at a time, into the fp16 A operand of O^T += V^T P^T (e4m3 MMAs
+        need both operands K-major, which V^T is not). 8 or 16 heads take one warpgroup; 64
+        take two, 32 heads each, which share the gathered tiles and each widen V."""
         BLOCK_N: gl.constexpr = 64
         D_V: gl.constexpr = 512
         D_PE: gl.constexpr = 64
         f8: gl.constexpr = KV.dtype.element_ty
         out_ty: gl.constexpr = Q.dtype.element_ty
+        # 64 heads: two warpgroups, 32 heads each, share the gathered tiles.
+        WG: gl.constexpr = (BLOCK_H + 31) // 32
+        W: gl.constexpr = 4 * WG
         # e4m3 MMAs take 32 of K per instruction, fp16 ones 16: one accumulator layout each.
         s_layout: gl.constexpr = gl.NVMMADistributedLayout(
-            version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, BLOCK_H, 32]
+            version=[3, 0], warps_per_cta=[4, WG], instr_shape=[16, BLOCK_H // WG, 32]
         )
         o_layout: gl.constexpr = gl.NVMMADistributedLayout(
-            version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, BLOCK_H, 16]
+            version=[3, 0], warps_per_cta=[4, WG], instr_shape=[16, BLOCK_H // WG, 16]
         )
-        nope_layout: gl.constexpr = gl.BlockedLayout([1, 16], [1, 32], [4, 1], [1, 0])
-        pe_layout: gl.constexpr = gl.BlockedLayout([1, 16], [8, 4], [4, 1], [1, 0])
-        # V is widened 8 bytes a thread, 16 threads along a row: each 8-thread phase of a
-        # 16-byte fp16 store, and each 16-thread phase of an 8-byte fp8 load, meets every bank
-        # of the 128-byte swizzle once. The gather's layout (a warp along one row, 16 bytes a
-        # thread) made the stores conflict 2-way (NOTES.md round 13).
-        widen_layout: gl.constexpr = gl.BlockedLayout([1, 8], [2, 16], [4, 1], [1, 0])
-        qn_layout: gl.constexpr = gl.BlockedLayout([1, 8], [1, 32], [4, 1], [1, 0])
-        qp_layout: gl.constexpr = gl.BlockedLayout([1, 8], [4, 8], [4, 1], [1, 0])
+        nope_layout: gl.constexpr = gl.BlockedLayout([1, 16], [1, 32], [W, 1], [1, 0])
+        pe_layout: gl.constexpr = gl.BlockedLayout([1, 16], [8, 4], [W, 1], [1, 0])
+        # Thread (warp w, lane 4g + j) loads values 16(8w + g) to +15 of rows 2j, 2j + 1, 2j + 8
+        # and 2j + 9: the rows and the warp's lanes an fp16 A operand needs (_wg_v_operand).
+        v_load: gl.constexpr = gl.DistributedLinearLayout(
+            reg_bases=[[0, 1], [0, 2], [0, 4], [0, 8], [1, 0], [8, 0]],
+            lane_bases=[[2, 0], [4, 0], [0, 16], [0, 32], [0, 64]],
+            warp_bases=[[0, 128], [0, 256]] + [[0, 0]] * (WG - 1),
+            block_bases=[],
+            shape=[16, D_V],
+        )
+        v_operand: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=o_layout, k_width=2)
+        qn_layout: gl.constexpr = gl.BlockedLayout([1, 8], [1, 32], [W, 1], [1, 0])
+        qp_layout: gl.constexpr = gl.BlockedLayout([1, 8], [4, 8], [W, 1], [1, 0])
         kv_smem: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_N, D_V], f8)
         pe_smem: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_N, D_PE], f8)
         qn_smem: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_H, D_V], f8)
         qp_smem: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_H, D_PE], f8)
-        v_smem: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_N, D_V], gl.float16)
         p_smem: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_N, BLOCK_H], gl.float16)
 
         if USE_PDL:
@@ -935,7 +943,6 @@ if gluon is not None:
         ql_p = gl.allocate_shared_memory(f8, [BLOCK_H, D_PE], qp_smem)
         kv_tiles = gl.allocate_shared_memory(f8, [NUM_STAGES, BLOCK_N, D_V], kv_smem)
         pe_tiles = gl.allocate_shared_memory(f8, [NUM_STAGES, BLOCK_N, D_PE], pe_smem)
-        v_tile = gl.allocate_shared_memory(gl.float16, [BLOCK_N, D_V], v_smem)
         p_tile = gl.allocate_shared_memory(gl.float16, [BLOCK_N, BLOCK_H], p_smem)
 
         start = split * chunk
@@ -984,8 +991,8 @@ if gluon is not None:
             s = warpgroup_mma(k_n, ql_n.permute((1, 0)), s, is_async=True)
             s = warpgroup_mma(k_p, qh_p.permute((1, 0)), s, is_async=True)
             s = warpgroup_mma(k_p, ql_p.permute((1, 0)), s, is_async=True)
-            # V widened while the score MMAs run (the last P.V has finished reading v_tile).
-            _wg_widen_rows(k_n, v_tile, BLOCK_N, widen_layout)
+            if WG == 1:  # the first 16 rows of V widen while the score MMAs run
+                v_first = _wg_v_operand(k_n.slice(0, 16), v_load, v_operand)
             n0 = start + i * BLOCK_N
             valid = _wg_tile_valid(
                 idx_base, n0, end, num_rows, BLOCK_N, gl.SliceLayout(1, s_layout)
@@ -997,18 +1004,31 @@ if gluon is not None:
             p_tile.store(p.to(gl.float16))
             fence_async_shared()
             gl.thread_barrier()
-            acc = warpgroup_mma(v_tile.permute((1, 0)), p_tile, acc, is_async=True)
+            if WG == 1:
+                acc = warpgroup_mma(v_first, p_tile.slice(0, 16), acc, is_async=True)
+                acc = warpgroup_mma_wait(1, deps=(acc,))
+                for k in gl.static_range(1, BLOCK_N // 16):
+                    # Widened while the last MMA runs; the one before it has let go of its rows.
+                    v_k = _wg_v_operand(k_n.slice(16 * k, 16), v_load, v_operand)
+                    acc = warpgroup_mma(v_k, p_tile.slice(16 * k, 16), acc, is_async=True)
+                    acc = warpgroup_mma_wait(1, deps=(acc,))
+            else:  # two warpgroups hold 255 registers: one set of widened rows at a time
+                for k in gl.static_range(BLOCK_N // 16):
+                    v_k = _wg_v_operand(k_n.slice(16 * k, 16), v_load, v_operand)
+                    acc = warpgroup_mma(v_k, p_tile.slice(16 * k, 16), acc, is_async=True)
+                    acc = warpgroup_mma_wait(0, deps=(acc,))
             acc = warpgroup_mma_wait(0, deps=(acc,))
         async_copy.wait_group(0)
 
         denom, lse2 = _wg_row_sums(l_tile, m_i, 0)
         out = acc * v_scale / gl.convert_layout(denom, gl.SliceLayout(0, o_layout))[None, :]
-        # The rows leave through v_tile, free now.
-        o_smem: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_N, D_V], out_ty)
-        o_rows = v_tile._reinterpret(out_ty, [BLOCK_N, D_V], o_smem).slice(0, BLOCK_H)
+        # The rows leave through the gather stages, free now.
+        O_ROWS: gl.constexpr = BLOCK_N // 2 * WG  # a stage holds 32 16-bit rows
+        o_smem: gl.constexpr = gl.NVMMASharedLayout.get_default_for([O_ROWS, D_V], out_ty)
+        o_rows = kv_tiles._reinterpret(out_ty, [O_ROWS, D_V], o_smem)
         _wg_store_rows(
-            o_rows,
-            gl.permute(out.to(out_ty), (1, 0)),
+            o_rows.slice(0, BLOCK_H),
+            gl.permute(_wg_rows_in_order(out, BLOCK_H).to(out_ty), (1, 0)),
             lse2,
             Out,
             LSE,
@@ -1212,18 +1232,31 @@ def _default_config(
     swapped tile for up to 16 heads (two 64-row stages, ~158-168 KB, one per SM; NOTES.md
     round 8) and the 64-head tile for 33+ (NOTES.md round 6); 17-32 heads keep the tl.dot tile.
     With fp8 e4m3 rows (under a bf16 q) it picks the swapped e4m3 tile for up to 16 heads
-    (NOTES.md round 12); other heads and formats keep the tl.dot tiles.
+    and, with two warpgroups, for 33+ (NOTES.md rounds 12 and 14); other heads and formats
+    keep the tl.dot tiles.
     """
     reason = _unsupported(num_heads, kv_format, limits)
     if reason is not None:
         raise ValueError(f"sparse MLA decode: {reason}")
     if num_heads <= 16 and wgmma and kv_format == "fp8":
-        # The swapped tile for e4m3 rows: e4m3 MMAs for the scores, V widened once;
-        # ~160 KB at 16 heads, one per SM (NOTES.md rounds 12-13).
+        # The swapped tile for e4m3 rows: e4m3 MMAs for the scores, V widened in registers;
+        # 84-95 KB, two programs per SM where each split keeps 8+ tiles (NOTES.md round 14).
         return {
             "BLOCK_H": 8 if num_heads <= 8 else 16,
             "BLOCK_N": 64,
             "num_warps": 4,
+            "num_stages": 2,
+            "WAVES": 2,
+            "MIN_TILES": 8,
+            "WGMMA": 1,
+        }
+    if num_heads > 32 and wgmma and kv_format == "fp8":
+        # Two warpgroups of 32 heads in the e4m3 tile, sharing its gathers; 128 heads run
+        # two blocks (NOTES.md round 14).
+        return {
+            "BLOCK_H": 64,
+            "BLOCK_N": 64,
+            "num_warps": 8,
             "num_stages": 2,
             "WAVES": 1,
             "WGMMA": 1,
@@ -1263,6 +1296,7 @@ def _choose_splits(
     block_n: int,
     num_sms: int,
     waves: int,
+    min_tiles: int = 1,
 ) -> int:
     """Power-of-two split count: about ``waves`` programs per SM, but once about every SM has
     a program, no more splits than keep the partials written under an eighth of the KV bytes
@@ -1286,6 +1320,13 @@ def _choose_splits(
     if splits > partial_cap:
         about_one_per_sm = _pow2_floor(max(1, num_sms // per_split))
         splits = min(splits, max(partial_cap, about_one_per_sm))
+    # Programs beyond one per SM only where each split keeps min_tiles tiles: the e4m3 Hopper
+    # tile gains from a second at B=128 (H=16: 65-66 us at 2 splits, 68-69 at 1) but not at
+    # B=32 (8 tiles a split, 4 at 8 splits: H=16 24.7-24.8 us at 4, 25.1-25.3 at 8) or B=8
+    # (NOTES.md round 14).
+    one_wave = _pow2_floor(max(1, num_sms // per_split))
+    long_splits = _pow2_floor(max(1, topk // (block_n * min_tiles)))
+    splits = min(splits, max(one_wave, long_splits))
     max_splits = _pow2_floor(max(1, topk // block_n))  # a split keeps >= one BLOCK_N tile
     return max(1, min(splits, max_splits))
 
@@ -1344,6 +1385,7 @@ def _plan(
             cfg["BLOCK_N"],
             _num_sms(device_index()),
             cfg.get("WAVES", 2),
+            cfg.get("MIN_TILES", 1),
         )
     return cfg, max(1, min(int(num_splits), max(1, triton.cdiv(topk, cfg["BLOCK_N"]))))
 
@@ -1469,9 +1511,13 @@ def _launch_gluon(
     format, after checking that the tile is one they implement."""
     block_h, block_n, stages = cfg["BLOCK_H"], cfg["BLOCK_N"], cfg["num_stages"]
     swapped = block_h in (8, 16)
-    if swapped:  # keys as the MMA's M: 64-key tiles, shared memory for 2 (3 at 8 heads)
+    if kv_format == "fp8":  # keys as the MMA's M, one warpgroup per 32 heads at most
+        warps = 4 if swapped else 8
+        tile_ok = block_h in (8, 16, 64) and block_n == 64 and cfg["num_warps"] == warps
+        stages_ok = 2 <= stages <= 3
+    elif swapped:  # keys as the MMA's M: 64-key tiles, shared memory for 2 (3 at 8 heads)
         tile_ok = block_n == 64 and cfg["num_warps"] == 4
-        stages_ok = 2 <= stages <= (3 if block_h == 8 or kv_format == "fp8" else 2)
+        stages_ok = 2 <= stages <= (3 if block_h == 8 else 2)
     else:
         tile_ok = block_h == 64 and block_n in (16, 32, 64) and cfg["num_warps"] == 8
         stages_ok = stages >= 2 and block_n * stages <= 128  # shared memory
@@ -1479,21 +1525,20 @@ def _launch_gluon(
         raise ValueError(
             "WGMMA needs BLOCK_H 64 (BLOCK_N 16/32/64, 8 warps, 2 to 128 / BLOCK_N "
             "stages) or BLOCK_H 8/16 (BLOCK_N 64, 4 warps, 2 stages, 3 at 8 heads), "
-            "DV_SPLIT 1, q, out and 16-bit KV rows of one dtype (or fp8 e4m3 rows, 8 or 16 "
-            "heads, 2 or 3 stages, under a bf16 q and out), 16-byte-aligned buffers "
+            "DV_SPLIT 1, q, out and 16-bit KV rows of one dtype (or fp8 e4m3 rows, BLOCK_H "
+            "8/16 with 4 warps or 64 with 8, BLOCK_N 64, 2 or 3 stages, under a bf16 q and "
+            "out), 16-byte-aligned buffers "
             "and strides that are multiples of 16 elements, Triton 3.6's Gluon and a "
             "Hopper GPU"
         )
     common = {"NUM_STAGES": stages, "IS_SPLIT": is_split, "USE_PDL": use_pdl}
     if kv_format == "fp8":
-        if not swapped:
-            raise ValueError("WGMMA with fp8 e4m3 rows needs BLOCK_H 8 or 16")
         _sparse_mla_wgmma_e4m3_kernel[(programs,)](
             *args,
             float(kv_scale),
             BLOCK_H=block_h,
             **common,
-            num_warps=4,
+            num_warps=cfg["num_warps"],
         )
     elif swapped:
         _sparse_mla_wgmma_swapped_kernel[(programs,)](*args, BLOCK_H=block_h, **common, num_warps=4)

@@ -1091,7 +1091,36 @@ def plan_r13e() -> list[tuple[int, int, dict[str, int], int]]:
     return _expand(cases)
 
 
+def plan_r14() -> list[tuple[int, int, dict[str, int], int]]:
+    """fp8 e4m3 rows (run with --dtypes e4m3,bf16 --check): the e4m3 Hopper tile with V
+    widened in registers (no fp16 V tile in shared memory, so it fits 3-4 stages, or two
+    programs per SM at 2 stages) at 2, 3 and 4 stages, and at 2 stages with twice the splits;
+    the default first and last. With bf16 rows, the same points on the swapped 16-bit tile
+    (over 227 KB at 3+ stages there: those points fail to launch)."""
+    cases = []
+    for b, h, sp in _SMALL_HEAD_CASES:
+        tile = _hopper_small_tile(h)
+        deeper = [{**tile, "num_stages": st} for st in (3, 4)]
+        cases.append((b, h, (sp,), [tile, *deeper, {**tile, "num_warps": 4}]))
+        cases.append((b, h, (2 * sp,), [tile]))
+    return _expand(cases)
+
+
+def plan_r14w() -> list[tuple[int, int, dict[str, int], int]]:
+    """fp8 e4m3 rows with 64 and 128 heads (run with --dtypes e4m3 --check): the e4m3 Hopper
+    tile with two warpgroups of 32 heads, at 2 and 3 stages, against the 64-head tl.dot tile
+    it replaces, which runs first and last."""
+    tl_dot = {"BLOCK_H": 64, "BLOCK_N": 64, "num_warps": 8, "num_stages": 2, "WAVES": 1}
+    gluon = {**tl_dot, "WGMMA": 1}
+    tiles = [tl_dot, gluon, {**gluon, "num_stages": 3}, {**tl_dot, "WAVES": 1}]
+    cases = [(128, 64, (1,), tiles), (32, 64, (4,), tiles), (8, 64, (16,), tiles)]
+    cases += [(128, 128, (1,), tiles), (32, 128, (2,), tiles), (8, 128, (8,), tiles)]
+    return _expand(cases)
+
+
 PLANS = {
+    "r14w": plan_r14w,
+    "r14": plan_r14,
     "r13e": plan_r13e,
     "r13d": plan_r13d,
     "r13c": plan_r13c,

@@ -436,15 +436,17 @@ def test_fp8_e4m3_tile_options(kmod: ModuleType, num_heads: int) -> None:
 
 @pytest.mark.gpu
 @pytest.mark.parametrize(
-    ("num_heads", "num_tokens", "topk"), [(8, 5, 2000), (16, 6, 2048), (5, 4, 64), (12, 2, 300)]
+    ("num_heads", "num_tokens", "topk"),
+    [(8, 5, 2000), (16, 6, 2048), (5, 4, 64), (12, 2, 300), (64, 3, 2048), (40, 2, 700)]
+    + [(128, 2, 1100)],
 )
 def test_fp8_e4m3_hopper_tile(kmod: ModuleType, num_heads: int, num_tokens: int, topk: int) -> None:
     """The swapped Gluon tile for e4m3 rows (Hopper, Triton 3.6, bf16 q), the default plan's
-    choice there for up to 16 heads: over 1, 3 and 16 splits at 2 and 3 stages, rows 640 bytes
-    apart with NaN between them, padded head blocks (5 and 12 heads), and a q 2^18 times larger
-    (its per-head power-of-two scale keeps both e4m3 parts in range). An fp16 q keeps the
-    tl.dot tile, and asking it for the Gluon tile is refused; so does a call with too few
-    64-row tiles to fill the GPU (the last two cases)."""
+    choice there for up to 16 heads and (two warpgroups) for 33+: over 1, 3 and 16 splits at 2
+    and 3 stages, rows 640 bytes apart with NaN between them, padded head blocks (5, 12 and 40
+    heads), two head blocks (128), and a q 2^18 times larger (its per-head power-of-two scale
+    keeps both e4m3 parts in range). An fp16 q keeps the tl.dot tile, and asking it for the
+    Gluon tile is refused; so does a call with too few 64-row tiles to fill the GPU."""
     if not kmod._has_wgmma(torch.cuda.current_device()):
         pytest.skip("the e4m3 Gluon tile needs Hopper and Triton 3.6")
     gen = torch.Generator(device="cuda").manual_seed(zlib.crc32(f"e4m3-wg-{num_heads}".encode()))
@@ -454,7 +456,9 @@ def test_fp8_e4m3_hopper_tile(kmod: ModuleType, num_heads: int, num_tokens: int,
     wide[:, :576] = (kv.float() / kv_scale).to(torch.float8_e4m3fn)
     rows = wide[:, :576]
     cfg = kmod._default_config(num_heads, "fp8", wgmma=True)
-    assert cfg["WGMMA"] == 1 and cfg["BLOCK_H"] == (8 if num_heads <= 8 else 16)
+    assert cfg["WGMMA"] == 1 and cfg["BLOCK_H"] == (
+        8 if num_heads <= 8 else 16 if num_heads <= 16 else 64
+    )
     for stages in (2, 3):
         for splits in (1, 3, 16):
             tile = {**cfg, "num_stages": stages}

@@ -85,8 +85,8 @@ def _split_job(module, arch: int, kv_format: str, cfg: dict) -> dict:
     if cfg.get("WGMMA"):
         swapped = cfg["BLOCK_H"] in (8, 16)
         kernel = "_sparse_mla_wgmma_swapped_kernel" if swapped else "_sparse_mla_wgmma_kernel"
-        if kv_format == "fp8":
-            kernel = "_sparse_mla_wgmma_e4m3_kernel"
+        if kv_format == "fp8":  # one kernel, keys as the MMA's M, for every head block
+            kernel, swapped = "_sparse_mla_wgmma_e4m3_kernel", True
         shape = {"BLOCK_H": cfg["BLOCK_H"]} if swapped else {"BLOCK_N": cfg["BLOCK_N"]}
         constexprs = {**shape, "NUM_STAGES": cfg["num_stages"]}
         pointers["PO"] = "bf16"  # 16-bit partials

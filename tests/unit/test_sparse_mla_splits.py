@@ -55,6 +55,32 @@ def test_split_rule_on_the_benchmark_grid(
     assert got == (SWAPPED_SPLITS if swapped else SPLITS)[(batch, heads)]
 
 
+# The e4m3 Hopper tile (84-95 KB) runs a second program per SM only where each split keeps 8+
+# tiles: round 14's sweep (backend/NOTES.md) had B=128 faster at 2 splits than at 1, B=32 not
+# faster at 8 than at 4, and B=8 slower at 32 than at 16.
+E4M3_SPLITS = {(8, 8): 16, (8, 16): 16, (32, 8): 4, (32, 16): 4, (128, 8): 2, (128, 16): 2}
+
+
+@pytest.mark.parametrize(("batch", "heads"), sorted(E4M3_SPLITS))
+def test_split_rule_for_the_e4m3_hopper_tile(kmod: ModuleType, batch: int, heads: int) -> None:
+    cfg = kmod._default_config(heads, "fp8", wgmma=True)
+    assert cfg["WGMMA"] == 1
+    got = kmod._choose_splits(
+        batch, 1, 2048, heads, cfg["BLOCK_N"], H200_SMS, cfg["WAVES"], cfg["MIN_TILES"]
+    )
+    assert got == E4M3_SPLITS[(batch, heads)]
+
+
+@pytest.mark.parametrize("min_tiles", [1, 2, 8])
+@pytest.mark.parametrize("batch", [1, 8, 32, 128])
+def test_a_second_wave_keeps_min_tiles(kmod: ModuleType, batch: int, min_tiles: int) -> None:
+    """Past one program per SM, a split keeps min_tiles 64-row tiles of topk 2048."""
+    splits = kmod._choose_splits(batch, 1, 2048, 8, 64, H200_SMS, 2, min_tiles)
+    one_wave = 1 << ((H200_SMS // batch).bit_length() - 1)
+    assert splits <= max(one_wave, 2048 // (64 * min_tiles))
+    assert splits >= min(one_wave, 2048 // 64)
+
+
 @pytest.mark.parametrize("topk", [1, 31, 32, 64, 100])
 def test_a_split_keeps_at_least_one_tile(kmod: ModuleType, topk: int) -> None:
     splits = kmod._choose_splits(1, 1, topk, 8, 32, H200_SMS, 4)
@@ -75,8 +101,9 @@ def test_split_rule_for_fp8_rows(kmod: ModuleType, batch: int, heads: int) -> No
 
 
 def test_the_gluon_tiles_serve_16_bit_rows_at_up_to_16_or_33_plus_heads(kmod: ModuleType) -> None:
-    """64-head blocks (33+ heads, padded) and the swapped tile's 8 or 16 heads; 17-32 heads,
-    fp8_ds_mla rows and GPUs without warpgroup MMA take the tl.dot tiles."""
+    """64-head blocks (33+ heads, padded) and the swapped tile's 8 or 16 heads, for 16-bit and
+    e4m3 rows; 17-32 heads, fp8_ds_mla rows and GPUs without warpgroup MMA take the tl.dot
+    tiles."""
     assert kmod._default_config(64, wgmma=True).get("WGMMA") == 1
     assert kmod._default_config(128, wgmma=True).get("WGMMA") == 1
     assert kmod._default_config(33, wgmma=True).get("WGMMA") == 1  # padded to 64 rows
@@ -85,7 +112,10 @@ def test_the_gluon_tiles_serve_16_bit_rows_at_up_to_16_or_33_plus_heads(kmod: Mo
         cfg = kmod._default_config(heads, wgmma=True)
         assert cfg["WGMMA"] == 1 and cfg["BLOCK_H"] == block_h and cfg["num_warps"] == 4
     assert not kmod._default_config(8, "fp8_ds_mla", wgmma=True).get("WGMMA")
-    assert not kmod._default_config(64, "fp8", wgmma=True).get("WGMMA")
+    for heads in (33, 64, 128):  # e4m3 rows: two warpgroups of 32 heads
+        cfg = kmod._default_config(heads, "fp8", wgmma=True)
+        assert cfg["WGMMA"] == 1 and cfg["BLOCK_H"] == 64 and cfg["num_warps"] == 8
+    assert not kmod._default_config(32, "fp8", wgmma=True).get("WGMMA")
     assert not kmod._default_config(64, wgmma=False).get("WGMMA")
     assert not kmod._default_config(16, wgmma=False).get("WGMMA")
 
