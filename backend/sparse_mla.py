@@ -916,7 +916,8 @@ if gluon is not None:
         nope_layout: gl.constexpr = gl.BlockedLayout([1, 16], [1, 32], [W, 1], [1, 0])
         pe_layout: gl.constexpr = gl.BlockedLayout([1, 16], [8, 4], [W, 1], [1, 0])
         # Thread (warp w, lane 4g + j) loads values 16(8w + g) to +15 of rows 2j, 2j + 1, 2j + 8
-        # and 2j + 9: the rows and the warp's lanes an fp16 A operand needs (_wg_v_operand).
+        # and 2j + 9: the rows and the warp's lanes an fp16 A operand needs (_wg_v_operand);
+        # a second warpgroup loads the same values (its A operand is the same V^T).
         v_load: gl.constexpr = gl.DistributedLinearLayout(
             reg_bases=[[0, 1], [0, 2], [0, 4], [0, 8], [1, 0], [8, 0]],
             lane_bases=[[2, 0], [4, 0], [0, 16], [0, 32], [0, 64]],
