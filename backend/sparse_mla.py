@@ -1239,49 +1239,20 @@ def _default_config(
     reason = _unsupported(num_heads, kv_format, limits)
     if reason is not None:
         raise ValueError(f"sparse MLA decode: {reason}")
-    if num_heads <= 16 and wgmma and kv_format == "fp8":
-        # The swapped tile for e4m3 rows: e4m3 MMAs for the scores, V widened in registers;
-        # 84-95 KB, two programs per SM where each split keeps 8+ tiles (NOTES.md round 14).
-        return {
-            "BLOCK_H": 8 if num_heads <= 8 else 16,
-            "BLOCK_N": 64,
-            "num_warps": 4,
-            "num_stages": 2,
-            "WAVES": 2,
-            "MIN_TILES": 8,
-            "WGMMA": 1,
-        }
-    if num_heads > 32 and wgmma and kv_format == "fp8":
-        # Two warpgroups of 32 heads in the e4m3 tile, sharing its gathers; 128 heads run
-        # two blocks (NOTES.md round 14).
-        return {
-            "BLOCK_H": 64,
-            "BLOCK_N": 64,
-            "num_warps": 8,
-            "num_stages": 2,
-            "WAVES": 1,
-            "WGMMA": 1,
-        }
-    if num_heads <= 16 and wgmma and kv_format == "16bit":
+    gluon = wgmma and kv_format in ("16bit", "fp8")
+    if gluon and num_heads <= 16:
         # The swapped tile: 8 or 16 heads are the MMA's N, so H=8 computes no padding rows.
-        return {
-            "BLOCK_H": 8 if num_heads <= 8 else 16,
-            "BLOCK_N": 64,
-            "num_warps": 4,
-            "num_stages": 2,
-            "WAVES": 1,
-            "WGMMA": 1,
-        }
+        # Its e4m3 twin widens V in registers (84-95 KB) and runs two programs per SM where
+        # each split keeps 8+ tiles (NOTES.md round 14).
+        tile = {"BLOCK_H": 8 if num_heads <= 8 else 16, "BLOCK_N": 64, "num_warps": 4,
+                "num_stages": 2, "WAVES": 1, "WGMMA": 1}  # fmt: skip
+        return {**tile, "WAVES": 2, "MIN_TILES": 8} if kv_format == "fp8" else tile
     block_h = min(64, max(16, triton.next_power_of_2(num_heads)))
-    if block_h == 64 and wgmma and kv_format == "16bit":
-        return {
-            "BLOCK_H": 64,
-            "BLOCK_N": 64,
-            "num_warps": 8,
-            "num_stages": 2,
-            "WAVES": 1,
-            "WGMMA": 1,
-        }
+    if gluon and block_h == 64:
+        # The 64-head tile; for e4m3 rows, the e4m3 tile with two warpgroups of 32 heads
+        # sharing its gathers (NOTES.md round 14). 128 heads run two blocks.
+        return {"BLOCK_H": 64, "BLOCK_N": 64, "num_warps": 8, "num_stages": 2, "WAVES": 1,
+                "WGMMA": 1}  # fmt: skip
     family = _mma_family(limits.capability)
     fits = [
         cfg for cfg, smem in _TILES[kv_format, block_h] if smem[family] <= limits.smem_per_block
@@ -1318,14 +1289,13 @@ def _choose_splits(
     # Each program of a token gathers the token's rows (all but the first from L2).
     gathered = topk * _D_QK * 2 * programs_per_token
     partial_cap = _pow2_floor(max(1, gathered // (8 * num_heads * _D_V * 4)))
+    one_wave = _pow2_floor(max(1, num_sms // per_split))  # about one program per SM
     if splits > partial_cap:
-        about_one_per_sm = _pow2_floor(max(1, num_sms // per_split))
-        splits = min(splits, max(partial_cap, about_one_per_sm))
+        splits = min(splits, max(partial_cap, one_wave))
     # Programs beyond one per SM only where each split keeps min_tiles tiles: the e4m3 Hopper
     # tile gains from a second at B=128 (H=16: 65-66 us at 2 splits, 68-69 at 1) but not at
     # B=32 (8 tiles a split, 4 at 8 splits: H=16 24.7-24.8 us at 4, 25.1-25.3 at 8) or B=8
     # (NOTES.md round 14).
-    one_wave = _pow2_floor(max(1, num_sms // per_split))
     long_splits = _pow2_floor(max(1, topk // (block_n * min_tiles)))
     splits = min(splits, max(one_wave, long_splits))
     max_splits = _pow2_floor(max(1, topk // block_n))  # a split keeps >= one BLOCK_N tile
