@@ -20,7 +20,7 @@ Design, because the problem is a gather (H <= 64 is memory-bound on H200):
     split partials (fp32 from the tl.dot kernel, 16-bit from the Gluon ones; bounded by
     T * splits * H * 513 floats) are merged by a second small kernel, launched as a
     programmatic dependent on SM90+ where that hides its launch;
-  * four split kernels: ``_sparse_mla_split_kernel`` (tl.dot, every GPU and every row
+  * five split kernels: ``_sparse_mla_split_kernel`` (tl.dot, every GPU and every row
     format) and, on Hopper, three Gluon kernels whose cp.async gathers land in
     shared memory that warpgroup MMAs read: ``_sparse_mla_wgmma_kernel`` for 64-head blocks
     (each warpgroup computes Q.K^T for half of a tile's keys and P.V for half of the V
@@ -29,7 +29,9 @@ Design, because the problem is a gather (H <= 64 is memory-bound on H200):
     heads as its N; 1.1-1.4x faster than the 16-head tl.dot tile, NOTES.md round 8), both
     for 16-bit rows, and ``_sparse_mla_wgmma_e4m3_kernel``, the swapped tile for fp8 e4m3
     rows under a bf16 q (e4m3 MMAs for the scores on the gathered tile, V widened once;
-    1.1-1.4x faster than the e4m3 tl.dot tile at B >= 8, NOTES.md round 12).
+    1.1-1.4x faster than the e4m3 tl.dot tile at B >= 8, NOTES.md round 12); on SM89 and
+    SM120, whose MMA is mma.sync, ``_sparse_mla_mma_e4m3_kernel`` is that e4m3 tile with
+    warp-level MMAs (1.1-1.6x over the e4m3 tl.dot tile, NOTES.md round 15).
 Only torch and triton are imported, so this file can be embedded verbatim elsewhere.
 """
 
@@ -43,9 +45,10 @@ import triton
 import triton.language as tl
 from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
 
-try:  # Gluon: explicit layouts and Hopper warpgroup MMA for the 64-head tile (used with 3.6)
+try:  # Gluon: explicit layouts, warpgroup MMA and mma.sync (the Gluon tiles need Triton 3.6)
     from triton.experimental import gluon
     from triton.experimental.gluon import language as gl
+    from triton.experimental.gluon.language.nvidia.ampere import mma_v2
     from triton.experimental.gluon.language.nvidia.hopper import (
         async_copy,
         fence_async_shared,
@@ -473,11 +476,14 @@ if gluon is not None:
         NUM_STAGES: gl.constexpr,
         nope_layout: gl.constexpr,
         pe_layout: gl.constexpr,
+        ASYNC_PROXY: gl.constexpr,
     ):
         """The top of iteration i. Every warp is done with tile i - 1 (its P included), so its
         stage takes the next gather (indices ``idx_next``) before tile i is waited for: two
         tiles are in flight during that wait. Returns the indices of the gather after that,
-        and tile i's stages (fp8/16-bit latent, rope part)."""
+        and tile i's stages (fp8/16-bit latent, rope part). ``ASYNC_PROXY``: warpgroup MMAs
+        read the tiles (the async proxy, which needs a fence); mma.sync reads them with
+        ordinary loads."""
         KV, idx_base, kv_tiles, pe_tiles, start, end, num_rows, stride_kv = pipe
         idx_next_n, idx_next_p = idx_next
         gl.thread_barrier()
@@ -498,7 +504,8 @@ if gluon is not None:
         idx_next_n = _wg_load_indices(idx_base, n0, end, BLOCK_N, gl.SliceLayout(1, nope_layout))
         idx_next_p = _wg_load_indices(idx_base, n0, end, BLOCK_N, gl.SliceLayout(1, pe_layout))
         async_copy.wait_group(NUM_STAGES - 1)  # tile i has landed for this thread...
-        fence_async_shared()  # ...is visible to the MMAs (async proxy)...
+        if ASYNC_PROXY:
+            fence_async_shared()  # ...is visible to the MMAs (async proxy)...
         gl.thread_barrier()  # ...and has landed for every thread
         stage = i % NUM_STAGES
         return (idx_next_n, idx_next_p), kv_tiles.index(stage), pe_tiles.index(stage)
@@ -659,7 +666,7 @@ if gluon is not None:
         l_tile = s_zero
         for i in range(n_tiles):
             idx_next, k_n, k_p = _wg_refill_and_wait(
-                pipe, idx_next, i, BLOCK_N, NUM_STAGES, nope_layout, pe_layout
+                pipe, idx_next, i, BLOCK_N, NUM_STAGES, nope_layout, pe_layout, True
             )
             s = warpgroup_mma(q_nope, k_n.permute((1, 0)), s_zero, use_acc=False, is_async=True)
             s = warpgroup_mma(q_pe, k_p.permute((1, 0)), s, is_async=True)
@@ -780,7 +787,7 @@ if gluon is not None:
         l_tile = s_zero  # per-head sums (columns of S^T) per element, reduced after the loop
         for i in range(n_tiles):
             idx_next, k_n, k_p = _wg_refill_and_wait(
-                pipe, idx_next, i, BLOCK_N, NUM_STAGES, nope_layout, pe_layout
+                pipe, idx_next, i, BLOCK_N, NUM_STAGES, nope_layout, pe_layout, True
             )
             s = warpgroup_mma(k_n, q_nope.permute((1, 0)), s_zero, use_acc=False, is_async=True)
             s = warpgroup_mma(k_p, q_pe.permute((1, 0)), s, is_async=True)
@@ -864,6 +871,110 @@ if gluon is not None:
         q_lo.store((qs - hi.to(gl.float32)).to(gl.float8e4nv))
 
     @gluon.jit
+    def _wg_e4m3_buffers(
+        f8: gl.constexpr, BLOCK_H: gl.constexpr, BLOCK_N: gl.constexpr, NUM_STAGES: gl.constexpr
+    ):
+        """Shared memory of the e4m3 tiles: q's two e4m3 parts (latent hi/lo, rope hi/lo), the
+        gather stages (latent, rope) and P^T in fp16."""
+        qn_smem: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_H, 512], f8)
+        qp_smem: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_H, 64], f8)
+        kv_smem: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_N, 512], f8)
+        pe_smem: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_N, 64], f8)
+        p_smem: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_N, BLOCK_H], gl.float16)
+        q_parts = (
+            gl.allocate_shared_memory(f8, [BLOCK_H, 512], qn_smem),
+            gl.allocate_shared_memory(f8, [BLOCK_H, 512], qn_smem),
+            gl.allocate_shared_memory(f8, [BLOCK_H, 64], qp_smem),
+            gl.allocate_shared_memory(f8, [BLOCK_H, 64], qp_smem),
+        )
+        kv_tiles = gl.allocate_shared_memory(f8, [NUM_STAGES, BLOCK_N, 512], kv_smem)
+        pe_tiles = gl.allocate_shared_memory(f8, [NUM_STAGES, BLOCK_N, 64], pe_smem)
+        p_tile = gl.allocate_shared_memory(gl.float16, [BLOCK_N, BLOCK_H], p_smem)
+        return q_parts, kv_tiles, pe_tiles, p_tile
+
+    @gluon.jit
+    def _wg_e4m3_query_parts(
+        q_tok,
+        head0,
+        num_heads,
+        stride_qh,
+        q_parts,
+        BLOCK_H: gl.constexpr,
+        qn_layout: gl.constexpr,
+        qp_layout: gl.constexpr,
+    ):
+        """Stores the program's query heads in ``q_parts`` as two e4m3 parts, each head scaled
+        by a power of two to |q| <= 256; returns that scale, which leaves through the scores."""
+        qh_n, ql_n, qh_p, ql_p = q_parts
+        qn, amax_n = _wg_e4m3_query(
+            q_tok,
+            head0 + gl.arange(0, BLOCK_H, layout=gl.SliceLayout(1, qn_layout)),
+            gl.arange(0, 512, layout=gl.SliceLayout(0, qn_layout)),
+            num_heads,
+            stride_qh,
+            0,
+        )
+        qp, amax_p = _wg_e4m3_query(
+            q_tok,
+            head0 + gl.arange(0, BLOCK_H, layout=gl.SliceLayout(1, qp_layout)),
+            gl.arange(0, 64, layout=gl.SliceLayout(0, qp_layout)),
+            num_heads,
+            stride_qh,
+            512,
+        )
+        amax = gl.maximum(amax_n, gl.convert_layout(amax_p, gl.SliceLayout(1, qn_layout)))
+        scale = gl.exp2(8.0 - gl.ceil(gl.log2(gl.maximum(amax, 1e-30))))
+        _wg_e4m3_split_store(qn, scale, qh_n, ql_n)
+        _wg_e4m3_split_store(qp, gl.convert_layout(scale, gl.SliceLayout(1, qp_layout)), qh_p, ql_p)
+        return scale
+
+    @gluon.jit
+    def _wg_e4m3_finish(
+        acc,
+        l_tile,
+        m_i,
+        v_scale,
+        kv_tiles,
+        dest,
+        BLOCK_H: gl.constexpr,
+        O_ROWS: gl.constexpr,
+        IS_SPLIT: gl.constexpr,
+        rows_layout: gl.constexpr,
+    ):
+        """The e4m3 tiles' epilogue: O^T ``acc`` normalized, scaled by the rows' scale, its rows
+        put back in order and stored through the gather stages (free now, ``O_ROWS`` 16-bit
+        rows), with the heads' LSEs. ``dest``: (Out, LSE, PO, PLSE, t, split, head0,
+        num_heads, num_splits, stride_ot, stride_oh, stride_lt, stride_lh)."""
+        Out, LSE, PO, PLSE, t, split, head0, num_heads, num_splits = dest[:9]
+        stride_ot, stride_oh, stride_lt, stride_lh = dest[9:]
+        out_ty: gl.constexpr = Out.dtype.element_ty
+        denom, lse2 = _wg_row_sums(l_tile, m_i, 0)
+        out = acc * v_scale / gl.convert_layout(denom, gl.SliceLayout(0, acc.type.layout))[None, :]
+        o_smem: gl.constexpr = gl.NVMMASharedLayout.get_default_for([O_ROWS, 512], out_ty)
+        o_rows = kv_tiles._reinterpret(out_ty, [O_ROWS, 512], o_smem)
+        _wg_store_rows(
+            o_rows.slice(0, BLOCK_H),
+            gl.permute(_wg_rows_in_order(out, BLOCK_H).to(out_ty), (1, 0)),
+            lse2,
+            Out,
+            LSE,
+            PO,
+            PLSE,
+            t,
+            split,
+            head0,
+            num_heads,
+            num_splits,
+            stride_ot,
+            stride_oh,
+            stride_lt,
+            stride_lh,
+            BLOCK_H,
+            IS_SPLIT,
+            rows_layout,
+        )
+
+    @gluon.jit
     def _sparse_mla_wgmma_e4m3_kernel(
         Q,
         KV,
@@ -900,9 +1011,7 @@ if gluon is not None:
         take two, 32 heads each, which share the gathered tiles and each widen V."""
         BLOCK_N: gl.constexpr = 64
         D_V: gl.constexpr = 512
-        D_PE: gl.constexpr = 64
         f8: gl.constexpr = KV.dtype.element_ty
-        out_ty: gl.constexpr = Q.dtype.element_ty
         # 64 heads: two warpgroups, 32 heads each, share the gathered tiles.
         WG: gl.constexpr = (BLOCK_H + 31) // 32
         W: gl.constexpr = 4 * WG
@@ -928,23 +1037,12 @@ if gluon is not None:
         v_operand: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=o_layout, k_width=2)
         qn_layout: gl.constexpr = gl.BlockedLayout([1, 8], [1, 32], [W, 1], [1, 0])
         qp_layout: gl.constexpr = gl.BlockedLayout([1, 8], [4, 8], [W, 1], [1, 0])
-        kv_smem: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_N, D_V], f8)
-        pe_smem: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_N, D_PE], f8)
-        qn_smem: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_H, D_V], f8)
-        qp_smem: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_H, D_PE], f8)
-        p_smem: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_N, BLOCK_H], gl.float16)
 
         if USE_PDL:
             _wg_launch_dependents()
         hb, split, t = _wg_program(num_hb, num_splits)
-
-        qh_n = gl.allocate_shared_memory(f8, [BLOCK_H, D_V], qn_smem)
-        ql_n = gl.allocate_shared_memory(f8, [BLOCK_H, D_V], qn_smem)
-        qh_p = gl.allocate_shared_memory(f8, [BLOCK_H, D_PE], qp_smem)
-        ql_p = gl.allocate_shared_memory(f8, [BLOCK_H, D_PE], qp_smem)
-        kv_tiles = gl.allocate_shared_memory(f8, [NUM_STAGES, BLOCK_N, D_V], kv_smem)
-        pe_tiles = gl.allocate_shared_memory(f8, [NUM_STAGES, BLOCK_N, D_PE], pe_smem)
-        p_tile = gl.allocate_shared_memory(gl.float16, [BLOCK_N, BLOCK_H], p_smem)
+        q_parts, kv_tiles, pe_tiles, p_tile = _wg_e4m3_buffers(f8, BLOCK_H, BLOCK_N, NUM_STAGES)
+        qh_n, ql_n, qh_p, ql_p = q_parts
 
         start = split * chunk
         end = gl.minimum(start + chunk, topk)
@@ -957,26 +1055,9 @@ if gluon is not None:
         # leaves through the scores.
         q_tok = Q + t.to(gl.int64) * stride_qt
         head0 = hb * BLOCK_H
-        qn, amax_n = _wg_e4m3_query(
-            q_tok,
-            head0 + gl.arange(0, BLOCK_H, layout=gl.SliceLayout(1, qn_layout)),
-            gl.arange(0, D_V, layout=gl.SliceLayout(0, qn_layout)),
-            num_heads,
-            stride_qh,
-            0,
+        scale = _wg_e4m3_query_parts(
+            q_tok, head0, num_heads, stride_qh, q_parts, BLOCK_H, qn_layout, qp_layout
         )
-        qp, amax_p = _wg_e4m3_query(
-            q_tok,
-            head0 + gl.arange(0, BLOCK_H, layout=gl.SliceLayout(1, qp_layout)),
-            gl.arange(0, D_PE, layout=gl.SliceLayout(0, qp_layout)),
-            num_heads,
-            stride_qh,
-            D_V,
-        )
-        amax = gl.maximum(amax_n, gl.convert_layout(amax_p, gl.SliceLayout(1, qn_layout)))
-        scale = gl.exp2(8.0 - gl.ceil(gl.log2(gl.maximum(amax, 1e-30))))
-        _wg_e4m3_split_store(qn, scale, qh_n, ql_n)
-        _wg_e4m3_split_store(qp, gl.convert_layout(scale, gl.SliceLayout(1, qp_layout)), qh_p, ql_p)
 
         head_layout: gl.constexpr = gl.SliceLayout(0, s_layout)
         qk_row = qk_scale / gl.convert_layout(scale, head_layout)
@@ -986,7 +1067,7 @@ if gluon is not None:
         l_tile = s_zero
         for i in range(n_tiles):
             idx_next, k_n, k_p = _wg_refill_and_wait(
-                pipe, idx_next, i, BLOCK_N, NUM_STAGES, nope_layout, pe_layout
+                pipe, idx_next, i, BLOCK_N, NUM_STAGES, nope_layout, pe_layout, True
             )
             s = warpgroup_mma(k_n, qh_n.permute((1, 0)), s_zero, use_acc=False, is_async=True)
             s = warpgroup_mma(k_n, ql_n.permute((1, 0)), s, is_async=True)
@@ -1021,32 +1102,130 @@ if gluon is not None:
             acc = warpgroup_mma_wait(0, deps=(acc,))
         async_copy.wait_group(0)
 
-        denom, lse2 = _wg_row_sums(l_tile, m_i, 0)
-        out = acc * v_scale / gl.convert_layout(denom, gl.SliceLayout(0, o_layout))[None, :]
-        # The rows leave through the gather stages, free now.
-        O_ROWS: gl.constexpr = BLOCK_N // 2 * WG  # a stage holds 32 16-bit rows
-        o_smem: gl.constexpr = gl.NVMMASharedLayout.get_default_for([O_ROWS, D_V], out_ty)
-        o_rows = kv_tiles._reinterpret(out_ty, [O_ROWS, D_V], o_smem)
-        _wg_store_rows(
-            o_rows.slice(0, BLOCK_H),
-            gl.permute(_wg_rows_in_order(out, BLOCK_H).to(out_ty), (1, 0)),
-            lse2,
-            Out,
-            LSE,
-            PO,
-            PLSE,
-            t,
-            split,
-            head0,
-            num_heads,
-            num_splits,
-            stride_ot,
-            stride_oh,
-            stride_lt,
-            stride_lh,
-            BLOCK_H,
-            IS_SPLIT,
-            qn_layout,
+        dest = (Out, LSE, PO, PLSE, t, split, head0, num_heads, num_splits)
+        dest += (stride_ot, stride_oh, stride_lt, stride_lh)
+        # The rows leave through the gather stages (a stage holds 32 16-bit rows).
+        O_ROWS: gl.constexpr = BLOCK_N // 2 * WG
+        _wg_e4m3_finish(
+            acc, l_tile, m_i, v_scale, kv_tiles, dest, BLOCK_H, O_ROWS, IS_SPLIT, qn_layout
+        )
+
+    @gluon.jit
+    def _sparse_mla_mma_e4m3_kernel(
+        Q,
+        KV,
+        IDX,
+        Out,
+        LSE,
+        PO,
+        PLSE,
+        qk_scale,
+        num_rows,
+        topk,
+        chunk,
+        num_heads,
+        num_hb,
+        num_splits,
+        stride_qt,
+        stride_qh,
+        stride_kv,
+        stride_it,
+        stride_ot,
+        stride_oh,
+        stride_lt,
+        stride_lh,
+        v_scale,
+        BLOCK_H: gl.constexpr,
+        NUM_STAGES: gl.constexpr,
+        IS_SPLIT: gl.constexpr,
+        USE_PDL: gl.constexpr,
+        HEAD_GROUPS: gl.constexpr,
+    ):
+        """The swapped e4m3 tile for GPUs whose MMA is mma.sync (SM89, SM120; Hopper runs it
+        as their proxy): the e4m3 Hopper tile's design with warp-level MMAs. cp.async gathers
+        land in shared memory; S^T = K Q^T runs as e4m3 MMAs (q in two e4m3 parts) on
+        operands loaded from the gathered tile; V is widened in registers into the fp16 A
+        operand of O^T += V^T P^T (``_wg_v_operand``). 8 or 16 heads on ``HEAD_GROUPS`` groups
+        of 4 warps, each group its own heads (16 heads on two groups read half of q per warp
+        and both widen V); 2 stages fit a 99 KB block."""
+        BLOCK_N: gl.constexpr = 64
+        D_V: gl.constexpr = 512
+        KC: gl.constexpr = 128  # latent columns per score MMA step (one 128-byte swizzle row)
+        f8: gl.constexpr = KV.dtype.element_ty
+        W: gl.constexpr = 4 * HEAD_GROUPS
+        mma: gl.constexpr = gl.NVMMADistributedLayout(
+            version=[2, 0], warps_per_cta=[4, HEAD_GROUPS], instr_shape=[16, 8]
+        )
+        k_operand: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=mma, k_width=4)
+        q_operand: gl.constexpr = gl.DotOperandLayout(operand_index=1, parent=mma, k_width=4)
+        v_operand: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=mma, k_width=2)
+        p_operand: gl.constexpr = gl.DotOperandLayout(operand_index=1, parent=mma, k_width=2)
+        nope_layout: gl.constexpr = gl.BlockedLayout([1, 16], [1, 32], [W, 1], [1, 0])
+        pe_layout: gl.constexpr = gl.BlockedLayout([1, 16], [8, 4], [W, 1], [1, 0])
+        v_load: gl.constexpr = gl.DistributedLinearLayout(
+            reg_bases=[[0, 1], [0, 2], [0, 4], [0, 8], [1, 0], [8, 0]],
+            lane_bases=[[2, 0], [4, 0], [0, 16], [0, 32], [0, 64]],
+            # mma.sync layouts number warps heads-first: the groups' shared basis comes first.
+            warp_bases=[[0, 0]] * (HEAD_GROUPS - 1) + [[0, 128], [0, 256]],
+            block_bases=[],
+            shape=[16, D_V],
+        )
+        qn_layout: gl.constexpr = gl.BlockedLayout([1, 8], [1, 32], [W, 1], [1, 0])
+        qp_layout: gl.constexpr = gl.BlockedLayout([1, 8], [4, 8], [W, 1], [1, 0])
+
+        if USE_PDL:
+            _wg_launch_dependents()
+        hb, split, t = _wg_program(num_hb, num_splits)
+        q_parts, kv_tiles, pe_tiles, p_tile = _wg_e4m3_buffers(f8, BLOCK_H, BLOCK_N, NUM_STAGES)
+        qh_n, ql_n, qh_p, ql_p = q_parts
+
+        start = split * chunk
+        end = gl.minimum(start + chunk, topk)
+        n_tiles = gl.cdiv(end - start, BLOCK_N)
+        idx_base = IDX + t.to(gl.int64) * stride_it
+        pipe = (KV, idx_base, kv_tiles, pe_tiles, start, end, num_rows, stride_kv)
+        idx_next = _wg_issue_first_tiles(pipe, BLOCK_N, NUM_STAGES, nope_layout, pe_layout)
+
+        q_tok = Q + t.to(gl.int64) * stride_qt
+        head0 = hb * BLOCK_H
+        scale = _wg_e4m3_query_parts(
+            q_tok, head0, num_heads, stride_qh, q_parts, BLOCK_H, qn_layout, qp_layout
+        )
+
+        head_layout: gl.constexpr = gl.SliceLayout(0, mma)
+        qk_row = qk_scale / gl.convert_layout(scale, head_layout)
+        m_i = gl.full([BLOCK_H], float("-inf"), gl.float32, layout=head_layout)
+        acc = gl.zeros([D_V, BLOCK_H], gl.float32, layout=mma)  # O^T
+        s_zero = gl.zeros([BLOCK_N, BLOCK_H], gl.float32, layout=mma)
+        l_tile = s_zero
+        for i in range(n_tiles):
+            idx_next, k_n, k_p = _wg_refill_and_wait(
+                pipe, idx_next, i, BLOCK_N, NUM_STAGES, nope_layout, pe_layout, False
+            )
+            k_c = k_p.load(k_operand)
+            s = mma_v2(k_c, qh_p.permute((1, 0)).load(q_operand), s_zero)
+            s = mma_v2(k_c, ql_p.permute((1, 0)).load(q_operand), s)
+            for c in gl.static_range(D_V // KC):
+                k_c = k_n.slice(c * KC, KC, dim=1).load(k_operand)
+                s = mma_v2(k_c, qh_n.slice(c * KC, KC, dim=1).permute((1, 0)).load(q_operand), s)
+                s = mma_v2(k_c, ql_n.slice(c * KC, KC, dim=1).permute((1, 0)).load(q_operand), s)
+            n0 = start + i * BLOCK_N
+            valid = _wg_tile_valid(idx_base, n0, end, num_rows, BLOCK_N, gl.SliceLayout(1, mma))
+            s = gl.where(valid[:, None], s * qk_row[None, :], float("-inf"))
+            p, alpha, m_i, l_tile = _wg_softmax_step(s, m_i, l_tile, 0)
+            acc = acc * alpha[None, :]
+            p_tile.store(p.to(gl.float16))
+            gl.thread_barrier()
+            for k in gl.static_range(BLOCK_N // 16):
+                v_k = _wg_v_operand(k_n.slice(16 * k, 16), v_load, v_operand)
+                acc = mma_v2(v_k, p_tile.slice(16 * k, 16).load(p_operand), acc)
+        async_copy.wait_group(0)
+
+        dest = (Out, LSE, PO, PLSE, t, split, head0, num_heads, num_splits)
+        dest += (stride_ot, stride_oh, stride_lt, stride_lh)
+        # The rows leave through the gather stages (a stage holds 32 16-bit rows).
+        _wg_e4m3_finish(
+            acc, l_tile, m_i, v_scale, kv_tiles, dest, BLOCK_H, BLOCK_N // 2, IS_SPLIT, qn_layout
         )
 
 
@@ -1065,6 +1244,25 @@ def _gluon_usable(capability: tuple[int, int]) -> bool:
 @functools.lru_cache(maxsize=16)
 def _has_wgmma(device_index: int) -> bool:
     return _gluon_usable(torch.cuda.get_device_capability(device_index))
+
+
+def _gluon_mma_usable(capability: tuple[int, int], proxy: bool = False) -> bool:
+    """The Gluon e4m3 tile with mma.sync: for SM89 and SM120/121, whose only MMA that is, under
+    Triton 3.6's Gluon; fp8 conversions in hardware start at SM89. ``proxy``: Hopper may run
+    it too (the benchmark's stand-in for SM120), though its own e4m3 tile is faster there."""
+    tested = triton.__version__.split(".")[:2] == ["3", "6"]
+    target = capability == (8, 9) or capability[0] == 12 or (proxy and capability[0] == 9)
+    return gluon is not None and tested and target
+
+
+@functools.lru_cache(maxsize=16)
+def _has_gluon_mma(device_index: int) -> bool:
+    return _gluon_mma_usable(torch.cuda.get_device_capability(device_index))
+
+
+def _gluon_tile(cfg: dict[str, int]) -> bool:
+    """Whether a config names one of the Gluon kernels (16-bit partials, Gluon launch)."""
+    return bool(cfg.get("WGMMA") or cfg.get("MMA_V2"))
 
 
 def _fits_cp_async(*tensors: torch.Tensor) -> bool:
@@ -1226,6 +1424,7 @@ def _default_config(
     kv_format: str = "16bit",
     wgmma: bool = False,
     limits: DeviceLimits = H200_LIMITS,
+    gluon_mma: bool = False,
 ) -> dict[str, int]:
     """Tile shape by head count, row format and device: the first tl.dot tile in ``_TILES``
     that fits the device's shared memory, or a Gluon tile. ``WAVES`` is how many programs per
@@ -1234,11 +1433,18 @@ def _default_config(
     round 8) and the 64-head tile for 33+ (NOTES.md round 6); 17-32 heads keep the tl.dot tile.
     With fp8 e4m3 rows (under a bf16 q) it picks the swapped e4m3 tile for up to 16 heads
     and, with two warpgroups, for 33+ (NOTES.md rounds 12 and 14); other heads and formats
-    keep the tl.dot tiles.
+    keep the tl.dot tiles. ``gluon_mma`` (SM89, SM120: Triton 3.6's Gluon, fp8 e4m3 rows
+    under a bf16 q) picks the e4m3 tile with mma.sync for up to 16 heads (NOTES.md round 15).
     """
     reason = _unsupported(num_heads, kv_format, limits)
     if reason is not None:
         raise ValueError(f"sparse MLA decode: {reason}")
+    if gluon_mma and kv_format == "fp8" and num_heads <= 16:
+        # 84 KB at 8 heads, 94 KB at 16: one program per SM on a 99 KB GPU. 16 heads run on
+        # two groups of 4 warps, 8 heads each (5-14% faster than one group on the H200).
+        block_h = 8 if num_heads <= 8 else 16
+        return {"BLOCK_H": block_h, "BLOCK_N": 64, "num_warps": block_h // 2, "num_stages": 2,
+                "WAVES": 1, "MMA_V2": 1}  # fmt: skip
     gluon = wgmma and kv_format in ("16bit", "fp8")
     if gluon and num_heads <= 16:
         # The swapped tile: 8 or 16 heads are the MMA's N, so H=8 computes no padding rows.
@@ -1250,8 +1456,10 @@ def _default_config(
     block_h = min(64, max(16, triton.next_power_of_2(num_heads)))
     if gluon and block_h == 64:
         # The 64-head tile; for e4m3 rows, the e4m3 tile with two warpgroups of 32 heads
-        # sharing its gathers (NOTES.md round 14). 128 heads run two blocks.
-        return {"BLOCK_H": 64, "BLOCK_N": 64, "num_warps": 8, "num_stages": 2, "WAVES": 1,
+        # sharing its gathers, with a third stage (1-4% faster; NOTES.md rounds 14-15).
+        # 128 heads run two blocks.
+        stages = 3 if kv_format == "fp8" else 2
+        return {"BLOCK_H": 64, "BLOCK_N": 64, "num_warps": 8, "num_stages": stages, "WAVES": 1,
                 "WGMMA": 1}  # fmt: skip
     family = _mma_family(limits.capability)
     fits = [
@@ -1306,9 +1514,9 @@ def _pow2_floor(n: int) -> int:
     return 1 << (n.bit_length() - 1)
 
 
-# Keys that shape the tile: an override that sets any of them without naming WGMMA means the
-# tl.dot kernel (the tuning plans were written for it), its default tile updated by the
-# override, whatever the default kernel would have been.
+# Keys that shape the tile: an override that sets any of them without naming a Gluon kernel
+# (WGMMA, MMA_V2) means the tl.dot kernel (the tuning plans were written for it), its default
+# tile updated by the override, whatever the default kernel would have been.
 _TILE_KEYS = frozenset(
     {"BLOCK_H", "BLOCK_N", "num_warps", "num_stages", "DV_SPLIT", "PREFETCH_IDX", "FP8_TWICE"}
     | {"FP16_DOTS", "V_ASM", "E4M3_BITS"}
@@ -1325,23 +1533,29 @@ def _plan(
     kv_format: str = "16bit",
     wgmma: bool | None = None,
     limits: DeviceLimits | None = None,
+    gluon_mma: bool | None = None,
 ) -> tuple[dict[str, int], int]:
     """Tile config and split count for a call (also used by the benchmark to report them).
-    ``wgmma``: whether the Gluon kernel may run (``None``: whenever the device has it);
-    ``limits``: the device's (``None``: read from it; the benchmark passes a smaller GPU's)."""
+    ``wgmma``, ``gluon_mma``: whether the Hopper Gluon kernels, or the e4m3 tile with mma.sync,
+    may run (``None``: whenever the device has them); ``limits``: the device's (``None``: read
+    from it; the benchmark passes a smaller GPU's)."""
 
     def device_index() -> int:
         return device.index if device.index is not None else torch.cuda.current_device()
 
     if wgmma is None:
         wgmma = _has_wgmma(device_index())
+    if gluon_mma is None:
+        gluon_mma = _has_gluon_mma(device_index())
     if limits is None:
         limits = _device_limits(device_index())
-    if config and "WGMMA" not in config and _TILE_KEYS & config.keys():
-        wgmma = False  # the tl.dot tile the override was written for, from its defaults up
-    cfg = dict(_default_config(num_heads, kv_format, wgmma, limits))
+    if config and _TILE_KEYS & config.keys():
+        # The tile the override was written for, from its kernel's defaults up.
+        wgmma = wgmma and "WGMMA" in config
+        gluon_mma = gluon_mma and "MMA_V2" in config
+    cfg = dict(_default_config(num_heads, kv_format, wgmma, limits, gluon_mma))
     tiles_64 = num_tokens * triton.cdiv(topk, 64)
-    if kv_format == "fp8" and cfg.get("WGMMA") and tiles_64 < _num_sms(device_index()):
+    if kv_format == "fp8" and _gluon_tile(cfg) and tiles_64 < _num_sms(device_index()):
         # Too few 64-row tiles to fill the GPU (one token): the tl.dot tile's 32-row tiles,
         # two programs per SM, are faster there (B=1: 8.1 against 8.6 µs, NOTES.md round 12).
         cfg = dict(_default_config(num_heads, kv_format, False, limits))
@@ -1460,7 +1674,7 @@ def _early_merge(
 ) -> bool:
     """Whether the merge launches as a programmatic dependent of the split kernel."""
     use_pdl = is_split and bool(cfg.get("PDL", 1)) and _has_pdl(dev)
-    if use_pdl and cfg.get("WGMMA") and "PDL" not in (config or {}):
+    if use_pdl and _gluon_tile(cfg) and "PDL" not in (config or {}):
         # Measured: an early merge pays where the split grid leaves most SMs idle and costs
         # 1-2 µs at about one program per SM (likely piling onto the few idle SMs; a
         # heuristic from six cases, NOTES.md round 7).
@@ -1474,13 +1688,37 @@ def _launch_gluon(
     programs: int,
     is_split: bool,
     use_pdl: bool,
-    wgmma: bool,
+    inputs_ok: bool,
+    capability: tuple[int, int],
     kv_format: str = "16bit",
     kv_scale: float = 1.0,
 ) -> None:
-    """One of the three Hopper Gluon split kernels, picked by the head block and the row
-    format, after checking that the tile is one they implement."""
+    """One of the Gluon split kernels (``MMA_V2``: the e4m3 tile with mma.sync; else the three
+    Hopper ones, picked by the head block and the row format), after checking that the tile is
+    one they implement. ``inputs_ok``: the buffers and dtypes the Gluon kernels take."""
     block_h, block_n, stages = cfg["BLOCK_H"], cfg["BLOCK_N"], cfg["num_stages"]
+    common = {"NUM_STAGES": stages, "IS_SPLIT": is_split, "USE_PDL": use_pdl}
+    if cfg.get("MMA_V2"):
+        warps = cfg["num_warps"]
+        tile_ok = block_n == 64 and (block_h, warps) in ((8, 4), (16, 4), (16, 8))
+        if not (tile_ok and 2 <= stages <= 3 and kv_format == "fp8" and inputs_ok) or not (
+            _gluon_mma_usable(capability, proxy=True)
+        ):
+            raise ValueError(
+                "MMA_V2 needs fp8 e4m3 rows under a bf16 q and out, BLOCK_H 8 (4 warps) or 16 "
+                "(4 or 8 warps), BLOCK_N 64, 2 or 3 stages, 16-byte-aligned buffers and "
+                "strides that are multiples of 16 elements, Triton 3.6's Gluon and an SM89, "
+                "SM90 or SM12x GPU"
+            )
+        _sparse_mla_mma_e4m3_kernel[(programs,)](
+            *args,
+            float(kv_scale),
+            BLOCK_H=block_h,
+            **common,
+            HEAD_GROUPS=warps // 4,
+            num_warps=warps,
+        )
+        return
     swapped = block_h in (8, 16)
     if kv_format == "fp8":  # keys as the MMA's M, one warpgroup per 32 heads at most
         warps = 4 if swapped else 8
@@ -1492,6 +1730,7 @@ def _launch_gluon(
     else:
         tile_ok = block_h == 64 and block_n in (16, 32, 64) and cfg["num_warps"] == 8
         stages_ok = stages >= 2 and block_n * stages <= 128  # shared memory
+    wgmma = inputs_ok and _gluon_usable(capability)
     if not (tile_ok and stages_ok and cfg.get("DV_SPLIT", 1) == 1 and wgmma):
         raise ValueError(
             "WGMMA needs BLOCK_H 64 (BLOCK_N 16/32/64, 8 warps, 2 to 128 / BLOCK_N "
@@ -1502,7 +1741,6 @@ def _launch_gluon(
             "and strides that are multiples of 16 elements, Triton 3.6's Gluon and a "
             "Hopper GPU"
         )
-    common = {"NUM_STAGES": stages, "IS_SPLIT": is_split, "USE_PDL": use_pdl}
     if kv_format == "fp8":
         _sparse_mla_wgmma_e4m3_kernel[(programs,)](
             *args,
@@ -1620,20 +1858,21 @@ def sparse_mla_decode(
     dev = q.device.index if q.device.index is not None else torch.cuda.current_device()
     # Not for fp8_ds_mla rows (uint8), nor for a q or out that would need a cast.
     # fp8 e4m3 rows: under a bf16 q (whose precision the two e4m3 parts of q match).
-    wgmma = (
+    gluon_inputs = (
         (q.dtype == kv_rows.dtype or (kv_format == "fp8" and q.dtype == torch.bfloat16))
         and q.dtype == out.dtype
-        and _has_wgmma(dev)
         and _fits_cp_async(q, kv_rows)
     )
+    wgmma = gluon_inputs and _has_wgmma(dev)
+    gluon_mma = gluon_inputs and kv_format == "fp8" and _has_gluon_mma(dev)
     cfg, num_splits = _plan(
-        num_tokens, num_heads, topk, q.device, num_splits, config, kv_format, wgmma
+        num_tokens, num_heads, topk, q.device, num_splits, config, kv_format, wgmma, None, gluon_mma
     )
     num_hb = triton.cdiv(num_heads, cfg["BLOCK_H"])
     chunk = triton.cdiv(triton.cdiv(max(topk, 1), num_splits), cfg["BLOCK_N"]) * cfg["BLOCK_N"]
     is_split = num_splits > 1
     if is_split:
-        part_o, part_lse = _split_scratch(q, num_splits, bool(cfg.get("WGMMA")), workspace)
+        part_o, part_lse = _split_scratch(q, num_splits, _gluon_tile(cfg), workspace)
     else:
         part_o, part_lse = lse, lse  # unused placeholders
     programs = num_tokens * num_splits * num_hb
@@ -1663,8 +1902,11 @@ def sparse_mla_decode(
         lse.stride(0),
         lse.stride(1),
     )
-    if cfg.get("WGMMA"):
-        _launch_gluon(args, cfg, programs, is_split, use_pdl, wgmma, kv_format, kv_scale)
+    if _gluon_tile(cfg):
+        capability = torch.cuda.get_device_capability(dev)
+        _launch_gluon(
+            args, cfg, programs, is_split, use_pdl, gluon_inputs, capability, kv_format, kv_scale
+        )
     else:
         programs *= cfg.get("DV_SPLIT", 1)
         _launch_tl_dot(args, cfg, programs, kv_format, kv_scale, is_split, use_pdl)

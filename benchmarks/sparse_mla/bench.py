@@ -330,11 +330,15 @@ def run_bench(
                 ours, ours_s = graph_time_us(case.ours(kmod), args.reps)
                 ours2, _ = graph_time_us(case.ours(kmod), args.reps)  # spread check
                 kv_format = KV_FORMAT[dname]
-                # The portable path: the tl.dot tile this GPU's limits pick, and the one a
-                # 99 KB SM120 picks, both as overrides (a tile override means tl.dot).
+                # The portable path: the tl.dot tile this GPU's limits pick, and what the plan
+                # picks for a 99 KB SM120 under this Triton (a tl.dot tile, or with Triton 3.6
+                # the e4m3 Gluon tile with mma.sync), both as overrides.
                 tl_dot_cfg = kmod._default_config(heads, kv_format, limits=kmod.H200_LIMITS)
                 sm120 = kmod.DeviceLimits(*SM120_LIMITS)
-                sm120_cfg = kmod._default_config(heads, kv_format, limits=sm120)
+                sm120_cfg, _ = kmod._plan(
+                    batch, heads, TOPK, torch.device("cuda"), None, None, kv_format, False,
+                    sm120, kmod._gluon_mma_usable(sm120.capability),
+                )  # fmt: skip
                 tl_dot, _ = graph_time_us(case.ours(kmod, config=tl_dot_cfg), args.reps)
                 sm120_us, _ = graph_time_us(case.ours(kmod, config=sm120_cfg), args.reps)
                 gather = gather_us(case, args.reps)
@@ -462,7 +466,9 @@ def portable_md(rows: list[dict[str, Any]]) -> list[str]:
         "## Portable (tl.dot) path, same run and baseline",
         "",
         "`tl.dot` = the tl.dot tile for this GPU's shared memory (no Gluon kernels); `SM120 tile` ="
-        " the tile the plan picks for a 99 KB GPU (SM120, SM86/89), run here; `gather` = a bare "
+        " the tile the plan picks for a 99 KB GPU (SM120, SM86/89), run here (fp8 e4m3 rows"
+        " with up to 16 heads under Triton 3.6: the e4m3 Gluon tile with mma.sync, one program"
+        " per SM as on SM120; other rows: a tl.dot tile); `gather` = a bare "
         "gather of the same rows (`_row_gather_kernel`: loads them as int32 words and sums "
         "them; the fastest of four shapes).",
         "",
@@ -1106,6 +1112,25 @@ def plan_r14() -> list[tuple[int, int, dict[str, int], int]]:
     return _expand(cases)
 
 
+def plan_r15() -> list[tuple[int, int, dict[str, int], int]]:
+    """fp8 e4m3 rows (run with --dtypes e4m3 --check): the e4m3 Gluon tile with mma.sync
+    (SM89/SM120's instructions, run on Hopper) at 2 and 3 stages and with two programs per
+    SM (which a 99 KB GPU cannot hold), 16 heads also on 8 warps, against the e4m3 tl.dot
+    tile a 99 KB GPU gets otherwise, which runs first and last, and the Hopper e4m3 tile;
+    every point at its own plan's split count."""
+    tl_dot = {"BLOCK_H": 16, "BLOCK_N": 32, "num_warps": 4, "num_stages": 3, "WAVES": 2,
+              "PREFETCH_IDX": 1, "FP16_DOTS": 1, "V_ASM": 1, "E4M3_BITS": 1}  # fmt: skip
+    cases = []
+    for b, h, _ in _SMALL_HEAD_CASES:
+        mma = {k: v for k, v in _hopper_small_tile(h).items() if k != "WGMMA"} | {"MMA_V2": 1}
+        mma_tiles = [mma, {**mma, "num_stages": 3}, {**mma, "WAVES": 2, "MIN_TILES": 8}]
+        if h == 16:  # two groups of 4 warps, 8 heads each
+            mma_tiles += [{**mma, "num_warps": 8}, {**mma, "num_warps": 8, "WAVES": 2}]
+        hopper = {**_hopper_small_tile(h), "WAVES": 2, "MIN_TILES": 8}
+        cases.append((b, h, (None,), [tl_dot, *mma_tiles, hopper, {**tl_dot, "WAVES": 2}]))
+    return _expand(cases)
+
+
 def plan_r14w() -> list[tuple[int, int, dict[str, int], int]]:
     """fp8 e4m3 rows with 64 and 128 heads (run with --dtypes e4m3 --check): the e4m3 Hopper
     tile with two warpgroups of 32 heads, at 2 and 3 stages, against the 64-head tl.dot tile
@@ -1119,6 +1144,7 @@ def plan_r14w() -> list[tuple[int, int, dict[str, int], int]]:
 
 
 PLANS = {
+    "r15": plan_r15,
     "r14w": plan_r14w,
     "r14": plan_r14,
     "r13e": plan_r13e,
@@ -1171,6 +1197,9 @@ def run_sweep_v2(
             torch.cuda.empty_cache()
             cases[key] = Case(kv[name], batch, heads, Q_DTYPES[name])
         case = cases[key]
+        if splits is None:  # the plan's split count for this config
+            cuda = torch.device("cuda")
+            splits = kmod._plan(batch, heads, TOPK, cuda, None, cfg, KV_FORMAT[name])[1]
         try:
             us, _ = graph_time_us(case.ours(kmod, num_splits=splits, config=cfg), 7)
             us_split = None

@@ -2,7 +2,8 @@
 of that GPU applied to the efficiency the portable path measured per case on the H200.
 
 For each case, efficiency = H200 roofline floor / H200 time of the tile the plan picks for a
-99 KB GPU (the ``sm120_tile_us`` column: the tl.dot kernel, SM120's shared-memory budget), and the
+99 KB GPU (the ``sm120_tile_us`` column: SM120's shared-memory budget; the tl.dot kernel, or for
+fp8 e4m3 rows with up to 16 heads under Triton 3.6 the Gluon e4m3 tile with mma.sync), and the
 projected time = RTX PRO 6000 floor / that efficiency. The baseline (vLLM's dense-kernel reuse)
 is projected the same way, so the projected speedup is the measured one of the SM120 tile.
 Stdlib only: reads the committed JSON, writes Markdown.
@@ -84,9 +85,10 @@ def render(result: dict[str, Any], rows: list[dict[str, Any]]) -> str:
         f"{result['mma_rate'] / 1e12:.0f} TFLOP/s.",
         "- efficiency = H200 floor / H200 time of the tile the plan picks for a 99 KB GPU; "
         "projected = RTX floor / efficiency. The baseline is projected alike.",
-        "- Why it can be off: the H200 holds two 93 KB small-head programs per SM where SM120 "
-        "(100 KB per SM) holds one, and the split count follows 132 SMs, not 188 (small heads: "
-        "optimistic); SM120's 128 MB L2 keeps more of a cache than the H200's 60 MB (large B: "
+        "- Why it can be off: the H200 holds two 93 KB small-head tl.dot programs per SM where "
+        "SM120 (100 KB per SM) holds one (the Gluon tile runs one per SM here too), and the "
+        "split count follows 132 SMs, not 188 (small heads: optimistic); SM120's 128 MB L2 "
+        "keeps more of a cache than the H200's 60 MB (large B: "
         "pessimistic); small-B cases are latency-bound, and latency does not scale with bandwidth.",
         "",
         "| rows | B | H | H200 µs | efficiency | RTX floor µs | projected µs | projected baseline "
@@ -96,6 +98,7 @@ def render(result: dict[str, Any], rows: list[dict[str, Any]]) -> str:
     for p in rows:
         base = f"{p['projected_baseline_us']:.1f}" if p["projected_baseline_us"] else "n/a"
         tile = "{BLOCK_H}x{BLOCK_N}, {num_warps} warps, {num_stages} stages".format(**p["config"])
+        tile += ", Gluon mma.sync" if p["config"].get("MMA_V2") else ", tl.dot"
         lines.append(
             f"| {p['dtype']} | {p['B']} | {p['H']} | {p['h200_us']:.1f} | {p['efficiency']:.2f} "
             f"| {p['rtx_floor_us']:.1f} | {p['projected_us']:.1f} | {base} | {tile} |"

@@ -476,6 +476,43 @@ def test_fp8_e4m3_hopper_tile(kmod: ModuleType, num_heads: int, num_tokens: int,
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize(
+    ("num_heads", "num_tokens", "topk"),
+    [(8, 5, 2000), (16, 6, 2048), (5, 4, 64), (12, 2, 300), (1, 3, 700)],
+)
+def test_fp8_e4m3_mma_tile(kmod: ModuleType, num_heads: int, num_tokens: int, topk: int) -> None:
+    """The e4m3 Gluon tile with mma.sync (SM89 and SM120's choice for up to 16 heads under
+    Triton 3.6; run here on Hopper, which has mma.sync too): over 1, 3 and 16 splits at 2 and
+    3 stages (16 heads on 4 and 8 warps), rows 640 bytes apart with NaN between them, padded
+    head blocks (1, 5 and 12 heads), a q 2^18 times larger; an fp16 q and an 8-head block on
+    8 warps are refused."""
+    capability = torch.cuda.get_device_capability()
+    if not kmod._gluon_mma_usable(capability, proxy=True):
+        pytest.skip("the e4m3 mma.sync tile needs Triton 3.6's Gluon and an SM89+ GPU")
+    gen = torch.Generator(device="cuda").manual_seed(zlib.crc32(f"e4m3-mma-{num_heads}".encode()))
+    q, kv, idx = _make_inputs(gen, num_tokens, num_heads, topk, torch.bfloat16, "mixed")
+    kv_scale = 0.03125
+    wide = torch.full((kv.shape[0], 640), float("nan"), device="cuda").to(torch.float8_e4m3fn)
+    wide[:, :576] = (kv.float() / kv_scale).to(torch.float8_e4m3fn)
+    rows = wide[:, :576]
+    sm120 = kmod.DeviceLimits((12, 0), 101376)
+    cfg = kmod._default_config(num_heads, "fp8", limits=sm120, gluon_mma=True)
+    assert cfg["MMA_V2"] == 1 and cfg["BLOCK_H"] == (8 if num_heads <= 8 else 16)
+    warps = (4, 8) if cfg["BLOCK_H"] == 16 else (4,)  # 16 heads: one or two groups of 4 warps
+    for stages, num_warps in itertools.product((2, 3), warps):
+        for splits in (1, 3, 16):
+            tile = {**cfg, "num_stages": stages, "num_warps": num_warps}
+            _check(kmod, q, rows, idx, num_splits=splits, config=tile, kv_scale=kv_scale)
+    _check(kmod, q * 2.0**18, rows, idx, _SM_SCALE * 2.0**-18, config=cfg, kv_scale=kv_scale)
+    with pytest.raises(ValueError, match="MMA_V2 needs"):
+        kmod.sparse_mla_decode(
+            q, rows, idx, _SM_SCALE, config={**cfg, "BLOCK_H": 8, "num_warps": 8}
+        )
+    with pytest.raises(ValueError, match="MMA_V2 needs"):
+        kmod.sparse_mla_decode(q.half(), rows, idx, _SM_SCALE, config=cfg, kv_scale=kv_scale)
+
+
+@pytest.mark.gpu
 @pytest.mark.parametrize("kv_format", ["16bit", "fp8", "fp8_ds_mla"])
 @pytest.mark.parametrize("num_heads", [8, 32, 64, 128])
 def test_tiles_of_smaller_gpus(kmod: ModuleType, kv_format: str, num_heads: int) -> None:
@@ -495,7 +532,8 @@ def test_tiles_of_smaller_gpus(kmod: ModuleType, kv_format: str, num_heads: int)
     elif kv_format == "fp8_ds_mla":
         kv = kmod.quantize_fp8_ds_mla(kv)
     for limits in (kmod.DeviceLimits((12, 0), 101376), kmod.DeviceLimits((10, 0), 232448)):
-        cfg = kmod._default_config(num_heads, kv_format, limits=limits)
+        gluon_mma = kmod._gluon_mma_usable(limits.capability)  # the plan's pick with Triton 3.6
+        cfg = kmod._default_config(num_heads, kv_format, limits=limits, gluon_mma=gluon_mma)
         for splits in (1, 8):
             _check(kmod, q, kv, idx, num_splits=splits, config=cfg, kv_scale=kv_scale)
 

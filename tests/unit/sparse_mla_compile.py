@@ -82,7 +82,12 @@ def compile_job(module, job: dict) -> dict:
 def _split_job(module, arch: int, kv_format: str, cfg: dict) -> dict:
     kv = {"16bit": "bf16", "fp8": "fp8e4nv", "fp8_ds_mla": "u8"}[kv_format]
     pointers = dict(Q="bf16", KV=kv, IDX="i32", Out="bf16", LSE="fp32", PO="fp32", PLSE="fp32")
-    if cfg.get("WGMMA"):
+    if cfg.get("MMA_V2"):
+        kernel = "_sparse_mla_mma_e4m3_kernel"
+        constexprs = {"BLOCK_H": cfg["BLOCK_H"], "NUM_STAGES": cfg["num_stages"]}
+        constexprs["HEAD_GROUPS"] = cfg["num_warps"] // 4
+        pointers["PO"] = "bf16"  # 16-bit partials
+    elif cfg.get("WGMMA"):
         swapped = cfg["BLOCK_H"] in (8, 16)
         kernel = "_sparse_mla_wgmma_swapped_kernel" if swapped else "_sparse_mla_wgmma_kernel"
         if kv_format == "fp8":  # one kernel, keys as the MMA's M, for every head block
@@ -148,21 +153,25 @@ def _merge_jobs(module, arch: int, gluon: bool) -> list[dict]:
 def plan_jobs(module, target: dict) -> list[dict]:
     """Every distinct configuration the plan chooses on this target: each row format the
     target serves, every head count from 1 to MAX_HEADS, with and without the Gluon kernels
-    where this Triton and target have them; then the merges."""
+    where this Triton and target have them (Hopper's, or the e4m3 tile with mma.sync); then
+    the merges."""
     limits = module.DeviceLimits(tuple(target["capability"]), target["smem"])
-    gluon = module._gluon_usable(limits.capability)
+    wgmma = module._gluon_usable(limits.capability)
+    gluon_mma = module._gluon_mma_usable(limits.capability)
     jobs, seen = [], set()
     for kv_format in module.KV_FORMATS:
         for heads in range(1, module.MAX_HEADS + 1):
             if module._unsupported(heads, kv_format, limits) is not None:
                 continue
-            for wgmma in (False, True) if gluon else (False,):
-                cfg = module._default_config(heads, kv_format, wgmma, limits)
+            for gluon in (False, True) if wgmma or gluon_mma else (False,):
+                cfg = module._default_config(
+                    heads, kv_format, gluon and wgmma, limits, gluon and gluon_mma
+                )
                 key = (kv_format, json.dumps(cfg, sort_keys=True))
                 if key not in seen:
                     seen.add(key)
                     jobs.append(_split_job(module, target["arch"], kv_format, cfg))
-    return jobs + _merge_jobs(module, target["arch"], gluon)
+    return jobs + _merge_jobs(module, target["arch"], wgmma or gluon_mma)
 
 
 def main() -> None:

@@ -147,7 +147,7 @@ def test_a_tile_override_without_wgmma_means_the_tl_dot_kernel(kmod: ModuleType)
     h200 = kmod.H200_LIMITS
 
     def plan(config: dict[str, int] | None) -> dict[str, int]:
-        return kmod._plan(4, 64, 2048, cpu, 2, config, wgmma=True, limits=h200)[0]
+        return kmod._plan(4, 64, 2048, cpu, 2, config, wgmma=True, limits=h200, gluon_mma=False)[0]
 
     assert plan(None).get("WGMMA") == 1
     assert plan({"PDL": 0}).get("WGMMA") == 1
@@ -156,9 +156,44 @@ def test_a_tile_override_without_wgmma_means_the_tl_dot_kernel(kmod: ModuleType)
     assert plan({"BLOCK_N": 32, "WGMMA": 1}) == {**plan(None), "BLOCK_N": 32}
     # At 8 heads the default is the swapped Gluon tile; an override of its stages alone means
     # the 16-head tl.dot tile with those stages, not a tl.dot kernel in the swapped tile's shape.
-    small = kmod._plan(4, 8, 2048, cpu, 2, {"num_stages": 2}, wgmma=True, limits=h200)[0]
+    small = kmod._plan(4, 8, 2048, cpu, 2, {"num_stages": 2}, "16bit", True, h200, False)[0]
     assert small == {**kmod._default_config(8, wgmma=False), "num_stages": 2}
-    assert kmod._plan(4, 8, 2048, cpu, 2, wgmma=True, limits=h200)[0]["BLOCK_H"] == 8
+    assert (
+        kmod._plan(4, 8, 2048, cpu, 2, None, wgmma=True, limits=h200, gluon_mma=False)[0]["BLOCK_H"]
+        == 8
+    )
+
+
+def test_the_e4m3_mma_tile_is_sm89_and_sm120s_pick(
+    kmod: ModuleType, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Where the Gluon e4m3 tile with mma.sync may run (SM89, SM120 under Triton 3.6), the plan
+    takes it for fp8 e4m3 rows with up to 16 heads, one program per SM (84-94 KB of a 99 KB
+    block), unless too few 64-row tiles fill the GPU; other row formats and head counts keep
+    their tiles, and a tl.dot tuning override still means the tl.dot kernel."""
+    import torch
+
+    monkeypatch.setattr(kmod, "_num_sms", lambda index: 188)  # RTX PRO 6000 Blackwell
+    gpu = torch.device("cuda", 0)  # a device index, never queried
+    sm120 = kmod.DeviceLimits((12, 0), 101376)
+    for heads, block_h in [(1, 8), (8, 8), (9, 16), (16, 16)]:
+        cfg = kmod._default_config(heads, "fp8", limits=sm120, gluon_mma=True)
+        assert cfg["MMA_V2"] == 1 and cfg["BLOCK_H"] == block_h and cfg["WAVES"] == 1
+        assert cfg["num_warps"] == block_h // 2  # groups of 4 warps, 8 heads each
+        assert not kmod._default_config(heads, "fp8", limits=sm120).get("MMA_V2")
+        assert not kmod._default_config(heads, "16bit", limits=sm120, gluon_mma=True).get("MMA_V2")
+    assert not kmod._default_config(32, "fp8", limits=sm120, gluon_mma=True).get("MMA_V2")
+
+    def plan(tokens: int, config: dict[str, int] | None) -> dict[str, int]:
+        return kmod._plan(tokens, 8, 2048, gpu, 2, config, "fp8", False, sm120, True)[0]
+
+    planned = plan(8, None)  # 256 tiles of 64 rows for 188 SMs
+    assert planned.get("MMA_V2") == 1
+    assert not kmod._gluon_tile(plan(4, None))  # 128 tiles: the tl.dot tile's 32-row tiles
+    assert not kmod._gluon_tile(plan(8, {"num_stages": 2}))
+    assert plan(8, {**planned, "num_stages": 3}) == {**planned, "num_stages": 3}
+    assert kmod._gluon_mma_usable((12, 0)) == kmod._gluon_mma_usable((8, 9))
+    assert not kmod._gluon_mma_usable((9, 0)) and not kmod._gluon_mma_usable((8, 6), proxy=True)
 
 
 # (token x head rows, padded splits, partial element size) -> (V columns, warps) on 132 SMs.

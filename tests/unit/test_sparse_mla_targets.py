@@ -116,6 +116,8 @@ def test_every_planned_config_fits_the_target(
     if arch == 90 and kmod._gluon_usable(capability) and version == triton.__version__:
         gluon = {"_sparse_mla_wgmma_kernel", "_sparse_mla_wgmma_swapped_kernel"}
         assert gluon | {"_sparse_mla_wgmma_e4m3_kernel"} <= kinds
+    if kmod._gluon_mma_usable(capability) and version == triton.__version__:
+        assert "_sparse_mla_mma_e4m3_kernel" in kinds
     formats = {j["kv_format"] for j in jobs} - {None}
     assert formats == ({"16bit"} if arch in (80, 86) else set(kmod.KV_FORMATS))
     for job in jobs:
