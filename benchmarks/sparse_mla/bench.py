@@ -1131,6 +1131,19 @@ def plan_r15() -> list[tuple[int, int, dict[str, int], int]]:
     return _expand(cases)
 
 
+def plan_r15h() -> list[tuple[int, int, dict[str, int], int]]:
+    """fp8 e4m3 rows, 16 heads (run with --dtypes e4m3 --check): the Hopper e4m3 tile on two
+    warpgroups of 8 heads (8 warps, 172 registers: one program per SM) against one warpgroup
+    of 16 (255 registers, two per SM where splits keep 8+ tiles), which runs first and last;
+    every point at its plan's split count. The 8-warp points need the kernel change in
+    ``sweeps/sparse_mla_e4m3_wgmma_two_warpgroups_rejected.diff`` (without it the launch
+    refuses them)."""
+    tile = {**_hopper_small_tile(16), "WAVES": 2, "MIN_TILES": 8}
+    eight = {**tile, "num_warps": 8}
+    tiles = [tile, eight, {**eight, "WAVES": 1}, {**eight, "num_stages": 3}, tile]
+    return _expand([(b, 16, (None,), tiles) for b in (128, 32, 8)])
+
+
 def plan_r14w() -> list[tuple[int, int, dict[str, int], int]]:
     """fp8 e4m3 rows with 64 and 128 heads (run with --dtypes e4m3 --check): the e4m3 Hopper
     tile with two warpgroups of 32 heads, at 2 and 3 stages, against the 64-head tl.dot tile
@@ -1144,6 +1157,7 @@ def plan_r14w() -> list[tuple[int, int, dict[str, int], int]]:
 
 
 PLANS = {
+    "r15h": plan_r15h,
     "r15": plan_r15,
     "r14w": plan_r14w,
     "r14": plan_r14,
