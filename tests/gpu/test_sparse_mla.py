@@ -120,6 +120,14 @@ def _check(
         assert lse_err < 2e-3, f"lse max abs error {lse_err:.3e}"
 
 
+def _e4m3_rows_640_apart(kv: torch.Tensor, kv_scale: float) -> torch.Tensor:
+    """The cache rows as fp8 e4m3 values scaled by 1 / ``kv_scale``, in a view whose rows are
+    640 bytes apart with NaN between them, so that a read past a row's 576 bytes shows."""
+    wide = torch.full((kv.shape[0], 640), float("nan"), device=kv.device).to(torch.float8_e4m3fn)
+    wide[:, :576] = (kv.float() / kv_scale).to(torch.float8_e4m3fn)
+    return wide[:, :576]
+
+
 # The issue's grid: H x T x topk, both dtypes alternating, a pattern mix in every case.
 _GRID = [
     pytest.param(h, t, k, dt, id=f"H{h}-T{t}-k{k}-{dt}")
@@ -452,9 +460,7 @@ def test_fp8_e4m3_hopper_tile(kmod: ModuleType, num_heads: int, num_tokens: int,
     gen = torch.Generator(device="cuda").manual_seed(zlib.crc32(f"e4m3-wg-{num_heads}".encode()))
     q, kv, idx = _make_inputs(gen, num_tokens, num_heads, topk, torch.bfloat16, "mixed")
     kv_scale = 0.03125
-    wide = torch.full((kv.shape[0], 640), float("nan"), device="cuda").to(torch.float8_e4m3fn)
-    wide[:, :576] = (kv.float() / kv_scale).to(torch.float8_e4m3fn)
-    rows = wide[:, :576]
+    rows = _e4m3_rows_640_apart(kv, kv_scale)
     cfg = kmod._default_config(num_heads, "fp8", wgmma=True)
     assert cfg["WGMMA"] == 1 and cfg["BLOCK_H"] == (
         8 if num_heads <= 8 else 16 if num_heads <= 16 else 64
@@ -492,9 +498,7 @@ def test_fp8_e4m3_mma_tile(kmod: ModuleType, num_heads: int, num_tokens: int, to
     gen = torch.Generator(device="cuda").manual_seed(zlib.crc32(f"e4m3-mma-{num_heads}".encode()))
     q, kv, idx = _make_inputs(gen, num_tokens, num_heads, topk, torch.bfloat16, "mixed")
     kv_scale = 0.03125
-    wide = torch.full((kv.shape[0], 640), float("nan"), device="cuda").to(torch.float8_e4m3fn)
-    wide[:, :576] = (kv.float() / kv_scale).to(torch.float8_e4m3fn)
-    rows = wide[:, :576]
+    rows = _e4m3_rows_640_apart(kv, kv_scale)
     sm120 = kmod.DeviceLimits((12, 0), 101376)
     cfg = kmod._default_config(num_heads, "fp8", limits=sm120, gluon_mma=True)
     assert cfg["MMA_V2"] == 1 and cfg["BLOCK_H"] == (8 if num_heads <= 8 else 16)
@@ -525,10 +529,7 @@ def test_tiles_of_smaller_gpus(kmod: ModuleType, kv_format: str, num_heads: int)
     kv_scale = 1.0
     if kv_format == "fp8":
         kv_scale = 0.03125
-        rows = (kv.float() / kv_scale).to(torch.float8_e4m3fn)
-        wide = torch.full((rows.shape[0], 640), float("nan"), device="cuda").to(rows.dtype)
-        wide[:, :576] = rows
-        kv = wide[:, :576]
+        kv = _e4m3_rows_640_apart(kv, kv_scale)
     elif kv_format == "fp8_ds_mla":
         kv = kmod.quantize_fp8_ds_mla(kv)
     for limits in (kmod.DeviceLimits((12, 0), 101376), kmod.DeviceLimits((10, 0), 232448)):
