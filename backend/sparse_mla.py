@@ -1235,7 +1235,7 @@ def _num_sms(device_index: int) -> int:
 
 
 def _gluon_usable(capability: tuple[int, int]) -> bool:
-    """The Gluon kernels: Hopper's warpgroup MMA (SM90 only: Blackwell has none), written
+    """The Hopper Gluon kernels: warpgroup MMA (SM90 only: Blackwell has none), written
     against Triton 3.6's Gluon API, which is experimental and changes between releases."""
     tested = triton.__version__.split(".")[:2] == ["3", "6"]
     return gluon is not None and tested and capability[0] == 9
