@@ -1234,11 +1234,14 @@ def _num_sms(device_index: int) -> int:
     return torch.cuda.get_device_properties(device_index).multi_processor_count
 
 
+# The Gluon kernels are written against Triton 3.6's Gluon API, which is experimental and
+# changes between releases: other Tritons run the tl.dot kernel.
+_GLUON_API = gluon is not None and triton.__version__.split(".")[:2] == ["3", "6"]
+
+
 def _gluon_usable(capability: tuple[int, int]) -> bool:
-    """The Hopper Gluon kernels: warpgroup MMA (SM90 only: Blackwell has none), written
-    against Triton 3.6's Gluon API, which is experimental and changes between releases."""
-    tested = triton.__version__.split(".")[:2] == ["3", "6"]
-    return gluon is not None and tested and capability[0] == 9
+    """The Hopper Gluon kernels: warpgroup MMA (SM90 only: Blackwell has none)."""
+    return _GLUON_API and capability[0] == 9
 
 
 @functools.lru_cache(maxsize=16)
@@ -1250,9 +1253,8 @@ def _gluon_mma_usable(capability: tuple[int, int], proxy: bool = False) -> bool:
     """The Gluon e4m3 tile with mma.sync: for SM89 and SM120/121, whose only MMA that is, under
     Triton 3.6's Gluon; fp8 conversions in hardware start at SM89. ``proxy``: Hopper may run
     it too (the benchmark's stand-in for SM120), though its own e4m3 tile is faster there."""
-    tested = triton.__version__.split(".")[:2] == ["3", "6"]
     target = capability == (8, 9) or capability[0] == 12 or (proxy and capability[0] == 9)
-    return gluon is not None and tested and target
+    return _GLUON_API and target
 
 
 @functools.lru_cache(maxsize=16)
@@ -1903,7 +1905,7 @@ def sparse_mla_decode(
         lse.stride(1),
     )
     if _gluon_tile(cfg):
-        capability = torch.cuda.get_device_capability(dev)
+        capability = _device_limits(dev).capability
         _launch_gluon(
             args, cfg, programs, is_split, use_pdl, gluon_inputs, capability, kv_format, kv_scale
         )
