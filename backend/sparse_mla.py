@@ -31,7 +31,7 @@ Design, because the problem is a gather (H <= 64 is memory-bound on H200):
     rows under a bf16 q (e4m3 MMAs for the scores on the gathered tile, V widened once;
     1.1-1.4x faster than the e4m3 tl.dot tile at B >= 8, NOTES.md round 12); on SM89 and
     SM120, whose MMA is mma.sync, ``_sparse_mla_mma_e4m3_kernel`` is that e4m3 tile with
-    warp-level MMAs (1.1-1.6x over the e4m3 tl.dot tile, NOTES.md round 15).
+    warp-level MMAs (1.25-1.6x over the e4m3 tl.dot tile, NOTES.md rounds 15-16).
 Only torch and triton are imported, so this file can be embedded verbatim elsewhere.
 """
 
@@ -55,6 +55,7 @@ try:  # Gluon: explicit layouts, warpgroup MMA and mma.sync (the Gluon tiles nee
         warpgroup_mma,
         warpgroup_mma_wait,
     )
+    from triton.runtime.jit import constexpr_function
 except ImportError:  # older Triton: the tl.dot kernel serves every GPU
     gluon = None
 
@@ -831,25 +832,41 @@ if gluon is not None:
         )
 
     @gluon.jit
-    def _wg_v_operand(v_rows, load_layout: gl.constexpr, a_layout: gl.constexpr):
+    def _wg_v_operand(v_rows, a_layout: gl.constexpr, W: gl.constexpr):
         """16 gathered e4m3 rows of V (keys x 512) as the fp16 A operand of O^T += V^T P^T,
-        widened in registers: no fp16 copy of V passes through shared memory.
+        widened in registers: no fp16 copy of V passes through shared memory. The ``W`` warps
+        of ``a_layout`` split V^T's 512 rows, so each widens only its own.
 
-        Each thread loads 16 contiguous values of 4 rows (16-byte pieces; every 8-thread phase
-        meets each bank of the 128-byte swizzle once). An MMA row m is any value of V^T as long
-        as the output's rows are put back in order: the tensor is relabelled (no data moves) so
-        that MMA row 64i + 16w + 8b + g holds value 16(8w + g) + 2i + b, which is what thread
-        (warp w, group g) loaded; ``_wg_rows_in_order`` undoes it."""
-        x = v_rows.load(load_layout).to(gl.float16)
-        x = gl.permute(gl.reshape(x, [16, 4, 8, 8, 2]), (0, 3, 1, 4, 2))
+        Thread (warp w, group g) loads 512 / 8W contiguous values of 4 rows
+        (``_wg_v_load_layout``). An MMA row m is any value of V^T as long as the output's rows
+        are put back in order: the tensor is relabelled (no data moves) so that MMA row
+        16W i + 16w + 8b + g holds value (64 / W)(8w + g) + 2i + b, which is what that thread
+        loaded; ``_wg_rows_in_order`` undoes it."""
+        x = v_rows.load(_wg_v_load_layout(W)).to(gl.float16)
+        x = gl.permute(gl.reshape(x, [16, W, 8, 32 // W, 2]), (0, 3, 1, 4, 2))
         x = gl.permute(gl.reshape(x, [16, 512]), (1, 0))
         return gl.convert_layout(x, a_layout, assert_trivial=True)
 
+    @constexpr_function
+    def _wg_v_load_layout(warps: int):
+        """``_wg_v_operand``'s load of 16 rows of V by ``warps`` (4 or 8) warps: thread (warp w,
+        lane 4g + j) loads values (64 / W)(8w + g) onward of rows 2j, 2j + 1, 2j + 8 and
+        2j + 9 (the rows and lanes of an fp16 A operand) in 16- or 8-byte pieces; every
+        phase meets each bank of the 128-byte swizzle once."""
+        per_thread = 64 // warps
+        return gl.DistributedLinearLayout(
+            reg_bases=[[0, 1 << b] for b in range(per_thread.bit_length() - 1)] + [[1, 0], [8, 0]],
+            lane_bases=[[2, 0], [4, 0]] + [[0, per_thread << b] for b in range(3)],
+            warp_bases=[[0, 8 * per_thread << b] for b in range(warps.bit_length() - 1)],
+            block_bases=[],
+            shape=[16, 512],
+        )
+
     @gluon.jit
-    def _wg_rows_in_order(o, BLOCK_H: gl.constexpr):
-        """The [512, BLOCK_H] accumulator of ``_wg_v_operand``'s MMAs with its rows in value
-        order."""
-        o = gl.permute(gl.reshape(o, [8, 4, 2, 8, BLOCK_H]), (1, 3, 0, 2, 4))
+    def _wg_rows_in_order(o, BLOCK_H: gl.constexpr, W: gl.constexpr):
+        """The [512, BLOCK_H] accumulator of ``_wg_v_operand``'s MMAs (W warps along its rows)
+        with its rows in value order."""
+        o = gl.permute(gl.reshape(o, [32 // W, W, 2, 8, BLOCK_H]), (1, 3, 0, 2, 4))
         return gl.reshape(o, [512, BLOCK_H])
 
     @gluon.jit
@@ -937,14 +954,16 @@ if gluon is not None:
         kv_tiles,
         dest,
         BLOCK_H: gl.constexpr,
+        W: gl.constexpr,
         O_ROWS: gl.constexpr,
         IS_SPLIT: gl.constexpr,
         rows_layout: gl.constexpr,
     ):
-        """The e4m3 tiles' epilogue: O^T ``acc`` normalized, scaled by the rows' scale, its rows
-        put back in order and stored through the gather stages (free now, ``O_ROWS`` 16-bit
-        rows), with the heads' LSEs. ``dest``: (Out, LSE, PO, PLSE, t, split, head0,
-        num_heads, num_splits, stride_ot, stride_oh, stride_lt, stride_lh)."""
+        """The e4m3 tiles' epilogue: O^T ``acc`` (``W`` warps along its rows) normalized,
+        scaled by the rows' scale, its rows put back in order and stored through the gather
+        stages (free now, ``O_ROWS`` 16-bit rows), with the heads' LSEs. ``dest``: (Out, LSE,
+        PO, PLSE, t, split, head0, num_heads, num_splits, stride_ot, stride_oh, stride_lt,
+        stride_lh)."""
         Out, LSE, PO, PLSE, t, split, head0, num_heads, num_splits = dest[:9]
         stride_ot, stride_oh, stride_lt, stride_lh = dest[9:]
         out_ty: gl.constexpr = Out.dtype.element_ty
@@ -954,7 +973,7 @@ if gluon is not None:
         o_rows = kv_tiles._reinterpret(out_ty, [O_ROWS, 512], o_smem)
         _wg_store_rows(
             o_rows.slice(0, BLOCK_H),
-            gl.permute(_wg_rows_in_order(out, BLOCK_H).to(out_ty), (1, 0)),
+            gl.permute(_wg_rows_in_order(out, BLOCK_H, W).to(out_ty), (1, 0)),
             lse2,
             Out,
             LSE,
@@ -1008,7 +1027,8 @@ if gluon is not None:
         warpgroup MMAs for S^T = K Q^T as it lands (q in two e4m3 parts), and V is widened in
         registers, 16 rows at a time, into the fp16 A operand of O^T += V^T P^T (e4m3 MMAs
         need both operands K-major, which V^T is not). 8 or 16 heads take one warpgroup; 64
-        take two, 32 heads each, which share the gathered tiles and each widen V."""
+        take two, which share the gathered tiles: 32 heads each for the scores, half of V's
+        columns each (all heads) for P.V, so each widens half of V."""
         BLOCK_N: gl.constexpr = 64
         D_V: gl.constexpr = 512
         f8: gl.constexpr = KV.dtype.element_ty
@@ -1019,21 +1039,12 @@ if gluon is not None:
         s_layout: gl.constexpr = gl.NVMMADistributedLayout(
             version=[3, 0], warps_per_cta=[4, WG], instr_shape=[16, BLOCK_H // WG, 32]
         )
+        # P.V: the warpgroups split V's columns, not the heads, so each widens half of V.
         o_layout: gl.constexpr = gl.NVMMADistributedLayout(
-            version=[3, 0], warps_per_cta=[4, WG], instr_shape=[16, BLOCK_H // WG, 16]
+            version=[3, 0], warps_per_cta=[W, 1], instr_shape=[16, BLOCK_H, 16]
         )
         nope_layout: gl.constexpr = gl.BlockedLayout([1, 16], [1, 32], [W, 1], [1, 0])
         pe_layout: gl.constexpr = gl.BlockedLayout([1, 16], [8, 4], [W, 1], [1, 0])
-        # Thread (warp w, lane 4g + j) loads values 16(8w + g) to +15 of rows 2j, 2j + 1, 2j + 8
-        # and 2j + 9: the rows and the warp's lanes an fp16 A operand needs (_wg_v_operand);
-        # a second warpgroup loads the same values (its A operand is the same V^T).
-        v_load: gl.constexpr = gl.DistributedLinearLayout(
-            reg_bases=[[0, 1], [0, 2], [0, 4], [0, 8], [1, 0], [8, 0]],
-            lane_bases=[[2, 0], [4, 0], [0, 16], [0, 32], [0, 64]],
-            warp_bases=[[0, 128], [0, 256]] + [[0, 0]] * (WG - 1),
-            block_bases=[],
-            shape=[16, D_V],
-        )
         v_operand: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=o_layout, k_width=2)
         qn_layout: gl.constexpr = gl.BlockedLayout([1, 8], [1, 32], [W, 1], [1, 0])
         qp_layout: gl.constexpr = gl.BlockedLayout([1, 8], [4, 8], [W, 1], [1, 0])
@@ -1074,7 +1085,7 @@ if gluon is not None:
             s = warpgroup_mma(k_p, qh_p.permute((1, 0)), s, is_async=True)
             s = warpgroup_mma(k_p, ql_p.permute((1, 0)), s, is_async=True)
             if WG == 1:  # the first 16 rows of V widen while the score MMAs run
-                v_first = _wg_v_operand(k_n.slice(0, 16), v_load, v_operand)
+                v_first = _wg_v_operand(k_n.slice(0, 16), v_operand, W)
             n0 = start + i * BLOCK_N
             valid = _wg_tile_valid(
                 idx_base, n0, end, num_rows, BLOCK_N, gl.SliceLayout(1, s_layout)
@@ -1091,12 +1102,12 @@ if gluon is not None:
                 acc = warpgroup_mma_wait(1, deps=(acc,))
                 for k in gl.static_range(1, BLOCK_N // 16):
                     # Widened while the last MMA runs; the one before it has let go of its rows.
-                    v_k = _wg_v_operand(k_n.slice(16 * k, 16), v_load, v_operand)
+                    v_k = _wg_v_operand(k_n.slice(16 * k, 16), v_operand, W)
                     acc = warpgroup_mma(v_k, p_tile.slice(16 * k, 16), acc, is_async=True)
                     acc = warpgroup_mma_wait(1, deps=(acc,))
             else:  # two warpgroups hold 255 registers: one set of widened rows at a time
                 for k in gl.static_range(BLOCK_N // 16):
-                    v_k = _wg_v_operand(k_n.slice(16 * k, 16), v_load, v_operand)
+                    v_k = _wg_v_operand(k_n.slice(16 * k, 16), v_operand, W)
                     acc = warpgroup_mma(v_k, p_tile.slice(16 * k, 16), acc, is_async=True)
                     acc = warpgroup_mma_wait(0, deps=(acc,))
             acc = warpgroup_mma_wait(0, deps=(acc,))
@@ -1107,7 +1118,7 @@ if gluon is not None:
         # The rows leave through the gather stages (a stage holds 32 16-bit rows).
         O_ROWS: gl.constexpr = BLOCK_N // 2 * WG
         _wg_e4m3_finish(
-            acc, l_tile, m_i, v_scale, kv_tiles, dest, BLOCK_H, O_ROWS, IS_SPLIT, qn_layout
+            acc, l_tile, m_i, v_scale, kv_tiles, dest, BLOCK_H, W, O_ROWS, IS_SPLIT, qn_layout
         )
 
     @gluon.jit
@@ -1146,8 +1157,9 @@ if gluon is not None:
         land in shared memory; S^T = K Q^T runs as e4m3 MMAs (q in two e4m3 parts) on
         operands loaded from the gathered tile; V is widened in registers into the fp16 A
         operand of O^T += V^T P^T (``_wg_v_operand``). 8 or 16 heads on ``HEAD_GROUPS`` groups
-        of 4 warps, each group its own heads (16 heads on two groups read half of q per warp
-        and both widen V); 2 stages fit a 99 KB block."""
+        of 4 warps for the scores, each group its own heads (16 heads on two groups read half
+        of q per warp); P.V runs on all warps, each its own V columns, so V is widened once;
+        2 stages fit a 99 KB block."""
         BLOCK_N: gl.constexpr = 64
         D_V: gl.constexpr = 512
         KC: gl.constexpr = 128  # latent columns per score MMA step (one 128-byte swizzle row)
@@ -1156,20 +1168,16 @@ if gluon is not None:
         mma: gl.constexpr = gl.NVMMADistributedLayout(
             version=[2, 0], warps_per_cta=[4, HEAD_GROUPS], instr_shape=[16, 8]
         )
+        # P.V: all warps split V's columns, so V is widened once whatever the head groups.
+        mma_o: gl.constexpr = gl.NVMMADistributedLayout(
+            version=[2, 0], warps_per_cta=[W, 1], instr_shape=[16, 8]
+        )
         k_operand: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=mma, k_width=4)
         q_operand: gl.constexpr = gl.DotOperandLayout(operand_index=1, parent=mma, k_width=4)
-        v_operand: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=mma, k_width=2)
-        p_operand: gl.constexpr = gl.DotOperandLayout(operand_index=1, parent=mma, k_width=2)
+        v_operand: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=mma_o, k_width=2)
+        p_operand: gl.constexpr = gl.DotOperandLayout(operand_index=1, parent=mma_o, k_width=2)
         nope_layout: gl.constexpr = gl.BlockedLayout([1, 16], [1, 32], [W, 1], [1, 0])
         pe_layout: gl.constexpr = gl.BlockedLayout([1, 16], [8, 4], [W, 1], [1, 0])
-        v_load: gl.constexpr = gl.DistributedLinearLayout(
-            reg_bases=[[0, 1], [0, 2], [0, 4], [0, 8], [1, 0], [8, 0]],
-            lane_bases=[[2, 0], [4, 0], [0, 16], [0, 32], [0, 64]],
-            # mma.sync layouts number warps heads-first: the groups' shared basis comes first.
-            warp_bases=[[0, 0]] * (HEAD_GROUPS - 1) + [[0, 128], [0, 256]],
-            block_bases=[],
-            shape=[16, D_V],
-        )
         qn_layout: gl.constexpr = gl.BlockedLayout([1, 8], [1, 32], [W, 1], [1, 0])
         qp_layout: gl.constexpr = gl.BlockedLayout([1, 8], [4, 8], [W, 1], [1, 0])
 
@@ -1195,7 +1203,7 @@ if gluon is not None:
         head_layout: gl.constexpr = gl.SliceLayout(0, mma)
         qk_row = qk_scale / gl.convert_layout(scale, head_layout)
         m_i = gl.full([BLOCK_H], float("-inf"), gl.float32, layout=head_layout)
-        acc = gl.zeros([D_V, BLOCK_H], gl.float32, layout=mma)  # O^T
+        acc = gl.zeros([D_V, BLOCK_H], gl.float32, layout=mma_o)  # O^T
         s_zero = gl.zeros([BLOCK_N, BLOCK_H], gl.float32, layout=mma)
         l_tile = s_zero
         for i in range(n_tiles):
@@ -1213,19 +1221,20 @@ if gluon is not None:
             valid = _wg_tile_valid(idx_base, n0, end, num_rows, BLOCK_N, gl.SliceLayout(1, mma))
             s = gl.where(valid[:, None], s * qk_row[None, :], float("-inf"))
             p, alpha, m_i, l_tile = _wg_softmax_step(s, m_i, l_tile, 0)
-            acc = acc * alpha[None, :]
+            acc = acc * gl.convert_layout(alpha, gl.SliceLayout(0, mma_o))[None, :]
             p_tile.store(p.to(gl.float16))
             gl.thread_barrier()
             for k in gl.static_range(BLOCK_N // 16):
-                v_k = _wg_v_operand(k_n.slice(16 * k, 16), v_load, v_operand)
+                v_k = _wg_v_operand(k_n.slice(16 * k, 16), v_operand, W)
                 acc = mma_v2(v_k, p_tile.slice(16 * k, 16).load(p_operand), acc)
         async_copy.wait_group(0)
 
         dest = (Out, LSE, PO, PLSE, t, split, head0, num_heads, num_splits)
         dest += (stride_ot, stride_oh, stride_lt, stride_lh)
         # The rows leave through the gather stages (a stage holds 32 16-bit rows).
+        o_rows: gl.constexpr = BLOCK_N // 2
         _wg_e4m3_finish(
-            acc, l_tile, m_i, v_scale, kv_tiles, dest, BLOCK_H, BLOCK_N // 2, IS_SPLIT, qn_layout
+            acc, l_tile, m_i, v_scale, kv_tiles, dest, BLOCK_H, W, o_rows, IS_SPLIT, qn_layout
         )
 
 
@@ -1457,11 +1466,10 @@ def _default_config(
         return {**tile, "WAVES": 2, "MIN_TILES": 8} if kv_format == "fp8" else tile
     block_h = min(64, max(16, triton.next_power_of_2(num_heads)))
     if gluon and block_h == 64:
-        # The 64-head tile; for e4m3 rows, the e4m3 tile with two warpgroups of 32 heads
-        # sharing its gathers, with a third stage (1-4% faster; NOTES.md rounds 14-15).
-        # 128 heads run two blocks.
-        stages = 3 if kv_format == "fp8" else 2
-        return {"BLOCK_H": 64, "BLOCK_N": 64, "num_warps": 8, "num_stages": stages, "WAVES": 1,
+        # The 64-head tile; for e4m3 rows, the e4m3 tile with two warpgroups sharing its
+        # gathers (32 heads each for the scores, half of V's columns each for P.V; NOTES.md
+        # rounds 14 and 16). 128 heads run two blocks.
+        return {"BLOCK_H": 64, "BLOCK_N": 64, "num_warps": 8, "num_stages": 2, "WAVES": 1,
                 "WGMMA": 1}  # fmt: skip
     family = _mma_family(limits.capability)
     fits = [

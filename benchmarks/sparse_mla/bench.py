@@ -1156,7 +1156,34 @@ def plan_r14w() -> list[tuple[int, int, dict[str, int], int]]:
     return _expand(cases)
 
 
+def plan_r16() -> list[tuple[int, int, dict[str, int], int]]:
+    """fp8 e4m3 rows (run with --dtypes e4m3 --check, and with ``--kernel`` on the round-15
+    file for the same points before the change): the tiles whose P.V now runs on warps that
+    split V's columns instead of the heads. The mma.sync tile at 16 heads on 8 warps, one
+    program per SM (as SM120) and two; the Hopper e4m3 tile at 64 and 128 heads, 3 stages
+    (the default) and 2; every point at its plan's split count."""
+    mma = {k: v for k, v in _hopper_small_tile(16).items() if k != "WGMMA"} | {"MMA_V2": 1}
+    mma = {**mma, "num_warps": 8}
+    cases = [(b, 16, (None,), [mma, {**mma, "WAVES": 2}]) for b in (128, 32, 8)]
+    wide = {"BLOCK_H": 64, "BLOCK_N": 64, "num_warps": 8, "num_stages": 3, "WAVES": 1, "WGMMA": 1}
+    for h in (64, 128):
+        cases += [(b, h, (None,), [wide, {**wide, "num_stages": 2}]) for b in (128, 32, 8)]
+    return _expand(cases)
+
+
+def plan_r16b() -> list[tuple[int, int, dict[str, int], int]]:
+    """fp8 e4m3 rows, 8 heads (run with --dtypes e4m3 --check): the mma.sync tile as planned
+    (8 heads, 4 warps) against the 16-head tile on 8 warps (8 padding heads in the scores,
+    P.V on twice the warps, each widening 64 of V's columns), the plan's tile first and last;
+    one program per SM, as SM120."""
+    mma = {k: v for k, v in _hopper_small_tile(8).items() if k != "WGMMA"} | {"MMA_V2": 1}
+    padded = {**mma, "BLOCK_H": 16, "num_warps": 8}
+    return _expand([(b, 8, (None,), [mma, padded, mma]) for b in (128, 32, 8)])
+
+
 PLANS = {
+    "r16b": plan_r16b,
+    "r16": plan_r16,
     "r15h": plan_r15h,
     "r15": plan_r15,
     "r14w": plan_r14w,
