@@ -10,6 +10,13 @@ and a converged host re-runs only the read-only verify phase, after a stat-only 
 model files (up_phases.recheck): files that are no longer as verified run the model phase and
 the later ones again. In a fleet (`router_host`), the router host runs no phase; after the
 deploy phase the router lists every replica that did not fail (glmops.fleet.roll).
+
+The run options mean for `up` what they mean for a playbook verb. --syntax-check,
+--list-hosts and --list-tasks answer for each playbook phase and run nothing (`list_phases`).
+--tags/--skip-tags select playbook tasks: a filtered `up` runs the selected tasks of each
+playbook phase on every host, leaves out the model and verify phases and the router, and
+records no phase as finished (it ran only part of one); what it changes still makes the
+later phases run again next time.
 """
 
 from __future__ import annotations
@@ -37,6 +44,13 @@ PLAYBOOKS = {"provision": "provision.yml", "patch": "patch.yml", "deploy": "depl
 ALWAYS = ("verify",)
 #: What the model phase tells deploy: where the shards and the HF config landed.
 MODEL_PATHS = ("gguf_shards", "glm5_hf_config_dir")
+#: Run options that answer without running anything.
+LISTINGS = ("syntax_check", "list_hosts", "list_tasks")
+#: The phases that are no playbook, as --list-* names them.
+NOT_PLAYBOOKS = {
+    "model": "fetch the model from the Hub once and copy it to the hosts (`glmops model`)",
+    "verify": "the read-only host checks (`glmops verify`)",
+}
 
 
 @dataclass
@@ -154,19 +168,25 @@ def converge(
     *,
     record: bool = True,
     recheck: Recheck | None = None,
+    partial: bool = False,
 ) -> dict[str, dict[str, Outcome]]:
     """Run each phase on the hosts that still need it; {phase: {host: outcome}}. With
     record False (check mode) the progress file is left as it was. `recheck` looks again at
-    the hosts a phase is recorded done on: those it names run that phase and the later ones."""
+    the hosts a phase is recorded done on: those it names run that phase and the later ones.
+    A change forgets every later phase of PHASES, skipped ones too. With partial (a run of
+    selected tasks) every phase runs on every live host and none is recorded as finished; a
+    phase that changes or fails is forgotten with the later ones."""
     summary: dict[str, dict[str, Outcome]] = {}
     alive = list(hosts)
-    for index, phase in enumerate(phases):
-        later = phases[index + 1 :]
+    for phase in phases:
+        later = PHASES[PHASES.index(phase) + 1 :]  # skipped ones too: they would be stale
         summary[phase] = row = {}
         done = [
             h
             for h in alive
-            if phase not in ALWAYS and progress.done(h.name, phase, fingerprint(h, phase))
+            if not partial
+            and phase not in ALWAYS
+            and progress.done(h.name, phase, fingerprint(h, phase))
         ]
         undone = recheck(phase, done) if recheck and done else {}
         for host in undone:
@@ -185,11 +205,11 @@ def converge(
                 progress.forget(host.name, (phase, *later))
                 alive.remove(host)
                 continue
-            if outcome.changed:
-                progress.forget(host.name, later)
+            if outcome.changed:  # a run of selected tasks may have left the rest stale
+                progress.forget(host.name, (phase, *later) if partial else later)
             if outcome.values:
                 progress.values.setdefault(host.name, {}).update(outcome.values)
-            if phase not in ALWAYS:
+            if phase not in ALWAYS and not partial:
                 progress.finish(host.name, phase, fingerprint(host, phase))
         if record:
             progress.save()
@@ -255,17 +275,63 @@ def run_up(
     inventory = load_inventory(inventory_path, extra_vars)
     router = fleet_from_inventory(inventory, []).router
     hosts = serving_hosts(inventory, pattern)  # the router host serves no model: no phase
+    if not hosts:
+        raise InputError(
+            f"'{pattern}' selects only the router host ({router.host if router else '-'}), "
+            "which runs no phase of `glmops up`: name the replicas' hosts (the router "
+            "follows their deploy phase)",
+            source=str(inventory_path),
+        )
+    phases = tuple(p for p in PHASES if p not in skip)
+    if any(opts.get(flag) for flag in LISTINGS):
+        return list_phases(inventory_path, hosts, phases, opts)
+    partial = bool(opts.get("tags") or opts.get("skip_tags"))
+    if partial:
+        left_out = [p for p in phases if p not in PLAYBOOKS]
+        phases = tuple(p for p in phases if p in PLAYBOOKS)
+        click.secho(
+            "glmops up: --tags/--skip-tags select playbook tasks: "
+            + (f"the {', '.join(left_out)} phases and " if left_out else "")
+            + "the router are left out, and no phase is recorded as finished",
+            err=True,
+        )
     progress = Progress(progress_path(inventory_path))
     if not restart:
         progress = Progress.load(progress.path)
-    phases = tuple(p for p in PHASES if p not in skip)
     runners = PhaseRunners(inventory_path, opts, progress, hosts)
     summary = converge(
-        hosts, phases, runners, progress, record=not opts.get("check"), recheck=runners.recheck
+        hosts,
+        phases,
+        runners,
+        progress,
+        record=not opts.get("check"),
+        recheck=runners.recheck,
+        partial=partial,
     )
     print_summary(summary, hosts, as_json=bool(opts.get("json_events")))
     code: int = exit_code(summary, check=bool(opts.get("check")))
-    if router is not None and "deploy" in phases and hosts:
+    if router is not None and "deploy" in phases and hosts and not partial:
         routed = runners.route(inventory, pattern, summary)
         code = routed if routed >= 128 else max(code, routed)  # 128+signal: interrupted
+    return code
+
+
+def list_phases(
+    inventory_path: Path, hosts: list[Host], phases: tuple[str, ...], opts: dict[str, Any]
+) -> int:
+    """`up` with --syntax-check, --list-hosts or --list-tasks: each playbook phase answers for
+    the hosts `up` selected, as its verb would; the other phases say what they are. Nothing
+    runs, and the progress file is left as it was."""
+    from glmops.cli import run_playbook
+
+    code = ExitCode.OK
+    for phase in phases:
+        click.echo(f"== glmops up: {phase} (hosts: {', '.join(h.name for h in hosts)})")
+        if phase in PLAYBOOKS:
+            path = paths.playbooks() / PLAYBOOKS[phase]
+            limit = ",".join(h.name for h in hosts)
+            opts_here = {**opts, "inventory": inventory_path}
+            code = max(code, run_playbook(path, limit=limit, **opts_here))
+        else:
+            click.echo(f"  {NOT_PLAYBOOKS[phase]}: not a playbook, nothing to list")
     return code

@@ -1181,7 +1181,20 @@ def plan_r16b() -> list[tuple[int, int, dict[str, int], int]]:
     return _expand([(b, 8, (None,), [mma, padded, mma]) for b in (128, 32, 8)])
 
 
+def plan_r16c() -> list[tuple[int, int, dict[str, int], int]]:
+    """fp8 e4m3 rows, 16 heads (run with --dtypes e4m3 --check): the Hopper e4m3 tile on two
+    warpgroups of 8 heads for the scores, P.V on both along V's columns (8 warps, 123
+    registers: two programs per SM fit), against one warpgroup of 16 heads, which runs first
+    and last. The 8-warp points need a kernel whose warpgroup count follows ``num_warps``
+    (``WG = gl.num_warps() // 4`` and the launch check allowing 16 heads on 8 warps)."""
+    tile = {**_hopper_small_tile(16), "WAVES": 2, "MIN_TILES": 8}
+    eight = {**tile, "num_warps": 8}
+    tiles = [tile, eight, {**eight, "WAVES": 1}, tile]
+    return _expand([(b, 16, (None,), tiles) for b in (128, 32, 8)])
+
+
 PLANS = {
+    "r16c": plan_r16c,
     "r16b": plan_r16b,
     "r16": plan_r16,
     "r15h": plan_r15h,

@@ -79,6 +79,65 @@ def test_check_mode_records_nothing(tmp_path: Path) -> None:
     assert exit_code(summary, check=True) == 3 and exit_code(summary) == 0
 
 
+def test_a_run_of_selected_tasks_runs_every_phase_and_records_none_finished(
+    tmp_path: Path,
+) -> None:
+    """--tags/--skip-tags: a converged host runs the phases again (the user asked for those
+    tasks), nothing is recorded as finished, and a change still forgets the later phases."""
+    path = tmp_path / "up.json"
+    converge(inventory(tmp_path), PHASES, Script({}), Progress.load(path))
+    before = Progress.load(path).hosts
+    playbooks = ("provision", "patch", "deploy")
+    script = Script({("patch", "h1"): Outcome("changed", changed=1)})
+    converge(inventory(tmp_path), playbooks, script, Progress.load(path), partial=True)
+    assert script.calls == [(p, ["h1", "h2"]) for p in playbooks]
+    after = Progress.load(path).hosts
+    assert after["h2"] == before["h2"]  # unchanged: still converged
+    assert after["h1"] == {"provision": before["h1"]["provision"]}
+    again = Script({})
+    converge(inventory(tmp_path), PHASES, again, Progress.load(path))
+    assert again.calls == [(p, ["h1"]) for p in PHASES[1:-1]] + [("verify", ["h1", "h2"])]
+
+
+def test_a_change_forgets_the_later_phases_that_this_run_skips(tmp_path: Path) -> None:
+    """`--skip deploy` with a changed patch: the deploy recorded earlier is stale."""
+    path = tmp_path / "up.json"
+    converge(inventory(tmp_path), PHASES, Script({}), Progress.load(path))
+    progress = Progress.load(path)
+    progress.forget("h1", ("patch",))  # as if the patch set had drifted
+    script = Script({("patch", "h1"): Outcome("changed", changed=1)})
+    converge(inventory(tmp_path), ("provision", "patch"), script, progress)
+    assert script.calls == [("patch", ["h1"])]
+    assert set(Progress.load(path).hosts["h1"]) == {"provision", "patch"}
+    again = Script({})
+    converge(inventory(tmp_path), PHASES, again, Progress.load(path))
+    assert again.calls == [(p, ["h1"]) for p in ("model", "deploy")] + [("verify", ["h1", "h2"])]
+
+
+@pytest.mark.parametrize(
+    ("flag", "marker"),
+    [
+        ("--list-tasks", "    vLLM patch set  (vllm_patchset, line"),
+        ("--list-hosts", "play 'deploy GLM-5' (1 host(s)):\n  here\n"),
+        ("--syntax-check", "deploy.yml: syntax ok ("),
+    ],
+)
+def test_listing_options_answer_for_each_playbook_phase_and_run_nothing(
+    local_inventory: Path, tmp_path: Path, flag: str, marker: str
+) -> None:
+    """As for a playbook verb: each playbook phase lists for the hosts `up` selected, the
+    model and verify phases say what they are, nothing runs and no progress is kept."""
+    env = {**os.environ, "GLMOPS_HOME": str(tmp_path), "GLMOPS_RUN_DIR": str(tmp_path / "runs")}
+    args = [sys.executable, "-m", "glmops.cli", "up", "here", "-i", str(local_inventory), flag]
+    done = subprocess.run(args, env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    headers = [line for line in done.stdout.splitlines() if line.startswith("== glmops up: ")]
+    assert headers == [f"== glmops up: {p} (hosts: here)" for p in PHASES]
+    assert marker in done.stdout, done.stdout
+    assert done.stdout.count("not a playbook, nothing to list") == 2
+    assert not (tmp_path / "up").exists() and "UP " not in done.stdout
+
+
 def test_the_verify_phase_runs_the_host_checks_and_names_those_that_fail(
     local_inventory: Path, tmp_path: Path
 ) -> None:
