@@ -403,3 +403,17 @@ def test_the_fingerprint_follows_the_shipped_templates_and_glmops_version(
     assert before != after
     monkeypatch.setattr(up, "__version__", "999.0")
     assert up.fingerprint(host, "deploy") != after
+
+
+def test_a_pattern_that_selects_only_the_router_host_is_refused(tmp_path: Path) -> None:
+    from glmops.errors import InputError
+    from glmops.up import run_up
+
+    path = tmp_path / "hosts.yml"
+    path.write_text(
+        "all:\n  vars: {router_host: rt}\n  hosts:\n"
+        "    solo: {address: 10.0.0.1}\n    rt: {connection: local}\n"
+    )
+    with pytest.raises(InputError, match=r"'rt' selects only the router host \(rt\)") as error:
+        run_up(path, "rt", opts={})
+    assert str(path) in str(error.value)
