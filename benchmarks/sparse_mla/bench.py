@@ -1193,7 +1193,20 @@ def plan_r16c() -> list[tuple[int, int, dict[str, int], int]]:
     return _expand([(b, 16, (None,), tiles) for b in (128, 32, 8)])
 
 
+def plan_r16d() -> list[tuple[int, int, dict[str, int], int]]:
+    """16-bit rows (run with --dtypes bf16 --check): the 16-head tl.dot tile a 99 KB GPU
+    runs for up to 16 heads (93 KB) at the plan's two programs per SM, which the H200 holds
+    and SM120 (100 KB per SM) does not, against one program per SM, as SM120 holds it; the
+    plan's first and last; and 16-row tiles, whose 2 stages fit twice in 100 KB."""
+    tile = {"BLOCK_H": 16, "BLOCK_N": 32, "num_warps": 4, "num_stages": 3, "WAVES": 2,
+            "PREFETCH_IDX": 1}  # fmt: skip
+    small = {**tile, "BLOCK_N": 16, "num_stages": 2}  # two of these fit 100 KB
+    tiles = [tile, {**tile, "WAVES": 1}, small, {**small, "num_stages": 3, "WAVES": 1}, tile]
+    return _expand([(b, h, (None,), tiles) for b in (128, 32, 8) for h in (8, 16)])
+
+
 PLANS = {
+    "r16d": plan_r16d,
     "r16c": plan_r16c,
     "r16b": plan_r16b,
     "r16": plan_r16,
