@@ -40,7 +40,7 @@ UNIT = "vllm-glm5"
 
 class FleetBed:
     """Replicas tb<first>..tb<first+n-1> and the router on the next host; `extra`: further
-    variables of the replicas."""
+    variables of the replicas, `host_vars`: of single hosts (e.g. the members of a gang)."""
 
     def __init__(
         self,
@@ -49,6 +49,7 @@ class FleetBed:
         wheelhouse: Path,
         replicas: int = 3,
         extra: dict[str, Any] | None = None,
+        host_vars: dict[str, dict[str, Any]] | None = None,
     ):
         self.bed = bed
         self.work = work
@@ -60,7 +61,8 @@ class FleetBed:
             h: f"http://{host_address(first + i)}:8000" for i, h in enumerate(self.replicas)
         }
         self.inventory = work / "hosts.yml"
-        self.inventory.write_text(yaml.safe_dump(self._inventory(wheelhouse, extra or {})))
+        doc = self._inventory(wheelhouse, extra or {}, host_vars or {})
+        self.inventory.write_text(yaml.safe_dump(doc))
         self.env = {
             **os.environ,
             "PYTHONPATH": str(ROOT),
@@ -68,9 +70,13 @@ class FleetBed:
             "GLMOPS_RUN_DIR": str(work / "runs"),
         }
 
-    def _inventory(self, wheelhouse: Path, extra: dict[str, Any]) -> dict[str, Any]:
+    def _inventory(
+        self, wheelhouse: Path, extra: dict[str, Any], host_vars: dict[str, dict[str, Any]]
+    ) -> dict[str, Any]:
         doc = yaml.safe_load(self.bed.inventory_path.read_text())
         hosts = doc["all"]["children"]["testbed"]["hosts"]
+        for name, variables in host_vars.items():
+            hosts[name] = {**hosts[name], **variables}
         serving = {**CPU_VARS, **FLEET_VARS, "vllm_wheelhouse": str(wheelhouse), **extra}
         doc["all"]["vars"].update(
             router_host=self.router_host,

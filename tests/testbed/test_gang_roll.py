@@ -1,10 +1,12 @@
-"""A rolling deploy of a gang behind a real vllm-router: one replica, data parallel 2 over
-tb250 (head) and tb251 (worker) with vLLM's CPU build and the tiny model; tb252 runs the router.
+"""A rolling deploy of a mixed fleet behind a real vllm-router, with vLLM's CPU build and the
+tiny model: a gang (one replica, data parallel 2 over tb250, the head, and tb251, the worker)
+and a plain replica on tb252; tb253 runs the router.
 
-`glmops deploy --rolling` with a changed unit environment: the head leaves the router and
-drains before any member stops, the gang restarts as one (worker, then head), and the head goes
-back into the router once past its gate, then soaks. A second rolling deploy changes nothing
-and never takes the head out.
+`glmops deploy --rolling` with a changed unit environment: the gang's head leaves the router
+and drains before any member stops, the gang restarts as one (worker, then head), and the head
+goes back into the router once past its gate, then soaks; the plain replica rolls in its own
+batch, so the router always has a worker. A second rolling deploy changes nothing and never
+takes a replica out.
 """
 
 from __future__ import annotations
@@ -23,16 +25,18 @@ from tests.support.testbed import booted
 
 pytestmark = pytest.mark.testbed
 
-FIRST_INDEX = 250  # tb250..tb252: this file's own hosts
-HEAD, WORKER = f"tb{FIRST_INDEX}", f"tb{FIRST_INDEX + 1}"
+FIRST_INDEX = 250  # tb250..tb253: this file's own hosts
+HEAD, WORKER, PLAIN = (f"tb{FIRST_INDEX + i}" for i in range(3))
 
 
 @pytest.fixture(scope="module")
 def fleet(tmp_path_factory: pytest.TempPathFactory, cpu_wheelhouse: Path) -> Iterator[FleetBed]:
     # internet: the testbed's forwarding, so the members and the router reach each other
-    with booted(tmp_path_factory.mktemp("gang-roll"), FIRST_INDEX, 3, internet=True) as bed:
+    with booted(tmp_path_factory.mktemp("gang-roll"), FIRST_INDEX, 4, internet=True) as bed:
         gang = {"replica": "g", "replica_mode": "data_parallel"}  # ranks in inventory order
-        f = FleetBed(bed, tmp_path_factory.mktemp("gang-fleet"), cpu_wheelhouse, 2, gang)
+        members = {HEAD: gang, WORKER: gang}
+        work = tmp_path_factory.mktemp("gang-fleet")
+        f = FleetBed(bed, work, cpu_wheelhouse, 3, host_vars=members)
         f.up()
         yield f
 
@@ -87,9 +91,10 @@ def complete(fleet: FleetBed) -> dict[str, Any]:
 
 
 def test_a_gang_rolls_out_of_the_router_drained_restarted_and_back(fleet: FleetBed) -> None:
-    head_url = fleet.urls[HEAD]
-    assert fleet.router_workers() == [head_url], "the gang is one worker: its head"
-    pids = {h: fleet.unit(h)["MainPID"] for h in (HEAD, WORKER)}
+    head_url, plain_url = fleet.urls[HEAD], fleet.urls[PLAIN]
+    both = sorted([head_url, plain_url])
+    assert fleet.router_workers() == both, "the gang is one worker (its head), beside the plain"
+    pids = {h: fleet.unit(h)["MainPID"] for h in (HEAD, WORKER, PLAIN)}
     rc, events, seen = rolling(fleet, "1")
     assert rc == 0, failures(events)
     order = steps(events)
@@ -102,25 +107,34 @@ def test_a_gang_rolls_out_of_the_router_drained_restarted_and_back(fleet: FleetB
     back = at(order, HEAD, "rolling: gang head back into the router", "changed")
     soak = at(order, HEAD, "rolling: gang head soak", "ok")
     assert out < drained < min(stops) and max(stops) < worker < head < ready < back < soak, order
-    assert not [s for s in order if s[1].startswith("rolling: out of the router")], order
-    assert [] in seen, f"the head never left the router: {seen}"
-    assert fleet.router_workers() == [head_url]
-    assert all(fleet.unit(h)["MainPID"] != pids[h] for h in (HEAD, WORKER)), "gang restarted"
+    gang_steps = [s for s in order if s[0] in (HEAD, WORKER)]
+    assert not [s for s in gang_steps if s[1].startswith("rolling: out of the router")], order
+    plain_out = at(order, PLAIN, "rolling: out of the router", "changed")
+    plain_back = at(order, PLAIN, "rolling: back into the router", "changed")
+    assert soak < plain_out < plain_back or plain_back < out, "one replica's batch at a time"
+    assert [plain_url] in seen, f"the head never left the router: {seen}"
+    assert [head_url] in seen, f"the plain replica never left the router: {seen}"
+    assert [] not in seen, f"the router was left without a worker: {seen}"
+    assert fleet.router_workers() == both
+    assert all(fleet.unit(h)["MainPID"] != pids[h] for h in pids), "every replica restarted"
     assert complete(fleet)["usage"]["completion_tokens"] == 4
     recap = next(e for e in events if e.get("event") == "fleet")
     assert recap["stopped"] is None and recap["out_of_router"] == {}, recap
 
 
-def test_a_converged_gang_stays_in_the_router(fleet: FleetBed) -> None:
-    pids = {h: fleet.unit(h)["MainPID"] for h in (HEAD, WORKER)}
+def test_a_converged_fleet_stays_in_the_router(fleet: FleetBed) -> None:
+    pids = {h: fleet.unit(h)["MainPID"] for h in (HEAD, WORKER, PLAIN)}
     rc, events, seen = rolling(fleet, "1")
     assert rc == 0, failures(events)
     assert changed(events) == 0, [s for s in steps(events) if s[2] == "changed"]
-    assert all(workers == [fleet.urls[HEAD]] for workers in seen), seen
-    assert {h: fleet.unit(h)["MainPID"] for h in (HEAD, WORKER)} == pids
-    pending = [
-        e
+    both = sorted([fleet.urls[HEAD], fleet.urls[PLAIN]])
+    assert all(workers == both for workers in seen), seen
+    assert {h: fleet.unit(h)["MainPID"] for h in pids} == pids
+    pending = {
+        e["host"]: e
         for e in events
         if e.get("event") == "task" and e["task"] == "rolling: will the gang restart"
-    ]
-    assert pending and all("no restart" in e["msg"] for e in pending), pending
+    }
+    assert pending[PLAIN]["status"] == "skipped", pending  # not a gang member
+    gang = [pending[h] for h in (HEAD, WORKER)]
+    assert all("no restart" in e["msg"] for e in gang), gang
