@@ -849,9 +849,9 @@ if gluon is not None:
 
     @constexpr_function
     def _wg_v_load_layout(warps: int):
-        """``_wg_v_operand``'s load of 16 rows of V by ``warps`` (4 or 8) warps: thread (warp w,
-        lane 4g + j) loads values (64 / W)(8w + g) onward of rows 2j, 2j + 1, 2j + 8 and
-        2j + 9 (the rows and lanes of an fp16 A operand) in 16- or 8-byte pieces; every
+        """``_wg_v_operand``'s load of 16 rows of V by W = ``warps`` (4 or 8) warps: thread
+        (warp w, lane 4g + j) loads values (64 / W)(8w + g) onward of rows 2j, 2j + 1, 2j + 8
+        and 2j + 9 (the rows and lanes of an fp16 A operand) in 16- or 8-byte pieces; every
         phase meets each bank of the 128-byte swizzle once."""
         per_thread = 64 // warps
         return gl.DistributedLinearLayout(
