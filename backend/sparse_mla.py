@@ -1232,9 +1232,9 @@ if gluon is not None:
         dest = (Out, LSE, PO, PLSE, t, split, head0, num_heads, num_splits)
         dest += (stride_ot, stride_oh, stride_lt, stride_lh)
         # The rows leave through the gather stages (a stage holds 32 16-bit rows).
-        o_rows: gl.constexpr = BLOCK_N // 2
+        O_ROWS: gl.constexpr = BLOCK_N // 2
         _wg_e4m3_finish(
-            acc, l_tile, m_i, v_scale, kv_tiles, dest, BLOCK_H, W, o_rows, IS_SPLIT, qn_layout
+            acc, l_tile, m_i, v_scale, kv_tiles, dest, BLOCK_H, W, O_ROWS, IS_SPLIT, qn_layout
         )
 
 

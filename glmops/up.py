@@ -275,9 +275,9 @@ def run_up(
     inventory = load_inventory(inventory_path, extra_vars)
     router = fleet_from_inventory(inventory, []).router
     hosts = serving_hosts(inventory, pattern)  # the router host serves no model: no phase
-    if not hosts:
+    if router is not None and not hosts:  # select() refuses a pattern that matches nothing
         raise InputError(
-            f"'{pattern}' selects only the router host ({router.host if router else '-'}), "
+            f"'{pattern}' selects only the router host ({router.host}), "
             "which runs no phase of `glmops up`: name the replicas' hosts (the router "
             "follows their deploy phase)",
             source=str(inventory_path),
@@ -310,7 +310,7 @@ def run_up(
     )
     print_summary(summary, hosts, as_json=bool(opts.get("json_events")))
     code: int = exit_code(summary, check=bool(opts.get("check")))
-    if router is not None and "deploy" in phases and hosts and not partial:
+    if router is not None and "deploy" in phases and not partial:
         routed = runners.route(inventory, pattern, summary)
         code = routed if routed >= 128 else max(code, routed)  # 128+signal: interrupted
     return code
