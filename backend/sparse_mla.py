@@ -20,7 +20,7 @@ Design, because the problem is a gather (H <= 64 is memory-bound on H200):
     split partials (fp32 from the tl.dot kernel, 16-bit from the Gluon ones; bounded by
     T * splits * H * 513 floats) are merged by a second small kernel, launched as a
     programmatic dependent on SM90+ where that hides its launch;
-  * five split kernels: ``_sparse_mla_split_kernel`` (tl.dot, every GPU and every row
+  * six split kernels: ``_sparse_mla_split_kernel`` (tl.dot, every GPU and every row
     format) and, on Hopper, three Gluon kernels whose cp.async gathers land in
     shared memory that warpgroup MMAs read: ``_sparse_mla_wgmma_kernel`` for 64-head blocks
     (each warpgroup computes Q.K^T for half of a tile's keys and P.V for half of the V
@@ -31,7 +31,9 @@ Design, because the problem is a gather (H <= 64 is memory-bound on H200):
     rows under a bf16 q (e4m3 MMAs for the scores on the gathered tile, V widened once;
     1.1-1.4x faster than the e4m3 tl.dot tile at B >= 8, NOTES.md round 12); on SM89 and
     SM120, whose MMA is mma.sync, ``_sparse_mla_mma_e4m3_kernel`` is that e4m3 tile with
-    warp-level MMAs (1.25-1.6x over the e4m3 tl.dot tile, NOTES.md rounds 15-16).
+    warp-level MMAs (1.25-1.6x over the e4m3 tl.dot tile, NOTES.md rounds 15-16), and
+    ``_sparse_mla_mma_kernel`` serves 33+ heads over 16-bit rows in 99 KB with q in registers
+    (each row gathered once instead of once per 32-head block: 1.4x, NOTES.md round 17).
 Only torch and triton are imported, so this file can be embedded verbatim elsewhere.
 """
 
@@ -946,7 +948,7 @@ if gluon is not None:
         return scale
 
     @gluon.jit
-    def _wg_e4m3_finish(
+    def _wg_mma_finish(
         acc,
         l_tile,
         m_i,
@@ -958,6 +960,7 @@ if gluon is not None:
         O_ROWS: gl.constexpr,
         IS_SPLIT: gl.constexpr,
         rows_layout: gl.constexpr,
+        RELABELLED: gl.constexpr,
     ):
         """The e4m3 tiles' epilogue: O^T ``acc`` (``W`` warps along its rows) normalized,
         scaled by the rows' scale, its rows put back in order and stored through the gather
@@ -973,7 +976,9 @@ if gluon is not None:
         o_rows = kv_tiles._reinterpret(out_ty, [O_ROWS, 512], o_smem)
         _wg_store_rows(
             o_rows.slice(0, BLOCK_H),
-            gl.permute(_wg_rows_in_order(out, BLOCK_H, W).to(out_ty), (1, 0)),
+            gl.permute(_wg_rows_in_order(out, BLOCK_H, W).to(out_ty), (1, 0))
+            if RELABELLED
+            else gl.permute(out.to(out_ty), (1, 0)),
             lse2,
             Out,
             LSE,
@@ -991,6 +996,137 @@ if gluon is not None:
             BLOCK_H,
             IS_SPLIT,
             rows_layout,
+        )
+
+    @gluon.jit
+    def _mma_query_operands(q_nope, q_pe, KC: gl.constexpr, layout: gl.constexpr):
+        """The program's q (in shared memory) as the B operands of S^T = K Q^T, one per
+        ``KC`` columns, held in registers for the whole split: 512 / KC latent parts, then
+        64 / KC rope parts."""
+        qs = ()
+        for c in gl.static_range(512 // KC):
+            qs = qs + (q_nope.slice(c * KC, KC, dim=1).permute((1, 0)).load(layout),)
+        for c in gl.static_range(64 // KC):
+            qs = qs + (q_pe.slice(c * KC, KC, dim=1).permute((1, 0)).load(layout),)
+        return qs
+
+    @gluon.jit
+    def _sparse_mla_mma_kernel(
+        Q,
+        KV,
+        IDX,
+        Out,
+        LSE,
+        PO,
+        PLSE,
+        qk_scale,
+        num_rows,
+        topk,
+        chunk,
+        num_heads,
+        num_hb,
+        num_splits,
+        stride_qt,
+        stride_qh,
+        stride_kv,
+        stride_it,
+        stride_ot,
+        stride_oh,
+        stride_lt,
+        stride_lh,
+        BLOCK_N: gl.constexpr,
+        NUM_STAGES: gl.constexpr,
+        IS_SPLIT: gl.constexpr,
+        USE_PDL: gl.constexpr,
+    ):
+        """64 heads over 16-bit rows with mma.sync in a 99 KB block (SM86/89, SM120; Hopper
+        runs it as their proxy), so each row is gathered once where the 64-head tl.dot tile
+        does not fit. 64 heads of q (72 KB) and two gather stages cannot share 99 KB, so q
+        lives in registers: S^T = K Q^T runs on 8 warps of 8 heads each, each holding its
+        heads' 576 columns as MMA B operands (72 registers) and reading the whole gathered
+        tile; P^T goes through shared memory; O^T += V^T P^T runs on warps along V's columns.
+        q passes through the gather stages once, before the first gather."""
+        BLOCK_H: gl.constexpr = 64
+        D_V: gl.constexpr = 512
+        KC: gl.constexpr = 32  # q columns per score MMA step
+        W: gl.constexpr = 8
+        dtype: gl.constexpr = KV.dtype.element_ty
+        gl.static_assert(NUM_STAGES * BLOCK_N == BLOCK_H, "q passes through the stages")
+        mma: gl.constexpr = gl.NVMMADistributedLayout(
+            version=[2, 0], warps_per_cta=[1, W], instr_shape=[16, 8]
+        )
+        mma_o: gl.constexpr = gl.NVMMADistributedLayout(
+            version=[2, 0], warps_per_cta=[W, 1], instr_shape=[16, 8]
+        )
+        k_operand: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=mma, k_width=2)
+        q_operand: gl.constexpr = gl.DotOperandLayout(operand_index=1, parent=mma, k_width=2)
+        v_operand: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=mma_o, k_width=2)
+        p_operand: gl.constexpr = gl.DotOperandLayout(operand_index=1, parent=mma_o, k_width=2)
+        nope_layout: gl.constexpr = gl.BlockedLayout([1, 8], [1, 32], [W, 1], [1, 0])
+        pe_layout: gl.constexpr = gl.BlockedLayout([1, 8], [4, 8], [W, 1], [1, 0])
+        kv_smem: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_N, D_V], dtype)
+        pe_smem: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_N, 64], dtype)
+        qn_smem: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_H, D_V], dtype)
+        qp_smem: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_H, 64], dtype)
+        p_smem: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_N, BLOCK_H], dtype)
+
+        if USE_PDL:
+            _wg_launch_dependents()
+        hb, split, t = _wg_program(num_hb, num_splits)
+        kv_tiles = gl.allocate_shared_memory(dtype, [NUM_STAGES, BLOCK_N, D_V], kv_smem)
+        pe_tiles = gl.allocate_shared_memory(dtype, [NUM_STAGES, BLOCK_N, 64], pe_smem)
+        p_tile = gl.allocate_shared_memory(dtype, [BLOCK_N, BLOCK_H], p_smem)
+
+        head0 = hb * BLOCK_H
+        q_nope = kv_tiles._reinterpret(dtype, [BLOCK_H, D_V], qn_smem)
+        q_pe = pe_tiles._reinterpret(dtype, [BLOCK_H, 64], qp_smem)
+        q_tok = Q + t.to(gl.int64) * stride_qt
+        _wg_issue_query(
+            q_nope, q_pe, q_tok, head0, num_heads, stride_qh, BLOCK_H, nope_layout, pe_layout
+        )
+        async_copy.commit_group()
+        async_copy.wait_group(0)
+        gl.thread_barrier()
+        qs = _mma_query_operands(q_nope, q_pe, KC, q_operand)
+        gl.thread_barrier()  # every warp holds its q: the stages take the gathers
+
+        start = split * chunk
+        end = gl.minimum(start + chunk, topk)
+        n_tiles = gl.cdiv(end - start, BLOCK_N)
+        idx_base = IDX + t.to(gl.int64) * stride_it
+        pipe = (KV, idx_base, kv_tiles, pe_tiles, start, end, num_rows, stride_kv)
+        idx_next = _wg_issue_first_tiles(pipe, BLOCK_N, NUM_STAGES, nope_layout, pe_layout)
+
+        head_layout: gl.constexpr = gl.SliceLayout(0, mma)
+        m_i = gl.full([BLOCK_H], float("-inf"), gl.float32, layout=head_layout)
+        acc = gl.zeros([D_V, BLOCK_H], gl.float32, layout=mma_o)  # O^T
+        s_zero = gl.zeros([BLOCK_N, BLOCK_H], gl.float32, layout=mma)
+        l_tile = s_zero
+        for i in range(n_tiles):
+            idx_next, k_n, k_p = _wg_refill_and_wait(
+                pipe, idx_next, i, BLOCK_N, NUM_STAGES, nope_layout, pe_layout, False
+            )
+            s = s_zero
+            for c in gl.static_range(D_V // KC):
+                s = mma_v2(k_n.slice(c * KC, KC, dim=1).load(k_operand), qs[c], s)
+            for c in gl.static_range(64 // KC):
+                s = mma_v2(k_p.slice(c * KC, KC, dim=1).load(k_operand), qs[D_V // KC + c], s)
+            n0 = start + i * BLOCK_N
+            valid = _wg_tile_valid(idx_base, n0, end, num_rows, BLOCK_N, gl.SliceLayout(1, mma))
+            s = gl.where(valid[:, None], s * qk_scale, float("-inf"))
+            p, alpha, m_i, l_tile = _wg_softmax_step(s, m_i, l_tile, 0)
+            acc = acc * gl.convert_layout(alpha, gl.SliceLayout(0, mma_o))[None, :]
+            p_tile.store(p.to(dtype))
+            gl.thread_barrier()
+            for k in gl.static_range(BLOCK_N // 16):
+                v_k = k_n.slice(16 * k, 16).permute((1, 0)).load(v_operand)
+                acc = mma_v2(v_k, p_tile.slice(16 * k, 16).load(p_operand), acc)
+        async_copy.wait_group(0)
+
+        dest = (Out, LSE, PO, PLSE, t, split, head0, num_heads, num_splits)
+        dest += (stride_ot, stride_oh, stride_lt, stride_lh)
+        _wg_mma_finish(
+            acc, l_tile, m_i, 1.0, kv_tiles, dest, BLOCK_H, W, BLOCK_H, IS_SPLIT, nope_layout, False
         )
 
     @gluon.jit
@@ -1117,8 +1253,8 @@ if gluon is not None:
         dest += (stride_ot, stride_oh, stride_lt, stride_lh)
         # The rows leave through the gather stages (a stage holds 32 16-bit rows).
         O_ROWS: gl.constexpr = BLOCK_N // 2 * WG
-        _wg_e4m3_finish(
-            acc, l_tile, m_i, v_scale, kv_tiles, dest, BLOCK_H, W, O_ROWS, IS_SPLIT, qn_layout
+        _wg_mma_finish(
+            acc, l_tile, m_i, v_scale, kv_tiles, dest, BLOCK_H, W, O_ROWS, IS_SPLIT, qn_layout, True
         )
 
     @gluon.jit
@@ -1233,8 +1369,8 @@ if gluon is not None:
         dest += (stride_ot, stride_oh, stride_lt, stride_lh)
         # The rows leave through the gather stages (a stage holds 32 16-bit rows).
         O_ROWS: gl.constexpr = BLOCK_N // 2
-        _wg_e4m3_finish(
-            acc, l_tile, m_i, v_scale, kv_tiles, dest, BLOCK_H, W, O_ROWS, IS_SPLIT, qn_layout
+        _wg_mma_finish(
+            acc, l_tile, m_i, v_scale, kv_tiles, dest, BLOCK_H, W, O_ROWS, IS_SPLIT, qn_layout, True
         )
 
 
@@ -1259,10 +1395,11 @@ def _has_wgmma(device_index: int) -> bool:
 
 
 def _gluon_mma_usable(capability: tuple[int, int], proxy: bool = False) -> bool:
-    """The Gluon e4m3 tile with mma.sync: for SM89 and SM120/121, whose only MMA that is, under
-    Triton 3.6's Gluon; fp8 conversions in hardware start at SM89. ``proxy``: Hopper may run
-    it too (the benchmark's stand-in for SM120), though its own e4m3 tile is faster there."""
-    target = capability == (8, 9) or capability[0] == 12 or (proxy and capability[0] == 9)
+    """The Gluon tiles with mma.sync: for SM80-89 and SM120/121, whose only MMA that is, under
+    Triton 3.6's Gluon (their e4m3 tile needs SM89+, as fp8 rows do: ``_unsupported``).
+    ``proxy``: Hopper may run them too (the benchmark's stand-in for SM120), though its own
+    tiles are faster there."""
+    target = capability[0] in (8, 12) or (proxy and capability[0] == 9)
     return _GLUON_API and target
 
 
@@ -1444,8 +1581,10 @@ def _default_config(
     round 8) and the 64-head tile for 33+ (NOTES.md round 6); 17-32 heads keep the tl.dot tile.
     With fp8 e4m3 rows (under a bf16 q) it picks the swapped e4m3 tile for up to 16 heads
     and, with two warpgroups, for 33+ (NOTES.md rounds 12 and 14); other heads and formats
-    keep the tl.dot tiles. ``gluon_mma`` (SM89, SM120: Triton 3.6's Gluon, fp8 e4m3 rows
-    under a bf16 q) picks the e4m3 tile with mma.sync for up to 16 heads (NOTES.md round 15).
+    keep the tl.dot tiles. ``gluon_mma`` (SM8x, SM120: Triton 3.6's Gluon) picks the e4m3
+    tile with mma.sync for fp8 e4m3 rows under a bf16 q with up to 16 heads (NOTES.md round
+    15), and the 64-head mma.sync tile for 16-bit rows with 33+ heads where no 64-head tl.dot
+    tile fits (NOTES.md round 17).
     """
     reason = _unsupported(num_heads, kv_format, limits)
     if reason is not None:
@@ -1456,6 +1595,17 @@ def _default_config(
         block_h = 8 if num_heads <= 8 else 16
         return {"BLOCK_H": block_h, "BLOCK_N": 64, "num_warps": block_h // 2, "num_stages": 2,
                 "WAVES": 1, "MMA_V2": 1}  # fmt: skip
+    family = _mma_family(limits.capability)
+    block_h = min(64, max(16, triton.next_power_of_2(num_heads)))
+    wide_tl_dot = any(
+        cfg["BLOCK_H"] == 64 and smem[family] <= limits.smem_per_block
+        for cfg, smem in _TILES["16bit", 64]
+    )
+    if gluon_mma and kv_format == "16bit" and block_h == 64 and not wide_tl_dot:
+        # 64-head blocks that gather each row once where no 64-head tl.dot tile fits (99 KB
+        # GPUs), q in registers, 78 KB (1.4x over 32-head tl.dot blocks, NOTES.md round 17).
+        return {"BLOCK_H": 64, "BLOCK_N": 32, "num_warps": 8, "num_stages": 2, "WAVES": 1,
+                "MMA_V2": 1}  # fmt: skip
     gluon = wgmma and kv_format in ("16bit", "fp8")
     if gluon and num_heads <= 16:
         # The swapped tile: 8 or 16 heads are the MMA's N, so H=8 computes no padding rows.
@@ -1464,14 +1614,12 @@ def _default_config(
         tile = {"BLOCK_H": 8 if num_heads <= 8 else 16, "BLOCK_N": 64, "num_warps": 4,
                 "num_stages": 2, "WAVES": 1, "WGMMA": 1}  # fmt: skip
         return {**tile, "WAVES": 2, "MIN_TILES": 8} if kv_format == "fp8" else tile
-    block_h = min(64, max(16, triton.next_power_of_2(num_heads)))
     if gluon and block_h == 64:
         # The 64-head tile; for e4m3 rows, the e4m3 tile with two warpgroups sharing its
         # gathers (32 heads each for the scores, half of V's columns each for P.V; NOTES.md
         # rounds 14 and 16). 128 heads run two blocks.
         return {"BLOCK_H": 64, "BLOCK_N": 64, "num_warps": 8, "num_stages": 2, "WAVES": 1,
                 "WGMMA": 1}  # fmt: skip
-    family = _mma_family(limits.capability)
     fits = [
         cfg for cfg, smem in _TILES[kv_format, block_h] if smem[family] <= limits.smem_per_block
     ]
@@ -1546,7 +1694,7 @@ def _plan(
     gluon_mma: bool | None = None,
 ) -> tuple[dict[str, int], int]:
     """Tile config and split count for a call (also used by the benchmark to report them).
-    ``wgmma``, ``gluon_mma``: whether the Hopper Gluon kernels, or the e4m3 tile with mma.sync,
+    ``wgmma``, ``gluon_mma``: whether the Hopper Gluon kernels, or the tiles with mma.sync,
     may run (``None``: whenever the device has them); ``limits``: the device's (``None``: read
     from it; the benchmark passes a smaller GPU's)."""
 
@@ -1708,6 +1856,18 @@ def _launch_gluon(
     one they implement. ``inputs_ok``: the buffers and dtypes the Gluon kernels take."""
     block_h, block_n, stages = cfg["BLOCK_H"], cfg["BLOCK_N"], cfg["num_stages"]
     common = {"NUM_STAGES": stages, "IS_SPLIT": is_split, "USE_PDL": use_pdl}
+    if cfg.get("MMA_V2") and kv_format == "16bit":
+        warps = cfg["num_warps"]
+        tile_ok = block_h == 64 and warps == 8 and block_n in (16, 32) and block_n * stages == 64
+        if not (tile_ok and inputs_ok and _gluon_mma_usable(capability, proxy=True)):
+            raise ValueError(
+                "MMA_V2 over 16-bit rows needs BLOCK_H 64, 8 warps, BLOCK_N 32 (2 stages) or "
+                "16 (4 stages), q, out and KV rows of one dtype, 16-byte-aligned buffers and "
+                "strides that are multiples of 16 elements, Triton 3.6's Gluon and an SM8x, "
+                "SM90 or SM12x GPU"
+            )
+        _sparse_mla_mma_kernel[(programs,)](*args, BLOCK_N=block_n, **common, num_warps=8)
+        return
     if cfg.get("MMA_V2"):
         warps = cfg["num_warps"]
         tile_ok = block_n == 64 and (block_h, warps) in ((8, 4), (16, 4), (16, 8))
@@ -1874,7 +2034,7 @@ def sparse_mla_decode(
         and _fits_cp_async(q, kv_rows)
     )
     wgmma = gluon_inputs and _has_wgmma(dev)
-    gluon_mma = gluon_inputs and kv_format == "fp8" and _has_gluon_mma(dev)
+    gluon_mma = gluon_inputs and _has_gluon_mma(dev)
     cfg, num_splits = _plan(
         num_tokens, num_heads, topk, q.device, num_splits, config, kv_format, wgmma, None, gluon_mma
     )

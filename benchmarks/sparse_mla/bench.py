@@ -1205,7 +1205,32 @@ def plan_r16d() -> list[tuple[int, int, dict[str, int], int]]:
     return _expand([(b, h, (None,), tiles) for b in (128, 32, 8) for h in (8, 16)])
 
 
+def plan_r17() -> list[tuple[int, int, dict[str, int], int]]:
+    """16-bit rows (run with --dtypes bf16 --check): 64 and 128 heads on a 99 KB GPU. The
+    32-head tl.dot blocks the plan gave it (each row gathered once per block), the 64-head
+    mma.sync tile with q in registers (32-row tiles at 2 stages, 16-row at 4), and the
+    H200's own 64-head tl.dot tile (221 KB, for reference); the 32-head blocks first and
+    last."""
+    blocks = {"BLOCK_H": 32, "BLOCK_N": 32, "num_warps": 4, "num_stages": 2, "WAVES": 2}
+    mma = {"BLOCK_H": 64, "BLOCK_N": 32, "num_warps": 8, "num_stages": 2, "WAVES": 1,
+           "MMA_V2": 1}  # fmt: skip
+    mma16 = {**mma, "BLOCK_N": 16, "num_stages": 4}
+    wide = {"BLOCK_H": 64, "BLOCK_N": 64, "num_warps": 8, "num_stages": 2, "WAVES": 1}
+    tiles = [blocks, mma, mma16, wide, mma, blocks]
+    return _expand([(b, h, (None,), tiles) for b in (128, 32, 8, 1) for h in (64, 128)])
+
+
+def plan_r17b() -> list[tuple[int, int, dict[str, int], int]]:
+    """16-bit rows (run with --dtypes bf16 --check, and with ``--kernel`` on a variant): the
+    64-head mma.sync tile alone at 64 and 128 heads, for a same-run A/B of two kernels."""
+    mma = {"BLOCK_H": 64, "BLOCK_N": 32, "num_warps": 8, "num_stages": 2, "WAVES": 1,
+           "MMA_V2": 1}  # fmt: skip
+    return _expand([(b, h, (None,), [mma]) for b in (128, 32, 8) for h in (64, 128)])
+
+
 PLANS = {
+    "r17b": plan_r17b,
+    "r17": plan_r17,
     "r16d": plan_r16d,
     "r16c": plan_r16c,
     "r16b": plan_r16b,

@@ -517,6 +517,43 @@ def test_fp8_e4m3_mma_tile(kmod: ModuleType, num_heads: int, num_tokens: int, to
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize(
+    ("num_heads", "num_tokens", "topk", "dtype"),
+    [
+        (64, 5, 2000, torch.bfloat16),
+        (64, 4, 2048, torch.float16),
+        (40, 3, 300, torch.bfloat16),
+        (128, 3, 700, torch.bfloat16),
+        (33, 2, 64, torch.float16),
+    ],
+)
+def test_16bit_mma_tile(
+    kmod: ModuleType, num_heads: int, num_tokens: int, topk: int, dtype: torch.dtype
+) -> None:
+    """The 64-head Gluon tile with mma.sync over 16-bit rows (q in registers; a 99 KB GPU's
+    choice for 33+ heads under Triton 3.6; run here on Hopper, which has mma.sync too): 32-row
+    tiles at 2 stages and 16-row tiles at 4, over 1, 3 and 16 splits, NaN in every row not
+    selected, padded head blocks (33, 40 heads), two blocks (128), a q 2^18 (fp16: 2^14) times
+    larger; a q of another dtype than the rows and a tile it does not implement are refused."""
+    if not kmod._gluon_mma_usable(torch.cuda.get_device_capability(), proxy=True):
+        pytest.skip("the mma.sync tiles need Triton 3.6's Gluon and an SM80+ GPU")
+    gen = torch.Generator(device="cuda").manual_seed(zlib.crc32(f"mma16-{num_heads}".encode()))
+    q, kv, idx = _make_inputs(gen, num_tokens, num_heads, topk, dtype, "mixed")
+    cfg = {"BLOCK_H": 64, "BLOCK_N": 32, "num_warps": 8, "num_stages": 2, "WAVES": 1, "MMA_V2": 1}
+    for block_n, stages in ((32, 2), (16, 4)):
+        for splits in (1, 3, 16):
+            tile = {**cfg, "BLOCK_N": block_n, "num_stages": stages}
+            _check(kmod, q, kv, idx, num_splits=splits, config=tile)
+    big = 2.0**18 if dtype == torch.bfloat16 else 2.0**14  # within fp16's range
+    _check(kmod, q * big, kv, idx, _SM_SCALE / big, config=cfg)
+    with pytest.raises(ValueError, match="MMA_V2 over 16-bit rows needs"):
+        kmod.sparse_mla_decode(q, kv, idx, _SM_SCALE, config={**cfg, "num_stages": 3})
+    other = torch.float16 if dtype == torch.bfloat16 else torch.bfloat16
+    with pytest.raises(ValueError, match="MMA_V2 over 16-bit rows needs"):
+        kmod.sparse_mla_decode(q.to(other), kv, idx, _SM_SCALE, config=cfg)
+
+
+@pytest.mark.gpu
 @pytest.mark.parametrize("kv_format", ["16bit", "fp8", "fp8_ds_mla"])
 @pytest.mark.parametrize("num_heads", [8, 32, 64, 128])
 def test_tiles_of_smaller_gpus(kmod: ModuleType, kv_format: str, num_heads: int) -> None:

@@ -192,8 +192,28 @@ def test_the_e4m3_mma_tile_is_sm89_and_sm120s_pick(
     assert not kmod._gluon_tile(plan(4, None))  # 128 tiles: the tl.dot tile's 32-row tiles
     assert not kmod._gluon_tile(plan(8, {"num_stages": 2}))
     assert plan(8, {**planned, "num_stages": 3}) == {**planned, "num_stages": 3}
-    assert kmod._gluon_mma_usable((12, 0)) == kmod._gluon_mma_usable((8, 9))
-    assert not kmod._gluon_mma_usable((9, 0)) and not kmod._gluon_mma_usable((8, 6), proxy=True)
+    assert kmod._gluon_mma_usable((12, 0)) == kmod._gluon_mma_usable((8, 6))
+    assert not kmod._gluon_mma_usable((9, 0)) and not kmod._gluon_mma_usable((10, 0), proxy=True)
+
+
+def test_sixty_four_head_blocks_on_mma_sync(kmod: ModuleType) -> None:
+    """16-bit rows with 33+ heads: where no 64-head tl.dot tile fits (99 KB: SM86/89, SM120),
+    the plan takes the 64-head mma.sync tile (78 KB, one program per SM) instead of 32-head
+    tl.dot blocks, with Triton 3.6's Gluon; SM80's 163 KB keep the 64-head tl.dot tile."""
+    for capability in ((12, 0), (8, 6), (8, 9)):
+        small = kmod.DeviceLimits(capability, 101376)
+        for heads in (33, 64, 128):
+            cfg = kmod._default_config(heads, "16bit", limits=small, gluon_mma=True)
+            assert cfg == {"BLOCK_H": 64, "BLOCK_N": 32, "num_warps": 8, "num_stages": 2,
+                           "WAVES": 1, "MMA_V2": 1}  # fmt: skip
+            assert kmod._default_config(heads, "16bit", limits=small)["BLOCK_H"] == 32
+        for heads in (16, 32):
+            assert not kmod._default_config(heads, "16bit", limits=small, gluon_mma=True).get(
+                "MMA_V2"
+            )
+    a100 = kmod.DeviceLimits((8, 0), 166912)
+    wide = kmod._default_config(64, "16bit", limits=a100, gluon_mma=True)
+    assert not wide.get("MMA_V2") and wide["BLOCK_H"] == 64
 
 
 # (token x head rows, padded splits, partial element size) -> (V columns, warps) on 132 SMs.
