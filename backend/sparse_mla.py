@@ -1034,60 +1034,84 @@ if gluon is not None:
         stride_oh,
         stride_lt,
         stride_lh,
+        v_scale,
         BLOCK_N: gl.constexpr,
         NUM_STAGES: gl.constexpr,
         IS_SPLIT: gl.constexpr,
         USE_PDL: gl.constexpr,
     ):
-        """64 heads over 16-bit rows with mma.sync in a 99 KB block (SM86/89, SM120; Hopper
-        runs it as their proxy), so each row is gathered once where the 64-head tl.dot tile
-        does not fit. 64 heads of q (72 KB) and two gather stages cannot share 99 KB, so q
-        lives in registers: S^T = K Q^T runs on 8 warps of 8 heads each, each holding its
-        heads' 576 columns as MMA B operands (72 registers) and reading the whole gathered
-        tile; P^T goes through shared memory; O^T += V^T P^T runs on warps along V's columns.
-        q passes through the gather stages once, before the first gather."""
+        """64 heads with mma.sync in a 99 KB block (SM86/89, SM120; Hopper runs it as their
+        proxy), so each row is gathered once where no 64-head tl.dot tile fits; 16-bit rows,
+        or fp8 e4m3 rows under a bf16 q. 64 heads of q (72 KB) and the gather stages cannot
+        share 99 KB, so q lives in registers: S^T = K Q^T runs on 8 warps of 8 heads each,
+        each holding its heads' 576 columns as MMA B operands (72 registers; for e4m3 rows q's
+        two e4m3 parts, as in the e4m3 tiles) and reading the whole gathered tile; P^T goes
+        through shared memory; O^T += V^T P^T runs on warps along V's columns (e4m3 V widened
+        in registers, ``_wg_v_operand``). q passes through the gather stages once, before the
+        first gather."""
         BLOCK_H: gl.constexpr = 64
         D_V: gl.constexpr = 512
         KC: gl.constexpr = 32  # q columns per score MMA step
         W: gl.constexpr = 8
         dtype: gl.constexpr = KV.dtype.element_ty
-        gl.static_assert(NUM_STAGES * BLOCK_N == BLOCK_H, "q passes through the stages")
+        FP8: gl.constexpr = dtype.is_fp8()
+        p_ty: gl.constexpr = gl.float16 if FP8 else dtype
+        Q_ROWS: gl.constexpr = 2 * BLOCK_H if FP8 else BLOCK_H  # e4m3 q: two parts
+        gl.static_assert(NUM_STAGES * BLOCK_N == Q_ROWS, "q passes through the stages")
         mma: gl.constexpr = gl.NVMMADistributedLayout(
             version=[2, 0], warps_per_cta=[1, W], instr_shape=[16, 8]
         )
         mma_o: gl.constexpr = gl.NVMMADistributedLayout(
             version=[2, 0], warps_per_cta=[W, 1], instr_shape=[16, 8]
         )
-        k_operand: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=mma, k_width=2)
-        q_operand: gl.constexpr = gl.DotOperandLayout(operand_index=1, parent=mma, k_width=2)
+        K_WIDTH: gl.constexpr = 4 if FP8 else 2
+        k_operand: gl.constexpr = gl.DotOperandLayout(0, parent=mma, k_width=K_WIDTH)
+        q_operand: gl.constexpr = gl.DotOperandLayout(1, parent=mma, k_width=K_WIDTH)
         v_operand: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=mma_o, k_width=2)
         p_operand: gl.constexpr = gl.DotOperandLayout(operand_index=1, parent=mma_o, k_width=2)
-        nope_layout: gl.constexpr = gl.BlockedLayout([1, 8], [1, 32], [W, 1], [1, 0])
-        pe_layout: gl.constexpr = gl.BlockedLayout([1, 8], [4, 8], [W, 1], [1, 0])
+        PIECE: gl.constexpr = 16 // dtype.primitive_bitwidth * 8  # 16-byte pieces
+        nope_layout: gl.constexpr = gl.BlockedLayout([1, PIECE], [1, 32], [W, 1], [1, 0])
+        pe_layout: gl.constexpr = gl.BlockedLayout(
+            [1, PIECE], [32 * PIECE // 64, 64 // PIECE], [W, 1], [1, 0]
+        )
+        qn_layout: gl.constexpr = gl.BlockedLayout([1, 8], [1, 32], [W, 1], [1, 0])
+        qp_layout: gl.constexpr = gl.BlockedLayout([1, 8], [4, 8], [W, 1], [1, 0])
         kv_smem: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_N, D_V], dtype)
         pe_smem: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_N, 64], dtype)
         qn_smem: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_H, D_V], dtype)
         qp_smem: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_H, 64], dtype)
-        p_smem: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_N, BLOCK_H], dtype)
+        p_smem: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_N, BLOCK_H], p_ty)
 
         if USE_PDL:
             _wg_launch_dependents()
         hb, split, t = _wg_program(num_hb, num_splits)
         kv_tiles = gl.allocate_shared_memory(dtype, [NUM_STAGES, BLOCK_N, D_V], kv_smem)
         pe_tiles = gl.allocate_shared_memory(dtype, [NUM_STAGES, BLOCK_N, 64], pe_smem)
-        p_tile = gl.allocate_shared_memory(dtype, [BLOCK_N, BLOCK_H], p_smem)
+        p_tile = gl.allocate_shared_memory(p_ty, [BLOCK_N, BLOCK_H], p_smem)
 
         head0 = hb * BLOCK_H
-        q_nope = kv_tiles._reinterpret(dtype, [BLOCK_H, D_V], qn_smem)
-        q_pe = pe_tiles._reinterpret(dtype, [BLOCK_H, 64], qp_smem)
         q_tok = Q + t.to(gl.int64) * stride_qt
-        _wg_issue_query(
-            q_nope, q_pe, q_tok, head0, num_heads, stride_qh, BLOCK_H, nope_layout, pe_layout
-        )
-        async_copy.commit_group()
-        async_copy.wait_group(0)
-        gl.thread_barrier()
-        qs = _mma_query_operands(q_nope, q_pe, KC, q_operand)
+        head_layout: gl.constexpr = gl.SliceLayout(0, mma)
+        qn_all = kv_tiles._reinterpret(dtype, [Q_ROWS // BLOCK_H, BLOCK_H, D_V], qn_smem)
+        qp_all = pe_tiles._reinterpret(dtype, [Q_ROWS // BLOCK_H, BLOCK_H, 64], qp_smem)
+        if FP8:
+            q_parts = (qn_all.index(0), qn_all.index(1), qp_all.index(0), qp_all.index(1))
+            scale = _wg_e4m3_query_parts(
+                q_tok, head0, num_heads, stride_qh, q_parts, BLOCK_H, qn_layout, qp_layout
+            )
+            qk_row = qk_scale / gl.convert_layout(scale, head_layout)
+            gl.thread_barrier()
+            q_lo = _mma_query_operands(qn_all.index(1), qp_all.index(1), KC, q_operand)
+        else:
+            _wg_issue_query(
+                qn_all.index(0), qp_all.index(0), q_tok, head0, num_heads, stride_qh, BLOCK_H,
+                qn_layout, qp_layout,
+            )  # fmt: skip
+            async_copy.commit_group()
+            async_copy.wait_group(0)
+            gl.thread_barrier()
+            qk_row = gl.full([BLOCK_H], qk_scale, gl.float32, layout=head_layout)
+        q_hi = _mma_query_operands(qn_all.index(0), qp_all.index(0), KC, q_operand)
         gl.thread_barrier()  # every warp holds its q: the stages take the gathers
 
         start = split * chunk
@@ -1097,7 +1121,6 @@ if gluon is not None:
         pipe = (KV, idx_base, kv_tiles, pe_tiles, start, end, num_rows, stride_kv)
         idx_next = _wg_issue_first_tiles(pipe, BLOCK_N, NUM_STAGES, nope_layout, pe_layout)
 
-        head_layout: gl.constexpr = gl.SliceLayout(0, mma)
         m_i = gl.full([BLOCK_H], float("-inf"), gl.float32, layout=head_layout)
         acc = gl.zeros([D_V, BLOCK_H], gl.float32, layout=mma_o)  # O^T
         s_zero = gl.zeros([BLOCK_N, BLOCK_H], gl.float32, layout=mma)
@@ -1107,27 +1130,36 @@ if gluon is not None:
                 pipe, idx_next, i, BLOCK_N, NUM_STAGES, nope_layout, pe_layout, False
             )
             s = s_zero
-            for c in gl.static_range(D_V // KC):
-                s = mma_v2(k_n.slice(c * KC, KC, dim=1).load(k_operand), qs[c], s)
-            for c in gl.static_range(64 // KC):
-                s = mma_v2(k_p.slice(c * KC, KC, dim=1).load(k_operand), qs[D_V // KC + c], s)
+            for c in gl.static_range(D_V // KC + 64 // KC):
+                if c < D_V // KC:
+                    k_c = k_n.slice(c * KC, KC, dim=1).load(k_operand)
+                else:
+                    k_c = k_p.slice((c - D_V // KC) * KC, KC, dim=1).load(k_operand)
+                s = mma_v2(k_c, q_hi[c], s)
+                if FP8:
+                    s = mma_v2(k_c, q_lo[c], s)
             n0 = start + i * BLOCK_N
             valid = _wg_tile_valid(idx_base, n0, end, num_rows, BLOCK_N, gl.SliceLayout(1, mma))
-            s = gl.where(valid[:, None], s * qk_scale, float("-inf"))
+            s = gl.where(valid[:, None], s * qk_row[None, :], float("-inf"))
             p, alpha, m_i, l_tile = _wg_softmax_step(s, m_i, l_tile, 0)
             acc = acc * gl.convert_layout(alpha, gl.SliceLayout(0, mma_o))[None, :]
-            p_tile.store(p.to(dtype))
+            p_tile.store(p.to(p_ty))
             gl.thread_barrier()
             for k in gl.static_range(BLOCK_N // 16):
-                v_k = k_n.slice(16 * k, 16).permute((1, 0)).load(v_operand)
+                if FP8:
+                    v_k = _wg_v_operand(k_n.slice(16 * k, 16), v_operand, W)
+                else:
+                    v_k = k_n.slice(16 * k, 16).permute((1, 0)).load(v_operand)
                 acc = mma_v2(v_k, p_tile.slice(16 * k, 16).load(p_operand), acc)
         async_copy.wait_group(0)
 
         dest = (Out, LSE, PO, PLSE, t, split, head0, num_heads, num_splits)
         dest += (stride_ot, stride_oh, stride_lt, stride_lh)
+        # The output rows leave through the gather stages (64 KB: 64 16-bit rows).
         _wg_mma_finish(
-            acc, l_tile, m_i, 1.0, kv_tiles, dest, BLOCK_H, W, BLOCK_H, IS_SPLIT, nope_layout, False
-        )
+            acc, l_tile, m_i, v_scale, kv_tiles, dest, BLOCK_H, W, BLOCK_H, IS_SPLIT, qn_layout,
+            FP8,
+        )  # fmt: skip
 
     @gluon.jit
     def _sparse_mla_wgmma_e4m3_kernel(
@@ -1599,13 +1631,14 @@ def _default_config(
     block_h = min(64, max(16, triton.next_power_of_2(num_heads)))
     wide_tl_dot = any(
         cfg["BLOCK_H"] == 64 and smem[family] <= limits.smem_per_block
-        for cfg, smem in _TILES["16bit", 64]
+        for cfg, smem in _TILES[kv_format, 64]
     )
-    if gluon_mma and kv_format == "16bit" and block_h == 64 and not wide_tl_dot:
+    if gluon_mma and kv_format in ("16bit", "fp8") and block_h == 64 and not wide_tl_dot:
         # 64-head blocks that gather each row once where no 64-head tl.dot tile fits (99 KB
-        # GPUs), q in registers, 78 KB (1.4x over 32-head tl.dot blocks, NOTES.md round 17).
-        return {"BLOCK_H": 64, "BLOCK_N": 32, "num_warps": 8, "num_stages": 2, "WAVES": 1,
-                "MMA_V2": 1}  # fmt: skip
+        # GPUs), q in registers, 78 KB; the stages hold q on its way there: 64 16-bit rows,
+        # 128 e4m3 ones (NOTES.md round 17).
+        return {"BLOCK_H": 64, "BLOCK_N": 32, "num_warps": 8,
+                "num_stages": 4 if kv_format == "fp8" else 2, "WAVES": 1, "MMA_V2": 1}  # fmt: skip
     gluon = wgmma and kv_format in ("16bit", "fp8")
     if gluon and num_heads <= 16:
         # The swapped tile: 8 or 16 heads are the MMA's N, so H=8 computes no padding rows.
@@ -1856,17 +1889,21 @@ def _launch_gluon(
     one they implement. ``inputs_ok``: the buffers and dtypes the Gluon kernels take."""
     block_h, block_n, stages = cfg["BLOCK_H"], cfg["BLOCK_N"], cfg["num_stages"]
     common = {"NUM_STAGES": stages, "IS_SPLIT": is_split, "USE_PDL": use_pdl}
-    if cfg.get("MMA_V2") and kv_format == "16bit":
-        warps = cfg["num_warps"]
-        tile_ok = block_h == 64 and warps == 8 and block_n in (16, 32) and block_n * stages == 64
-        if not (tile_ok and inputs_ok and _gluon_mma_usable(capability, proxy=True)):
+    if cfg.get("MMA_V2") and block_h == 64:
+        q_rows = 128 if kv_format == "fp8" else 64  # q (e4m3 rows: its two parts) in the stages
+        tile_ok = cfg["num_warps"] == 8 and block_n in (16, 32, 64) and block_n * stages == q_rows
+        if not (tile_ok and inputs_ok and kv_format in ("16bit", "fp8")) or not (
+            _gluon_mma_usable(capability, proxy=True)
+        ):
             raise ValueError(
-                "MMA_V2 over 16-bit rows needs BLOCK_H 64, 8 warps, BLOCK_N 32 (2 stages) or "
-                "16 (4 stages), q, out and KV rows of one dtype, 16-byte-aligned buffers and "
-                "strides that are multiples of 16 elements, Triton 3.6's Gluon and an SM8x, "
-                "SM90 or SM12x GPU"
+                "MMA_V2 with 64 heads needs 8 warps and BLOCK_N x stages = 64 rows (16-bit rows: "
+                "q, out and KV of one dtype) or 128 (fp8 e4m3 rows under a bf16 q and out), "
+                "16-byte-aligned buffers and strides that are multiples of 16 elements, "
+                "Triton 3.6's Gluon and an SM8x, SM90 or SM12x GPU"
             )
-        _sparse_mla_mma_kernel[(programs,)](*args, BLOCK_N=block_n, **common, num_warps=8)
+        _sparse_mla_mma_kernel[(programs,)](
+            *args, float(kv_scale), BLOCK_N=block_n, **common, num_warps=8
+        )
         return
     if cfg.get("MMA_V2"):
         warps = cfg["num_warps"]

@@ -1228,7 +1228,25 @@ def plan_r17b() -> list[tuple[int, int, dict[str, int], int]]:
     return _expand([(b, h, (None,), [mma]) for b in (128, 32, 8) for h in (64, 128)])
 
 
+def plan_r17c() -> list[tuple[int, int, dict[str, int], int]]:
+    """fp8 e4m3 rows (run with --dtypes e4m3 --check): 64 and 128 heads on a 99 KB GPU. The
+    32-head tl.dot blocks the plan gave it (the bits), the 64-head mma.sync tile with q's two
+    e4m3 parts in registers (32-row tiles at 4 stages, 16-row at 8, 64-row at 2), and the
+    H200's e4m3 Hopper tile (two warpgroups, for reference); the 32-head blocks first and
+    last."""
+    blocks = {"BLOCK_H": 32, "BLOCK_N": 32, "num_warps": 4, "num_stages": 2, "WAVES": 2,
+              "FP16_DOTS": 1, "E4M3_BITS": 1, "V_ASM": 1}  # fmt: skip
+    mma = {"BLOCK_H": 64, "BLOCK_N": 32, "num_warps": 8, "num_stages": 4, "WAVES": 1,
+           "MMA_V2": 1}  # fmt: skip
+    hopper = {"BLOCK_H": 64, "BLOCK_N": 64, "num_warps": 8, "num_stages": 2, "WAVES": 1,
+              "WGMMA": 1}  # fmt: skip
+    tiles = [blocks, mma, {**mma, "BLOCK_N": 16, "num_stages": 8},
+             {**mma, "BLOCK_N": 64, "num_stages": 2}, hopper, mma, blocks]  # fmt: skip
+    return _expand([(b, h, (None,), tiles) for b in (128, 32, 8) for h in (64, 128)])
+
+
 PLANS = {
+    "r17c": plan_r17c,
     "r17b": plan_r17b,
     "r17": plan_r17,
     "r16d": plan_r16d,

@@ -546,11 +546,44 @@ def test_16bit_mma_tile(
             _check(kmod, q, kv, idx, num_splits=splits, config=tile)
     big = 2.0**18 if dtype == torch.bfloat16 else 2.0**14  # within fp16's range
     _check(kmod, q * big, kv, idx, _SM_SCALE / big, config=cfg)
-    with pytest.raises(ValueError, match="MMA_V2 over 16-bit rows needs"):
+    with pytest.raises(ValueError, match="MMA_V2 with 64 heads needs"):
         kmod.sparse_mla_decode(q, kv, idx, _SM_SCALE, config={**cfg, "num_stages": 3})
     other = torch.float16 if dtype == torch.bfloat16 else torch.bfloat16
-    with pytest.raises(ValueError, match="MMA_V2 over 16-bit rows needs"):
+    with pytest.raises(ValueError, match="MMA_V2 with 64 heads needs"):
         kmod.sparse_mla_decode(q.to(other), kv, idx, _SM_SCALE, config=cfg)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize(
+    ("num_heads", "num_tokens", "topk"), [(64, 5, 2000), (40, 3, 300), (128, 3, 700), (33, 2, 64)]
+)
+def test_fp8_e4m3_mma_tile_64_heads(
+    kmod: ModuleType, num_heads: int, num_tokens: int, topk: int
+) -> None:
+    """The 64-head mma.sync tile over fp8 e4m3 rows (q's two e4m3 parts in registers, V
+    widened in registers; a 99 KB GPU's choice for 33+ heads under Triton 3.6; run here on
+    Hopper): 32-row tiles at 4 stages, 16-row at 8 and 64-row at 2, over 1, 3 and 16 splits,
+    rows 640 bytes apart with NaN between them, padded head blocks, two blocks (128), a q 2^18
+    times larger; an fp16 q and stages that cannot hold q are refused."""
+    if not kmod._gluon_mma_usable(torch.cuda.get_device_capability(), proxy=True):
+        pytest.skip("the mma.sync tiles need Triton 3.6's Gluon and an SM80+ GPU")
+    gen = torch.Generator(device="cuda").manual_seed(zlib.crc32(f"mma8-{num_heads}".encode()))
+    q, kv, idx = _make_inputs(gen, num_tokens, num_heads, topk, torch.bfloat16, "mixed")
+    kv_scale = 0.03125
+    rows = _e4m3_rows_640_apart(kv, kv_scale)
+    sm120 = kmod.DeviceLimits((12, 0), 101376)
+    cfg = kmod._default_config(num_heads, "fp8", limits=sm120, gluon_mma=True)
+    assert cfg == {"BLOCK_H": 64, "BLOCK_N": 32, "num_warps": 8, "num_stages": 4, "WAVES": 1,
+                   "MMA_V2": 1}  # fmt: skip
+    for block_n, stages in ((32, 4), (16, 8), (64, 2)):
+        for splits in (1, 3, 16):
+            tile = {**cfg, "BLOCK_N": block_n, "num_stages": stages}
+            _check(kmod, q, rows, idx, num_splits=splits, config=tile, kv_scale=kv_scale)
+    _check(kmod, q * 2.0**18, rows, idx, _SM_SCALE * 2.0**-18, config=cfg, kv_scale=kv_scale)
+    with pytest.raises(ValueError, match="MMA_V2 with 64 heads needs"):
+        kmod.sparse_mla_decode(q, rows, idx, _SM_SCALE, config={**cfg, "num_stages": 2})
+    with pytest.raises(ValueError, match="MMA_V2 with 64 heads needs"):
+        kmod.sparse_mla_decode(q.half(), rows, idx, _SM_SCALE, config=cfg, kv_scale=kv_scale)
 
 
 @pytest.mark.gpu

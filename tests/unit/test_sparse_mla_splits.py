@@ -197,9 +197,10 @@ def test_the_e4m3_mma_tile_is_sm89_and_sm120s_pick(
 
 
 def test_sixty_four_head_blocks_on_mma_sync(kmod: ModuleType) -> None:
-    """16-bit rows with 33+ heads: where no 64-head tl.dot tile fits (99 KB: SM86/89, SM120),
-    the plan takes the 64-head mma.sync tile (78 KB, one program per SM) instead of 32-head
-    tl.dot blocks, with Triton 3.6's Gluon; SM80's 163 KB keep the 64-head tl.dot tile."""
+    """16-bit (and on SM89+, fp8 e4m3) rows with 33+ heads: where no 64-head tl.dot tile fits
+    (99 KB: SM86/89, SM120), the plan takes the 64-head mma.sync tile (78 KB, one program per
+    SM) instead of 32-head tl.dot blocks, with Triton 3.6's Gluon; SM80's 163 KB keep the
+    64-head tl.dot tile."""
     for capability in ((12, 0), (8, 6), (8, 9)):
         small = kmod.DeviceLimits(capability, 101376)
         for heads in (33, 64, 128):
@@ -211,6 +212,9 @@ def test_sixty_four_head_blocks_on_mma_sync(kmod: ModuleType) -> None:
             assert not kmod._default_config(heads, "16bit", limits=small, gluon_mma=True).get(
                 "MMA_V2"
             )
+        if capability >= (8, 9):  # fp8 e4m3 rows: q's two parts fill 128 rows of stages
+            cfg = kmod._default_config(64, "fp8", limits=small, gluon_mma=True)
+            assert cfg["MMA_V2"] == 1 and cfg["BLOCK_H"] == 64 and cfg["num_stages"] == 4
     a100 = kmod.DeviceLimits((8, 0), 166912)
     wide = kmod._default_config(64, "16bit", limits=a100, gluon_mma=True)
     assert not wide.get("MMA_V2") and wide["BLOCK_H"] == 64

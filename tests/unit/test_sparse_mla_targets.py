@@ -117,7 +117,7 @@ def test_every_planned_config_fits_the_target(
         gluon = {"_sparse_mla_wgmma_kernel", "_sparse_mla_wgmma_swapped_kernel"}
         assert gluon | {"_sparse_mla_wgmma_e4m3_kernel"} <= kinds
     if kmod._gluon_mma_usable(capability) and version == triton.__version__:
-        if smem < 155904:  # 99 KB: 64-head blocks over 16-bit rows on mma.sync
+        if smem < 155904:  # 99 KB: 64-head blocks on mma.sync
             assert "_sparse_mla_mma_kernel" in kinds
         if capability >= (8, 9):
             assert "_sparse_mla_mma_e4m3_kernel" in kinds
