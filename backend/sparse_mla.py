@@ -1035,10 +1035,12 @@ if gluon is not None:
         stride_lt,
         stride_lh,
         v_scale,
+        BLOCK_H: gl.constexpr,
         BLOCK_N: gl.constexpr,
         NUM_STAGES: gl.constexpr,
         IS_SPLIT: gl.constexpr,
         USE_PDL: gl.constexpr,
+        W: gl.constexpr,
     ):
         """64 heads with mma.sync in a 99 KB block (SM86/89, SM120; Hopper runs it as their
         proxy), so each row is gathered once where no 64-head tl.dot tile fits; 16-bit rows,
@@ -1048,18 +1050,19 @@ if gluon is not None:
         two e4m3 parts, as in the e4m3 tiles) and reading the whole gathered tile; P^T goes
         through shared memory; O^T += V^T P^T runs on warps along V's columns (e4m3 V widened
         in registers, ``_wg_v_operand``). q passes through the gather stages once, before the
-        first gather."""
-        BLOCK_H: gl.constexpr = 64
+        first gather. 16 and 32 heads over 16-bit rows run on 4 and 8 warps: two along the
+        keys, the others along the heads, 8 heads each."""
         D_V: gl.constexpr = 512
         KC: gl.constexpr = 32  # q columns per score MMA step
-        W: gl.constexpr = 8
+        W_H: gl.constexpr = BLOCK_H // 8  # warps along the heads in the scores, 8 heads each
         dtype: gl.constexpr = KV.dtype.element_ty
         FP8: gl.constexpr = dtype.is_fp8()
         p_ty: gl.constexpr = gl.float16 if FP8 else dtype
         Q_ROWS: gl.constexpr = 2 * BLOCK_H if FP8 else BLOCK_H  # e4m3 q: two parts
-        gl.static_assert(NUM_STAGES * BLOCK_N == Q_ROWS, "q passes through the stages")
+        gl.static_assert(NUM_STAGES * BLOCK_N >= Q_ROWS, "q passes through the stages")
+        gl.static_assert(BLOCK_N >= 16 * (W // W_H), "16 keys per warp along the keys")
         mma: gl.constexpr = gl.NVMMADistributedLayout(
-            version=[2, 0], warps_per_cta=[1, W], instr_shape=[16, 8]
+            version=[2, 0], warps_per_cta=[W // W_H, W_H], instr_shape=[16, 8]
         )
         mma_o: gl.constexpr = gl.NVMMADistributedLayout(
             version=[2, 0], warps_per_cta=[W, 1], instr_shape=[16, 8]
@@ -1155,7 +1158,7 @@ if gluon is not None:
 
         dest = (Out, LSE, PO, PLSE, t, split, head0, num_heads, num_splits)
         dest += (stride_ot, stride_oh, stride_lt, stride_lh)
-        # The output rows leave through the gather stages (64 KB: 64 16-bit rows).
+        # The output rows leave through the gather stages (BLOCK_H 16-bit rows).
         _wg_mma_finish(
             acc, l_tile, m_i, v_scale, kv_tiles, dest, BLOCK_H, W, BLOCK_H, IS_SPLIT, qn_layout,
             FP8,
@@ -1429,8 +1432,8 @@ def _has_wgmma(device_index: int) -> bool:
 def _gluon_mma_usable(capability: tuple[int, int], proxy: bool = False) -> bool:
     """The Gluon tiles with mma.sync: for SM80-89 and SM120/121, whose only MMA that is, under
     Triton 3.6's Gluon (their e4m3 tile needs SM89+, as fp8 rows do: ``_unsupported``).
-    ``proxy``: Hopper may run them too (the benchmark's stand-in for SM120), though its own
-    tiles are faster there."""
+    ``proxy``: Hopper may run them too (the benchmark's stand-in for SM120); its plan takes
+    only the 32-head one (``_default_config``), its own tiles being faster elsewhere."""
     target = capability[0] in (8, 12) or (proxy and capability[0] == 9)
     return _GLUON_API and target
 
@@ -1610,13 +1613,14 @@ def _default_config(
     that fits the device's shared memory, or a Gluon tile. ``WAVES`` is how many programs per
     SM the split count aims for. ``wgmma`` (Hopper, 16-bit rows) picks the Gluon kernels: the
     swapped tile for up to 16 heads (two 64-row stages, ~158-168 KB, one per SM; NOTES.md
-    round 8) and the 64-head tile for 33+ (NOTES.md round 6); 17-32 heads keep the tl.dot tile.
+    round 8), the 32-head mma.sync tile for 17-32 (NOTES.md round 17) and the 64-head tile
+    for 33+ (NOTES.md round 6).
     With fp8 e4m3 rows (under a bf16 q) it picks the swapped e4m3 tile for up to 16 heads
     and, with two warpgroups, for 33+ (NOTES.md rounds 12 and 14); other heads and formats
     keep the tl.dot tiles. ``gluon_mma`` (SM8x, SM120: Triton 3.6's Gluon) picks the e4m3
     tile with mma.sync for fp8 e4m3 rows under a bf16 q with up to 16 heads (NOTES.md round
-    15), and the 64-head mma.sync tile for 16-bit rows with 33+ heads where no 64-head tl.dot
-    tile fits (NOTES.md round 17).
+    15), the mma.sync tiles with q in registers for 16-bit rows with up to 32 heads, and for
+    33+ heads (16-bit or e4m3 rows) where no 64-head tl.dot tile fits (NOTES.md round 17).
     """
     reason = _unsupported(num_heads, kv_format, limits)
     if reason is not None:
@@ -1626,6 +1630,13 @@ def _default_config(
         # two groups of 4 warps, 8 heads each (5-14% faster than one group on the H200).
         block_h = 8 if num_heads <= 8 else 16
         return {"BLOCK_H": block_h, "BLOCK_N": 64, "num_warps": block_h // 2, "num_stages": 2,
+                "WAVES": 1, "MMA_V2": 1}  # fmt: skip
+    if kv_format == "16bit" and num_heads <= 32 and (gluon_mma or (wgmma and num_heads > 16)):
+        # q in registers, two warps along the keys and one per 8 heads (75-76 KB, one program
+        # per SM): 1.06-1.33x over the 16-head tl.dot tile one per SM at B >= 8, 1.27-1.69x
+        # over the 32-head one (NOTES.md round 17). Hopper keeps its swapped tile for 16.
+        block_h = 16 if num_heads <= 16 else 32
+        return {"BLOCK_H": block_h, "BLOCK_N": 32, "num_warps": block_h // 4, "num_stages": 2,
                 "WAVES": 1, "MMA_V2": 1}  # fmt: skip
     family = _mma_family(limits.capability)
     block_h = min(64, max(16, triton.next_power_of_2(num_heads)))
@@ -1884,9 +1895,10 @@ def _launch_gluon(
     kv_format: str = "16bit",
     kv_scale: float = 1.0,
 ) -> None:
-    """One of the Gluon split kernels (``MMA_V2``: the e4m3 tile with mma.sync; else the three
-    Hopper ones, picked by the head block and the row format), after checking that the tile is
-    one they implement. ``inputs_ok``: the buffers and dtypes the Gluon kernels take."""
+    """One of the Gluon split kernels (``MMA_V2``: the tiles with mma.sync, the 64-head one,
+    its 16-head twin for 16-bit rows, or the e4m3 one; else the three Hopper ones), picked by
+    the head block and the row format, after checking that the tile is one they implement.
+    ``inputs_ok``: the buffers and dtypes the Gluon kernels take."""
     block_h, block_n, stages = cfg["BLOCK_H"], cfg["BLOCK_N"], cfg["num_stages"]
     common = {"NUM_STAGES": stages, "IS_SPLIT": is_split, "USE_PDL": use_pdl}
     if cfg.get("MMA_V2") and block_h == 64:
@@ -1902,7 +1914,21 @@ def _launch_gluon(
                 "Triton 3.6's Gluon and an SM8x, SM90 or SM12x GPU"
             )
         _sparse_mla_mma_kernel[(programs,)](
-            *args, float(kv_scale), BLOCK_N=block_n, **common, num_warps=8
+            *args, float(kv_scale), BLOCK_H=64, BLOCK_N=block_n, **common, W=8, num_warps=8
+        )
+        return
+    if cfg.get("MMA_V2") and kv_format == "16bit":
+        warps = block_h // 4  # two along the keys, one per 8 heads
+        tile_ok = block_h in (16, 32) and (block_n, stages, cfg["num_warps"]) == (32, 2, warps)
+        if not (tile_ok and inputs_ok and _gluon_mma_usable(capability, proxy=True)):
+            raise ValueError(
+                "MMA_V2 over 16-bit rows with up to 32 heads needs BLOCK_H 16 (4 warps) or 32 "
+                "(8 warps), BLOCK_N 32 and 2 stages, q, out and KV of one dtype, "
+                "16-byte-aligned buffers and strides that are multiples of 16 elements, "
+                "Triton 3.6's Gluon and an SM8x, SM90 or SM12x GPU"
+            )
+        _sparse_mla_mma_kernel[(programs,)](
+            *args, 1.0, BLOCK_H=block_h, BLOCK_N=32, **common, W=warps, num_warps=warps
         )
         return
     if cfg.get("MMA_V2"):

@@ -1245,7 +1245,27 @@ def plan_r17c() -> list[tuple[int, int, dict[str, int], int]]:
     return _expand([(b, h, (None,), tiles) for b in (128, 32, 8) for h in (64, 128)])
 
 
+def plan_r17d() -> list[tuple[int, int, dict[str, int], int]]:
+    """16-bit rows (run with --dtypes bf16 --check): 8, 16 and 32 heads on a 99 KB GPU. The
+    16- and 32-head tl.dot tiles the plan gives it (93 and 76 KB; two programs per SM on the
+    H200, one on SM120) and the same tiles one per SM, against the mma.sync tiles with q in
+    registers (75-76 KB; 4 or 8 warps: two along the keys, the others along the heads, 8
+    heads each; 8 heads padded to 16), one per SM as on SM120 and two per SM; the plan's
+    tl.dot tile first and last."""
+    tl_dot = {"BLOCK_H": 16, "BLOCK_N": 32, "num_warps": 4, "num_stages": 3, "WAVES": 2,
+              "PREFETCH_IDX": 1}  # fmt: skip
+    mma = {"BLOCK_H": 16, "BLOCK_N": 32, "num_warps": 4, "num_stages": 2, "WAVES": 1,
+           "MMA_V2": 1}  # fmt: skip
+    tiles = [tl_dot, {**tl_dot, "WAVES": 1}, mma, {**mma, "WAVES": 2}, tl_dot]
+    cases = [(b, h, (None,), tiles) for b in (128, 32, 8, 1) for h in (8, 16)]
+    blocks = {"BLOCK_H": 32, "BLOCK_N": 32, "num_warps": 4, "num_stages": 2, "WAVES": 2}
+    mma32 = {**mma, "BLOCK_H": 32, "num_warps": 8}
+    tiles = [blocks, {**blocks, "WAVES": 1}, mma32, {**mma32, "WAVES": 2}, blocks]
+    return _expand(cases + [(b, 32, (None,), tiles) for b in (128, 32, 8)])
+
+
 PLANS = {
+    "r17d": plan_r17d,
     "r17c": plan_r17c,
     "r17b": plan_r17b,
     "r17": plan_r17,

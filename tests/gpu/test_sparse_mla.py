@@ -555,6 +555,43 @@ def test_16bit_mma_tile(
 
 @pytest.mark.gpu
 @pytest.mark.parametrize(
+    ("num_heads", "num_tokens", "topk", "dtype"),
+    [
+        (16, 5, 2000, torch.bfloat16),
+        (8, 4, 2048, torch.float16),
+        (12, 3, 300, torch.bfloat16),
+        (1, 2, 64, torch.bfloat16),
+        (32, 3, 2000, torch.bfloat16),
+        (20, 2, 700, torch.float16),
+    ],
+)
+def test_16bit_mma_tile_16_32_heads(
+    kmod: ModuleType, num_heads: int, num_tokens: int, topk: int, dtype: torch.dtype
+) -> None:
+    """The 64-head mma.sync tile's 16- and 32-head twins over 16-bit rows (4 and 8 warps: two
+    along the keys, the others along the heads; fewer heads padded; run here on Hopper):
+    over 1, 3 and 16 splits, NaN in every row not selected, a q 2^18 (fp16: 2^14) times
+    larger; a q of another dtype than the rows and a tile it does not implement are refused."""
+    if not kmod._gluon_mma_usable(torch.cuda.get_device_capability(), proxy=True):
+        pytest.skip("the mma.sync tiles need Triton 3.6's Gluon and an SM80+ GPU")
+    gen = torch.Generator(device="cuda").manual_seed(zlib.crc32(f"mma16h-{num_heads}".encode()))
+    q, kv, idx = _make_inputs(gen, num_tokens, num_heads, topk, dtype, "mixed")
+    block_h = 16 if num_heads <= 16 else 32
+    cfg = {"BLOCK_H": block_h, "BLOCK_N": 32, "num_warps": block_h // 4, "num_stages": 2,
+           "WAVES": 1, "MMA_V2": 1}  # fmt: skip
+    for splits in (1, 3, 16):
+        _check(kmod, q, kv, idx, num_splits=splits, config=cfg)
+    big = 2.0**18 if dtype == torch.bfloat16 else 2.0**14  # within fp16's range
+    _check(kmod, q * big, kv, idx, _SM_SCALE / big, config=cfg)
+    with pytest.raises(ValueError, match="MMA_V2 over 16-bit rows with up to 32 heads needs"):
+        kmod.sparse_mla_decode(q, kv, idx, _SM_SCALE, config={**cfg, "num_stages": 3})
+    other = torch.float16 if dtype == torch.bfloat16 else torch.bfloat16
+    with pytest.raises(ValueError, match="MMA_V2 over 16-bit rows with up to 32 heads needs"):
+        kmod.sparse_mla_decode(q.to(other), kv, idx, _SM_SCALE, config=cfg)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize(
     ("num_heads", "num_tokens", "topk"), [(64, 5, 2000), (40, 3, 300), (128, 3, 700), (33, 2, 64)]
 )
 def test_fp8_e4m3_mma_tile_64_heads(
