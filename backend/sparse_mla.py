@@ -1613,14 +1613,15 @@ def _default_config(
     that fits the device's shared memory, or a Gluon tile. ``WAVES`` is how many programs per
     SM the split count aims for. ``wgmma`` (Hopper, 16-bit rows) picks the Gluon kernels: the
     swapped tile for up to 16 heads (two 64-row stages, ~158-168 KB, one per SM; NOTES.md
-    round 8), the 32-head mma.sync tile for 17-32 (NOTES.md round 17) and the 64-head tile
-    for 33+ (NOTES.md round 6).
+    round 8), the 32-head mma.sync tile for 17-32 (NOTES.md round 17; e4m3 rows too) and the
+    64-head tile for 33+ (NOTES.md round 6).
     With fp8 e4m3 rows (under a bf16 q) it picks the swapped e4m3 tile for up to 16 heads
     and, with two warpgroups, for 33+ (NOTES.md rounds 12 and 14); other heads and formats
     keep the tl.dot tiles. ``gluon_mma`` (SM8x, SM120: Triton 3.6's Gluon) picks the e4m3
     tile with mma.sync for fp8 e4m3 rows under a bf16 q with up to 16 heads (NOTES.md round
-    15), the mma.sync tiles with q in registers for 16-bit rows with up to 32 heads, and for
-    33+ heads (16-bit or e4m3 rows) where no 64-head tl.dot tile fits (NOTES.md round 17).
+    15), the mma.sync tiles with q in registers for 16-bit rows with up to 32 heads and e4m3
+    rows with 17-32, and for 33+ heads (16-bit or e4m3 rows) where no 64-head tl.dot tile fits
+    (NOTES.md round 17).
     """
     reason = _unsupported(num_heads, kv_format, limits)
     if reason is not None:
@@ -1631,10 +1632,12 @@ def _default_config(
         block_h = 8 if num_heads <= 8 else 16
         return {"BLOCK_H": block_h, "BLOCK_N": 64, "num_warps": block_h // 2, "num_stages": 2,
                 "WAVES": 1, "MMA_V2": 1}  # fmt: skip
-    if kv_format == "16bit" and num_heads <= 32 and (gluon_mma or (wgmma and num_heads > 16)):
-        # q in registers, two warps along the keys and one per 8 heads (75-76 KB, one program
-        # per SM): 1.06-1.33x over the 16-head tl.dot tile one per SM at B >= 8, 1.27-1.69x
-        # over the 32-head one (NOTES.md round 17). Hopper keeps its swapped tile for 16.
+    mma_rows = kv_format == "16bit" or (kv_format == "fp8" and num_heads > 16)
+    if mma_rows and num_heads <= 32 and (gluon_mma or (wgmma and num_heads > 16)):
+        # q in registers, two warps along the keys and one per 8 heads (one program per SM):
+        # 16-bit rows 1.06-1.33x over the 16-head tl.dot tile one per SM at B >= 8,
+        # 1.27-1.69x over the 32-head one; e4m3 rows with 17-32 heads 1.02-1.37x over the
+        # e4m3 tl.dot tiles (NOTES.md round 17). Hopper keeps its swapped tiles for up to 16.
         block_h = 16 if num_heads <= 16 else 32
         return {"BLOCK_H": block_h, "BLOCK_N": 32, "num_warps": block_h // 4, "num_stages": 2,
                 "WAVES": 1, "MMA_V2": 1}  # fmt: skip
@@ -1917,19 +1920,24 @@ def _launch_gluon(
             *args, float(kv_scale), BLOCK_H=64, BLOCK_N=block_n, **common, W=8, num_warps=8
         )
         return
-    if cfg.get("MMA_V2") and kv_format == "16bit":
+    if cfg.get("MMA_V2") and (kv_format == "16bit" or block_h == 32):
         warps = block_h // 4  # two along the keys, one per 8 heads
-        tile_ok = block_h in (16, 32) and (block_n, stages, cfg["num_warps"]) == (32, 2, warps)
-        if not (tile_ok and inputs_ok and _gluon_mma_usable(capability, proxy=True)):
+        tile_ok = block_h in (16, 32) and (block_n, cfg["num_warps"]) == (32, warps)
+        stages_ok = stages == 2 or (kv_format == "fp8" and stages in (3, 4))
+        if not (tile_ok and stages_ok and inputs_ok and kv_format in ("16bit", "fp8")) or not (
+            _gluon_mma_usable(capability, proxy=True)
+        ):
             raise ValueError(
-                "MMA_V2 over 16-bit rows with up to 32 heads needs BLOCK_H 16 (4 warps) or 32 "
-                "(8 warps), BLOCK_N 32 and 2 stages, q, out and KV of one dtype, "
+                "MMA_V2 with up to 32 heads needs BLOCK_H 16 (4 warps) or 32 (8 warps), "
+                "BLOCK_N 32 and 2 stages over 16-bit rows (q, out and KV of one dtype), or "
+                "BLOCK_H 32 and 2 to 4 stages over fp8 e4m3 rows under a bf16 q and out; "
                 "16-byte-aligned buffers and strides that are multiples of 16 elements, "
                 "Triton 3.6's Gluon and an SM8x, SM90 or SM12x GPU"
             )
         _sparse_mla_mma_kernel[(programs,)](
-            *args, 1.0, BLOCK_H=block_h, BLOCK_N=32, **common, W=warps, num_warps=warps
-        )
+            *args, float(kv_scale), BLOCK_H=block_h, BLOCK_N=32, **common, W=warps,
+            num_warps=warps,
+        )  # fmt: skip
         return
     if cfg.get("MMA_V2"):
         warps = cfg["num_warps"]

@@ -466,9 +466,9 @@ def portable_md(rows: list[dict[str, Any]]) -> list[str]:
         "## Portable (tl.dot) path, same run and baseline",
         "",
         "`tl.dot` = the tl.dot tile for this GPU's shared memory (no Gluon kernels); `SM120 tile` ="
-        " the tile the plan picks for a 99 KB GPU (SM120, SM86/89), run here (fp8 e4m3 rows"
-        " with up to 16 heads under Triton 3.6: the e4m3 Gluon tile with mma.sync, one program"
-        " per SM as on SM120; other rows: a tl.dot tile); `gather` = a bare "
+        " the tile the plan picks for a 99 KB GPU (SM120, SM86/89), run here (under Triton 3.6"
+        " the Gluon tiles with mma.sync, one program per SM as on SM120, for 16-bit and e4m3"
+        " rows; fp8_ds_mla rows and other Tritons: a tl.dot tile); `gather` = a bare "
         "gather of the same rows (`_row_gather_kernel`: loads them as int32 words and sums "
         "them; the fastest of four shapes).",
         "",
@@ -1264,7 +1264,23 @@ def plan_r17d() -> list[tuple[int, int, dict[str, int], int]]:
     return _expand(cases + [(b, 32, (None,), tiles) for b in (128, 32, 8)])
 
 
+def plan_r17e() -> list[tuple[int, int, dict[str, int], int]]:
+    """fp8 e4m3 rows, 32 heads (run with --dtypes e4m3 --check): the 32-head e4m3 tl.dot tile
+    a 99 KB GPU gets (the bits, 92 KB) and the H200's (the latent gathered per dot, 107 KB),
+    against the 32-head mma.sync tile with q's two e4m3 parts in registers (8 warps) at 2, 3
+    and 4 stages of 32 rows; the 99 KB tl.dot tile first and last."""
+    bits = {"BLOCK_H": 32, "BLOCK_N": 32, "num_warps": 4, "num_stages": 2, "WAVES": 2,
+            "FP16_DOTS": 1, "E4M3_BITS": 1, "V_ASM": 1}  # fmt: skip
+    twice = {"BLOCK_H": 32, "BLOCK_N": 32, "num_warps": 4, "num_stages": 2, "WAVES": 2,
+             "FP8_TWICE": 1, "FP16_DOTS": 1, "V_ASM": 1}  # fmt: skip
+    mma = {"BLOCK_H": 32, "BLOCK_N": 32, "num_warps": 8, "num_stages": 2, "WAVES": 1,
+           "MMA_V2": 1}  # fmt: skip
+    tiles = [bits, twice, mma, {**mma, "num_stages": 3}, {**mma, "num_stages": 4}, bits]
+    return _expand([(b, 32, (None,), tiles) for b in (128, 32, 8)])
+
+
 PLANS = {
+    "r17e": plan_r17e,
     "r17d": plan_r17d,
     "r17c": plan_r17c,
     "r17b": plan_r17b,

@@ -525,83 +525,58 @@ def test_fp8_e4m3_mma_tile(kmod: ModuleType, num_heads: int, num_tokens: int, to
         (40, 3, 300, torch.bfloat16),
         (128, 3, 700, torch.bfloat16),
         (33, 2, 64, torch.float16),
+        (32, 3, 2000, torch.bfloat16),
+        (20, 2, 700, torch.float16),
+        (16, 5, 2000, torch.bfloat16),
+        (8, 4, 2048, torch.float16),
+        (12, 3, 300, torch.bfloat16),
+        (1, 2, 64, torch.bfloat16),
     ],
 )
 def test_16bit_mma_tile(
     kmod: ModuleType, num_heads: int, num_tokens: int, topk: int, dtype: torch.dtype
 ) -> None:
-    """The 64-head Gluon tile with mma.sync over 16-bit rows (q in registers; a 99 KB GPU's
-    choice for 33+ heads under Triton 3.6; run here on Hopper, which has mma.sync too): 32-row
-    tiles at 2 stages and 16-row tiles at 4, over 1, 3 and 16 splits, NaN in every row not
-    selected, padded head blocks (33, 40 heads), two blocks (128), a q 2^18 (fp16: 2^14) times
-    larger; a q of another dtype than the rows and a tile it does not implement are refused."""
+    """The Gluon tiles with mma.sync and q in registers over 16-bit rows (run here on Hopper,
+    which has mma.sync too): 64 heads on 8 warps along the heads (32-row tiles at 2 stages and
+    16-row tiles at 4), 32 and 16 heads on 8 and 4 warps (two along the keys); over 1, 3 and
+    16 splits, NaN in every row not selected, padded head blocks, two blocks (128), a q 2^18
+    (fp16: 2^14) times larger; a q of another dtype than the rows and a tile it does not
+    implement are refused."""
     if not kmod._gluon_mma_usable(torch.cuda.get_device_capability(), proxy=True):
         pytest.skip("the mma.sync tiles need Triton 3.6's Gluon and an SM80+ GPU")
     gen = torch.Generator(device="cuda").manual_seed(zlib.crc32(f"mma16-{num_heads}".encode()))
     q, kv, idx = _make_inputs(gen, num_tokens, num_heads, topk, dtype, "mixed")
-    cfg = {"BLOCK_H": 64, "BLOCK_N": 32, "num_warps": 8, "num_stages": 2, "WAVES": 1, "MMA_V2": 1}
-    for block_n, stages in ((32, 2), (16, 4)):
+    block_h = 16 if num_heads <= 16 else 32 if num_heads <= 32 else 64
+    cfg = {"BLOCK_H": block_h, "BLOCK_N": 32, "num_warps": 8 if block_h == 64 else block_h // 4,
+           "num_stages": 2, "WAVES": 1, "MMA_V2": 1}  # fmt: skip
+    for block_n, stages in ((32, 2), (16, 4)) if block_h == 64 else ((32, 2),):
         for splits in (1, 3, 16):
             tile = {**cfg, "BLOCK_N": block_n, "num_stages": stages}
             _check(kmod, q, kv, idx, num_splits=splits, config=tile)
     big = 2.0**18 if dtype == torch.bfloat16 else 2.0**14  # within fp16's range
     _check(kmod, q * big, kv, idx, _SM_SCALE / big, config=cfg)
-    with pytest.raises(ValueError, match="MMA_V2 with 64 heads needs"):
+    refused = "MMA_V2 with 64 heads needs" if block_h == 64 else "MMA_V2 with up to 32 heads needs"
+    with pytest.raises(ValueError, match=refused):
         kmod.sparse_mla_decode(q, kv, idx, _SM_SCALE, config={**cfg, "num_stages": 3})
     other = torch.float16 if dtype == torch.bfloat16 else torch.bfloat16
-    with pytest.raises(ValueError, match="MMA_V2 with 64 heads needs"):
+    with pytest.raises(ValueError, match=refused):
         kmod.sparse_mla_decode(q.to(other), kv, idx, _SM_SCALE, config=cfg)
 
 
 @pytest.mark.gpu
 @pytest.mark.parametrize(
-    ("num_heads", "num_tokens", "topk", "dtype"),
-    [
-        (16, 5, 2000, torch.bfloat16),
-        (8, 4, 2048, torch.float16),
-        (12, 3, 300, torch.bfloat16),
-        (1, 2, 64, torch.bfloat16),
-        (32, 3, 2000, torch.bfloat16),
-        (20, 2, 700, torch.float16),
-    ],
+    ("num_heads", "num_tokens", "topk"),
+    [(64, 5, 2000), (40, 3, 300), (128, 3, 700), (33, 2, 64), (32, 4, 2000), (20, 3, 300)],
 )
-def test_16bit_mma_tile_16_32_heads(
-    kmod: ModuleType, num_heads: int, num_tokens: int, topk: int, dtype: torch.dtype
-) -> None:
-    """The 64-head mma.sync tile's 16- and 32-head twins over 16-bit rows (4 and 8 warps: two
-    along the keys, the others along the heads; fewer heads padded; run here on Hopper):
-    over 1, 3 and 16 splits, NaN in every row not selected, a q 2^18 (fp16: 2^14) times
-    larger; a q of another dtype than the rows and a tile it does not implement are refused."""
-    if not kmod._gluon_mma_usable(torch.cuda.get_device_capability(), proxy=True):
-        pytest.skip("the mma.sync tiles need Triton 3.6's Gluon and an SM80+ GPU")
-    gen = torch.Generator(device="cuda").manual_seed(zlib.crc32(f"mma16h-{num_heads}".encode()))
-    q, kv, idx = _make_inputs(gen, num_tokens, num_heads, topk, dtype, "mixed")
-    block_h = 16 if num_heads <= 16 else 32
-    cfg = {"BLOCK_H": block_h, "BLOCK_N": 32, "num_warps": block_h // 4, "num_stages": 2,
-           "WAVES": 1, "MMA_V2": 1}  # fmt: skip
-    for splits in (1, 3, 16):
-        _check(kmod, q, kv, idx, num_splits=splits, config=cfg)
-    big = 2.0**18 if dtype == torch.bfloat16 else 2.0**14  # within fp16's range
-    _check(kmod, q * big, kv, idx, _SM_SCALE / big, config=cfg)
-    with pytest.raises(ValueError, match="MMA_V2 over 16-bit rows with up to 32 heads needs"):
-        kmod.sparse_mla_decode(q, kv, idx, _SM_SCALE, config={**cfg, "num_stages": 3})
-    other = torch.float16 if dtype == torch.bfloat16 else torch.bfloat16
-    with pytest.raises(ValueError, match="MMA_V2 over 16-bit rows with up to 32 heads needs"):
-        kmod.sparse_mla_decode(q.to(other), kv, idx, _SM_SCALE, config=cfg)
-
-
-@pytest.mark.gpu
-@pytest.mark.parametrize(
-    ("num_heads", "num_tokens", "topk"), [(64, 5, 2000), (40, 3, 300), (128, 3, 700), (33, 2, 64)]
-)
-def test_fp8_e4m3_mma_tile_64_heads(
+def test_fp8_e4m3_mma_tile_32_64_heads(
     kmod: ModuleType, num_heads: int, num_tokens: int, topk: int
 ) -> None:
-    """The 64-head mma.sync tile over fp8 e4m3 rows (q's two e4m3 parts in registers, V
-    widened in registers; a 99 KB GPU's choice for 33+ heads under Triton 3.6; run here on
-    Hopper): 32-row tiles at 4 stages, 16-row at 8 and 64-row at 2, over 1, 3 and 16 splits,
-    rows 640 bytes apart with NaN between them, padded head blocks, two blocks (128), a q 2^18
-    times larger; an fp16 q and stages that cannot hold q are refused."""
+    """The mma.sync tiles with q in registers over fp8 e4m3 rows (q's two e4m3 parts, V
+    widened in registers; a 99 KB GPU's choice for 17+ heads under Triton 3.6; run here on
+    Hopper): 64 heads in 32-row tiles at 4 stages, 16-row at 8 and 64-row at 2, 32 heads in
+    32-row tiles at 2, 3 and 4 stages; over 1, 3 and 16 splits, rows 640 bytes apart with NaN
+    between them, padded head blocks, two blocks (128), a q 2^18 times larger; an fp16 q and
+    stages that cannot hold q (or do not fit) are refused."""
     if not kmod._gluon_mma_usable(torch.cuda.get_device_capability(), proxy=True):
         pytest.skip("the mma.sync tiles need Triton 3.6's Gluon and an SM80+ GPU")
     gen = torch.Generator(device="cuda").manual_seed(zlib.crc32(f"mma8-{num_heads}".encode()))
@@ -610,16 +585,20 @@ def test_fp8_e4m3_mma_tile_64_heads(
     rows = _e4m3_rows_640_apart(kv, kv_scale)
     sm120 = kmod.DeviceLimits((12, 0), 101376)
     cfg = kmod._default_config(num_heads, "fp8", limits=sm120, gluon_mma=True)
-    assert cfg == {"BLOCK_H": 64, "BLOCK_N": 32, "num_warps": 8, "num_stages": 4, "WAVES": 1,
-                   "MMA_V2": 1}  # fmt: skip
-    for block_n, stages in ((32, 4), (16, 8), (64, 2)):
+    wide = num_heads > 32
+    assert cfg == {"BLOCK_H": 64 if wide else 32, "BLOCK_N": 32, "num_warps": 8,
+                   "num_stages": 4 if wide else 2, "WAVES": 1, "MMA_V2": 1}  # fmt: skip
+    tiles = ((32, 4), (16, 8), (64, 2)) if wide else ((32, 2), (32, 3), (32, 4))
+    for block_n, stages in tiles:
         for splits in (1, 3, 16):
             tile = {**cfg, "BLOCK_N": block_n, "num_stages": stages}
             _check(kmod, q, rows, idx, num_splits=splits, config=tile, kv_scale=kv_scale)
     _check(kmod, q * 2.0**18, rows, idx, _SM_SCALE * 2.0**-18, config=cfg, kv_scale=kv_scale)
-    with pytest.raises(ValueError, match="MMA_V2 with 64 heads needs"):
-        kmod.sparse_mla_decode(q, rows, idx, _SM_SCALE, config={**cfg, "num_stages": 2})
-    with pytest.raises(ValueError, match="MMA_V2 with 64 heads needs"):
+    refused = "MMA_V2 with 64 heads needs" if wide else "MMA_V2 with up to 32 heads needs"
+    with pytest.raises(ValueError, match=refused):
+        bad = {**cfg, "num_stages": 2 if wide else 5}
+        kmod.sparse_mla_decode(q, rows, idx, _SM_SCALE, config=bad, kv_scale=kv_scale)
+    with pytest.raises(ValueError, match=refused):
         kmod.sparse_mla_decode(q.half(), rows, idx, _SM_SCALE, config=cfg, kv_scale=kv_scale)
 
 

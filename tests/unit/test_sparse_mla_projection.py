@@ -24,4 +24,6 @@ def test_projection_matches_the_committed_benchmark() -> None:
         assert 0 < row["efficiency"] <= 1.0
         assert row["projected_us"] >= row["rtx_floor_us"]
         assert row["config"] == measured["sm120_config"]
-        assert row["config"]["BLOCK_H"] <= 32 or row["H"] <= 16  # a 99 KB GPU's tiles
+        # A 99 KB GPU's tiles: tl.dot up to 32 heads, or mma.sync with q in registers (whose
+        # fit for sm_120 the compile-for-every-target test checks).
+        assert row["config"]["BLOCK_H"] <= 32 or row["config"].get("MMA_V2") == 1

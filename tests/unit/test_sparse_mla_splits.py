@@ -181,7 +181,8 @@ def test_the_e4m3_mma_tile_is_sm89_and_sm120s_pick(
         assert cfg["MMA_V2"] == 1 and cfg["BLOCK_H"] == block_h and cfg["WAVES"] == 1
         assert cfg["num_warps"] == block_h // 2  # groups of 4 warps, 8 heads each
         assert not kmod._default_config(heads, "fp8", limits=sm120).get("MMA_V2")
-    assert not kmod._default_config(32, "fp8", limits=sm120, gluon_mma=True).get("MMA_V2")
+    wide = kmod._default_config(32, "fp8", limits=sm120, gluon_mma=True)
+    assert wide["MMA_V2"] == 1 and wide["BLOCK_H"] == 32  # the tile with q in registers
 
     def plan(tokens: int, config: dict[str, int] | None) -> dict[str, int]:
         return kmod._plan(tokens, 8, 2048, gpu, 2, config, "fp8", False, sm120, True)[0]
@@ -219,7 +220,8 @@ def test_up_to_32_heads_over_16bit_rows_on_mma_sync(kmod: ModuleType) -> None:
     """16-bit rows with up to 32 heads: where the mma.sync tiles may run (SM80-89, SM120), the
     plan takes the 16- or 32-head tile with q in registers (4 or 8 warps, one program per
     SM) instead of the tl.dot tiles; Hopper takes the 32-head one for 17-32 heads and keeps
-    its swapped tile for up to 16; without Gluon (or on SM100) the tl.dot tiles stay."""
+    its swapped tile for up to 16; e4m3 rows take the 32-head one for 17-32 heads; without
+    Gluon (or on SM100) the tl.dot tiles stay."""
     for capability, smem in (((12, 0), 101376), ((8, 6), 101376), ((8, 0), 166912)):
         limits = kmod.DeviceLimits(capability, smem)
         for heads, block_h in ((1, 16), (8, 16), (16, 16), (17, 32), (32, 32)):
@@ -229,6 +231,12 @@ def test_up_to_32_heads_over_16bit_rows_on_mma_sync(kmod: ModuleType) -> None:
             assert not kmod._default_config(heads, "16bit", limits=limits).get("MMA_V2")
     for heads, kernel in ((8, "WGMMA"), (16, "WGMMA"), (24, "MMA_V2"), (32, "MMA_V2")):
         assert kmod._default_config(heads, "16bit", wgmma=True).get(kernel) == 1
+        assert kmod._default_config(heads, "fp8", wgmma=True).get(kernel) == 1
+    sm89 = kmod.DeviceLimits((8, 9), 101376)
+    for heads in (17, 32):  # e4m3 rows with 17-32 heads: 8 warps, 2 stages
+        cfg = kmod._default_config(heads, "fp8", limits=sm89, gluon_mma=True)
+        assert cfg == {"BLOCK_H": 32, "BLOCK_N": 32, "num_warps": 8, "num_stages": 2,
+                       "WAVES": 1, "MMA_V2": 1}  # fmt: skip
     sm100 = kmod.DeviceLimits((10, 0), 232448)
     assert not kmod._gluon_tile(kmod._default_config(24, "16bit", limits=sm100))
 
