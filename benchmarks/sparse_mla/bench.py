@@ -1279,7 +1279,25 @@ def plan_r17e() -> list[tuple[int, int, dict[str, int], int]]:
     return _expand([(b, 32, (None,), tiles) for b in (128, 32, 8)])
 
 
+def plan_r18() -> list[tuple[int, int, dict[str, int], int]]:
+    """fp8_ds_mla rows (run with --dtypes fp8 --check, on this module and with ``--kernel`` on
+    the dequantizing one): 16-, 32- and 64-head tiles, 4 or 8 warps, the latent kept for P.V
+    or gathered again (``FP8_TWICE``); the plan's splits; the first tile first and last."""
+    tile = {"BLOCK_H": 16, "BLOCK_N": 32, "num_warps": 4, "num_stages": 2, "WAVES": 2}
+    twice = {**tile, "FP8_TWICE": 1}
+    block32 = {**tile, "BLOCK_H": 32}
+    common = [tile, twice, {**tile, "num_warps": 8}, block32, {**block32, "num_warps": 8}]
+    small = [*common, {**tile, "BLOCK_N": 16}, {**tile, "num_stages": 3, "PREFETCH_IDX": 1}]
+    wide = {"BLOCK_H": 64, "BLOCK_N": 32, "num_warps": 8, "num_stages": 2, "WAVES": 1}
+    large = [*common, wide, {**wide, "BLOCK_N": 16}, {**wide, "FP8_TWICE": 1}]
+    cases = [(b, 16, (None,), [*small, tile]) for b in (128, 32, 8)]
+    return _expand(
+        cases + [(b, h, (None,), [*large, tile]) for b in (128, 32, 8) for h in (64, 128)]
+    )
+
+
 PLANS = {
+    "r18": plan_r18,
     "r17e": plan_r17e,
     "r17d": plan_r17d,
     "r17c": plan_r17c,
@@ -1317,6 +1335,9 @@ PLANS = {
 }
 
 
+FP8_DS_PLANS = ("fp8", "r18")  # the plans for fp8_ds_mla rows
+
+
 def check_point(kmod: types.ModuleType, case: Case) -> dict[str, float]:
     """Relative error of the last timed call's out and lse against the float32 reference."""
     scale = E4M3_SCALE if case.kv.dtype == torch.float8_e4m3fn else 1.0
@@ -1334,8 +1355,8 @@ def run_sweep_v2(
     cases: dict[tuple[int, int], Case] = {}
     combine = kmod._sparse_mla_combine_kernel
     name = args.dtypes.split(",")[0]  # the rows every point runs on
-    if (args.plan == "fp8") != (name == "fp8") or (args.plan == "sm120" and name == "fp8"):
-        raise SystemExit("--plan fp8 goes with --dtypes fp8 (and only it)")
+    if (args.plan in FP8_DS_PLANS) != (name == "fp8"):
+        raise SystemExit(f"--plan {' or '.join(FP8_DS_PLANS)} goes with --dtypes fp8 (and only it)")
     for batch, heads, cfg, splits in PLANS[args.plan]():
         key = (batch, heads)
         if key not in cases:

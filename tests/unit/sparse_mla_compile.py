@@ -100,6 +100,11 @@ def _split_job(module, arch: int, kv_format: str, cfg: dict) -> dict:
         shape = {"BLOCK_H": cfg["BLOCK_H"]} if swapped else {"BLOCK_N": cfg["BLOCK_N"]}
         constexprs = {**shape, "NUM_STAGES": cfg["num_stages"]}
         pointers["PO"] = "bf16"  # 16-bit partials
+    elif cfg.get("FP8_GROUPS"):
+        kernel = "_sparse_mla_ds_split_kernel"
+        constexprs = {"BLOCK_H": cfg["BLOCK_H"], "BLOCK_N": cfg["BLOCK_N"]}
+        constexprs["PREFETCH_IDX"] = bool(cfg.get("PREFETCH_IDX", 0))
+        constexprs["FP8_TWICE"] = bool(cfg.get("FP8_TWICE", 0))
     else:
         kernel = "_sparse_mla_split_kernel"
         constexprs = {

@@ -121,6 +121,8 @@ def test_every_planned_config_fits_the_target(
             assert "_sparse_mla_mma_kernel" in kinds
         if capability >= (8, 9):
             assert "_sparse_mla_mma_e4m3_kernel" in kinds
+    if capability >= (8, 9):  # fp8_ds_mla rows have their own split kernel
+        assert "_sparse_mla_ds_split_kernel" in kinds
     formats = {j["kv_format"] for j in jobs} - {None}
     assert formats == ({"16bit"} if arch in (80, 86) else set(kmod.KV_FORMATS))
     for job in jobs:
@@ -129,7 +131,7 @@ def test_every_planned_config_fits_the_target(
         assert job["shared"] <= smem, f"{what}: {job['shared']} B of shared memory > {smem}"
         assert job["regs"] <= 255, what
         assert job["regs"] * job["num_warps"] * 32 <= 65536, what
-        if job["kernel"] == "_sparse_mla_split_kernel":
+        if job["kernel"] in ("_sparse_mla_split_kernel", "_sparse_mla_ds_split_kernel"):
             heads = min(64, max(16, job["config"]["BLOCK_H"]))
             declared = [
                 need[family]
@@ -160,7 +162,7 @@ def test_small_shared_memory_gets_smaller_tiles(kmod: ModuleType) -> None:
     sm120 = kmod.DeviceLimits(*TARGETS[120])
     assert kmod._default_config(64, limits=sm120)["BLOCK_H"] == 32
     assert kmod._default_config(128, "fp8", limits=sm120)["BLOCK_H"] == 32
-    assert kmod._default_config(64, "fp8_ds_mla", limits=sm120)["BLOCK_H"] == 16
+    assert kmod._default_config(64, "fp8_ds_mla", limits=sm120)["BLOCK_H"] == 64  # grouped, 87 KB
     sm100 = kmod.DeviceLimits(*TARGETS[100])
     assert kmod._default_config(64, limits=sm100)["BLOCK_N"] == 32
     assert kmod._default_config(64, limits=kmod.H200_LIMITS)["BLOCK_N"] == 64
