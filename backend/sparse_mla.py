@@ -131,6 +131,31 @@ def _e4m3_bits_to_f16(x):
 
 
 @triton.jit
+def _index_tile(idx_base, n0, end, BLOCK_N: tl.constexpr):
+    """The top-k entries [n0, n0 + BLOCK_N) of a split ending at ``end``; -1 past it."""
+    offs = n0 + tl.arange(0, BLOCK_N)
+    return tl.load(idx_base + offs, mask=offs < end, other=-1)
+
+
+@triton.jit
+def _softmax_step(s, m_i, l_i):
+    """One tile of the online softmax in base 2: (p, alpha, m_new, l_new). While a head has seen
+    no valid key, m is -inf: it shifts by 0 to avoid (-inf) - (-inf)."""
+    m_new = tl.maximum(m_i, tl.max(s, 1))
+    m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
+    alpha = tl.exp2(m_i - m_safe)
+    p = tl.exp2(s - m_safe[:, None])
+    return p, alpha, m_new, l_i * alpha + tl.sum(p, 1)
+
+
+@triton.jit
+def _lse2(m_i, l_i):
+    """Base-2 LSE of a head's scores; -inf for a head that saw no valid key."""
+    empty = l_i == 0.0
+    return tl.where(empty, float("-inf"), m_i + tl.log2(tl.where(empty, 1.0, l_i)))
+
+
+@triton.jit
 def _sparse_mla_split_kernel(
     Q,
     KV,
@@ -226,16 +251,13 @@ def _sparse_mla_split_kernel(
         # Triton's pipeliner chains it to the gather and waits for every copy at the top of each
         # iteration, so no gather overlaps the dots; this way num_stages=3 keeps the next gather
         # in flight (NOTES.md round 4). It costs registers, which the 64-head tile lacks.
-        offs_first = start + tl.arange(0, BLOCK_N)
-        idx_next = tl.load(idx_base + offs_first, mask=offs_first < end, other=-1)
+        idx_next = _index_tile(idx_base, start, end, BLOCK_N)
     for n0 in range(start, end, BLOCK_N):
         if PREFETCH_IDX:
             idx = idx_next
-            offs_next = n0 + BLOCK_N + tl.arange(0, BLOCK_N)
-            idx_next = tl.load(idx_base + offs_next, mask=offs_next < end, other=-1)
+            idx_next = _index_tile(idx_base, n0 + BLOCK_N, end, BLOCK_N)
         else:
-            offs_n = n0 + tl.arange(0, BLOCK_N)
-            idx = tl.load(idx_base + offs_n, mask=offs_n < end, other=-1)
+            idx = _index_tile(idx_base, n0, end, BLOCK_N)
         valid = (idx >= 0) & (idx < num_rows)
         # int64 row offsets: caches beyond 2^31 elements are normal.
         row = KV + idx.to(tl.int64) * stride_kv
@@ -280,12 +302,7 @@ def _sparse_mla_split_kernel(
             s = s * qk_scale
         s = tl.where(valid[None, :], s, float("-inf"))
 
-        m_new = tl.maximum(m_i, tl.max(s, 1))
-        # While a head has seen no valid key, m is -inf: shift by 0 to avoid (-inf) - (-inf).
-        m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
-        alpha = tl.exp2(m_i - m_safe)
-        p = tl.exp2(s - m_safe[:, None])
-        l_i = l_i * alpha + tl.sum(p, 1)
+        p, alpha, m_new, l_i = _softmax_step(s, m_i, l_i)
         # V is (part of) the first 512 columns of the same tile: no second gather.
         acc = tl.dot(p.to(kv_ty), kv, acc * alpha[:, None])
         m_i = m_new
@@ -294,7 +311,7 @@ def _sparse_mla_split_kernel(
     out = acc / tl.where(empty, 1.0, l_i)[:, None]
     if KV_FMT == 2:
         out = out * v_scale
-    lse2 = tl.where(empty, float("-inf"), m_i + tl.log2(tl.where(empty, 1.0, l_i)))
+    lse2 = _lse2(m_i, l_i)
     lse_mask = mask_h & ((offs_h * 0 + dvh) == 0)  # one writer per LSE
     if IS_SPLIT:
         # Partials: PO [T, S, H, D_V] and PLSE [T, S, H], fp32, base-2 LSE.
@@ -393,16 +410,13 @@ def _sparse_mla_ds_split_kernel(
     end = tl.minimum(start + chunk, topk)
     idx_base = IDX + t.to(tl.int64) * stride_it
     if PREFETCH_IDX:
-        offs_first = start + tl.arange(0, BLOCK_N)
-        idx_next = tl.load(idx_base + offs_first, mask=offs_first < end, other=-1)
+        idx_next = _index_tile(idx_base, start, end, BLOCK_N)
     for n0 in range(start, end, BLOCK_N):
         if PREFETCH_IDX:
             idx = idx_next
-            offs_next = n0 + BLOCK_N + tl.arange(0, BLOCK_N)
-            idx_next = tl.load(idx_base + offs_next, mask=offs_next < end, other=-1)
+            idx_next = _index_tile(idx_base, n0 + BLOCK_N, end, BLOCK_N)
         else:
-            offs_n = n0 + tl.arange(0, BLOCK_N)
-            idx = tl.load(idx_base + offs_n, mask=offs_n < end, other=-1)
+            idx = _index_tile(idx_base, n0, end, BLOCK_N)
         valid = (idx >= 0) & (idx < num_rows)
         row = KV + idx.to(tl.int64) * stride_kv  # invalid rows are never read
         k0 = _e4m3_group(row, valid, offs_g, dt, "")
@@ -424,11 +438,7 @@ def _sparse_mla_ds_split_kernel(
         s += tl.dot(q3, tl.trans(k3)) * sc3[None, :]
         s = tl.where(valid[None, :], s * qk_scale, float("-inf"))
 
-        m_new = tl.maximum(m_i, tl.max(s, 1))
-        m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
-        alpha = tl.exp2(m_i - m_safe)
-        p = tl.exp2(s - m_safe[:, None])
-        l_i = l_i * alpha + tl.sum(p, 1)
+        p, alpha, m_new, l_i = _softmax_step(s, m_i, l_i)
         if FP8_TWICE:
             k0 = _e4m3_group(row, valid, offs_g, dt, ".cg")
             k1 = _e4m3_group(row, valid, G + offs_g, dt, ".cg")
@@ -440,9 +450,8 @@ def _sparse_mla_ds_split_kernel(
         acc3 = tl.dot((p * sc3[None, :]).to(dt), k3, acc3 * alpha[:, None])
         m_i = m_new
 
-    empty = l_i == 0.0
-    inv_l = 1.0 / tl.where(empty, 1.0, l_i)
-    lse2 = tl.where(empty, float("-inf"), m_i + tl.log2(tl.where(empty, 1.0, l_i)))
+    inv_l = 1.0 / tl.where(l_i == 0.0, 1.0, l_i)
+    lse2 = _lse2(m_i, l_i)
     if IS_SPLIT:
         row_id = (t * num_splits + split).to(tl.int64) * num_heads + offs_h
         o_ptr = PO + row_id[:, None] * D_V + offs_g[None, :]
