@@ -330,10 +330,31 @@ def _sparse_mla_split_kernel(
 
 
 @triton.jit
-def _e4m3_group(row, valid, offs, out_ty: tl.constexpr, cache: tl.constexpr):
-    """One 128-column group of fp8_ds_mla latents, widened (exactly) but not scaled."""
+def _e4m3_group(
+    row, valid, offs, out_ty: tl.constexpr, cache: tl.constexpr, WIDEN: tl.constexpr = 0
+):
+    """One 128-column group of fp8_ds_mla latents, widened (exactly) but not scaled: to
+    ``out_ty`` (``WIDEN`` 0), or to fp16 by ``_e4m3_to_f16`` (1) or ``_e4m3_bits_to_f16`` (2,
+    2^-8 of the values), which widen in registers right after the load."""
     raw = tl.load(row[:, None] + offs[None, :], mask=valid[:, None], other=0, cache_modifier=cache)
+    if WIDEN == 1:
+        return _e4m3_to_f16(raw)
+    if WIDEN == 2:
+        return _e4m3_bits_to_f16(raw)
     return raw.to(tl.float8e4nv, bitcast=True).to(out_ty)
+
+
+@triton.jit
+def _group_pv(p, sc, k, acc, alpha, FP16_DOTS: tl.constexpr):
+    """One group's P.V step: ``acc * alpha + (p * sc) . k``. In bf16, whose range holds P times
+    any scale; with fp16 groups P times the scales over their largest in the tile (fp16 would
+    lose P times a small scale), that largest folded back into the accumulator."""
+    if FP16_DOTS:
+        top = tl.max(sc, 0)
+        top = tl.where(top > 0.0, top, 1.0)  # an empty tile: p is 0 throughout
+        p16 = (p * (sc / top)[None, :]).to(tl.float16)
+        return tl.dot(p16, k, acc * (alpha / top)[:, None]) * top
+    return tl.dot((p * sc[None, :]).to(k.dtype), k, acc * alpha[:, None])
 
 
 @triton.jit
@@ -371,6 +392,8 @@ def _sparse_mla_ds_split_kernel(
     USE_PDL: tl.constexpr,
     PREFETCH_IDX: tl.constexpr,
     FP8_TWICE: tl.constexpr,  # the latent gathered again for P.V (L1/L2) instead of kept
+    FP16_DOTS: tl.constexpr = False,  # the latent's dots in fp16 (q shifted per head)
+    E4M3_BITS: tl.constexpr = False,  # FP16_DOTS, widened by moving bits (2^-8 of the values)
 ):
     """fp8_ds_mla rows, never dequantized: each row's four 128-column latent groups carry their
     own scale, so the scores are four dots over the widened groups, each times its keys'
@@ -398,6 +421,20 @@ def _sparse_mla_ds_split_kernel(
     q2 = tl.load(q_base + 2 * G + offs_g[None, :], mask=mask_h[:, None], other=0.0)
     q3 = tl.load(q_base + 3 * G + offs_g[None, :], mask=mask_h[:, None], other=0.0)
     q_pe = tl.load(q_base + D_V + offs_pe[None, :], mask=mask_h[:, None], other=0.0)
+    WIDEN: tl.constexpr = 2 if E4M3_BITS else (1 if FP16_DOTS else 0)
+    qk_row = qk_scale + tl.zeros([BLOCK_H], dtype=tl.float32)  # the latent's scores, per head
+    if FP16_DOTS:
+        # The latent's q in fp16, shifted per head as in _sparse_mla_split_kernel (the rope
+        # part stays bf16, as the rows' rope); the shift goes into its scores.
+        amax = tl.maximum(tl.max(tl.abs(q0), 1), tl.max(tl.abs(q1), 1))
+        amax = tl.maximum(amax, tl.maximum(tl.max(tl.abs(q2), 1), tl.max(tl.abs(q3), 1)))
+        shift = tl.maximum(tl.ceil(tl.log2(tl.maximum(amax.to(tl.float32), 1e-30))) - 14.0, 0.0)
+        q0 = (q0.to(tl.float32) * tl.exp2(-shift)[:, None]).to(tl.float16)
+        q1 = (q1.to(tl.float32) * tl.exp2(-shift)[:, None]).to(tl.float16)
+        q2 = (q2.to(tl.float32) * tl.exp2(-shift)[:, None]).to(tl.float16)
+        q3 = (q3.to(tl.float32) * tl.exp2(-shift)[:, None]).to(tl.float16)
+        qk_row = qk_scale * tl.exp2(shift)
+    gdt: tl.constexpr = tl.float16 if FP16_DOTS else dt  # the widened groups' type
 
     m_i = tl.full([BLOCK_H], float("-inf"), dtype=tl.float32)
     l_i = tl.zeros([BLOCK_H], dtype=tl.float32)
@@ -419,35 +456,37 @@ def _sparse_mla_ds_split_kernel(
             idx = _index_tile(idx_base, n0, end, BLOCK_N)
         valid = (idx >= 0) & (idx < num_rows)
         row = KV + idx.to(tl.int64) * stride_kv  # invalid rows are never read
-        k0 = _e4m3_group(row, valid, offs_g, dt, "")
-        k1 = _e4m3_group(row, valid, G + offs_g, dt, "")
-        k2 = _e4m3_group(row, valid, 2 * G + offs_g, dt, "")
-        k3 = _e4m3_group(row, valid, 3 * G + offs_g, dt, "")
+        k0 = _e4m3_group(row, valid, offs_g, gdt, "", WIDEN)
+        k1 = _e4m3_group(row, valid, G + offs_g, gdt, "", WIDEN)
+        k2 = _e4m3_group(row, valid, 2 * G + offs_g, gdt, "", WIDEN)
+        k3 = _e4m3_group(row, valid, 3 * G + offs_g, gdt, "", WIDEN)
         scales = (row + D_V).to(tl.pointer_type(tl.float32))
         sc0 = tl.load(scales + 0, mask=valid, other=0.0)
         sc1 = tl.load(scales + 1, mask=valid, other=0.0)
         sc2 = tl.load(scales + 2, mask=valid, other=0.0)
         sc3 = tl.load(scales + 3, mask=valid, other=0.0)
+        if E4M3_BITS:  # the groups hold 2^-8 of their values
+            sc0, sc1, sc2, sc3 = sc0 * 256.0, sc1 * 256.0, sc2 * 256.0, sc3 * 256.0
         rope = (row + D_V + 16).to(tl.pointer_type(tl.bfloat16))
         k_pe = tl.load(rope[:, None] + offs_pe[None, :], mask=valid[:, None], other=0.0)
 
-        s = tl.dot(q_pe, tl.trans(k_pe))
-        s += tl.dot(q0, tl.trans(k0)) * sc0[None, :]
+        s = tl.dot(q0, tl.trans(k0)) * sc0[None, :]
         s += tl.dot(q1, tl.trans(k1)) * sc1[None, :]
         s += tl.dot(q2, tl.trans(k2)) * sc2[None, :]
         s += tl.dot(q3, tl.trans(k3)) * sc3[None, :]
-        s = tl.where(valid[None, :], s * qk_scale, float("-inf"))
+        s = s * qk_row[:, None] + tl.dot(q_pe, tl.trans(k_pe)) * qk_scale
+        s = tl.where(valid[None, :], s, float("-inf"))
 
         p, alpha, m_new, l_i = _softmax_step(s, m_i, l_i)
         if FP8_TWICE:
-            k0 = _e4m3_group(row, valid, offs_g, dt, ".cg")
-            k1 = _e4m3_group(row, valid, G + offs_g, dt, ".cg")
-            k2 = _e4m3_group(row, valid, 2 * G + offs_g, dt, ".cg")
-            k3 = _e4m3_group(row, valid, 3 * G + offs_g, dt, ".cg")
-        acc0 = tl.dot((p * sc0[None, :]).to(dt), k0, acc0 * alpha[:, None])
-        acc1 = tl.dot((p * sc1[None, :]).to(dt), k1, acc1 * alpha[:, None])
-        acc2 = tl.dot((p * sc2[None, :]).to(dt), k2, acc2 * alpha[:, None])
-        acc3 = tl.dot((p * sc3[None, :]).to(dt), k3, acc3 * alpha[:, None])
+            k0 = _e4m3_group(row, valid, offs_g, gdt, ".cg", WIDEN)
+            k1 = _e4m3_group(row, valid, G + offs_g, gdt, ".cg", WIDEN)
+            k2 = _e4m3_group(row, valid, 2 * G + offs_g, gdt, ".cg", WIDEN)
+            k3 = _e4m3_group(row, valid, 3 * G + offs_g, gdt, ".cg", WIDEN)
+        acc0 = _group_pv(p, sc0, k0, acc0, alpha, FP16_DOTS)
+        acc1 = _group_pv(p, sc1, k1, acc1, alpha, FP16_DOTS)
+        acc2 = _group_pv(p, sc2, k2, acc2, alpha, FP16_DOTS)
+        acc3 = _group_pv(p, sc3, k3, acc3, alpha, FP16_DOTS)
         m_i = m_new
 
     inv_l = 1.0 / tl.where(l_i == 0.0, 1.0, l_i)
@@ -1656,16 +1695,18 @@ def _tile(
     fp8_twice: int = 0,
     v_asm: int = 0,
     e4m3_bits: int = 0,
-    groups: int = 0,
+    groups: str = "",
 ):
-    """A tl.dot tile. ``groups``: fp8_ds_mla rows on ``_sparse_mla_ds_split_kernel``, 1 with
-    the latent gathered again for P.V, 2 kept in registers."""
+    """A tl.dot tile. ``groups``: fp8_ds_mla rows on ``_sparse_mla_ds_split_kernel``, the
+    latent's groups widened to bf16 and gathered again for P.V ("again") or kept in registers
+    ("kept"), or widened to fp16 and kept ("fp16")."""
     cfg = {"BLOCK_H": block_h, "BLOCK_N": block_n, "num_warps": warps, "num_stages": stages}
     cfg = {**cfg, "WAVES": waves, **({"PREFETCH_IDX": 1} if prefetch else {})}
     cfg = {**cfg, **({"FP8_TWICE": 1, "FP16_DOTS": 1} if fp8_twice else {})}
     cfg = {**cfg, **({"FP16_DOTS": 1, "E4M3_BITS": 1} if e4m3_bits else {})}
     cfg = {**cfg, **({"FP8_GROUPS": 1} if groups else {})}
-    cfg = {**cfg, **({"FP8_TWICE": 1} if groups == 1 else {})}
+    cfg = {**cfg, **({"FP8_TWICE": 1} if groups == "again" else {})}
+    cfg = {**cfg, **({"FP16_DOTS": 1} if groups == "fp16" else {})}
     return {**cfg, **({"V_ASM": 1} if v_asm or e4m3_bits else {})}
 
 
@@ -1709,20 +1750,21 @@ _TILES: dict[tuple[str, int], tuple[tuple[dict[str, int], dict[str, int]], ...]]
         (_tile(32, 32, 4, 2, 2, e4m3_bits=1), {"mma": 92288, "sm90": 92288, "sm100": 92288}),
         (_tile(32, 32, 4, 2, 2, fp8_twice=1), {"mma": 73856, "sm90": 73856, "sm100": 73856}),
     ),
-    # fp8_ds_mla rows: the kernel that keeps the latent in fp8 groups (``FP8_GROUPS``; the
-    # groups gathered again for P.V) for 16- and 32-head blocks, 1.16-1.22x over widening them to
-    # scaled values on the H200, and everywhere on 99 KB GPUs (1.6-3x over the 16-row tile that
-    # fit there); where it fits, the widening kernel's 64-head tile, 1.25-1.6x over the grouped
-    # one at 64+ heads (NOTES.md round 18).
+    # fp8_ds_mla rows: the kernel that keeps the latent in fp8 groups (``FP8_GROUPS``) for 16-
+    # and 32-head blocks, 1.16-1.22x over widening them to scaled values on the H200 (groups in
+    # bf16, gathered again for P.V), 1.03-1.13x more with the groups in fp16, kept (NOTES.md
+    # round 19), and everywhere on 99 KB GPUs (1.6-3x over the 16-row tile that fit there);
+    # where it fits, the widening kernel's 64-head tile, 1.25-1.6x over the grouped one at 64+
+    # heads (NOTES.md round 18).
     ("fp8_ds_mla", 16): (
-        (_tile(16, 32, 4, 2, 2, groups=1), {"mma": 56960, "sm90": 56960, "sm100": 56960}),
+        (_tile(16, 32, 4, 2, 2, groups="fp16"), {"mma": 73856, "sm90": 73856, "sm100": 73856}),
     ),
     ("fp8_ds_mla", 32): (
-        (_tile(16, 32, 4, 2, 2, groups=1), {"mma": 56960, "sm90": 56960, "sm100": 56960}),
+        (_tile(16, 32, 4, 2, 2, groups="fp16"), {"mma": 73856, "sm90": 73856, "sm100": 73856}),
     ),
     ("fp8_ds_mla", 64): (
         (_tile(64, 64, 8, 2, 1), {"mma": 247040, "sm90": 189696, "sm100": 190240}),
-        (_tile(64, 32, 8, 2, 1, groups=2), {"mma": 86656, "sm90": 131712, "sm100": 132176}),
+        (_tile(64, 32, 8, 2, 1, groups="kept"), {"mma": 86656, "sm90": 131712, "sm100": 132176}),
     ),
 }
 
@@ -2049,6 +2091,13 @@ def _early_merge(
     return use_pdl
 
 
+def _q_in_registers(cfg: dict[str, int], kv_format: str) -> bool:
+    """Whether an ``MMA_V2`` tile of up to 32 heads is ``_sparse_mla_mma_kernel`` (q in
+    registers): always for 16-bit rows and 32 heads, for e4m3 rows with 16 heads where the
+    tile's rows are fewer than the e4m3 tile's 64."""
+    return kv_format == "16bit" or cfg["BLOCK_H"] == 32 or cfg["BLOCK_N"] < 64
+
+
 def _launch_gluon(
     args: tuple,
     cfg: dict[str, int],
@@ -2082,22 +2131,25 @@ def _launch_gluon(
             *args, float(kv_scale), BLOCK_H=64, BLOCK_N=block_n, **common, W=8, num_warps=8
         )
         return
-    if cfg.get("MMA_V2") and (kv_format == "16bit" or block_h == 32):
-        warps = block_h // 4  # two along the keys, one per 8 heads
-        tile_ok = block_h in (16, 32) and (block_n, cfg["num_warps"]) == (32, warps)
-        stages_ok = stages == 2 or (kv_format == "fp8" and stages in (3, 4))
+    if cfg.get("MMA_V2") and _q_in_registers(cfg, kv_format):
+        warps, warps_h = cfg["num_warps"], block_h // 8  # one or two warps along the keys
+        q_rows = 2 * block_h if kv_format == "fp8" else block_h
+        tile_ok = block_h in (16, 32) and warps in (warps_h, 2 * warps_h)
+        tile_ok = tile_ok and block_n in (16, 32) and block_n >= 16 * (warps // warps_h)
+        stages_ok = stages >= 2 and block_n * stages >= q_rows
         if not (tile_ok and stages_ok and inputs_ok and kv_format in ("16bit", "fp8")) or not (
             _gluon_mma_usable(capability, proxy=True)
         ):
             raise ValueError(
-                "MMA_V2 with up to 32 heads needs BLOCK_H 16 (4 warps) or 32 (8 warps), "
-                "BLOCK_N 32 and 2 stages over 16-bit rows (q, out and KV of one dtype), or "
-                "BLOCK_H 32 and 2 to 4 stages over fp8 e4m3 rows under a bf16 q and out; "
-                "16-byte-aligned buffers and strides that are multiples of 16 elements, "
-                "Triton 3.6's Gluon and an SM8x, SM90 or SM12x GPU"
+                "MMA_V2 with up to 32 heads needs BLOCK_H 16 or 32 on one warp per 8 heads "
+                "(BLOCK_N 16 or 32) or two (BLOCK_N 32), stages that hold q (BLOCK_H rows, "
+                "twice that for fp8 e4m3 rows), 16-bit rows (q, out and KV of one dtype) or "
+                "fp8 e4m3 rows under a bf16 q and out, 16-byte-aligned buffers and strides "
+                "that are multiples of 16 elements, Triton 3.6's Gluon and an SM8x, SM90 or "
+                "SM12x GPU"
             )
         _sparse_mla_mma_kernel[(programs,)](
-            *args, float(kv_scale), BLOCK_H=block_h, BLOCK_N=32, **common, W=warps,
+            *args, float(kv_scale), BLOCK_H=block_h, BLOCK_N=block_n, **common, W=warps,
             num_warps=warps,
         )  # fmt: skip
         return
@@ -2177,6 +2229,8 @@ def _launch_tl_dot(
             USE_PDL=use_pdl,
             PREFETCH_IDX=bool(cfg.get("PREFETCH_IDX", 0)),
             FP8_TWICE=bool(cfg.get("FP8_TWICE", 0)),
+            FP16_DOTS=_fp16_dots(cfg),
+            E4M3_BITS=bool(cfg.get("E4M3_BITS", 0)),
             num_warps=cfg["num_warps"],
             num_stages=cfg["num_stages"],
         )

@@ -1296,7 +1296,69 @@ def plan_r18() -> list[tuple[int, int, dict[str, int], int]]:
     )
 
 
+def plan_r19() -> list[tuple[int, int, dict[str, int], int]]:
+    """16-bit rows (run with --dtypes bf16 --check): the mma.sync tiles with q in registers
+    that a 99 KB GPU runs for up to 32 heads (32-row tiles at 2 stages: one tile in flight
+    while one is computed), against 16-row tiles on one warp per 8 heads at 4 and 5 stages
+    (three or four in flight, 74 and 93 KB); one program per SM; the plan's tile first and
+    last."""
+    mma = {"BLOCK_H": 16, "BLOCK_N": 32, "num_warps": 4, "num_stages": 2, "WAVES": 1,
+           "MMA_V2": 1}  # fmt: skip
+    deep = {**mma, "BLOCK_N": 16, "num_warps": 2, "num_stages": 4}
+    tiles = [mma, deep, {**deep, "num_stages": 5}, mma]
+    cases = [(b, h, (None,), tiles) for b in (128, 32, 8) for h in (8, 16)]
+    mma32 = {**mma, "BLOCK_H": 32, "num_warps": 8}
+    deep32 = {**mma32, "BLOCK_N": 16, "num_warps": 4, "num_stages": 4}
+    tiles32 = [mma32, deep32, {**deep32, "num_stages": 5}, mma32]
+    return _expand(cases + [(b, 32, (None,), tiles32) for b in (128, 32, 8)])
+
+
+def plan_r19e() -> list[tuple[int, int, dict[str, int], int]]:
+    """fp8 e4m3 rows, up to 16 heads (run with --dtypes e4m3 --check): the e4m3 mma.sync
+    tile a 99 KB GPU runs (q in shared memory, 64-row tiles, 84-94 KB) and the H200's swapped
+    e4m3 tile, against the tile with q's two e4m3 parts in registers: 32-row tiles on 4 warps
+    at 4 and 5 stages, 16-row tiles on 2 warps at 8 and 10 (74 and 93 KB), one program per
+    SM, and the 32-row 4-stage one two per SM (which the H200 holds); the 99 KB tile first
+    and last."""
+    cases = []
+    for h in (8, 16):
+        block_h = 8 if h <= 8 else 16
+        small = {"BLOCK_H": block_h, "BLOCK_N": 64, "num_warps": 4, "num_stages": 2,
+                 "WAVES": 1, "MMA_V2": 1}  # fmt: skip
+        hopper = {"BLOCK_H": block_h, "BLOCK_N": 64, "num_warps": 4, "num_stages": 2,
+                  "WAVES": 2, "MIN_TILES": 8, "WGMMA": 1}  # fmt: skip
+        regs = {"BLOCK_H": 16, "BLOCK_N": 32, "num_warps": 4, "num_stages": 4, "WAVES": 1,
+                "MMA_V2": 1}  # fmt: skip
+        deep = {**regs, "BLOCK_N": 16, "num_warps": 2, "num_stages": 8}
+        tiles = [small, hopper, regs, {**regs, "num_stages": 5}, deep,
+                 {**deep, "num_stages": 10}, {**regs, "WAVES": 2}, small]  # fmt: skip
+        cases += [(b, h, (None,), tiles) for b in (128, 32, 8)]
+    return _expand(cases)
+
+
+def plan_r19d() -> list[tuple[int, int, dict[str, int], int]]:
+    """fp8_ds_mla rows (run with --dtypes fp8 --check): the grouped kernel's 16-head tile
+    (the plan's for up to 32 heads everywhere) with its groups widened to bf16 (the plan's),
+    against fp16 groups (q shifted per head), widened by conversion or by moving bits, the
+    groups gathered again for P.V or kept; at 64 heads the 99 KB GPUs' 64-head grouped tile
+    against the 16-head blocks with fp16 groups. The plan's tile first and last."""
+    tile = {"BLOCK_H": 16, "BLOCK_N": 32, "num_warps": 4, "num_stages": 2, "WAVES": 2,
+            "FP8_GROUPS": 1, "FP8_TWICE": 1}  # fmt: skip
+    fp16 = {**tile, "FP16_DOTS": 1}
+    bits = {**fp16, "E4M3_BITS": 1}
+    tiles = [tile, fp16, bits, {**fp16, "FP8_TWICE": 0}, {**bits, "FP8_TWICE": 0},
+             {**fp16, "WAVES": 1}, tile]  # fmt: skip
+    wide = {"BLOCK_H": 64, "BLOCK_N": 32, "num_warps": 8, "num_stages": 2, "WAVES": 1,
+            "FP8_GROUPS": 1}  # fmt: skip
+    cases = [(b, h, (None,), tiles) for b in (128, 32, 8) for h in (8, 16)]
+    blocks = [wide, fp16, bits, {**fp16, "FP8_TWICE": 0}, wide]
+    return _expand(cases + [(b, 64, (None,), blocks) for b in (128, 32)])
+
+
 PLANS = {
+    "r19d": plan_r19d,
+    "r19e": plan_r19e,
+    "r19": plan_r19,
     "r18": plan_r18,
     "r17e": plan_r17e,
     "r17d": plan_r17d,
@@ -1335,7 +1397,7 @@ PLANS = {
 }
 
 
-FP8_DS_PLANS = ("fp8", "r18")  # the plans for fp8_ds_mla rows
+FP8_DS_PLANS = ("fp8", "r18", "r19d")  # the plans for fp8_ds_mla rows
 
 
 def check_point(kmod: types.ModuleType, case: Case) -> dict[str, float]:

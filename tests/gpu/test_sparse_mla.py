@@ -381,7 +381,8 @@ def test_fp8_ds_mla_strided_rows_and_splits(kmod: ModuleType, num_heads: int) ->
     """fp8_ds_mla rows inside a wider, NaN-padded buffer (row stride 672 bytes), over 1, 3 and
     16 splits, with the index prefetch on, every index listed twice; and on the kernel that
     keeps the latent in fp8 groups (a 99 KB GPU's plan), groups gathered again for P.V and
-    kept, with group scales from 1e-6 to 1e2 (P times a tiny scale must keep bf16's range).
+    kept, widened to bf16 or fp16, with group scales from 1e-6 to 1e2 (P times a tiny scale
+    must keep its precision: bf16's range, or fp16 after the tile's largest scale).
     The widening kernel is not held to those scales: it rounds each scaled latent to bf16, so
     its scores err in proportion to |k| (4% of the largest output at 1e2, NOTES.md round 18)."""
     gen = torch.Generator(device="cuda").manual_seed(77 + num_heads)
@@ -400,7 +401,10 @@ def test_fp8_ds_mla_strided_rows_and_splits(kmod: ModuleType, num_heads: int) ->
     spread_rows = kmod.quantize_fp8_ds_mla(kv * spread)
     sm120 = kmod.DeviceLimits((12, 0), 101376)
     grouped = kmod._default_config(num_heads, "fp8_ds_mla", limits=sm120)  # FP8_GROUPS
-    for cfg in (grouped, {**grouped, "FP8_TWICE": 1 - grouped.get("FP8_TWICE", 0)}):
+    bare = {k: v for k, v in grouped.items() if k not in ("FP8_TWICE", "FP16_DOTS", "E4M3_BITS")}
+    # The groups gathered again or kept, widened to bf16 or to fp16 (by conversion or bits).
+    widen = ({}, {"FP16_DOTS": 1}, {"FP16_DOTS": 1, "E4M3_BITS": 1})
+    for cfg in ({**bare, **w, "FP8_TWICE": twice} for w in widen for twice in (0, 1)):
         _check(kmod, q, wide[:, :656], idx, num_splits=3, config=cfg)
         _check(kmod, q, spread_rows, idx, config=cfg)
 
@@ -553,8 +557,8 @@ def test_16bit_mma_tile(
     which has mma.sync too): 64 heads on 8 warps along the heads (32-row tiles at 2 stages and
     16-row tiles at 4), 32 and 16 heads on 8 and 4 warps (two along the keys); over 1, 3 and
     16 splits, NaN in every row not selected, padded head blocks, two blocks (128), a q 2^18
-    (fp16: 2^14) times larger; a q of another dtype than the rows and a tile it does not
-    implement are refused."""
+    (fp16: 2^14) times larger; a q of another dtype than the rows and stages that cannot hold
+    q are refused."""
     if not kmod._gluon_mma_usable(torch.cuda.get_device_capability(), proxy=True):
         pytest.skip("the mma.sync tiles need Triton 3.6's Gluon and an SM80+ GPU")
     gen = torch.Generator(device="cuda").manual_seed(zlib.crc32(f"mma16-{num_heads}".encode()))
@@ -570,7 +574,7 @@ def test_16bit_mma_tile(
     _check(kmod, q * big, kv, idx, _SM_SCALE / big, config=cfg)
     refused = "MMA_V2 with 64 heads needs" if block_h == 64 else "MMA_V2 with up to 32 heads needs"
     with pytest.raises(ValueError, match=refused):
-        kmod.sparse_mla_decode(q, kv, idx, _SM_SCALE, config={**cfg, "num_stages": 3})
+        kmod.sparse_mla_decode(q, kv, idx, _SM_SCALE, config={**cfg, "num_stages": 1})
     other = torch.float16 if dtype == torch.bfloat16 else torch.bfloat16
     with pytest.raises(ValueError, match=refused):
         kmod.sparse_mla_decode(q.to(other), kv, idx, _SM_SCALE, config=cfg)
@@ -589,7 +593,7 @@ def test_fp8_e4m3_mma_tile_32_64_heads(
     Hopper): 64 heads in 32-row tiles at 4 stages, 16-row at 8 and 64-row at 2, 32 heads in
     32-row tiles at 2, 3 and 4 stages; over 1, 3 and 16 splits, rows 640 bytes apart with NaN
     between them, padded head blocks, two blocks (128), a q 2^18 times larger; an fp16 q and
-    stages that cannot hold q (or do not fit) are refused."""
+    stages that cannot hold q are refused."""
     if not kmod._gluon_mma_usable(torch.cuda.get_device_capability(), proxy=True):
         pytest.skip("the mma.sync tiles need Triton 3.6's Gluon and an SM80+ GPU")
     gen = torch.Generator(device="cuda").manual_seed(zlib.crc32(f"mma8-{num_heads}".encode()))
@@ -609,7 +613,7 @@ def test_fp8_e4m3_mma_tile_32_64_heads(
     _check(kmod, q * 2.0**18, rows, idx, _SM_SCALE * 2.0**-18, config=cfg, kv_scale=kv_scale)
     refused = "MMA_V2 with 64 heads needs" if wide else "MMA_V2 with up to 32 heads needs"
     with pytest.raises(ValueError, match=refused):
-        bad = {**cfg, "num_stages": 2 if wide else 5}
+        bad = {**cfg, "num_stages": 2 if wide else 1}
         kmod.sparse_mla_decode(q, rows, idx, _SM_SCALE, config=bad, kv_scale=kv_scale)
     with pytest.raises(ValueError, match=refused):
         kmod.sparse_mla_decode(q.half(), rows, idx, _SM_SCALE, config=cfg, kv_scale=kv_scale)

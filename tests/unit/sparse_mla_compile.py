@@ -82,7 +82,7 @@ def compile_job(module, job: dict) -> dict:
 def _split_job(module, arch: int, kv_format: str, cfg: dict) -> dict:
     kv = {"16bit": "bf16", "fp8": "fp8e4nv", "fp8_ds_mla": "u8"}[kv_format]
     pointers = dict(Q="bf16", KV=kv, IDX="i32", Out="bf16", LSE="fp32", PO="fp32", PLSE="fp32")
-    if cfg.get("MMA_V2") and (cfg["BLOCK_H"] in (32, 64) or kv_format == "16bit"):
+    if cfg.get("MMA_V2") and (cfg["BLOCK_H"] == 64 or module._q_in_registers(cfg, kv_format)):
         kernel = "_sparse_mla_mma_kernel"
         constexprs = {"BLOCK_H": cfg["BLOCK_H"], "BLOCK_N": cfg["BLOCK_N"]}
         constexprs |= {"NUM_STAGES": cfg["num_stages"], "W": cfg["num_warps"]}
@@ -105,6 +105,8 @@ def _split_job(module, arch: int, kv_format: str, cfg: dict) -> dict:
         constexprs = {"BLOCK_H": cfg["BLOCK_H"], "BLOCK_N": cfg["BLOCK_N"]}
         constexprs["PREFETCH_IDX"] = bool(cfg.get("PREFETCH_IDX", 0))
         constexprs["FP8_TWICE"] = bool(cfg.get("FP8_TWICE", 0))
+        constexprs["FP16_DOTS"] = module._fp16_dots(cfg)
+        constexprs["E4M3_BITS"] = bool(cfg.get("E4M3_BITS", 0))
     else:
         kernel = "_sparse_mla_split_kernel"
         constexprs = {
