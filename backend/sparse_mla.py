@@ -20,20 +20,22 @@ Design, because the problem is a gather (H <= 64 is memory-bound on H200):
     split partials (fp32 from the tl.dot kernel, 16-bit from the Gluon ones; bounded by
     T * splits * H * 513 floats) are merged by a second small kernel, launched as a
     programmatic dependent on SM90+ where that hides its launch;
-  * six split kernels: ``_sparse_mla_split_kernel`` (tl.dot, every GPU and every row
-    format) and, on Hopper, three Gluon kernels whose cp.async gathers land in
-    shared memory that warpgroup MMAs read: ``_sparse_mla_wgmma_kernel`` for 64-head blocks
-    (each warpgroup computes Q.K^T for half of a tile's keys and P.V for half of the V
+  * seven split kernels: ``_sparse_mla_split_kernel`` (tl.dot, every GPU and every row format),
+    ``_sparse_mla_ds_split_kernel`` (tl.dot, fp8_ds_mla rows kept in their four scaled fp8
+    groups, NOTES.md rounds 18-19) and, on Hopper, three Gluon kernels whose cp.async gathers
+    land in shared memory that warpgroup MMAs read: ``_sparse_mla_wgmma_kernel`` for 64-head
+    blocks (each warpgroup computes Q.K^T for half of a tile's keys and P.V for half of the V
     columns; 1.6x faster than the tl.dot tile at B=128 with 64 and 128 heads, NOTES.md rounds
-    6-7) and ``_sparse_mla_wgmma_swapped_kernel`` for 8 or 16 heads (keys as the MMA's M,
-    heads as its N; 1.1-1.4x faster than the 16-head tl.dot tile, NOTES.md round 8), both
-    for 16-bit rows, and ``_sparse_mla_wgmma_e4m3_kernel``, the swapped tile for fp8 e4m3
-    rows under a bf16 q (e4m3 MMAs for the scores on the gathered tile, V widened once;
-    1.1-1.4x faster than the e4m3 tl.dot tile at B >= 8, NOTES.md round 12); on SM89 and
-    SM120, whose MMA is mma.sync, ``_sparse_mla_mma_e4m3_kernel`` is that e4m3 tile with
-    warp-level MMAs (1.25-1.6x over the e4m3 tl.dot tile, NOTES.md rounds 15-16), and
-    ``_sparse_mla_mma_kernel`` serves 33+ heads over 16-bit rows in 99 KB with q in registers
-    (each row gathered once instead of once per 32-head block: 1.4x, NOTES.md round 17).
+    6-7) and ``_sparse_mla_wgmma_swapped_kernel`` for 8 or 16 heads (keys as the MMA's M, heads
+    as its N; 1.1-1.4x faster than the 16-head tl.dot tile, NOTES.md round 8), both for 16-bit
+    rows, and ``_sparse_mla_wgmma_e4m3_kernel``, the swapped tile for fp8 e4m3 rows under a
+    bf16 q (e4m3 MMAs for the scores on the gathered tile, V widened once; 1.1-1.4x faster than
+    the e4m3 tl.dot tile at B >= 8, NOTES.md round 12); on SM89 and SM120, whose MMA is
+    mma.sync, ``_sparse_mla_mma_e4m3_kernel`` is that e4m3 tile with warp-level MMAs (1.25-1.6x
+    over the e4m3 tl.dot tile, NOTES.md rounds 15-16; it also reads fp8_ds_mla rows, their
+    group scales on the scores and on V: 1.2-1.6x, round 19), and ``_sparse_mla_mma_kernel``
+    serves 33+ heads over 16-bit rows in 99 KB with q in registers (each row gathered once
+    instead of once per 32-head block: 1.4x, NOTES.md round 17).
 Only torch and triton are imported, so this file can be embedded verbatim elsewhere.
 """
 
@@ -585,7 +587,8 @@ if gluon is not None:
         pe_layout: gl.constexpr,
     ):
         """cp.async rows of 576 (KV rows by index, or the program's query heads) into shared
-        memory: columns [0, 512) to ``dst_nope``, [512, 576) to ``dst_pe``. Each part takes the
+        memory: columns [0, 512) to ``dst_nope``, [512, 576) to ``dst_pe`` (fp8_ds_mla rows,
+        where ``dst_pe`` is 16-bit and the rows bytes: the bf16 rope part). Each part takes the
         row numbers in its own layout (``rows_n``, ``rows_p``: two loads of the same 256 bytes
         are cheaper than a layout conversion). Rows outside [0, num_rows) are not read; their
         destination rows are zero-filled."""
@@ -598,6 +601,10 @@ if gluon is not None:
         ok_p = (rows_p >= 0) & (rows_p < num_rows)
         ptr_p = base + rows_p.to(gl.int64) * row_stride
         cols_p = 512 + gl.arange(0, 64, layout=gl.SliceLayout(0, pe_layout))
+        if dst_pe.dtype != base.dtype.element_ty:
+            # fp8_ds_mla rows (bytes): the rope part is 64 bf16 after the four fp32 scales.
+            ptr_p = (ptr_p + 528).to(gl.pointer_type(dst_pe.dtype))
+            cols_p = gl.arange(0, 64, layout=gl.SliceLayout(0, pe_layout))
         async_copy.async_copy_global_to_shared(
             dst_pe, ptr_p[:, None] + cols_p[None, :], mask=ok_p[:, None]
         )
@@ -713,6 +720,21 @@ if gluon is not None:
         again rather than converted from the gather's layout (an L1 hit, no shuffle)."""
         idx = _wg_load_indices(idx_base, n0, end, BLOCK_N, layout)
         return (idx >= 0) & (idx < num_rows)
+
+    @gluon.jit
+    def _wg_ds_rows(
+        KV, idx_base, n0, end, num_rows, stride_kv, BLOCK_N: gl.constexpr, layout: gl.constexpr
+    ):
+        """fp8_ds_mla rows [n0, n0 + BLOCK_N) of a split: which are real rows, and their four
+        group scales (bytes [512, 528), fp32; 0 where not real), in the scores' key layout."""
+        idx = _wg_load_indices(idx_base, n0, end, BLOCK_N, layout)
+        valid = (idx >= 0) & (idx < num_rows)
+        scales = (KV + idx.to(gl.int64) * stride_kv + 512).to(gl.pointer_type(gl.float32))
+        sc0 = gl.load(scales, mask=valid, other=0.0)
+        sc1 = gl.load(scales + 1, mask=valid, other=0.0)
+        sc2 = gl.load(scales + 2, mask=valid, other=0.0)
+        sc3 = gl.load(scales + 3, mask=valid, other=0.0)
+        return valid, sc0, sc1, sc2, sc3
 
     @gluon.jit
     def _wg_softmax_step(s, m_i, l_tile, KEY_AXIS: gl.constexpr):
@@ -1028,7 +1050,7 @@ if gluon is not None:
         )
 
     @gluon.jit
-    def _wg_v_operand(v_rows, a_layout: gl.constexpr, W: gl.constexpr):
+    def _wg_v_operand(v_rows, a_layout: gl.constexpr, W: gl.constexpr, factors=None):
         """16 gathered e4m3 rows of V (keys x 512) as the fp16 A operand of O^T += V^T P^T,
         widened in registers: no fp16 copy of V passes through shared memory. The ``W`` warps
         of ``a_layout`` split V^T's 512 rows, so each widens only its own.
@@ -1037,8 +1059,15 @@ if gluon is not None:
         (``_wg_v_load_layout``). An MMA row m is any value of V^T as long as the output's rows
         are put back in order: the tensor is relabelled (no data moves) so that MMA row
         16W i + 16w + 8b + g holds value (64 / W)(8w + g) + 2i + b, which is what that thread
-        loaded; ``_wg_rows_in_order`` undoes it."""
+        loaded; ``_wg_rows_in_order`` undoes it.
+
+        ``factors`` (fp8_ds_mla rows): a [16, 4] fp16 view, each row's factor per 128-column
+        group, which its values are multiplied by (a thread's values lie in one group)."""
         x = v_rows.load(_wg_v_load_layout(W)).to(gl.float16)
+        if factors is not None:
+            x3 = gl.reshape(x, [16, 4, 128])
+            f = factors.load(gl.SliceLayout(2, x3.type.layout))
+            x = gl.reshape(x3 * gl.expand_dims(f, 2), [16, 512])
         x = gl.permute(gl.reshape(x, [16, W, 8, 32 // W, 2]), (0, 3, 1, 4, 2))
         x = gl.permute(gl.reshape(x, [16, 512]), (1, 0))
         return gl.convert_layout(x, a_layout, assert_trivial=True)
@@ -1085,23 +1114,29 @@ if gluon is not None:
 
     @gluon.jit
     def _wg_e4m3_buffers(
-        f8: gl.constexpr, BLOCK_H: gl.constexpr, BLOCK_N: gl.constexpr, NUM_STAGES: gl.constexpr
+        f8: gl.constexpr,
+        BLOCK_H: gl.constexpr,
+        BLOCK_N: gl.constexpr,
+        NUM_STAGES: gl.constexpr,
+        pe_ty: gl.constexpr = None,
     ):
         """Shared memory of the e4m3 tiles: q's two e4m3 parts (latent hi/lo, rope hi/lo), the
-        gather stages (latent, rope) and P^T in fp16."""
+        gather stages (latent, rope) and P^T in fp16. ``pe_ty``: the rope part's type where it
+        is not e4m3 (fp8_ds_mla rows: bf16, and q's rope part is kept whole, in the hi part)."""
+        pe_ty = f8 if pe_ty is None else pe_ty
         qn_smem: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_H, 512], f8)
-        qp_smem: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_H, 64], f8)
+        qp_smem: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_H, 64], pe_ty)
         kv_smem: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_N, 512], f8)
-        pe_smem: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_N, 64], f8)
+        pe_smem: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_N, 64], pe_ty)
         p_smem: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_N, BLOCK_H], gl.float16)
         q_parts = (
             gl.allocate_shared_memory(f8, [BLOCK_H, 512], qn_smem),
             gl.allocate_shared_memory(f8, [BLOCK_H, 512], qn_smem),
-            gl.allocate_shared_memory(f8, [BLOCK_H, 64], qp_smem),
-            gl.allocate_shared_memory(f8, [BLOCK_H, 64], qp_smem),
+            gl.allocate_shared_memory(pe_ty, [BLOCK_H, 64], qp_smem),
+            gl.allocate_shared_memory(pe_ty, [BLOCK_H, 64], qp_smem),
         )
         kv_tiles = gl.allocate_shared_memory(f8, [NUM_STAGES, BLOCK_N, 512], kv_smem)
-        pe_tiles = gl.allocate_shared_memory(f8, [NUM_STAGES, BLOCK_N, 64], pe_smem)
+        pe_tiles = gl.allocate_shared_memory(pe_ty, [NUM_STAGES, BLOCK_N, 64], pe_smem)
         p_tile = gl.allocate_shared_memory(gl.float16, [BLOCK_N, BLOCK_H], p_smem)
         return q_parts, kv_tiles, pe_tiles, p_tile
 
@@ -1115,9 +1150,12 @@ if gluon is not None:
         BLOCK_H: gl.constexpr,
         qn_layout: gl.constexpr,
         qp_layout: gl.constexpr,
+        ROPE_WHOLE: gl.constexpr = False,
     ):
         """Stores the program's query heads in ``q_parts`` as two e4m3 parts, each head scaled
-        by a power of two to |q| <= 256; returns that scale, which leaves through the scores."""
+        by a power of two to |q| <= 256; returns that scale, which leaves through the scores.
+        ``ROPE_WHOLE`` (fp8_ds_mla rows, whose rope part is bf16): the latent only, the rope
+        part stored as it is, unscaled, in the rope's hi part."""
         qh_n, ql_n, qh_p, ql_p = q_parts
         qn, amax_n = _wg_e4m3_query(
             q_tok,
@@ -1135,10 +1173,16 @@ if gluon is not None:
             stride_qh,
             512,
         )
-        amax = gl.maximum(amax_n, gl.convert_layout(amax_p, gl.SliceLayout(1, qn_layout)))
+        if ROPE_WHOLE:
+            qh_p.store(qp.to(qh_p.dtype))
+            amax = amax_n
+        else:
+            amax = gl.maximum(amax_n, gl.convert_layout(amax_p, gl.SliceLayout(1, qn_layout)))
         scale = gl.exp2(8.0 - gl.ceil(gl.log2(gl.maximum(amax, 1e-30))))
         _wg_e4m3_split_store(qn, scale, qh_n, ql_n)
-        _wg_e4m3_split_store(qp, gl.convert_layout(scale, gl.SliceLayout(1, qp_layout)), qh_p, ql_p)
+        if not ROPE_WHOLE:
+            qp_scale = gl.convert_layout(scale, gl.SliceLayout(1, qp_layout))
+            _wg_e4m3_split_store(qp, qp_scale, qh_p, ql_p)
         return scale
 
     @gluon.jit
@@ -1487,6 +1531,18 @@ if gluon is not None:
         )
 
     @gluon.jit
+    def _wg_e4m3_chunk_scores(k_n, qh_n, ql_n, col0, KC: gl.constexpr, acc, mma: gl.constexpr):
+        """``acc`` plus the scores of latent columns [col0, col0 + KC) of an e4m3 tile ``k_n``
+        (keys x 512, shared memory) against q's two e4m3 parts: two mma.sync steps."""
+        k_operand: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=mma, k_width=4)
+        q_operand: gl.constexpr = gl.DotOperandLayout(operand_index=1, parent=mma, k_width=4)
+        k_c = k_n.slice(col0, KC, dim=1).load(k_operand)
+        qh_c = qh_n.slice(col0, KC, dim=1).permute((1, 0)).load(q_operand)
+        acc = mma_v2(k_c, qh_c, acc)
+        ql_c = ql_n.slice(col0, KC, dim=1).permute((1, 0)).load(q_operand)
+        return mma_v2(k_c, ql_c, acc)
+
+    @gluon.jit
     def _sparse_mla_mma_e4m3_kernel(
         Q,
         KV,
@@ -1516,6 +1572,7 @@ if gluon is not None:
         IS_SPLIT: gl.constexpr,
         USE_PDL: gl.constexpr,
         HEAD_GROUPS: gl.constexpr,
+        DS: gl.constexpr,
     ):
         """The swapped e4m3 tile for GPUs whose MMA is mma.sync (SM89, SM120; Hopper runs it
         as their proxy): the e4m3 Hopper tile's design with warp-level MMAs. cp.async gathers
@@ -1524,7 +1581,14 @@ if gluon is not None:
         operand of O^T += V^T P^T (``_wg_v_operand``). 8 or 16 heads on ``HEAD_GROUPS`` groups
         of 4 warps for the scores, each group its own heads (16 heads on two groups read half
         of q per warp); P.V runs on all warps, each its own V columns, so V is widened once;
-        2 stages fit a 99 KB block."""
+        2 stages fit a 99 KB block.
+
+        ``DS``: fp8_ds_mla rows (KV their bytes as e4m3, ``stride_kv`` 656 or more): each
+        128-column group of the latent has its own scale per row, so the scores sum four
+        group MMAs, each times its keys' scales, and the bf16 rope part scores in a bf16 MMA;
+        V is widened times each row's group scale over the tile's largest (``_wg_v_operand``'s
+        factors, fp16), which goes into the accumulator. The scales ride in registers, loaded
+        one tile ahead."""
         BLOCK_N: gl.constexpr = 64
         D_V: gl.constexpr = 512
         KC: gl.constexpr = 128  # latent columns per score MMA step (one 128-byte swizzle row)
@@ -1542,14 +1606,22 @@ if gluon is not None:
         v_operand: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=mma_o, k_width=2)
         p_operand: gl.constexpr = gl.DotOperandLayout(operand_index=1, parent=mma_o, k_width=2)
         nope_layout: gl.constexpr = gl.BlockedLayout([1, 16], [1, 32], [W, 1], [1, 0])
-        pe_layout: gl.constexpr = gl.BlockedLayout([1, 16], [8, 4], [W, 1], [1, 0])
         qn_layout: gl.constexpr = gl.BlockedLayout([1, 8], [1, 32], [W, 1], [1, 0])
         qp_layout: gl.constexpr = gl.BlockedLayout([1, 8], [4, 8], [W, 1], [1, 0])
+        key_layout: gl.constexpr = gl.SliceLayout(1, mma)
+        if DS:
+            pe_ty: gl.constexpr = Q.dtype.element_ty  # bf16, as the rows' rope part
+            pe_layout: gl.constexpr = gl.BlockedLayout([1, 8], [4, 8], [W, 1], [1, 0])
+        else:
+            pe_ty: gl.constexpr = f8
+            pe_layout: gl.constexpr = gl.BlockedLayout([1, 16], [8, 4], [W, 1], [1, 0])
 
         if USE_PDL:
             _wg_launch_dependents()
         hb, split, t = _wg_program(num_hb, num_splits)
-        q_parts, kv_tiles, pe_tiles, p_tile = _wg_e4m3_buffers(f8, BLOCK_H, BLOCK_N, NUM_STAGES)
+        q_parts, kv_tiles, pe_tiles, p_tile = _wg_e4m3_buffers(
+            f8, BLOCK_H, BLOCK_N, NUM_STAGES, pe_ty
+        )
         qh_n, ql_n, qh_p, ql_p = q_parts
 
         start = split * chunk
@@ -1562,7 +1634,7 @@ if gluon is not None:
         q_tok = Q + t.to(gl.int64) * stride_qt
         head0 = hb * BLOCK_H
         scale = _wg_e4m3_query_parts(
-            q_tok, head0, num_heads, stride_qh, q_parts, BLOCK_H, qn_layout, qp_layout
+            q_tok, head0, num_heads, stride_qh, q_parts, BLOCK_H, qn_layout, qp_layout, DS
         )
 
         head_layout: gl.constexpr = gl.SliceLayout(0, mma)
@@ -1571,27 +1643,62 @@ if gluon is not None:
         acc = gl.zeros([D_V, BLOCK_H], gl.float32, layout=mma_o)  # O^T
         s_zero = gl.zeros([BLOCK_N, BLOCK_H], gl.float32, layout=mma)
         l_tile = s_zero
+        if DS:
+            rope_k: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=mma, k_width=2)
+            rope_q: gl.constexpr = gl.DotOperandLayout(operand_index=1, parent=mma, k_width=2)
+            f_smem: gl.constexpr = gl.SwizzledSharedLayout(1, 1, 1, [1, 0])
+            factors = gl.allocate_shared_memory(gl.float16, [BLOCK_N, 4], f_smem)  # keys x groups
+            ds_rows = _wg_ds_rows(
+                KV, idx_base, start, end, num_rows, stride_kv, BLOCK_N, key_layout
+            )
         for i in range(n_tiles):
             idx_next, k_n, k_p = _wg_refill_and_wait(
                 pipe, idx_next, i, BLOCK_N, NUM_STAGES, nope_layout, pe_layout, False
             )
-            k_c = k_p.load(k_operand)
-            s = mma_v2(k_c, qh_p.permute((1, 0)).load(q_operand), s_zero)
-            s = mma_v2(k_c, ql_p.permute((1, 0)).load(q_operand), s)
-            for c in gl.static_range(D_V // KC):
-                k_c = k_n.slice(c * KC, KC, dim=1).load(k_operand)
-                s = mma_v2(k_c, qh_n.slice(c * KC, KC, dim=1).permute((1, 0)).load(q_operand), s)
-                s = mma_v2(k_c, ql_n.slice(c * KC, KC, dim=1).permute((1, 0)).load(q_operand), s)
-            n0 = start + i * BLOCK_N
-            valid = _wg_tile_valid(idx_base, n0, end, num_rows, BLOCK_N, gl.SliceLayout(1, mma))
-            s = gl.where(valid[:, None], s * qk_row[None, :], float("-inf"))
+            if DS:
+                valid, sc0, sc1, sc2, sc3 = ds_rows
+                n1 = start + (i + 1) * BLOCK_N  # the next tile's rows
+                ds_rows = _wg_ds_rows(
+                    KV, idx_base, n1, end, num_rows, stride_kv, BLOCK_N, key_layout
+                )
+                sc = (sc0, sc1, sc2, sc3)
+                s_pe = mma_v2(k_p.load(rope_k), qh_p.permute((1, 0)).load(rope_q), s_zero)
+                s = s_zero
+                for c in gl.static_range(D_V // KC):
+                    s_c = _wg_e4m3_chunk_scores(k_n, qh_n, ql_n, c * KC, KC, s_zero, mma)
+                    s = s + s_c * gl.expand_dims(sc[c], 1)
+                s = gl.where(valid[:, None], s * qk_row[None, :] + s_pe * qk_scale, float("-inf"))
+            else:
+                k_c = k_p.load(k_operand)
+                s = mma_v2(k_c, qh_p.permute((1, 0)).load(q_operand), s_zero)
+                s = mma_v2(k_c, ql_p.permute((1, 0)).load(q_operand), s)
+                for c in gl.static_range(D_V // KC):
+                    s = _wg_e4m3_chunk_scores(k_n, qh_n, ql_n, c * KC, KC, s, mma)
+                n0 = start + i * BLOCK_N
+                valid = _wg_tile_valid(idx_base, n0, end, num_rows, BLOCK_N, key_layout)
+                s = gl.where(valid[:, None], s * qk_row[None, :], float("-inf"))
             p, alpha, m_i, l_tile = _wg_softmax_step(s, m_i, l_tile, 0)
             acc = acc * gl.convert_layout(alpha, gl.SliceLayout(0, mma_o))[None, :]
             p_tile.store(p.to(gl.float16))
+            if DS:
+                top = gl.maximum(gl.maximum(gl.max(sc0, 0), gl.max(sc1, 0)),
+                                 gl.maximum(gl.max(sc2, 0), gl.max(sc3, 0)))  # fmt: skip
+                top = gl.where(top > 0.0, top, 1.0)  # a tile of invalid rows: p is 0
+                for c in gl.static_range(4):
+                    f_c = gl.expand_dims(sc[c] / top, 1).to(gl.float16)
+                    factors.slice(c, 1, dim=1).store(f_c)
             gl.thread_barrier()
-            for k in gl.static_range(BLOCK_N // 16):
-                v_k = _wg_v_operand(k_n.slice(16 * k, 16), v_operand, W)
-                acc = mma_v2(v_k, p_tile.slice(16 * k, 16).load(p_operand), acc)
+            if DS:
+                pv = gl.zeros([D_V, BLOCK_H], gl.float32, layout=mma_o)
+                for k in gl.static_range(BLOCK_N // 16):
+                    f_k = factors.slice(16 * k, 16)
+                    v_k = _wg_v_operand(k_n.slice(16 * k, 16), v_operand, W, f_k)
+                    pv = mma_v2(v_k, p_tile.slice(16 * k, 16).load(p_operand), pv)
+                acc = acc + pv * top
+            else:
+                for k in gl.static_range(BLOCK_N // 16):
+                    v_k = _wg_v_operand(k_n.slice(16 * k, 16), v_operand, W)
+                    acc = mma_v2(v_k, p_tile.slice(16 * k, 16).load(p_operand), acc)
         async_copy.wait_group(0)
 
         dest = (Out, LSE, PO, PLSE, t, split, head0, num_heads, num_splits)
@@ -1825,11 +1932,21 @@ def _default_config(
     tile with mma.sync for fp8 e4m3 rows under a bf16 q with up to 16 heads (NOTES.md round
     15), the mma.sync tiles with q in registers for 16-bit rows with up to 32 heads and e4m3
     rows with 17-32, and for 33+ heads (16-bit or e4m3 rows) where no 64-head tl.dot tile fits
-    (NOTES.md round 17).
+    (NOTES.md round 17). fp8_ds_mla rows take the e4m3 mma.sync tile with 8 heads where the
+    mma.sync tiles run and with up to 16 on Hopper (NOTES.md round 19).
     """
     reason = _unsupported(num_heads, kv_format, limits)
     if reason is not None:
         raise ValueError(f"sparse MLA decode: {reason}")
+    ds_mma = (gluon_mma and num_heads <= 8) or (wgmma and num_heads <= 16)
+    if kv_format == "fp8_ds_mla" and ds_mma:
+        # The e4m3 mma.sync tile over fp8_ds_mla rows (``DS``): 8 heads on 4 warps (93 KB; two
+        # per SM on Hopper), 16 on 8 warps (103 KB: Hopper only; on 99 KB GPUs two 8-head
+        # blocks lose to the grouped tl.dot tile): 1.2-1.6x over that tile at B >= 8 with 8
+        # heads, 1.07-1.17x with 16 (NOTES.md round 19).
+        block_h = 8 if num_heads <= 8 else 16
+        return {"BLOCK_H": block_h, "BLOCK_N": 64, "num_warps": block_h // 2, "num_stages": 2,
+                "WAVES": 2 if wgmma and block_h == 8 else 1, "MMA_V2": 1}  # fmt: skip
     if gluon_mma and kv_format == "fp8" and num_heads <= 16:
         # 84 KB at 8 heads, 94 KB at 16: one program per SM on a 99 KB GPU. 16 heads run on
         # two groups of 4 warps, 8 heads each (5-14% faster than one group on the H200).
@@ -1964,7 +2081,7 @@ def _plan(
         gluon_mma = gluon_mma and "MMA_V2" in config
     cfg = dict(_default_config(num_heads, kv_format, wgmma, limits, gluon_mma))
     tiles_64 = num_tokens * triton.cdiv(topk, 64)
-    if kv_format == "fp8" and _gluon_tile(cfg) and tiles_64 < _num_sms(device_index()):
+    if kv_format != "16bit" and _gluon_tile(cfg) and tiles_64 < _num_sms(device_index()):
         # Too few 64-row tiles to fill the GPU (one token): the tl.dot tile's 32-row tiles,
         # two programs per SM, are faster there (B=1: 8.1 against 8.6 µs, NOTES.md round 12).
         cfg = dict(_default_config(num_heads, kv_format, False, limits))
@@ -2156,21 +2273,26 @@ def _launch_gluon(
     if cfg.get("MMA_V2"):
         warps = cfg["num_warps"]
         tile_ok = block_n == 64 and (block_h, warps) in ((8, 4), (16, 4), (16, 8))
-        if not (tile_ok and 2 <= stages <= 3 and kv_format == "fp8" and inputs_ok) or not (
+        fp8_rows = kv_format in ("fp8", "fp8_ds_mla")
+        if not (tile_ok and 2 <= stages <= 3 and fp8_rows and inputs_ok) or not (
             _gluon_mma_usable(capability, proxy=True)
         ):
             raise ValueError(
-                "MMA_V2 needs fp8 e4m3 rows under a bf16 q and out, BLOCK_H 8 (4 warps) or 16 "
-                "(4 or 8 warps), BLOCK_N 64, 2 or 3 stages, 16-byte-aligned buffers and "
-                "strides that are multiples of 16 elements, Triton 3.6's Gluon and an SM89, "
-                "SM90 or SM12x GPU"
+                "MMA_V2 needs fp8 e4m3 or fp8_ds_mla rows under a bf16 q and out, BLOCK_H 8 "
+                "(4 warps) or 16 (4 or 8 warps), BLOCK_N 64, 2 or 3 stages, 16-byte-aligned "
+                "buffers and strides that are multiples of 16 elements, Triton 3.6's Gluon and "
+                "an SM89, SM90 or SM12x GPU"
             )
+        ds = kv_format == "fp8_ds_mla"
+        if ds:  # the rows' bytes, read as e4m3 (the latent) and by pointer casts (the rest)
+            args = (args[0], args[1].view(torch.float8_e4m3fn), *args[2:])
         _sparse_mla_mma_e4m3_kernel[(programs,)](
             *args,
             float(kv_scale),
             BLOCK_H=block_h,
             **common,
             HEAD_GROUPS=warps // 4,
+            DS=ds,
             num_warps=warps,
         )
         return
@@ -2326,10 +2448,10 @@ def sparse_mla_decode(
         return out, lse
 
     dev = q.device.index if q.device.index is not None else torch.cuda.current_device()
-    # Not for fp8_ds_mla rows (uint8), nor for a q or out that would need a cast.
-    # fp8 e4m3 rows: under a bf16 q (whose precision the two e4m3 parts of q match).
+    # Not for a q or out that would need a cast. fp8 rows (e4m3, fp8_ds_mla): under a bf16 q
+    # (whose precision the two e4m3 parts of q match).
     gluon_inputs = (
-        (q.dtype == kv_rows.dtype or (kv_format == "fp8" and q.dtype == torch.bfloat16))
+        (q.dtype == kv_rows.dtype or (kv_format != "16bit" and q.dtype == torch.bfloat16))
         and q.dtype == out.dtype
         and _fits_cp_async(q, kv_rows)
     )

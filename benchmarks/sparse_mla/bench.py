@@ -1355,7 +1355,22 @@ def plan_r19d() -> list[tuple[int, int, dict[str, int], int]]:
     return _expand(cases + [(b, 64, (None,), blocks) for b in (128, 32)])
 
 
+def plan_r19m() -> list[tuple[int, int, dict[str, int], int]]:
+    """fp8_ds_mla rows (run with --dtypes fp8 --check): the grouped tl.dot kernel's 16-head
+    tile (fp16 groups, kept; the plan's) against the e4m3 mma.sync tile reading them
+    (``DS``): 8-head blocks on 4 warps (93 KB, fits a 99 KB GPU), 16-head blocks on 8 warps
+    (103 KB, Hopper only), at 2 stages, one program per SM; the tl.dot tile first and last."""
+    tl_dot = {"BLOCK_H": 16, "BLOCK_N": 32, "num_warps": 4, "num_stages": 2, "WAVES": 2,
+              "FP8_GROUPS": 1, "FP16_DOTS": 1}  # fmt: skip
+    mma8 = {"BLOCK_H": 8, "BLOCK_N": 64, "num_warps": 4, "num_stages": 2, "WAVES": 1,
+            "MMA_V2": 1}  # fmt: skip
+    mma16 = {**mma8, "BLOCK_H": 16, "num_warps": 8}
+    tiles = [tl_dot, mma8, {**mma8, "num_stages": 3}, mma16, {**mma8, "WAVES": 2}, tl_dot]
+    return _expand([(b, h, (None,), tiles) for b in (128, 32, 8) for h in (8, 16)])
+
+
 PLANS = {
+    "r19m": plan_r19m,
     "r19d": plan_r19d,
     "r19e": plan_r19e,
     "r19": plan_r19,
@@ -1397,7 +1412,7 @@ PLANS = {
 }
 
 
-FP8_DS_PLANS = ("fp8", "r18", "r19d")  # the plans for fp8_ds_mla rows
+FP8_DS_PLANS = ("fp8", "r18", "r19d", "r19m")  # the plans for fp8_ds_mla rows
 
 
 def check_point(kmod: types.ModuleType, case: Case) -> dict[str, float]:

@@ -410,6 +410,42 @@ def test_fp8_ds_mla_strided_rows_and_splits(kmod: ModuleType, num_heads: int) ->
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize(
+    ("num_heads", "num_tokens", "topk"),
+    [(8, 5, 2000), (5, 3, 300), (16, 4, 2048), (12, 2, 64), (64, 3, 700), (1, 257, 2048)],
+)
+def test_fp8_ds_mla_mma_tile(kmod: ModuleType, num_heads: int, num_tokens: int, topk: int) -> None:
+    """fp8_ds_mla rows on the e4m3 Gluon tile with mma.sync (``DS``: group scales on the
+    scores and, over the tile's largest, on V as it is widened; run here on Hopper, which has
+    mma.sync too): 8-head blocks on 4 warps and 16-head blocks on 4 and 8, at 2 and 3 stages,
+    over 1, 3 and 16 splits; rows inside a wider NaN-padded buffer, NaN in every row not
+    selected, padded head blocks, several blocks (64 heads), group scales from 1e-6 to 1e2, a
+    q 2^18 times larger; an 8-head block on 8 warps is refused."""
+    if not kmod._gluon_mma_usable(torch.cuda.get_device_capability(), proxy=True):
+        pytest.skip("the mma.sync tiles need Triton 3.6's Gluon and an SM89+ GPU")
+    gen = torch.Generator(device="cuda").manual_seed(zlib.crc32(f"ds-mma-{num_heads}".encode()))
+    q, kv, idx = _make_inputs(gen, num_tokens, num_heads, topk, torch.bfloat16, "mixed")
+    rows = kmod.quantize_fp8_ds_mla(kv)
+    wide = torch.full((rows.shape[0], 672), 0xFF, dtype=torch.uint8, device="cuda")
+    wide[:, :656] = rows
+    tile = {"BLOCK_N": 64, "num_stages": 2, "WAVES": 1, "MMA_V2": 1}
+    blocks = [(8, 4), (16, 4), (16, 8)] if num_heads > 8 else [(8, 4)]
+    for (block_h, warps), stages in itertools.product(blocks, (2, 3)):
+        cfg = {**tile, "BLOCK_H": block_h, "num_warps": warps, "num_stages": stages}
+        for splits in (1, 3, 16):
+            _check(kmod, q, wide[:, :656], idx, num_splits=splits, config=cfg)
+    exponents = torch.randint(-6, 3, (kv.shape[0], 4), generator=gen, device="cuda")
+    spread = torch.ones_like(kv)
+    spread[:, :512] = (10.0**exponents).repeat_interleave(128, dim=1)
+    spread_rows = kmod.quantize_fp8_ds_mla(kv * spread)
+    cfg = {**tile, "BLOCK_H": 8, "num_warps": 4}
+    _check(kmod, q, spread_rows, idx, config=cfg)
+    _check(kmod, q * 2.0**18, rows, idx, _SM_SCALE * 2.0**-18, config=cfg)
+    with pytest.raises(ValueError, match="MMA_V2 needs"):
+        kmod.sparse_mla_decode(q, rows, idx, _SM_SCALE, config={**cfg, "num_warps": 8})
+
+
+@pytest.mark.gpu
 @pytest.mark.parametrize(("num_heads", "num_tokens", "topk"), _FP8_GRID)
 def test_fp8_e4m3_rows(kmod: ModuleType, num_heads: int, num_tokens: int, topk: int) -> None:
     """fp8 e4m3 rows [N, 576] with one scale for the cache (vLLM's --kv-cache-dtype fp8 for

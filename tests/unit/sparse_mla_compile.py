@@ -91,6 +91,8 @@ def _split_job(module, arch: int, kv_format: str, cfg: dict) -> dict:
         kernel = "_sparse_mla_mma_e4m3_kernel"
         constexprs = {"BLOCK_H": cfg["BLOCK_H"], "NUM_STAGES": cfg["num_stages"]}
         constexprs["HEAD_GROUPS"] = cfg["num_warps"] // 4
+        constexprs["DS"] = kv_format == "fp8_ds_mla"
+        pointers["KV"] = "fp8e4nv"  # fp8_ds_mla rows: their bytes, read as e4m3
         pointers["PO"] = "bf16"  # 16-bit partials
     elif cfg.get("WGMMA"):
         swapped = cfg["BLOCK_H"] in (8, 16)
