@@ -32,10 +32,10 @@ Design, because the problem is a gather (H <= 64 is memory-bound on H200):
     bf16 q (e4m3 MMAs for the scores on the gathered tile, V widened once; 1.1-1.4x faster than
     the e4m3 tl.dot tile at B >= 8, NOTES.md round 12); on SM89 and SM120, whose MMA is
     mma.sync, ``_sparse_mla_mma_e4m3_kernel`` is that e4m3 tile with warp-level MMAs (1.25-1.6x
-    over the e4m3 tl.dot tile, NOTES.md rounds 15-16; it also reads fp8_ds_mla rows, their
-    group scales on the scores and on V: 1.2-1.6x, round 19), and ``_sparse_mla_mma_kernel``
-    serves 33+ heads over 16-bit rows in 99 KB with q in registers (each row gathered once
-    instead of once per 32-head block: 1.4x, NOTES.md round 17).
+    over the e4m3 tl.dot tile, NOTES.md rounds 15-16; it also reads fp8_ds_mla rows, there and
+    on Hopper: their group scales on the scores and on V, 1.2-1.6x, round 19), and
+    ``_sparse_mla_mma_kernel`` serves 33+ heads over 16-bit rows in 99 KB with q in registers
+    (each row gathered once instead of once per 32-head block: 1.4x, NOTES.md round 17).
 Only torch and triton are imported, so this file can be embedded verbatim elsewhere.
 """
 
@@ -230,7 +230,8 @@ def _sparse_mla_split_kernel(
     q_pe = tl.load(q_base + D_V + offs_pe[None, :], mask=mask_h[:, None], other=0.0)
     if FP16_DOTS:
         # A bf16 q in fp16: shifted per head by a power of two that keeps |q| <= 2^14, so the
-        # conversion is exact (fp16 has more mantissa bits); the shift goes into the scores.
+        # conversion is exact down to fp16's normal range (2^-14 after the shift; below, fp16's
+        # subnormals keep fewer bits); the shift goes into the scores.
         amax = tl.maximum(tl.max(tl.abs(q_v.to(tl.float32)), 1), tl.max(tl.abs(q_pe), 1))
         shift = tl.maximum(tl.ceil(tl.log2(tl.maximum(amax.to(tl.float32), 1e-30))) - 14.0, 0.0)
         q_v = q_v.to(tl.float32) * tl.exp2(-shift)[:, None]
@@ -423,7 +424,7 @@ def _sparse_mla_ds_split_kernel(
     q2 = tl.load(q_base + 2 * G + offs_g[None, :], mask=mask_h[:, None], other=0.0)
     q3 = tl.load(q_base + 3 * G + offs_g[None, :], mask=mask_h[:, None], other=0.0)
     q_pe = tl.load(q_base + D_V + offs_pe[None, :], mask=mask_h[:, None], other=0.0)
-    WIDEN: tl.constexpr = 2 if E4M3_BITS else (1 if FP16_DOTS else 0)
+    WIDEN: tl.constexpr = (2 if E4M3_BITS else 1) if FP16_DOTS else 0  # bits need fp16 dots
     qk_row = qk_scale + tl.zeros([BLOCK_H], dtype=tl.float32)  # the latent's scores, per head
     if FP16_DOTS:
         # The latent's q in fp16, shifted per head as in _sparse_mla_split_kernel (the rope
@@ -603,6 +604,10 @@ if gluon is not None:
         cols_p = 512 + gl.arange(0, 64, layout=gl.SliceLayout(0, pe_layout))
         if dst_pe.dtype != base.dtype.element_ty:
             # fp8_ds_mla rows (bytes): the rope part is 64 bf16 after the four fp32 scales.
+            gl.static_assert(
+                (base.dtype.element_ty == gl.float8e4nv) & (dst_pe.dtype == gl.bfloat16),
+                "rows and rope stage of different types: fp8_ds_mla rows (e4m3 bytes, bf16)",
+            )
             ptr_p = (ptr_p + 528).to(gl.pointer_type(dst_pe.dtype))
             cols_p = gl.arange(0, 64, layout=gl.SliceLayout(0, pe_layout))
         async_copy.async_copy_global_to_shared(
@@ -1289,7 +1294,8 @@ if gluon is not None:
         through shared memory; O^T += V^T P^T runs on warps along V's columns (e4m3 V widened
         in registers, ``_wg_v_operand``). q passes through the gather stages once, before the
         first gather. 16 and 32 heads over 16-bit rows run on 4 and 8 warps: two along the
-        keys, the others along the heads, 8 heads each."""
+        keys, the others along the heads, 8 heads each (or one along the keys, over 16-row
+        tiles; measured slower, NOTES.md round 19)."""
         D_V: gl.constexpr = 512
         KC: gl.constexpr = 32  # q columns per score MMA step
         W_H: gl.constexpr = BLOCK_H // 8  # warps along the heads in the scores, 8 heads each
@@ -1581,7 +1587,7 @@ if gluon is not None:
         operand of O^T += V^T P^T (``_wg_v_operand``). 8 or 16 heads on ``HEAD_GROUPS`` groups
         of 4 warps for the scores, each group its own heads (16 heads on two groups read half
         of q per warp); P.V runs on all warps, each its own V columns, so V is widened once;
-        2 stages fit a 99 KB block.
+        2 stages fit a 99 KB block (fp8_ds_mla rows: with 8 heads).
 
         ``DS``: fp8_ds_mla rows (KV their bytes as e4m3, ``stride_kv`` 656 or more): each
         128-column group of the latent has its own scale per row, so the scores sum four
@@ -1734,7 +1740,8 @@ def _gluon_mma_usable(capability: tuple[int, int], proxy: bool = False) -> bool:
     """The Gluon tiles with mma.sync: for SM80-89 and SM120/121, whose only MMA that is, under
     Triton 3.6's Gluon (their e4m3 tile needs SM89+, as fp8 rows do: ``_unsupported``).
     ``proxy``: Hopper may run them too (the benchmark's stand-in for SM120); its plan takes
-    only the 32-head one (``_default_config``), its own tiles being faster elsewhere."""
+    the 32-head one and, for fp8_ds_mla rows, the e4m3 one (``_default_config``), its own
+    tiles being faster elsewhere."""
     target = capability[0] in (8, 12) or (proxy and capability[0] == 9)
     return _GLUON_API and target
 
@@ -1818,7 +1825,8 @@ def _tile(
 
 
 def _fp16_dots(cfg: dict[str, int]) -> bool:
-    """fp8 e4m3 rows under a bf16 q: the tl.dot kernel's dots in fp16 (q shifted per head)."""
+    """fp8 rows (e4m3, or fp8_ds_mla's groups) under a bf16 q: the tl.dot kernels' dots in
+    fp16 (q shifted per head)."""
     return bool(cfg.get("FP16_DOTS", 0))
 
 

@@ -380,11 +380,11 @@ def test_fp8_ds_mla_rows(kmod: ModuleType, num_heads: int, num_tokens: int, topk
 def test_fp8_ds_mla_strided_rows_and_splits(kmod: ModuleType, num_heads: int) -> None:
     """fp8_ds_mla rows inside a wider, NaN-padded buffer (row stride 672 bytes), over 1, 3 and
     16 splits, with the index prefetch on, every index listed twice; and on the kernel that
-    keeps the latent in fp8 groups (a 99 KB GPU's plan), groups gathered again for P.V and
-    kept, widened to bf16 or fp16, with group scales from 1e-6 to 1e2 (P times a tiny scale
-    must keep its precision: bf16's range, or fp16 after the tile's largest scale).
-    The widening kernel is not held to those scales: it rounds each scaled latent to bf16, so
-    its scores err in proportion to |k| (4% of the largest output at 1e2, NOTES.md round 18)."""
+    keeps the latent in fp8 groups (a 99 KB GPU's plan for 9+ heads), groups gathered again for
+    P.V and kept, widened to bf16 or fp16, with group scales from 1e-6 to 1e2 (P times a tiny
+    scale must keep its precision: bf16's range, or fp16 after the tile's largest scale). The
+    widening kernel is not held to those scales: it rounds each scaled latent to bf16, so its
+    scores err in proportion to |k| (4% of the largest output at 1e2, NOTES.md round 18)."""
     gen = torch.Generator(device="cuda").manual_seed(77 + num_heads)
     q, kv, idx = _make_inputs(gen, 5, num_heads, 1000, torch.bfloat16, "mixed")
     rows = kmod.quantize_fp8_ds_mla(kv)

@@ -102,8 +102,8 @@ def test_split_rule_for_fp8_rows(kmod: ModuleType, batch: int, heads: int) -> No
 
 def test_the_gluon_tiles_serve_16_bit_rows_at_up_to_16_or_33_plus_heads(kmod: ModuleType) -> None:
     """64-head blocks (33+ heads, padded) and the swapped tile's 8 or 16 heads, for 16-bit and
-    e4m3 rows; 17-32 heads, fp8_ds_mla rows and GPUs without warpgroup MMA take the tl.dot
-    tiles."""
+    e4m3 rows; 17-32 heads and GPUs without warpgroup MMA take the tl.dot tiles (fp8_ds_mla
+    rows: the next test)."""
     assert kmod._default_config(64, wgmma=True).get("WGMMA") == 1
     assert kmod._default_config(128, wgmma=True).get("WGMMA") == 1
     assert kmod._default_config(33, wgmma=True).get("WGMMA") == 1  # padded to 64 rows
@@ -111,13 +111,34 @@ def test_the_gluon_tiles_serve_16_bit_rows_at_up_to_16_or_33_plus_heads(kmod: Mo
     for heads, block_h in ((1, 8), (8, 8), (9, 16), (16, 16)):
         cfg = kmod._default_config(heads, wgmma=True)
         assert cfg["WGMMA"] == 1 and cfg["BLOCK_H"] == block_h and cfg["num_warps"] == 4
-    assert not kmod._default_config(8, "fp8_ds_mla", wgmma=True).get("WGMMA")
+    assert not kmod._default_config(8, "fp8_ds_mla", wgmma=True).get("WGMMA")  # mma.sync
     for heads in (33, 64, 128):  # e4m3 rows: two warpgroups of 32 heads
         cfg = kmod._default_config(heads, "fp8", wgmma=True)
         assert cfg["WGMMA"] == 1 and cfg["BLOCK_H"] == 64 and cfg["num_warps"] == 8
     assert not kmod._default_config(32, "fp8", wgmma=True).get("WGMMA")
     assert not kmod._default_config(64, wgmma=False).get("WGMMA")
     assert not kmod._default_config(16, wgmma=False).get("WGMMA")
+
+
+def test_fp8_ds_mla_rows_take_the_e4m3_mma_tile_at_up_to_8_or_16_heads(kmod: ModuleType) -> None:
+    """fp8_ds_mla rows: the e4m3 mma.sync tile (``DS``) with up to 8 heads where the mma.sync
+    tiles run (one program per SM in 93 KB) and with up to 16 on Hopper (8 heads two per SM,
+    16 heads on 8 warps in 103 KB); more heads, and 9-16 on a 99 KB GPU, the grouped tl.dot
+    kernel."""
+    sm120 = kmod.DeviceLimits((12, 0), 101376)
+    for heads, block_h, warps, waves in ((1, 8, 4, 2), (8, 8, 4, 2), (9, 16, 8, 1), (16, 16, 8, 1)):
+        cfg = kmod._default_config(heads, "fp8_ds_mla", wgmma=True)
+        assert cfg == {"BLOCK_H": block_h, "BLOCK_N": 64, "num_warps": warps, "num_stages": 2,
+                       "WAVES": waves, "MMA_V2": 1}  # fmt: skip
+    for heads in (1, 8):
+        cfg = kmod._default_config(heads, "fp8_ds_mla", limits=sm120, gluon_mma=True)
+        assert cfg["MMA_V2"] == 1 and cfg["BLOCK_H"] == 8 and cfg["WAVES"] == 1
+    for heads in (9, 16, 32):
+        cfg = kmod._default_config(heads, "fp8_ds_mla", limits=sm120, gluon_mma=True)
+        assert cfg.get("FP8_GROUPS") == 1 and not kmod._gluon_tile(cfg)
+    for heads in (17, 64):
+        assert not kmod._gluon_tile(kmod._default_config(heads, "fp8_ds_mla", wgmma=True))
+    assert not kmod._gluon_tile(kmod._default_config(8, "fp8_ds_mla"))  # no Gluon tiles
 
 
 def test_fits_cp_async_needs_aligned_buffers_and_strides(kmod: ModuleType) -> None:
