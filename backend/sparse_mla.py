@@ -1921,6 +1921,14 @@ def sparse_mla_check(num_heads: int, kv_format: str, device: torch.device | int)
         raise ValueError(f"{reason} (this GPU serves {served} with {kv_format} rows)")
 
 
+def _e4m3_mma_tile(num_heads: int, waves: int) -> dict[str, int]:
+    """``_sparse_mla_mma_e4m3_kernel``'s tile for up to 16 heads: 64-row tiles at 2 stages, 8
+    heads on 4 warps or 16 on two groups of 4."""
+    block_h = 8 if num_heads <= 8 else 16
+    return {"BLOCK_H": block_h, "BLOCK_N": 64, "num_warps": block_h // 2, "num_stages": 2,
+            "WAVES": waves, "MMA_V2": 1}  # fmt: skip
+
+
 def _default_config(
     num_heads: int,
     kv_format: str = "16bit",
@@ -1952,15 +1960,11 @@ def _default_config(
         # per SM on Hopper), 16 on 8 warps (103 KB: Hopper only; on 99 KB GPUs two 8-head
         # blocks lose to the grouped tl.dot tile): 1.2-1.6x over that tile at B >= 8 with 8
         # heads, 1.07-1.17x with 16 (NOTES.md round 19).
-        block_h = 8 if num_heads <= 8 else 16
-        return {"BLOCK_H": block_h, "BLOCK_N": 64, "num_warps": block_h // 2, "num_stages": 2,
-                "WAVES": 2 if wgmma and block_h == 8 else 1, "MMA_V2": 1}  # fmt: skip
+        return _e4m3_mma_tile(num_heads, waves=2 if wgmma and num_heads <= 8 else 1)
     if gluon_mma and kv_format == "fp8" and num_heads <= 16:
         # 84 KB at 8 heads, 94 KB at 16: one program per SM on a 99 KB GPU. 16 heads run on
         # two groups of 4 warps, 8 heads each (5-14% faster than one group on the H200).
-        block_h = 8 if num_heads <= 8 else 16
-        return {"BLOCK_H": block_h, "BLOCK_N": 64, "num_warps": block_h // 2, "num_stages": 2,
-                "WAVES": 1, "MMA_V2": 1}  # fmt: skip
+        return _e4m3_mma_tile(num_heads, waves=1)
     mma_rows = kv_format == "16bit" or (kv_format == "fp8" and num_heads > 16)
     if mma_rows and num_heads <= 32 and (gluon_mma or (wgmma and num_heads > 16)):
         # q in registers, two warps along the keys and one per 8 heads (one program per SM):
