@@ -133,6 +133,13 @@ def _e4m3_bits_to_f16(x):
 
 
 @triton.jit
+def _fp16_shift(amax):
+    """Per head, the power of two (its log2, >= 0) that a bf16 q with largest magnitude
+    ``amax`` is divided by to keep |q| <= 2^14 in fp16; the scores take it back."""
+    return tl.maximum(tl.ceil(tl.log2(tl.maximum(amax.to(tl.float32), 1e-30))) - 14.0, 0.0)
+
+
+@triton.jit
 def _index_tile(idx_base, n0, end, BLOCK_N: tl.constexpr):
     """The top-k entries [n0, n0 + BLOCK_N) of a split ending at ``end``; -1 past it."""
     offs = n0 + tl.arange(0, BLOCK_N)
@@ -233,7 +240,7 @@ def _sparse_mla_split_kernel(
         # conversion is exact down to fp16's normal range (2^-14 after the shift; below, fp16's
         # subnormals keep fewer bits); the shift goes into the scores.
         amax = tl.maximum(tl.max(tl.abs(q_v.to(tl.float32)), 1), tl.max(tl.abs(q_pe), 1))
-        shift = tl.maximum(tl.ceil(tl.log2(tl.maximum(amax.to(tl.float32), 1e-30))) - 14.0, 0.0)
+        shift = _fp16_shift(amax)
         q_v = q_v.to(tl.float32) * tl.exp2(-shift)[:, None]
         q_pe = q_pe.to(tl.float32) * tl.exp2(-shift)[:, None]
         qk_row = qk_scale * tl.exp2(shift)
@@ -431,7 +438,7 @@ def _sparse_mla_ds_split_kernel(
         # part stays bf16, as the rows' rope); the shift goes into its scores.
         amax = tl.maximum(tl.max(tl.abs(q0), 1), tl.max(tl.abs(q1), 1))
         amax = tl.maximum(amax, tl.maximum(tl.max(tl.abs(q2), 1), tl.max(tl.abs(q3), 1)))
-        shift = tl.maximum(tl.ceil(tl.log2(tl.maximum(amax.to(tl.float32), 1e-30))) - 14.0, 0.0)
+        shift = _fp16_shift(amax)
         q0 = (q0.to(tl.float32) * tl.exp2(-shift)[:, None]).to(tl.float16)
         q1 = (q1.to(tl.float32) * tl.exp2(-shift)[:, None]).to(tl.float16)
         q2 = (q2.to(tl.float32) * tl.exp2(-shift)[:, None]).to(tl.float16)

@@ -1338,7 +1338,7 @@ def plan_r19e() -> list[tuple[int, int, dict[str, int], int]]:
 
 def plan_r19d() -> list[tuple[int, int, dict[str, int], int]]:
     """fp8_ds_mla rows (run with --dtypes fp8 --check): the grouped kernel's 16-head tile
-    (the plan's for up to 32 heads everywhere) with its groups widened to bf16 (the plan's),
+    (the plan's for up to 32 heads everywhere) with its groups widened to bf16 (round 18's),
     against fp16 groups (q shifted per head), widened by conversion or by moving bits, the
     groups gathered again for P.V or kept; at 64 heads the 99 KB GPUs' 64-head grouped tile
     against the 16-head blocks with fp16 groups. The plan's tile first and last."""
