@@ -749,6 +749,29 @@ if gluon is not None:
         return valid, sc0, sc1, sc2, sc3
 
     @gluon.jit
+    def _wg_times_group(o, factors, W: gl.constexpr):
+        """``o`` ([512, H], O^T with its rows in ``_wg_v_operand``'s order, W warps along them)
+        with each row times its latent group's factor of the four ``factors``. MMA row m is
+        value (512 / W) w + ... with w = (m / 16) mod W, the warp that holds it, so a thread's
+        rows share one group, w / (W / 4), and one factor."""
+        BLOCK_H: gl.constexpr = o.shape[1]
+        o4 = gl.reshape(o, [32 // W, W, 16, BLOCK_H])
+        warp_layout: gl.constexpr = gl.SliceLayout(
+            0, gl.SliceLayout(2, gl.SliceLayout(3, o4.type.layout))
+        )
+        group = gl.arange(0, W, layout=warp_layout) // (W // 4)
+        f0, f1, f2, f3 = factors
+        f = gl.where(group == 0, f0, gl.where(group == 1, f1, gl.where(group == 2, f2, f3)))
+        o4 = o4 * gl.expand_dims(gl.expand_dims(gl.expand_dims(f, 0), 2), 3)
+        return gl.convert_layout(gl.reshape(o4, [512, BLOCK_H]), o.type.layout, assert_trivial=True)
+
+    @gluon.jit
+    def _wg_top(scales):
+        """The largest of a tile's group scales, 1 where all are 0 (no real row)."""
+        top = gl.max(scales, 0)
+        return gl.where(top > 0.0, top, 1.0)
+
+    @gluon.jit
     def _wg_softmax_step(s, m_i, l_tile, KEY_AXIS: gl.constexpr):
         """One tile of the online softmax in base 2 over scores ``s`` (scaled, -inf where
         masked), keys along ``KEY_AXIS``. Returns P, the factor the running output is scaled
@@ -1116,6 +1139,13 @@ if gluon is not None:
         return q, gl.max(gl.abs(q), 1)
 
     @gluon.jit
+    def _wg_rope_query(q_tok, head0, num_heads, stride_qh, BLOCK_H: gl.constexpr, layout):
+        """``_wg_e4m3_query`` of the rope part (columns 512-575) of the program's heads."""
+        heads = head0 + gl.arange(0, BLOCK_H, layout=gl.SliceLayout(1, layout))
+        cols = gl.arange(0, 64, layout=gl.SliceLayout(0, layout))
+        return _wg_e4m3_query(q_tok, heads, cols, num_heads, stride_qh, 512)
+
+    @gluon.jit
     def _wg_e4m3_split_store(q, scale, q_hi, q_lo):
         """q times its per-head power-of-two scale as two e4m3 parts, the value and its
         residual (together about bf16's precision), into shared memory."""
@@ -1131,22 +1161,28 @@ if gluon is not None:
         BLOCK_N: gl.constexpr,
         NUM_STAGES: gl.constexpr,
         pe_ty: gl.constexpr = None,
+        Q_ROPE_PARTS: gl.constexpr = 2,
     ):
         """Shared memory of the e4m3 tiles: q's two e4m3 parts (latent hi/lo, rope hi/lo), the
         gather stages (latent, rope) and P^T in fp16. ``pe_ty``: the rope part's type where it
-        is not e4m3 (fp8_ds_mla rows: bf16, and q's rope part is kept whole, in the hi part)."""
+        is not e4m3 (fp8_ds_mla rows: bf16). ``Q_ROPE_PARTS``: the buffers for q's rope part
+        after the latent's two in ``q_parts``: two e4m3 parts, one whole (fp8_ds_mla rows), or
+        none (fp8_ds_mla rows, q's rope part in registers)."""
         pe_ty = f8 if pe_ty is None else pe_ty
         qn_smem: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_H, 512], f8)
         qp_smem: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_H, 64], pe_ty)
         kv_smem: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_N, 512], f8)
         pe_smem: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_N, 64], pe_ty)
         p_smem: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_N, BLOCK_H], gl.float16)
-        q_parts = (
-            gl.allocate_shared_memory(f8, [BLOCK_H, 512], qn_smem),
-            gl.allocate_shared_memory(f8, [BLOCK_H, 512], qn_smem),
-            gl.allocate_shared_memory(pe_ty, [BLOCK_H, 64], qp_smem),
-            gl.allocate_shared_memory(pe_ty, [BLOCK_H, 64], qp_smem),
-        )
+        qh_n = gl.allocate_shared_memory(f8, [BLOCK_H, 512], qn_smem)
+        ql_n = gl.allocate_shared_memory(f8, [BLOCK_H, 512], qn_smem)
+        qh_p = gl.allocate_shared_memory(pe_ty, [BLOCK_H, 64], qp_smem)
+        if Q_ROPE_PARTS == 0:
+            q_parts = (qh_n, ql_n)
+        elif Q_ROPE_PARTS == 1:
+            q_parts = (qh_n, ql_n, qh_p)
+        else:
+            q_parts = (qh_n, ql_n, qh_p, gl.allocate_shared_memory(pe_ty, [BLOCK_H, 64], qp_smem))
         kv_tiles = gl.allocate_shared_memory(f8, [NUM_STAGES, BLOCK_N, 512], kv_smem)
         pe_tiles = gl.allocate_shared_memory(pe_ty, [NUM_STAGES, BLOCK_N, 64], pe_smem)
         p_tile = gl.allocate_shared_memory(gl.float16, [BLOCK_N, BLOCK_H], p_smem)
@@ -1166,10 +1202,9 @@ if gluon is not None:
     ):
         """Stores the program's query heads in ``q_parts`` as two e4m3 parts, each head scaled
         by a power of two to |q| <= 256; returns that scale, which leaves through the scores.
-        ``ROPE_WHOLE`` (fp8_ds_mla rows, whose rope part is bf16): the latent only, the rope
-        part stored as it is, unscaled, in the rope's hi part."""
-        qh_n, ql_n, qh_p, ql_p = q_parts
-        qn, amax_n = _wg_e4m3_query(
+        ``ROPE_WHOLE`` (fp8_ds_mla rows, whose rope part is bf16): the latent only (``q_parts``
+        holds its two parts); the caller keeps the rope part as it is."""
+        qn, amax = _wg_e4m3_query(
             q_tok,
             head0 + gl.arange(0, BLOCK_H, layout=gl.SliceLayout(1, qn_layout)),
             gl.arange(0, 512, layout=gl.SliceLayout(0, qn_layout)),
@@ -1177,24 +1212,14 @@ if gluon is not None:
             stride_qh,
             0,
         )
-        qp, amax_p = _wg_e4m3_query(
-            q_tok,
-            head0 + gl.arange(0, BLOCK_H, layout=gl.SliceLayout(1, qp_layout)),
-            gl.arange(0, 64, layout=gl.SliceLayout(0, qp_layout)),
-            num_heads,
-            stride_qh,
-            512,
-        )
-        if ROPE_WHOLE:
-            qh_p.store(qp.to(qh_p.dtype))
-            amax = amax_n
-        else:
-            amax = gl.maximum(amax_n, gl.convert_layout(amax_p, gl.SliceLayout(1, qn_layout)))
+        if not ROPE_WHOLE:
+            qp, amax_p = _wg_rope_query(q_tok, head0, num_heads, stride_qh, BLOCK_H, qp_layout)
+            amax = gl.maximum(amax, gl.convert_layout(amax_p, gl.SliceLayout(1, qn_layout)))
         scale = gl.exp2(8.0 - gl.ceil(gl.log2(gl.maximum(amax, 1e-30))))
-        _wg_e4m3_split_store(qn, scale, qh_n, ql_n)
+        _wg_e4m3_split_store(qn, scale, q_parts[0], q_parts[1])
         if not ROPE_WHOLE:
             qp_scale = gl.convert_layout(scale, gl.SliceLayout(1, qp_layout))
-            _wg_e4m3_split_store(qp, qp_scale, qh_p, ql_p)
+            _wg_e4m3_split_store(qp, qp_scale, q_parts[2], q_parts[3])
         return scale
 
     @gluon.jit
@@ -1586,6 +1611,7 @@ if gluon is not None:
         USE_PDL: gl.constexpr,
         HEAD_GROUPS: gl.constexpr,
         DS: gl.constexpr,
+        ROPE_REGS: gl.constexpr = False,
     ):
         """The swapped e4m3 tile for GPUs whose MMA is mma.sync (SM89, SM120; Hopper runs it
         as their proxy): the e4m3 Hopper tile's design with warp-level MMAs. cp.async gathers
@@ -1594,14 +1620,16 @@ if gluon is not None:
         operand of O^T += V^T P^T (``_wg_v_operand``). 8 or 16 heads on ``HEAD_GROUPS`` groups
         of 4 warps for the scores, each group its own heads (16 heads on two groups read half
         of q per warp); P.V runs on all warps, each its own V columns, so V is widened once;
-        2 stages fit a 99 KB block (fp8_ds_mla rows: with 8 heads).
+        2 stages fit a 99 KB block (fp8_ds_mla rows with 16 heads only with ``ROPE_REGS``).
 
         ``DS``: fp8_ds_mla rows (KV their bytes as e4m3, ``stride_kv`` 656 or more): each
         128-column group of the latent has its own scale per row, so the scores sum four
         group MMAs, each times its keys' scales, and the bf16 rope part scores in a bf16 MMA;
-        V is widened times each row's group scale over the tile's largest (``_wg_v_operand``'s
-        factors, fp16), which goes into the accumulator. The scales ride in registers, loaded
-        one tile ahead."""
+        V is widened times each row's group scale over that group's largest in the tile
+        (``_wg_v_operand``'s factors, fp16), which multiplies the P.V rows of its group before
+        they join the accumulator. The scales ride in registers, loaded one tile ahead.
+        ``ROPE_REGS``: q's rope part is held in registers, not shared memory (2 KB less at 16
+        heads, 101,120 bytes; but on the H200 1.05x slower, from register pressure)."""
         BLOCK_N: gl.constexpr = 64
         D_V: gl.constexpr = 512
         KC: gl.constexpr = 128  # latent columns per score MMA step (one 128-byte swizzle row)
@@ -1632,10 +1660,11 @@ if gluon is not None:
         if USE_PDL:
             _wg_launch_dependents()
         hb, split, t = _wg_program(num_hb, num_splits)
+        Q_ROPE_PARTS: gl.constexpr = 0 if ROPE_REGS else (1 if DS else 2)
         q_parts, kv_tiles, pe_tiles, p_tile = _wg_e4m3_buffers(
-            f8, BLOCK_H, BLOCK_N, NUM_STAGES, pe_ty
+            f8, BLOCK_H, BLOCK_N, NUM_STAGES, pe_ty, Q_ROPE_PARTS
         )
-        qh_n, ql_n, qh_p, ql_p = q_parts
+        qh_n, ql_n = q_parts[0], q_parts[1]
 
         start = split * chunk
         end = gl.minimum(start + chunk, topk)
@@ -1661,6 +1690,17 @@ if gluon is not None:
             rope_q: gl.constexpr = gl.DotOperandLayout(operand_index=1, parent=mma, k_width=2)
             f_smem: gl.constexpr = gl.SwizzledSharedLayout(1, 1, 1, [1, 0])
             factors = gl.allocate_shared_memory(gl.float16, [BLOCK_N, 4], f_smem)  # keys x groups
+            # q's rope part, whole: the B operand of each tile's rope MMA.
+            if ROPE_REGS:
+                q_heads = head0 + gl.arange(0, BLOCK_H, layout=gl.SliceLayout(0, rope_q))
+                q_cols = 512 + gl.arange(0, 64, layout=gl.SliceLayout(1, rope_q))
+                q_pe_ptr = q_tok + q_heads.to(gl.int64)[None, :] * stride_qh + q_cols[:, None]
+                q_pe = gl.load(q_pe_ptr, mask=(q_heads < num_heads)[None, :], other=0.0)
+            else:
+                q_pe_rows, _ = _wg_rope_query(
+                    q_tok, head0, num_heads, stride_qh, BLOCK_H, qp_layout
+                )
+                q_parts[2].store(q_pe_rows.to(pe_ty))
             ds_rows = _wg_ds_rows(
                 KV, idx_base, start, end, num_rows, stride_kv, BLOCK_N, key_layout
             )
@@ -1675,13 +1715,16 @@ if gluon is not None:
                     KV, idx_base, n1, end, num_rows, stride_kv, BLOCK_N, key_layout
                 )
                 sc = (sc0, sc1, sc2, sc3)
-                s_pe = mma_v2(k_p.load(rope_k), qh_p.permute((1, 0)).load(rope_q), s_zero)
+                if not ROPE_REGS:
+                    q_pe = q_parts[2].permute((1, 0)).load(rope_q)
+                s_pe = mma_v2(k_p.load(rope_k), q_pe, s_zero)
                 s = s_zero
                 for c in gl.static_range(D_V // KC):
                     s_c = _wg_e4m3_chunk_scores(k_n, qh_n, ql_n, c * KC, KC, s_zero, mma)
                     s = s + s_c * gl.expand_dims(sc[c], 1)
                 s = gl.where(valid[:, None], s * qk_row[None, :] + s_pe * qk_scale, float("-inf"))
             else:
+                qh_p, ql_p = q_parts[2], q_parts[3]
                 k_c = k_p.load(k_operand)
                 s = mma_v2(k_c, qh_p.permute((1, 0)).load(q_operand), s_zero)
                 s = mma_v2(k_c, ql_p.permute((1, 0)).load(q_operand), s)
@@ -1694,11 +1737,10 @@ if gluon is not None:
             acc = acc * gl.convert_layout(alpha, gl.SliceLayout(0, mma_o))[None, :]
             p_tile.store(p.to(gl.float16))
             if DS:
-                top = gl.maximum(gl.maximum(gl.max(sc0, 0), gl.max(sc1, 0)),
-                                 gl.maximum(gl.max(sc2, 0), gl.max(sc3, 0)))  # fmt: skip
-                top = gl.where(top > 0.0, top, 1.0)  # a tile of invalid rows: p is 0
+                # Each group's largest scale in the tile (1 where no row is real: p is 0).
+                tops = (_wg_top(sc0), _wg_top(sc1), _wg_top(sc2), _wg_top(sc3))
                 for c in gl.static_range(4):
-                    f_c = gl.expand_dims(sc[c] / top, 1).to(gl.float16)
+                    f_c = gl.expand_dims(sc[c] / tops[c], 1).to(gl.float16)
                     factors.slice(c, 1, dim=1).store(f_c)
             gl.thread_barrier()
             if DS:
@@ -1707,7 +1749,8 @@ if gluon is not None:
                     f_k = factors.slice(16 * k, 16)
                     v_k = _wg_v_operand(k_n.slice(16 * k, 16), v_operand, W, f_k)
                     pv = mma_v2(v_k, p_tile.slice(16 * k, 16).load(p_operand), pv)
-                acc = acc + pv * top
+                # P.V in units of each group's largest scale: its rows times their group's.
+                acc = acc + _wg_times_group(pv, tops, W)
             else:
                 for k in gl.static_range(BLOCK_N // 16):
                     v_k = _wg_v_operand(k_n.slice(16 * k, 16), v_operand, W)
@@ -1928,6 +1971,11 @@ def sparse_mla_check(num_heads: int, kv_format: str, device: torch.device | int)
         raise ValueError(f"{reason} (this GPU serves {served} with {kv_format} rows)")
 
 
+# Shared memory of the 16-head fp8_ds_mla tile with q's rope part in shared memory (Triton
+# 3.6, sm_89/90/120; tests/unit/test_sparse_mla_targets.py compiles both forms).
+_DS_TILE_16_HEADS_SMEM = 103_168
+
+
 def _e4m3_mma_tile(num_heads: int, waves: int) -> dict[str, int]:
     """``_sparse_mla_mma_e4m3_kernel``'s tile for up to 16 heads: 64-row tiles at 2 stages, 8
     heads on 4 warps or 16 on two groups of 4."""
@@ -1955,19 +2003,21 @@ def _default_config(
     tile with mma.sync for fp8 e4m3 rows under a bf16 q with up to 16 heads (NOTES.md round
     15), the mma.sync tiles with q in registers for 16-bit rows with up to 32 heads and e4m3
     rows with 17-32, and for 33+ heads (16-bit or e4m3 rows) where no 64-head tl.dot tile fits
-    (NOTES.md round 17). fp8_ds_mla rows take the e4m3 mma.sync tile with 8 heads where the
-    mma.sync tiles run and with up to 16 on Hopper (NOTES.md round 19).
+    (NOTES.md round 17). fp8_ds_mla rows take the e4m3 mma.sync tile with up to 16 heads
+    wherever the mma.sync tiles or Hopper's run (NOTES.md rounds 19 and 20).
     """
     reason = _unsupported(num_heads, kv_format, limits)
     if reason is not None:
         raise ValueError(f"sparse MLA decode: {reason}")
-    ds_mma = (gluon_mma and num_heads <= 8) or (wgmma and num_heads <= 16)
-    if kv_format == "fp8_ds_mla" and ds_mma:
+    if kv_format == "fp8_ds_mla" and (gluon_mma or wgmma) and num_heads <= 16:
         # The e4m3 mma.sync tile over fp8_ds_mla rows (``DS``): 8 heads on 4 warps (93 KB; two
-        # per SM on Hopper), 16 on 8 warps (103 KB: Hopper only; on 99 KB GPUs two 8-head
-        # blocks lose to the grouped tl.dot tile): 1.2-1.6x over that tile at B >= 8 with 8
-        # heads, 1.07-1.17x with 16 (NOTES.md round 19).
-        return _e4m3_mma_tile(num_heads, waves=2 if wgmma and num_heads <= 8 else 1)
+        # per SM on Hopper), 16 on 8 warps (103 KB; 101,120 bytes with q's rope part in
+        # registers, which a 99 KB GPU needs): 1.2-1.6x over the grouped tl.dot tile at
+        # B >= 8 with 8 heads, 1.07-1.2x with 16 (NOTES.md rounds 19 and 20).
+        tile = _e4m3_mma_tile(num_heads, waves=2 if wgmma and num_heads <= 8 else 1)
+        if num_heads > 8 and limits.smem_per_block < _DS_TILE_16_HEADS_SMEM:
+            tile["ROPE_REGS"] = 1
+        return tile
     if gluon_mma and kv_format == "fp8" and num_heads <= 16:
         # 84 KB at 8 heads, 94 KB at 16: one program per SM on a 99 KB GPU. 16 heads run on
         # two groups of 4 warps, 8 heads each (5-14% faster than one group on the H200).
@@ -2064,7 +2114,7 @@ def _pow2_floor(n: int) -> int:
 # tile updated by the override, whatever the default kernel would have been.
 _TILE_KEYS = frozenset(
     {"BLOCK_H", "BLOCK_N", "num_warps", "num_stages", "DV_SPLIT", "PREFETCH_IDX", "FP8_TWICE"}
-    | {"FP16_DOTS", "V_ASM", "E4M3_BITS", "FP8_GROUPS"}
+    | {"FP16_DOTS", "V_ASM", "E4M3_BITS", "FP8_GROUPS", "ROPE_REGS"}
 )
 
 
@@ -2312,6 +2362,7 @@ def _launch_gluon(
             **common,
             HEAD_GROUPS=warps // 4,
             DS=ds,
+            ROPE_REGS=ds and bool(cfg.get("ROPE_REGS", 0)),
             num_warps=warps,
         )
         return

@@ -468,7 +468,8 @@ def portable_md(rows: list[dict[str, Any]]) -> list[str]:
         "`tl.dot` = the tl.dot tile for this GPU's shared memory (no Gluon kernels); `SM120 tile` ="
         " the tile the plan picks for a 99 KB GPU (SM120, SM86/89), run here (under Triton 3.6"
         " the Gluon tiles with mma.sync, one program per SM as on SM120, for 16-bit and e4m3"
-        " rows; fp8_ds_mla rows and other Tritons: a tl.dot tile); `gather` = a bare "
+        " rows and for fp8_ds_mla rows with up to 16 heads; more heads of fp8_ds_mla rows and"
+        " other Tritons: a tl.dot tile); `gather` = a bare "
         "gather of the same rows (`_row_gather_kernel`: loads them as int32 words and sums "
         "them; the fastest of four shapes).",
         "",
@@ -1369,7 +1370,90 @@ def plan_r19m() -> list[tuple[int, int, dict[str, int], int]]:
     return _expand([(b, h, (None,), tiles) for b in (128, 32, 8) for h in (8, 16)])
 
 
+def plan_r20e() -> list[tuple[int, int, dict[str, int], int]]:
+    """fp8 e4m3 rows, up to 16 heads (run with --dtypes e4m3 --check): the H200's swapped
+    e4m3 tile (the plan's) against the e4m3 mma.sync tile one program per SM (a 99 KB GPU's)
+    and two per SM (84-94 KB: the H200 holds two), and 16 heads as two 8-head blocks two per
+    SM; the plan's tile first and last."""
+    cases = []
+    for h in (8, 16):
+        block_h = 8 if h <= 8 else 16
+        hopper = {"BLOCK_H": block_h, "BLOCK_N": 64, "num_warps": 4, "num_stages": 2,
+                  "WAVES": 2, "MIN_TILES": 8, "WGMMA": 1}  # fmt: skip
+        mma = {"BLOCK_H": block_h, "BLOCK_N": 64, "num_warps": block_h // 2, "num_stages": 2,
+               "WAVES": 1, "MMA_V2": 1}  # fmt: skip
+        tiles = [hopper, mma, {**mma, "WAVES": 2}]
+        if h == 16:
+            tiles.append({**mma, "BLOCK_H": 8, "num_warps": 4, "WAVES": 2})
+        cases += [(b, h, (None,), [*tiles, hopper]) for b in (128, 32, 8)]
+    return _expand(cases)
+
+
+def plan_r20b() -> list[tuple[int, int, dict[str, int], int]]:
+    """16-bit rows, up to 16 heads (run with --dtypes bf16 --check): the H200's swapped tile
+    (the plan's) against the mma.sync tile with q in registers (a 99 KB GPU's, 74 KB) one and
+    two programs per SM; the plan's tile first and last."""
+    hopper = {"BLOCK_H": 8, "BLOCK_N": 64, "num_warps": 4, "num_stages": 2, "WAVES": 1,
+              "WGMMA": 1}  # fmt: skip
+    mma = {"BLOCK_H": 16, "BLOCK_N": 32, "num_warps": 4, "num_stages": 2, "WAVES": 1,
+           "MMA_V2": 1}  # fmt: skip
+    cases = []
+    for h in (8, 16):
+        swapped = {**hopper, "BLOCK_H": 8 if h <= 8 else 16}
+        tiles = [swapped, mma, {**mma, "WAVES": 2}, swapped]
+        cases += [(b, h, (None,), tiles) for b in (128, 32, 8)]
+    return _expand(cases)
+
+
+def plan_r20m() -> list[tuple[int, int, dict[str, int], int]]:
+    """fp8_ds_mla rows, 16 heads (run with --dtypes fp8 --check): the e4m3 mma.sync tile
+    reading them (``DS``) as one 16-head block on 8 warps (103 KB, the plan's on Hopper) one
+    and two per SM, against two 8-head blocks on 4 warps (93 KB) one and two per SM; and 8
+    heads one per SM against the plan's two. The plan's tile first and last."""
+    mma8 = {"BLOCK_H": 8, "BLOCK_N": 64, "num_warps": 4, "num_stages": 2, "WAVES": 2,
+            "MMA_V2": 1}  # fmt: skip
+    mma16 = {**mma8, "BLOCK_H": 16, "num_warps": 8, "WAVES": 1}
+    tiles16 = [mma16, {**mma16, "WAVES": 2}, mma8, {**mma8, "WAVES": 1}, mma16]
+    cases = [(b, 16, (None,), tiles16) for b in (128, 32, 8)]
+    cases += [(b, 8, (None,), [mma8, {**mma8, "WAVES": 1}, mma8]) for b in (128, 32)]
+    return _expand(cases)
+
+
+def plan_r20d() -> list[tuple[int, int, dict[str, int], int]]:
+    """fp8_ds_mla rows, up to 16 heads (run with --dtypes fp8 --check, on this module and with
+    ``--kernel`` on an earlier one): the e4m3 mma.sync tile reading them (``DS``) with 8 heads
+    two per SM (the H200's) and one (a 99 KB GPU's), with 16 heads on 8 warps, against the
+    grouped tl.dot tile a 99 KB GPU ran with 16 heads before round 20; the plan's tile first
+    and last."""
+    mma8 = {"BLOCK_H": 8, "BLOCK_N": 64, "num_warps": 4, "num_stages": 2, "WAVES": 2,
+            "MMA_V2": 1}  # fmt: skip
+    mma16 = {**mma8, "BLOCK_H": 16, "num_warps": 8, "WAVES": 1}
+    grouped = {"BLOCK_H": 16, "BLOCK_N": 32, "num_warps": 4, "num_stages": 2, "WAVES": 2,
+               "FP8_GROUPS": 1, "FP16_DOTS": 1}  # fmt: skip
+    cases = [(b, 8, (None,), [mma8, {**mma8, "WAVES": 1}, mma8]) for b in (128, 32, 8)]
+    cases += [(b, 16, (None,), [mma16, grouped, mma16]) for b in (128, 32, 8)]
+    return _expand(cases)
+
+
+def plan_r20s() -> list[tuple[int, int, dict[str, int], int]]:
+    """fp8 e4m3 rows, 8 and 16 heads (run with --dtypes e4m3 --check): the H200's swapped
+    e4m3 tile (the plan's: 2 stages, two per SM where a split keeps 8 tiles) against 3 stages
+    (121-132 KB, one per SM); the plan's tile first and last."""
+    cases = []
+    for h in (8, 16):
+        hopper = {"BLOCK_H": h, "BLOCK_N": 64, "num_warps": 4, "num_stages": 2, "WAVES": 2,
+                  "MIN_TILES": 8, "WGMMA": 1}  # fmt: skip
+        deep = {**hopper, "num_stages": 3, "WAVES": 1}
+        cases += [(b, h, (None,), [hopper, deep, hopper]) for b in (128, 32)]
+    return _expand(cases)
+
+
 PLANS = {
+    "r20s": plan_r20s,
+    "r20d": plan_r20d,
+    "r20e": plan_r20e,
+    "r20b": plan_r20b,
+    "r20m": plan_r20m,
     "r19m": plan_r19m,
     "r19d": plan_r19d,
     "r19e": plan_r19e,
@@ -1412,7 +1496,7 @@ PLANS = {
 }
 
 
-FP8_DS_PLANS = ("fp8", "r18", "r19d", "r19m")  # the plans for fp8_ds_mla rows
+FP8_DS_PLANS = ("fp8", "r18", "r19d", "r19m", "r20m", "r20d")  # the plans for fp8_ds_mla rows
 
 
 def check_point(kmod: types.ModuleType, case: Case) -> dict[str, float]:

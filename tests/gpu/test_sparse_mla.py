@@ -416,9 +416,10 @@ def test_fp8_ds_mla_strided_rows_and_splits(kmod: ModuleType, num_heads: int) ->
 )
 def test_fp8_ds_mla_mma_tile(kmod: ModuleType, num_heads: int, num_tokens: int, topk: int) -> None:
     """fp8_ds_mla rows on the e4m3 Gluon tile with mma.sync (``DS``: group scales on the
-    scores and, over the tile's largest, on V as it is widened; run here on Hopper, which has
-    mma.sync too): 8-head blocks on 4 warps and 16-head blocks on 4 and 8, at 2 and 3 stages,
-    over 1, 3 and 16 splits; rows inside a wider NaN-padded buffer, NaN in every row not
+    scores and, over each group's largest in the tile, on V as it is widened; run here on
+    Hopper, which has mma.sync too): 8-head blocks on 4 warps and 16-head blocks on 4 and 8,
+    at 2 and 3 stages, over 1, 3 and 16 splits, q's rope part in shared memory or in
+    registers; rows inside a wider NaN-padded buffer, NaN in every row not
     selected, padded head blocks, several blocks (64 heads), group scales from 1e-6 to 1e2, a
     q 2^18 times larger; an 8-head block on 8 warps is refused."""
     if not kmod._gluon_mma_usable(torch.cuda.get_device_capability(), proxy=True):
@@ -434,6 +435,8 @@ def test_fp8_ds_mla_mma_tile(kmod: ModuleType, num_heads: int, num_tokens: int, 
         cfg = {**tile, "BLOCK_H": block_h, "num_warps": warps, "num_stages": stages}
         for splits in (1, 3, 16):
             _check(kmod, q, wide[:, :656], idx, num_splits=splits, config=cfg)
+        # q's rope part in registers (what a 99 KB GPU runs with 16 heads).
+        _check(kmod, q, wide[:, :656], idx, num_splits=3, config={**cfg, "ROPE_REGS": 1})
     exponents = torch.randint(-6, 3, (kv.shape[0], 4), generator=gen, device="cuda")
     spread = torch.ones_like(kv)
     spread[:, :512] = (10.0**exponents).repeat_interleave(128, dim=1)
@@ -443,6 +446,32 @@ def test_fp8_ds_mla_mma_tile(kmod: ModuleType, num_heads: int, num_tokens: int, 
     _check(kmod, q * 2.0**18, rows, idx, _SM_SCALE * 2.0**-18, config=cfg)
     with pytest.raises(ValueError, match="MMA_V2 needs"):
         kmod.sparse_mla_decode(q, rows, idx, _SM_SCALE, config={**cfg, "num_warps": 8})
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("num_heads", [8, 16])
+def test_fp8_ds_mla_mma_tile_keeps_a_small_group(kmod: ModuleType, num_heads: int) -> None:
+    """Each latent group keeps its precision when its scales sit 10^5-10^7 below another
+    group's in every row (so across whole tiles): V's factors are over each group's own
+    largest scale, so none falls to fp16's subnormals. Checked per group of output columns,
+    against that group's own magnitude (the whole output's error would hide it)."""
+    if not kmod._gluon_mma_usable(torch.cuda.get_device_capability(), proxy=True):
+        pytest.skip("the mma.sync tiles need Triton 3.6's Gluon and an SM89+ GPU")
+    gen = torch.Generator(device="cuda").manual_seed(zlib.crc32(f"ds-group-{num_heads}".encode()))
+    q, kv, idx = _make_inputs(gen, 4, num_heads, 1000, torch.bfloat16, "mixed")
+    spread = torch.ones_like(kv)
+    factors = torch.tensor([1e-5, 1e2, 1.0, 1e-3], device="cuda", dtype=kv.dtype)
+    spread[:, :512] = factors.repeat_interleave(128)
+    rows = kmod.quantize_fp8_ds_mla(kv * spread)
+    ref, _ = kmod.reference_sparse_mla(q, rows, idx, _SM_SCALE)
+    tile = kmod._e4m3_mma_tile(num_heads, waves=1)
+    for cfg in (tile, {**tile, "ROPE_REGS": 1}):
+        out, _ = kmod.sparse_mla_decode(q, rows, idx, _SM_SCALE, num_splits=3, config=cfg)
+        for group in range(4):
+            cols = slice(128 * group, 128 * group + 128)
+            o, r = out[..., cols].float(), ref[..., cols]
+            rel = ((o - r).norm() / r.norm()).item()
+            assert rel < 1.2e-2, f"group {group} (x{factors[group].item():g}): {rel:.3e}"
 
 
 @pytest.mark.gpu

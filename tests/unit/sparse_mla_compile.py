@@ -92,6 +92,7 @@ def _split_job(module, arch: int, kv_format: str, cfg: dict) -> dict:
         constexprs = {"BLOCK_H": cfg["BLOCK_H"], "NUM_STAGES": cfg["num_stages"]}
         constexprs["HEAD_GROUPS"] = cfg["num_warps"] // 4
         constexprs["DS"] = kv_format == "fp8_ds_mla"
+        constexprs["ROPE_REGS"] = bool(cfg.get("ROPE_REGS", 0))
         pointers["KV"] = "fp8e4nv"  # fp8_ds_mla rows: their bytes, read as e4m3
         pointers["PO"] = "bf16"  # 16-bit partials
     elif cfg.get("WGMMA"):

@@ -120,23 +120,23 @@ def test_the_gluon_tiles_serve_16_bit_rows_at_up_to_16_or_33_plus_heads(kmod: Mo
     assert not kmod._default_config(16, wgmma=False).get("WGMMA")
 
 
-def test_fp8_ds_mla_rows_take_the_e4m3_mma_tile_at_up_to_8_or_16_heads(kmod: ModuleType) -> None:
-    """fp8_ds_mla rows: the e4m3 mma.sync tile (``DS``) with up to 8 heads where the mma.sync
-    tiles run (one program per SM in 93 KB) and with up to 16 on Hopper (8 heads two per SM,
-    16 heads on 8 warps in 103 KB); more heads, and 9-16 on a 99 KB GPU, the grouped tl.dot
-    kernel."""
+def test_fp8_ds_mla_rows_take_the_e4m3_mma_tile_with_up_to_16_heads(kmod: ModuleType) -> None:
+    """fp8_ds_mla rows: the e4m3 mma.sync tile (``DS``) with up to 16 heads wherever the
+    mma.sync tiles or Hopper's run: 8 heads on 4 warps (two per SM on Hopper, one on a 99 KB
+    GPU), 9-16 on 8 warps one per SM (on a 99 KB GPU with q's rope part in registers); more
+    heads, the grouped tl.dot kernel."""
     sm120 = kmod.DeviceLimits((12, 0), 101376)
     for heads, block_h, warps, waves in ((1, 8, 4, 2), (8, 8, 4, 2), (9, 16, 8, 1), (16, 16, 8, 1)):
         cfg = kmod._default_config(heads, "fp8_ds_mla", wgmma=True)
         assert cfg == {"BLOCK_H": block_h, "BLOCK_N": 64, "num_warps": warps, "num_stages": 2,
                        "WAVES": waves, "MMA_V2": 1}  # fmt: skip
-    for heads in (1, 8):
         cfg = kmod._default_config(heads, "fp8_ds_mla", limits=sm120, gluon_mma=True)
-        assert cfg["MMA_V2"] == 1 and cfg["BLOCK_H"] == 8 and cfg["WAVES"] == 1
-    for heads in (9, 16, 32):
+        rope = {"ROPE_REGS": 1} if heads > 8 else {}
+        assert cfg == {"BLOCK_H": block_h, "BLOCK_N": 64, "num_warps": warps, "num_stages": 2,
+                       "WAVES": 1, "MMA_V2": 1, **rope}  # fmt: skip
+    for heads in (17, 32, 64):
         cfg = kmod._default_config(heads, "fp8_ds_mla", limits=sm120, gluon_mma=True)
         assert cfg.get("FP8_GROUPS") == 1 and not kmod._gluon_tile(cfg)
-    for heads in (17, 64):
         assert not kmod._gluon_tile(kmod._default_config(heads, "fp8_ds_mla", wgmma=True))
     assert not kmod._gluon_tile(kmod._default_config(8, "fp8_ds_mla"))  # no Gluon tiles
 
