@@ -1176,12 +1176,12 @@ if gluon is not None:
         p_smem: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_N, BLOCK_H], gl.float16)
         qh_n = gl.allocate_shared_memory(f8, [BLOCK_H, 512], qn_smem)
         ql_n = gl.allocate_shared_memory(f8, [BLOCK_H, 512], qn_smem)
-        qh_p = gl.allocate_shared_memory(pe_ty, [BLOCK_H, 64], qp_smem)
         if Q_ROPE_PARTS == 0:
             q_parts = (qh_n, ql_n)
         elif Q_ROPE_PARTS == 1:
-            q_parts = (qh_n, ql_n, qh_p)
+            q_parts = (qh_n, ql_n, gl.allocate_shared_memory(pe_ty, [BLOCK_H, 64], qp_smem))
         else:
+            qh_p = gl.allocate_shared_memory(pe_ty, [BLOCK_H, 64], qp_smem)
             q_parts = (qh_n, ql_n, qh_p, gl.allocate_shared_memory(pe_ty, [BLOCK_H, 64], qp_smem))
         kv_tiles = gl.allocate_shared_memory(f8, [NUM_STAGES, BLOCK_N, 512], kv_smem)
         pe_tiles = gl.allocate_shared_memory(pe_ty, [NUM_STAGES, BLOCK_N, 64], pe_smem)
@@ -1628,8 +1628,9 @@ if gluon is not None:
         V is widened times each row's group scale over that group's largest in the tile
         (``_wg_v_operand``'s factors, fp16), which multiplies the P.V rows of its group before
         they join the accumulator. The scales ride in registers, loaded one tile ahead.
-        ``ROPE_REGS``: q's rope part is held in registers, not shared memory (2 KB less at 16
-        heads, 101,120 bytes; but on the H200 1.05x slower, from register pressure)."""
+        ``ROPE_REGS`` (with ``DS``): q's rope part is held in registers, not shared memory (2 KB
+        less: 101,120 bytes at 16 heads; on the H200 as fast at 16 heads, 1.01-1.08x slower at
+        8, where the sm_90 build spills)."""
         BLOCK_N: gl.constexpr = 64
         D_V: gl.constexpr = 512
         KC: gl.constexpr = 128  # latent columns per score MMA step (one 128-byte swizzle row)
@@ -1660,7 +1661,7 @@ if gluon is not None:
         if USE_PDL:
             _wg_launch_dependents()
         hb, split, t = _wg_program(num_hb, num_splits)
-        Q_ROPE_PARTS: gl.constexpr = 0 if ROPE_REGS else (1 if DS else 2)
+        Q_ROPE_PARTS: gl.constexpr = (0 if ROPE_REGS else 1) if DS else 2
         q_parts, kv_tiles, pe_tiles, p_tile = _wg_e4m3_buffers(
             f8, BLOCK_H, BLOCK_N, NUM_STAGES, pe_ty, Q_ROPE_PARTS
         )
@@ -2013,7 +2014,8 @@ def _default_config(
         # The e4m3 mma.sync tile over fp8_ds_mla rows (``DS``): 8 heads on 4 warps (93 KB; two
         # per SM on Hopper), 16 on 8 warps (103 KB; 101,120 bytes with q's rope part in
         # registers, which a 99 KB GPU needs): 1.2-1.6x over the grouped tl.dot tile at
-        # B >= 8 with 8 heads, 1.07-1.2x with 16 (NOTES.md rounds 19 and 20).
+        # B >= 8 with 8 heads, 1.05-1.21x with 16 (NOTES.md rounds 19 and 20). An override
+        # of BLOCK_H 16 on such a GPU must carry ROPE_REGS itself.
         tile = _e4m3_mma_tile(num_heads, waves=2 if wgmma and num_heads <= 8 else 1)
         if num_heads > 8 and limits.smem_per_block < _DS_TILE_16_HEADS_SMEM:
             tile["ROPE_REGS"] = 1

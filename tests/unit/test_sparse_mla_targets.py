@@ -139,6 +139,14 @@ def test_every_planned_config_fits_the_target(
                 if cfg == job["config"]
             ]
             assert declared and job["shared"] <= declared[0], f"{what}: _TILES says {declared}"
+        ds_16 = job["kv_format"] == "fp8_ds_mla" and job["config"].get("BLOCK_H") == 16
+        if job["kernel"] == "_sparse_mla_mma_e4m3_kernel" and ds_16:
+            # The plan holds q's rope part in registers exactly where the other form's shared
+            # memory (_DS_TILE_16_HEADS_SMEM) would not fit.
+            rope_regs = smem < kmod._DS_TILE_16_HEADS_SMEM
+            assert bool(job["config"].get("ROPE_REGS")) == rope_regs, what
+            if not rope_regs:
+                assert job["shared"] <= kmod._DS_TILE_16_HEADS_SMEM, what
 
 
 def test_fp8_rows_are_refused_where_they_do_not_compile(
