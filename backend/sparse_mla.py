@@ -1198,12 +1198,13 @@ if gluon is not None:
         BLOCK_H: gl.constexpr,
         qn_layout: gl.constexpr,
         qp_layout: gl.constexpr,
-        ROPE_WHOLE: gl.constexpr = False,
     ):
         """Stores the program's query heads in ``q_parts`` as two e4m3 parts, each head scaled
         by a power of two to |q| <= 256; returns that scale, which leaves through the scores.
-        ``ROPE_WHOLE`` (fp8_ds_mla rows, whose rope part is bf16): the latent only (``q_parts``
-        holds its two parts); the caller keeps the rope part as it is."""
+        Where ``q_parts`` has no e4m3 buffers for the rope part (fp8_ds_mla rows, whose rope
+        part is bf16: ``_wg_e4m3_buffers``), the latent only; the caller keeps the rope part
+        as it is."""
+        ROPE_WHOLE: gl.constexpr = len(q_parts) < 4
         qn, amax = _wg_e4m3_query(
             q_tok,
             head0 + gl.arange(0, BLOCK_H, layout=gl.SliceLayout(1, qn_layout)),
@@ -1677,7 +1678,7 @@ if gluon is not None:
         q_tok = Q + t.to(gl.int64) * stride_qt
         head0 = hb * BLOCK_H
         scale = _wg_e4m3_query_parts(
-            q_tok, head0, num_heads, stride_qh, q_parts, BLOCK_H, qn_layout, qp_layout, DS
+            q_tok, head0, num_heads, stride_qh, q_parts, BLOCK_H, qn_layout, qp_layout
         )
 
         head_layout: gl.constexpr = gl.SliceLayout(0, mma)
@@ -1977,6 +1978,16 @@ def sparse_mla_check(num_heads: int, kv_format: str, device: torch.device | int)
 _DS_TILE_16_HEADS_SMEM = 103_168
 
 
+def _ds_rope_in_registers(cfg: dict[str, int], kv_format: str, limits: DeviceLimits) -> dict:
+    """``cfg`` with q's rope part in registers (``ROPE_REGS``) where it is the 16-head e4m3
+    mma.sync tile over fp8_ds_mla rows on a GPU whose blocks cannot hold its shared-memory
+    form (under 103,168 bytes), unless it says otherwise: the plan's tile and overrides."""
+    ds_16 = kv_format == "fp8_ds_mla" and cfg.get("MMA_V2") and cfg["BLOCK_H"] == 16
+    if ds_16 and limits.smem_per_block < _DS_TILE_16_HEADS_SMEM:
+        return {"ROPE_REGS": 1, **cfg}
+    return cfg
+
+
 def _e4m3_mma_tile(num_heads: int, waves: int) -> dict[str, int]:
     """``_sparse_mla_mma_e4m3_kernel``'s tile for up to 16 heads: 64-row tiles at 2 stages, 8
     heads on 4 warps or 16 on two groups of 4."""
@@ -2014,12 +2025,9 @@ def _default_config(
         # The e4m3 mma.sync tile over fp8_ds_mla rows (``DS``): 8 heads on 4 warps (93 KB; two
         # per SM on Hopper), 16 on 8 warps (103 KB; 101,120 bytes with q's rope part in
         # registers, which a 99 KB GPU needs): 1.2-1.6x over the grouped tl.dot tile at
-        # B >= 8 with 8 heads, 1.05-1.21x with 16 (NOTES.md rounds 19 and 20). An override
-        # of BLOCK_H 16 on such a GPU must carry ROPE_REGS itself.
+        # B >= 8 with 8 heads, 1.05-1.21x with 16 (NOTES.md rounds 19 and 20).
         tile = _e4m3_mma_tile(num_heads, waves=2 if wgmma and num_heads <= 8 else 1)
-        if num_heads > 8 and limits.smem_per_block < _DS_TILE_16_HEADS_SMEM:
-            tile["ROPE_REGS"] = 1
-        return tile
+        return _ds_rope_in_registers(tile, kv_format, limits)
     if gluon_mma and kv_format == "fp8" and num_heads <= 16:
         # 84 KB at 8 heads, 94 KB at 16: one program per SM on a 99 KB GPU. 16 heads run on
         # two groups of 4 warps, 8 heads each (5-14% faster than one group on the H200).
@@ -2156,7 +2164,7 @@ def _plan(
         # Too few 64-row tiles to fill the GPU (one token): the tl.dot tile's 32-row tiles,
         # two programs per SM, are faster there (B=1: 8.1 against 8.6 µs, NOTES.md round 12).
         cfg = dict(_default_config(num_heads, kv_format, False, limits))
-    cfg.update(config or {})
+    cfg = _ds_rope_in_registers({**cfg, **(config or {})}, kv_format, limits)
     num_hb = triton.cdiv(num_heads, cfg["BLOCK_H"]) * cfg.get("DV_SPLIT", 1)
     if num_splits is None:
         num_splits = _choose_splits(
@@ -2364,7 +2372,7 @@ def _launch_gluon(
             **common,
             HEAD_GROUPS=warps // 4,
             DS=ds,
-            ROPE_REGS=ds and bool(cfg.get("ROPE_REGS", 0)),
+            ROPE_REGS=bool(cfg.get("ROPE_REGS", 0)),
             num_warps=warps,
         )
         return
