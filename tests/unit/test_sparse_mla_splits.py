@@ -141,6 +141,24 @@ def test_fp8_ds_mla_rows_take_the_e4m3_mma_tile_with_up_to_16_heads(kmod: Module
     assert not kmod._gluon_tile(kmod._default_config(8, "fp8_ds_mla"))  # no Gluon tiles
 
 
+def test_a_16_head_fp8_ds_mla_override_keeps_q_rope_in_registers_where_needed(
+    kmod: ModuleType,
+) -> None:
+    """An override that asks for the 16-head e4m3 mma.sync tile over fp8_ds_mla rows gets q's
+    rope part in registers on a GPU whose blocks cannot hold the shared-memory form (it would
+    fail at launch there), unless it says otherwise; nothing else is touched."""
+    sm120 = kmod.DeviceLimits((12, 0), 101376)
+    tile16 = {"BLOCK_H": 16, "BLOCK_N": 64, "num_warps": 8, "num_stages": 2, "MMA_V2": 1}
+    rule = kmod._ds_rope_in_registers
+    assert rule(tile16, "fp8_ds_mla", sm120) == {**tile16, "ROPE_REGS": 1}
+    assert rule({**tile16, "ROPE_REGS": 0}, "fp8_ds_mla", sm120)["ROPE_REGS"] == 0
+    assert rule(tile16, "fp8_ds_mla", kmod.H200_LIMITS) == tile16  # 227 KB hold it
+    assert rule({**tile16, "BLOCK_H": 8}, "fp8_ds_mla", sm120) == {**tile16, "BLOCK_H": 8}
+    assert rule(tile16, "fp8", sm120) == tile16  # e4m3 rows: no rope buffer to save
+    tl_dot = kmod._default_config(16, "fp8_ds_mla", limits=sm120)
+    assert rule(tl_dot, "fp8_ds_mla", sm120) == tl_dot
+
+
 def test_fits_cp_async_needs_aligned_buffers_and_strides(kmod: ModuleType) -> None:
     import torch
 
