@@ -2164,6 +2164,7 @@ def _plan(
         # Too few 64-row tiles to fill the GPU (one token): the tl.dot tile's 32-row tiles,
         # two programs per SM, are faster there (B=1: 8.1 against 8.6 µs, NOTES.md round 12).
         cfg = dict(_default_config(num_heads, kv_format, False, limits))
+    cfg.pop("ROPE_REGS", None)  # the rule below decides it for the merged tile
     cfg = _ds_rope_in_registers({**cfg, **(config or {})}, kv_format, limits)
     num_hb = triton.cdiv(num_heads, cfg["BLOCK_H"]) * cfg.get("DV_SPLIT", 1)
     if num_splits is None:
@@ -2372,7 +2373,7 @@ def _launch_gluon(
             **common,
             HEAD_GROUPS=warps // 4,
             DS=ds,
-            ROPE_REGS=bool(cfg.get("ROPE_REGS", 0)),
+            ROPE_REGS=ds and bool(cfg.get("ROPE_REGS", 0)),
             num_warps=warps,
         )
         return

@@ -142,12 +142,28 @@ def test_fp8_ds_mla_rows_take_the_e4m3_mma_tile_with_up_to_16_heads(kmod: Module
 
 
 def test_a_16_head_fp8_ds_mla_override_keeps_q_rope_in_registers_where_needed(
-    kmod: ModuleType,
+    kmod: ModuleType, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """An override that asks for the 16-head e4m3 mma.sync tile over fp8_ds_mla rows gets q's
     rope part in registers on a GPU whose blocks cannot hold the shared-memory form (it would
-    fail at launch there), unless it says otherwise; nothing else is touched."""
+    fail at launch there), unless it says otherwise; an 8-head override of a 16-head default
+    drops it; nothing else is touched. Through the plan, then the rule itself."""
+    import torch
+
+    monkeypatch.setattr(kmod, "_num_sms", lambda index: 188)  # RTX PRO 6000 Blackwell
+    gpu = torch.device("cuda", 0)  # a device index, never queried
     sm120 = kmod.DeviceLimits((12, 0), 101376)
+
+    def plan(tokens: int, heads: int, config: dict[str, int] | None) -> dict[str, int]:
+        args = (tokens, heads, 2048, gpu, 2, config, "fp8_ds_mla", False, sm120, True)
+        return kmod._plan(*args)[0]
+
+    mma16 = {"BLOCK_H": 16, "BLOCK_N": 64, "num_warps": 8, "num_stages": 2, "MMA_V2": 1}
+    assert plan(8, 16, None)["ROPE_REGS"] == 1  # the plan's own 16-head tile
+    assert plan(8, 8, mma16)["ROPE_REGS"] == 1  # an override of the 8-head default
+    assert plan(1, 8, mma16)["ROPE_REGS"] == 1  # one token: the tl.dot default under it
+    assert plan(8, 16, {**mma16, "ROPE_REGS": 0})["ROPE_REGS"] == 0
+    assert "ROPE_REGS" not in plan(8, 16, {**mma16, "BLOCK_H": 8, "num_warps": 4})
     tile16 = {"BLOCK_H": 16, "BLOCK_N": 64, "num_warps": 8, "num_stages": 2, "MMA_V2": 1}
     rule = kmod._ds_rope_in_registers
     assert rule(tile16, "fp8_ds_mla", sm120) == {**tile16, "ROPE_REGS": 1}
