@@ -164,13 +164,12 @@ def test_a_16_head_fp8_ds_mla_override_keeps_q_rope_in_registers_where_needed(
     assert plan(1, 8, mma16)["ROPE_REGS"] == 1  # one token: the tl.dot default under it
     assert plan(8, 16, {**mma16, "ROPE_REGS": 0})["ROPE_REGS"] == 0
     assert "ROPE_REGS" not in plan(8, 16, {**mma16, "BLOCK_H": 8, "num_warps": 4})
-    tile16 = {"BLOCK_H": 16, "BLOCK_N": 64, "num_warps": 8, "num_stages": 2, "MMA_V2": 1}
     rule = kmod._ds_rope_in_registers
-    assert rule(tile16, "fp8_ds_mla", sm120) == {**tile16, "ROPE_REGS": 1}
-    assert rule({**tile16, "ROPE_REGS": 0}, "fp8_ds_mla", sm120)["ROPE_REGS"] == 0
-    assert rule(tile16, "fp8_ds_mla", kmod.H200_LIMITS) == tile16  # 227 KB hold it
-    assert rule({**tile16, "BLOCK_H": 8}, "fp8_ds_mla", sm120) == {**tile16, "BLOCK_H": 8}
-    assert rule(tile16, "fp8", sm120) == tile16  # e4m3 rows: no rope buffer to save
+    assert rule(mma16, "fp8_ds_mla", sm120) == {**mma16, "ROPE_REGS": 1}
+    assert rule({**mma16, "ROPE_REGS": 0}, "fp8_ds_mla", sm120)["ROPE_REGS"] == 0
+    assert rule(mma16, "fp8_ds_mla", kmod.H200_LIMITS) == mma16  # 227 KB hold it
+    assert rule({**mma16, "BLOCK_H": 8}, "fp8_ds_mla", sm120) == {**mma16, "BLOCK_H": 8}
+    assert rule(mma16, "fp8", sm120) == mma16  # e4m3 rows: no rope buffer to save
     tl_dot = kmod._default_config(16, "fp8_ds_mla", limits=sm120)
     assert rule(tl_dot, "fp8_ds_mla", sm120) == tl_dot
 
