@@ -1470,13 +1470,20 @@ if gluon is not None:
         NUM_STAGES: gl.constexpr,
         IS_SPLIT: gl.constexpr,
         USE_PDL: gl.constexpr,
+        SCORE_COLS: gl.constexpr = 0,
     ):
         """The swapped tile for fp8 e4m3 rows: the gathered fp8 tile is the A operand of e4m3
         warpgroup MMAs for S^T = K Q^T as it lands (q in two e4m3 parts), and V is widened in
         registers, 16 rows at a time, into the fp16 A operand of O^T += V^T P^T (e4m3 MMAs
         need both operands K-major, which V^T is not). 8 or 16 heads take one warpgroup; 64
         take two, which share the gathered tiles: 32 heads each for the scores, half of V's
-        columns each (all heads) for P.V, so each widens half of V."""
+        columns each (all heads) for P.V, so each widens half of V.
+
+        e4m3 warpgroup MMAs keep 13 of the accumulator's mantissa bits (SageAttention2), so one
+        chain of them over all 576 columns errs by about 2e-3 of the logits' size. With
+        ``SCORE_COLS`` (32, 64 or 128) each run of that many latent columns, and the rope
+        part, is its own chain from zero, added to a float32 sum while the next one runs
+        (NOTES.md round 22); 0: one chain."""
         BLOCK_N: gl.constexpr = 64
         D_V: gl.constexpr = 512
         f8: gl.constexpr = KV.dtype.element_ty
@@ -1528,17 +1535,29 @@ if gluon is not None:
             idx_next, k_n, k_p = _wg_refill_and_wait(
                 pipe, idx_next, i, BLOCK_N, NUM_STAGES, nope_layout, pe_layout, True
             )
-            s = warpgroup_mma(k_n, qh_n.permute((1, 0)), s_zero, use_acc=False, is_async=True)
-            s = warpgroup_mma(k_n, ql_n.permute((1, 0)), s, is_async=True)
-            s = warpgroup_mma(k_p, qh_p.permute((1, 0)), s, is_async=True)
-            s = warpgroup_mma(k_p, ql_p.permute((1, 0)), s, is_async=True)
+            if SCORE_COLS == 0:  # one chain of MMAs over all 576 columns
+                s = _wg_e4m3_part_scores(k_n, qh_n, ql_n, s_zero)
+                s = warpgroup_mma(k_p, qh_p.permute((1, 0)), s, is_async=True)
+                s_last = warpgroup_mma(k_p, ql_p.permute((1, 0)), s, is_async=True)
+                s_sum = s_zero
+            else:  # a chain per SCORE_COLS columns, each joining a float32 sum once done
+                s_last = _wg_e4m3_part_scores(k_p, qh_p, ql_p, s_zero)
+                s_sum = s_zero
+                for c in gl.static_range(512 // SCORE_COLS):
+                    k_c = k_n.slice(c * SCORE_COLS, SCORE_COLS, dim=1)
+                    qh_c = qh_n.slice(c * SCORE_COLS, SCORE_COLS, dim=1)
+                    ql_c = ql_n.slice(c * SCORE_COLS, SCORE_COLS, dim=1)
+                    s_next = _wg_e4m3_part_scores(k_c, qh_c, ql_c, s_zero)
+                    # The last group's two MMAs done, this one's in flight.
+                    s_sum = s_sum + warpgroup_mma_wait(2, deps=(s_last,))
+                    s_last = s_next
             if WG == 1:  # the first 16 rows of V widen while the score MMAs run
                 v_first = _wg_v_operand(k_n.slice(0, 16), v_operand, W)
             n0 = start + i * BLOCK_N
             valid = _wg_tile_valid(
                 idx_base, n0, end, num_rows, BLOCK_N, gl.SliceLayout(1, s_layout)
             )
-            s = warpgroup_mma_wait(0, deps=(s,))
+            s = s_sum + warpgroup_mma_wait(0, deps=(s_last,))
             s = gl.where(valid[:, None], s * qk_row[None, :], float("-inf"))
             p, alpha, m_i, l_tile = _wg_softmax_step(s, m_i, l_tile, 0)
             acc = acc * gl.convert_layout(alpha, gl.SliceLayout(0, o_layout))[None, :]
@@ -1568,6 +1587,13 @@ if gluon is not None:
         _wg_mma_finish(
             acc, l_tile, m_i, v_scale, kv_tiles, dest, BLOCK_H, W, O_ROWS, IS_SPLIT, qn_layout, True
         )
+
+    @gluon.jit
+    def _wg_e4m3_part_scores(k, q_hi, q_lo, s_zero):
+        """S^T of keys ``k`` against q's two e4m3 parts over the same columns (shared
+        memory): two warpgroup MMAs from zero, not waited for."""
+        s = warpgroup_mma(k, q_hi.permute((1, 0)), s_zero, use_acc=False, is_async=True)
+        return warpgroup_mma(k, q_lo.permute((1, 0)), s, is_async=True)
 
     @gluon.jit
     def _wg_e4m3_chunk_scores(k_n, qh_n, ql_n, col0, KC: gl.constexpr, acc, mma: gl.constexpr):
@@ -1622,6 +1648,9 @@ if gluon is not None:
         of 4 warps for the scores, each group its own heads (16 heads on two groups read half
         of q per warp); P.V runs on all warps, each its own V columns, so V is widened once;
         2 stages fit a 99 KB block (fp8_ds_mla rows with 16 heads only with ``ROPE_REGS``).
+        The scores of each 128 columns start from zero and join a float32 sum: SM89's e4m3
+        mma.sync keeps 13 of its accumulator's mantissa bits (SageAttention2) and SM120 runs
+        the same instruction (QMMA); Hopper runs it as two fp16 MMAs (NOTES.md round 22).
 
         ``DS``: fp8_ds_mla rows (KV their bytes as e4m3, ``stride_kv`` 656 or more): each
         128-column group of the latent has its own scale per row, so the scores sum four
@@ -1731,7 +1760,7 @@ if gluon is not None:
                 s = mma_v2(k_c, qh_p.permute((1, 0)).load(q_operand), s_zero)
                 s = mma_v2(k_c, ql_p.permute((1, 0)).load(q_operand), s)
                 for c in gl.static_range(D_V // KC):
-                    s = _wg_e4m3_chunk_scores(k_n, qh_n, ql_n, c * KC, KC, s, mma)
+                    s = s + _wg_e4m3_chunk_scores(k_n, qh_n, ql_n, c * KC, KC, s_zero, mma)
                 n0 = start + i * BLOCK_N
                 valid = _wg_tile_valid(idx_base, n0, end, num_rows, BLOCK_N, key_layout)
                 s = gl.where(valid[:, None], s * qk_row[None, :], float("-inf"))
@@ -2058,15 +2087,20 @@ def _default_config(
         # The swapped tile: 8 or 16 heads are the MMA's N, so H=8 computes no padding rows.
         # Its e4m3 twin widens V in registers (84-95 KB) and runs two programs per SM where
         # each split keeps 8+ tiles (NOTES.md round 14).
+        # Its scores sum in float32 per 32 columns: 10-20x finer than one chain of e4m3 MMAs
+        # for 2-7% of the time (NOTES.md round 22).
         tile = {"BLOCK_H": 8 if num_heads <= 8 else 16, "BLOCK_N": 64, "num_warps": 4,
                 "num_stages": 2, "WAVES": 1, "WGMMA": 1}  # fmt: skip
-        return {**tile, "WAVES": 2, "MIN_TILES": 8} if kv_format == "fp8" else tile
+        fp8 = {"WAVES": 2, "MIN_TILES": 8, "SCORE_COLS": 32}
+        return {**tile, **fp8} if kv_format == "fp8" else tile
     if gluon and block_h == 64:
         # The 64-head tile; for e4m3 rows, the e4m3 tile with two warpgroups sharing its
         # gathers (32 heads each for the scores, half of V's columns each for P.V; NOTES.md
-        # rounds 14 and 16). 128 heads run two blocks.
-        return {"BLOCK_H": 64, "BLOCK_N": 64, "num_warps": 8, "num_stages": 2, "WAVES": 1,
+        # rounds 14 and 16; its scores sum in float32 per 64 columns, round 22). 128 heads
+        # run two blocks.
+        tile = {"BLOCK_H": 64, "BLOCK_N": 64, "num_warps": 8, "num_stages": 2, "WAVES": 1,
                 "WGMMA": 1}  # fmt: skip
+        return {**tile, "SCORE_COLS": 64} if kv_format == "fp8" else tile
     fits = [
         cfg for cfg, smem in _TILES[kv_format, block_h] if smem[family] <= limits.smem_per_block
     ]
@@ -2381,6 +2415,7 @@ def _launch_gluon(
     if kv_format == "fp8":  # keys as the MMA's M, one warpgroup per 32 heads at most
         warps = 4 if swapped else 8
         tile_ok = block_h in (8, 16, 64) and block_n == 64 and cfg["num_warps"] == warps
+        tile_ok = tile_ok and cfg.get("SCORE_COLS", 0) in (0, 32, 64, 128)
         stages_ok = 2 <= stages <= 3
     elif swapped:  # keys as the MMA's M: 64-key tiles, shared memory for 2 (3 at 8 heads)
         tile_ok = block_n == 64 and cfg["num_warps"] == 4
@@ -2394,8 +2429,8 @@ def _launch_gluon(
             "WGMMA needs BLOCK_H 64 (BLOCK_N 16/32/64, 8 warps, 2 to 128 / BLOCK_N "
             "stages) or BLOCK_H 8/16 (BLOCK_N 64, 4 warps, 2 stages, 3 at 8 heads), "
             "DV_SPLIT 1, q, out and 16-bit KV rows of one dtype (or fp8 e4m3 rows, BLOCK_H "
-            "8/16 with 4 warps or 64 with 8, BLOCK_N 64, 2 or 3 stages, under a bf16 q and "
-            "out), 16-byte-aligned buffers "
+            "8/16 with 4 warps or 64 with 8, BLOCK_N 64, 2 or 3 stages, SCORE_COLS 0, 32, "
+            "64 or 128, under a bf16 q and out), 16-byte-aligned buffers "
             "and strides that are multiples of 16 elements, Triton 3.6's Gluon and a "
             "Hopper GPU"
         )
@@ -2405,6 +2440,7 @@ def _launch_gluon(
             float(kv_scale),
             BLOCK_H=block_h,
             **common,
+            SCORE_COLS=cfg.get("SCORE_COLS", 0),
             num_warps=cfg["num_warps"],
         )
     elif swapped:

@@ -1448,7 +1448,26 @@ def plan_r20s() -> list[tuple[int, int, dict[str, int], int]]:
     return _expand(cases)
 
 
+def plan_r22() -> list[tuple[int, int, dict[str, int], int]]:
+    """fp8 e4m3 rows (run with --dtypes e4m3 --check): Hopper's swapped tile with its scores
+    summed in float32 per 128, 64 and 32 columns (``SCORE_COLS``) against one chain of MMAs
+    over all 576 (``SCORE_COLS`` 0), at 8, 16 and 64 heads; one chain first and last. (Round
+    22's runs: ``sweeps/sparse_mla_h200_round22*.json``; the first also ran a form since
+    removed, every group's MMAs in flight at once, and per-column sums on the mma.sync tile.)"""
+    cases = []
+    for h in (8, 16, 64):
+        chain = {"BLOCK_H": h, "BLOCK_N": 64, "num_warps": 4 if h <= 16 else 8,
+                 "num_stages": 2, "WAVES": 2 if h <= 16 else 1, "WGMMA": 1,
+                 "SCORE_COLS": 0}  # fmt: skip
+        if h <= 16:
+            chain["MIN_TILES"] = 8
+        sums = [{**chain, "SCORE_COLS": c} for c in (128, 64, 32)]
+        cases += [(b, h, (None,), [chain, *sums, chain]) for b in (128, 32, 8)]
+    return _expand(cases)
+
+
 PLANS = {
+    "r22": plan_r22,
     "r20s": plan_r20s,
     "r20d": plan_r20d,
     "r20e": plan_r20e,
