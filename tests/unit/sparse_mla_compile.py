@@ -50,6 +50,24 @@ def _resources(cubin: bytes) -> tuple[int, int]:
     return regs, stack
 
 
+def mma_ops(cubin: bytes) -> dict[str, int]:
+    """The cubin's tensor-core instructions by SASS opcode (``HMMA.16816.F32``,
+    ``QMMA.16832.F32.E4M3.E4M3``, ``HGMMA...``), from Triton's bundled cuobjdump."""
+    import triton
+
+    tool = Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "cuobjdump"
+    with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
+        f.write(cubin)
+        f.flush()
+        sass = subprocess.run(
+            [str(tool), "-sass", f.name], capture_output=True, text=True, check=True
+        ).stdout
+    ops: dict[str, int] = {}
+    for op in re.findall(r"\b([HQ]G?MMA\.[\w.]+)", sass):
+        ops[op] = ops.get(op, 0) + 1
+    return ops
+
+
 def compile_job(module, job: dict) -> dict:
     import triton
     from triton.backends.compiler import GPUTarget
@@ -76,7 +94,10 @@ def compile_job(module, job: dict) -> dict:
     options = {"num_warps": job["num_warps"], "num_stages": job.get("num_stages", 2)}
     compiled = triton.compile(src, target=GPUTarget("cuda", job["arch"], 32), options=options)
     regs, stack = _resources(compiled.asm["cubin"])
-    return {"shared": int(compiled.metadata.shared), "regs": regs, "stack": stack, "error": None}
+    result = {"shared": int(compiled.metadata.shared), "regs": regs, "stack": stack, "error": None}
+    if job.get("mma_ops"):
+        result["mma_ops"] = mma_ops(compiled.asm["cubin"])
+    return result
 
 
 def _split_job(module, arch: int, kv_format: str, cfg: dict) -> dict:
