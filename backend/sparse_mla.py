@@ -1410,14 +1410,21 @@ if gluon is not None:
                 pipe, idx_next, i, BLOCK_N, NUM_STAGES, nope_layout, pe_layout, False
             )
             s = s_zero
+            s_c = s_zero
             for c in gl.static_range(D_V // KC + 64 // KC):
                 if c < D_V // KC:
                     k_c = k_n.slice(c * KC, KC, dim=1).load(k_operand)
                 else:
                     k_c = k_p.slice((c - D_V // KC) * KC, KC, dim=1).load(k_operand)
-                s = mma_v2(k_c, q_hi[c], s)
-                if FP8:
-                    s = mma_v2(k_c, q_lo[c], s)
+                if not FP8:
+                    s = mma_v2(k_c, q_hi[c], s)
+                else:  # e4m3: a chain per 128 columns (and the rope part), summed in float32
+                    if c % (128 // KC) == 0:
+                        s = s + s_c
+                        s_c = s_zero
+                    s_c = mma_v2(k_c, q_lo[c], mma_v2(k_c, q_hi[c], s_c))
+            if FP8:
+                s = s + s_c
             n0 = start + i * BLOCK_N
             valid = _wg_tile_valid(idx_base, n0, end, num_rows, BLOCK_N, gl.SliceLayout(1, mma))
             s = gl.where(valid[:, None], s * qk_row[None, :], float("-inf"))
@@ -1470,7 +1477,7 @@ if gluon is not None:
         NUM_STAGES: gl.constexpr,
         IS_SPLIT: gl.constexpr,
         USE_PDL: gl.constexpr,
-        SCORE_COLS: gl.constexpr = 0,
+        SCORE_COLS: gl.constexpr,
     ):
         """The swapped tile for fp8 e4m3 rows: the gathered fp8 tile is the A operand of e4m3
         warpgroup MMAs for S^T = K Q^T as it lands (q in two e4m3 parts), and V is widened in
@@ -1539,7 +1546,6 @@ if gluon is not None:
                 s = _wg_e4m3_part_scores(k_n, qh_n, ql_n, s_zero)
                 s = warpgroup_mma(k_p, qh_p.permute((1, 0)), s, is_async=True)
                 s_last = warpgroup_mma(k_p, ql_p.permute((1, 0)), s, is_async=True)
-                s_sum = s_zero
             else:  # a chain per SCORE_COLS columns, each joining a float32 sum once done
                 s_last = _wg_e4m3_part_scores(k_p, qh_p, ql_p, s_zero)
                 s_sum = s_zero
@@ -1551,13 +1557,15 @@ if gluon is not None:
                     # The last group's two MMAs done, this one's in flight.
                     s_sum = s_sum + warpgroup_mma_wait(2, deps=(s_last,))
                     s_last = s_next
-            if WG == 1:  # the first 16 rows of V widen while the score MMAs run
+            if WG == 1:  # the first 16 rows of V widen while the last score MMAs run
                 v_first = _wg_v_operand(k_n.slice(0, 16), v_operand, W)
             n0 = start + i * BLOCK_N
             valid = _wg_tile_valid(
                 idx_base, n0, end, num_rows, BLOCK_N, gl.SliceLayout(1, s_layout)
             )
-            s = s_sum + warpgroup_mma_wait(0, deps=(s_last,))
+            s = warpgroup_mma_wait(0, deps=(s_last,))
+            if SCORE_COLS > 0:
+                s = s_sum + s
             s = gl.where(valid[:, None], s * qk_row[None, :], float("-inf"))
             p, alpha, m_i, l_tile = _wg_softmax_step(s, m_i, l_tile, 0)
             acc = acc * gl.convert_layout(alpha, gl.SliceLayout(0, o_layout))[None, :]
@@ -2087,20 +2095,15 @@ def _default_config(
         # The swapped tile: 8 or 16 heads are the MMA's N, so H=8 computes no padding rows.
         # Its e4m3 twin widens V in registers (84-95 KB) and runs two programs per SM where
         # each split keeps 8+ tiles (NOTES.md round 14).
-        # Its scores sum in float32 per 32 columns: 10-20x finer than one chain of e4m3 MMAs
-        # for 2-7% of the time (NOTES.md round 22).
         tile = {"BLOCK_H": 8 if num_heads <= 8 else 16, "BLOCK_N": 64, "num_warps": 4,
                 "num_stages": 2, "WAVES": 1, "WGMMA": 1}  # fmt: skip
-        fp8 = {"WAVES": 2, "MIN_TILES": 8, "SCORE_COLS": 32}
-        return {**tile, **fp8} if kv_format == "fp8" else tile
+        return {**tile, "WAVES": 2, "MIN_TILES": 8} if kv_format == "fp8" else tile
     if gluon and block_h == 64:
         # The 64-head tile; for e4m3 rows, the e4m3 tile with two warpgroups sharing its
         # gathers (32 heads each for the scores, half of V's columns each for P.V; NOTES.md
-        # rounds 14 and 16; its scores sum in float32 per 64 columns, round 22). 128 heads
-        # run two blocks.
-        tile = {"BLOCK_H": 64, "BLOCK_N": 64, "num_warps": 8, "num_stages": 2, "WAVES": 1,
+        # rounds 14 and 16). 128 heads run two blocks.
+        return {"BLOCK_H": 64, "BLOCK_N": 64, "num_warps": 8, "num_stages": 2, "WAVES": 1,
                 "WGMMA": 1}  # fmt: skip
-        return {**tile, "SCORE_COLS": 64} if kv_format == "fp8" else tile
     fits = [
         cfg for cfg, smem in _TILES[kv_format, block_h] if smem[family] <= limits.smem_per_block
     ]
@@ -2200,6 +2203,11 @@ def _plan(
         cfg = dict(_default_config(num_heads, kv_format, False, limits))
     cfg.pop("ROPE_REGS", None)  # the rule below decides it for the merged tile
     cfg = _ds_rope_in_registers({**cfg, **(config or {})}, kv_format, limits)
+    if cfg.get("SCORE_COLS", 0) not in (0, 32, 64, 128):
+        raise ValueError(
+            f"sparse MLA decode: SCORE_COLS {cfg['SCORE_COLS']}: latent columns per chain of "
+            "e4m3 score MMAs, 32, 64 or 128 (0: one chain)"
+        )
     num_hb = triton.cdiv(num_heads, cfg["BLOCK_H"]) * cfg.get("DV_SPLIT", 1)
     if num_splits is None:
         num_splits = _choose_splits(
@@ -2322,6 +2330,15 @@ def _early_merge(
     return use_pdl
 
 
+def _e4m3_score_cols(cfg: dict[str, int]) -> int:
+    """Latent columns per chain of score MMAs on Hopper's e4m3 tile, the chains summed in
+    float32 (e4m3 MMAs keep 13 accumulator mantissa bits): 32 on one warpgroup (8-16 heads;
+    lse 8-24x finer than one chain for 3-7% of the time), 64 on two (64 heads; 32 would cost
+    9%, 64 nothing measurable). A config's ``SCORE_COLS`` wins; 0 is one chain over all 576
+    columns (NOTES.md round 22)."""
+    return cfg.get("SCORE_COLS", 32 if cfg["BLOCK_H"] <= 16 else 64)
+
+
 def _q_in_registers(cfg: dict[str, int], kv_format: str) -> bool:
     """Whether an ``MMA_V2`` tile of up to 32 heads is ``_sparse_mla_mma_kernel`` (q in
     registers): always for 16-bit rows and 32 heads, for e4m3 rows with 16 heads where the
@@ -2415,7 +2432,6 @@ def _launch_gluon(
     if kv_format == "fp8":  # keys as the MMA's M, one warpgroup per 32 heads at most
         warps = 4 if swapped else 8
         tile_ok = block_h in (8, 16, 64) and block_n == 64 and cfg["num_warps"] == warps
-        tile_ok = tile_ok and cfg.get("SCORE_COLS", 0) in (0, 32, 64, 128)
         stages_ok = 2 <= stages <= 3
     elif swapped:  # keys as the MMA's M: 64-key tiles, shared memory for 2 (3 at 8 heads)
         tile_ok = block_n == 64 and cfg["num_warps"] == 4
@@ -2429,8 +2445,8 @@ def _launch_gluon(
             "WGMMA needs BLOCK_H 64 (BLOCK_N 16/32/64, 8 warps, 2 to 128 / BLOCK_N "
             "stages) or BLOCK_H 8/16 (BLOCK_N 64, 4 warps, 2 stages, 3 at 8 heads), "
             "DV_SPLIT 1, q, out and 16-bit KV rows of one dtype (or fp8 e4m3 rows, BLOCK_H "
-            "8/16 with 4 warps or 64 with 8, BLOCK_N 64, 2 or 3 stages, SCORE_COLS 0, 32, "
-            "64 or 128, under a bf16 q and out), 16-byte-aligned buffers "
+            "8/16 with 4 warps or 64 with 8, BLOCK_N 64, 2 or 3 stages, under a bf16 q and "
+            "out), 16-byte-aligned buffers "
             "and strides that are multiples of 16 elements, Triton 3.6's Gluon and a "
             "Hopper GPU"
         )
@@ -2440,7 +2456,7 @@ def _launch_gluon(
             float(kv_scale),
             BLOCK_H=block_h,
             **common,
-            SCORE_COLS=cfg.get("SCORE_COLS", 0),
+            SCORE_COLS=_e4m3_score_cols(cfg),
             num_warps=cfg["num_warps"],
         )
     elif swapped:

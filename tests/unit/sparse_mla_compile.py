@@ -124,7 +124,7 @@ def _split_job(module, arch: int, kv_format: str, cfg: dict) -> dict:
         shape = {"BLOCK_H": cfg["BLOCK_H"]} if swapped else {"BLOCK_N": cfg["BLOCK_N"]}
         constexprs = {**shape, "NUM_STAGES": cfg["num_stages"]}
         if kv_format == "fp8":
-            constexprs["SCORE_COLS"] = cfg.get("SCORE_COLS", 0)
+            constexprs["SCORE_COLS"] = module._e4m3_score_cols(cfg)
         pointers["PO"] = "bf16"  # 16-bit partials
     elif cfg.get("FP8_GROUPS"):
         kernel = "_sparse_mla_ds_split_kernel"
