@@ -1604,16 +1604,17 @@ if gluon is not None:
         return warpgroup_mma(k, q_lo.permute((1, 0)), s, is_async=True)
 
     @gluon.jit
-    def _wg_e4m3_chunk_scores(k_n, qh_n, ql_n, col0, KC: gl.constexpr, acc, mma: gl.constexpr):
-        """``acc`` plus the scores of latent columns [col0, col0 + KC) of an e4m3 tile ``k_n``
-        (keys x 512, shared memory) against q's two e4m3 parts: two mma.sync steps."""
+    def _wg_e4m3_chunk_scores(k_n, qh_n, ql_n, col0, KC: gl.constexpr, s_zero, mma: gl.constexpr):
+        """The scores of latent columns [col0, col0 + KC) of an e4m3 tile ``k_n`` (keys x 512,
+        shared memory) against q's two e4m3 parts: a chain of two mma.sync steps from zero
+        (``s_zero``), for the caller to add in float32."""
         k_operand: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=mma, k_width=4)
         q_operand: gl.constexpr = gl.DotOperandLayout(operand_index=1, parent=mma, k_width=4)
         k_c = k_n.slice(col0, KC, dim=1).load(k_operand)
         qh_c = qh_n.slice(col0, KC, dim=1).permute((1, 0)).load(q_operand)
-        acc = mma_v2(k_c, qh_c, acc)
+        s = mma_v2(k_c, qh_c, s_zero)
         ql_c = ql_n.slice(col0, KC, dim=1).permute((1, 0)).load(q_operand)
-        return mma_v2(k_c, ql_c, acc)
+        return mma_v2(k_c, ql_c, s)
 
     @gluon.jit
     def _sparse_mla_mma_e4m3_kernel(

@@ -33,18 +33,22 @@ def _load_kernels():
     return module
 
 
-def _resources(cubin: bytes) -> tuple[int, int]:
-    """(registers, stack bytes) of the cubin's kernel, from Triton's bundled cuobjdump."""
+def _cuobjdump(cubin: bytes, flag: str) -> str:
+    """Triton's bundled cuobjdump run with ``flag`` (``-res-usage``, ``-sass``) on a cubin."""
     import triton
 
     tool = Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "cuobjdump"
     with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
         f.write(cubin)
         f.flush()
-        out = subprocess.run(
-            [str(tool), "-res-usage", f.name], capture_output=True, text=True, check=True
+        return subprocess.run(
+            [str(tool), flag, f.name], capture_output=True, text=True, check=True
         ).stdout
-    usage = [line for line in out.splitlines() if "REG:" in line][-1]
+
+
+def _resources(cubin: bytes) -> tuple[int, int]:
+    """(registers, stack bytes) of the cubin's kernel."""
+    usage = [line for line in _cuobjdump(cubin, "-res-usage").splitlines() if "REG:" in line][-1]
     regs = int(re.search(r"REG:(\d+)", usage).group(1))
     stack = int(re.search(r"STACK:(\d+)", usage).group(1))
     return regs, stack
@@ -52,18 +56,9 @@ def _resources(cubin: bytes) -> tuple[int, int]:
 
 def mma_ops(cubin: bytes) -> dict[str, int]:
     """The cubin's tensor-core instructions by SASS opcode (``HMMA.16816.F32``,
-    ``QMMA.16832.F32.E4M3.E4M3``, ``HGMMA...``), from Triton's bundled cuobjdump."""
-    import triton
-
-    tool = Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "cuobjdump"
-    with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
-        f.write(cubin)
-        f.flush()
-        sass = subprocess.run(
-            [str(tool), "-sass", f.name], capture_output=True, text=True, check=True
-        ).stdout
+    ``QMMA.16832.F32.E4M3.E4M3``, ``HGMMA...``)."""
     ops: dict[str, int] = {}
-    for op in re.findall(r"\b([HQ]G?MMA\.[\w.]+)", sass):
+    for op in re.findall(r"\b([HQ]G?MMA\.[\w.]+)", _cuobjdump(cubin, "-sass")):
         ops[op] = ops.get(op, 0) + 1
     return ops
 
