@@ -1287,6 +1287,38 @@ if gluon is not None:
         return qs
 
     @gluon.jit
+    def _mma_column_operand(view, CW: gl.constexpr, layout: gl.constexpr, B: gl.constexpr):
+        """A shared ``view`` [rows, CW * kc] as an operand of a dot batched over CW column
+        groups: [CW, rows, kc] (the A operand) or [CW, kc, rows] (``B``), each group's warps
+        loading only its own kc columns. Triton 3.6 reshapes no sliced shared view, so the
+        2D load takes the layout that the 3D operand has once permuted and reshaped to 2D,
+        which makes the way back a relabelling of registers (no data moves; the SASS holds
+        the ldmatrix loads alone)."""
+        ROWS: gl.constexpr = view.shape[0]
+        KC: gl.constexpr = view.shape[1] // CW
+        if B:
+            like = gl.permute(gl.zeros([CW, KC, ROWS], view.dtype, layout=layout), (2, 0, 1))
+        else:
+            like = gl.permute(gl.zeros([CW, ROWS, KC], view.dtype, layout=layout), (1, 0, 2))
+        flat: gl.constexpr = gl.reshape(like, [ROWS, CW * KC]).type.layout
+        x = gl.reshape(view.load(flat), [ROWS, CW, KC])
+        x = gl.permute(x, (1, 2, 0)) if B else gl.permute(x, (1, 0, 2))
+        return gl.convert_layout(x, layout)
+
+    @gluon.jit
+    def _mma_column_sum(s3, scratch, layout: gl.constexpr):
+        """The [CW, rows, heads] partial scores of the column groups (each group on its own
+        warps) summed through ``scratch`` ([CW * rows, heads] float32) into ``layout``."""
+        CW: gl.constexpr = s3.shape[0]
+        ROWS: gl.constexpr = s3.shape[1]
+        scratch.store(gl.reshape(s3, [CW * ROWS, s3.shape[2]]))
+        gl.thread_barrier()
+        s = scratch.slice(0, ROWS).load(layout)
+        for g in gl.static_range(1, CW):
+            s = s + scratch.slice(g * ROWS, ROWS).load(layout)
+        return s
+
+    @gluon.jit
     def _sparse_mla_mma_kernel(
         Q,
         KV,
@@ -1317,6 +1349,7 @@ if gluon is not None:
         IS_SPLIT: gl.constexpr,
         USE_PDL: gl.constexpr,
         W: gl.constexpr,
+        COL_WARPS: gl.constexpr,
     ):
         """64 heads with mma.sync in a 99 KB block (SM86/89, SM120; Hopper runs it as their
         proxy), so each row is gathered once where no 64-head tl.dot tile fits; 16-bit rows,
@@ -1328,7 +1361,11 @@ if gluon is not None:
         in registers, ``_wg_v_operand``). q passes through the gather stages once, before the
         first gather. 16 and 32 heads over 16-bit rows run on 4 and 8 warps: two along the
         keys, the others along the heads, 8 heads each (or one along the keys, over 16-row
-        tiles; measured slower, NOTES.md round 19)."""
+        tiles; measured slower, NOTES.md round 19). ``COL_WARPS`` > 1 (16-bit rows): the
+        scores as a dot batched over that many groups of q's columns, each on its own warps
+        with 8 x COL_WARPS heads a warp (the same 72 registers of q), so each K fragment read
+        from shared memory feeds COL_WARPS times the MMAs; the groups' partial scores are
+        summed through shared memory (NOTES.md round 23)."""
         D_V: gl.constexpr = 512
         KC: gl.constexpr = 32  # q columns per score MMA step
         W_H: gl.constexpr = BLOCK_H // 8  # warps along the heads in the scores, 8 heads each
@@ -1344,6 +1381,18 @@ if gluon is not None:
         mma_o: gl.constexpr = gl.NVMMADistributedLayout(
             version=[2, 0], warps_per_cta=[W, 1], instr_shape=[16, 8]
         )
+        # COL_WARPS > 1: the scores as a dot batched over that many groups of columns, each
+        # group on its own warps, 8 * COL_WARPS heads a warp (q's registers stay 72).
+        gl.static_assert((COL_WARPS == 1) | (not FP8), "column groups: 16-bit rows")
+        W_H3: gl.constexpr = BLOCK_H // (8 * COL_WARPS)
+        gl.static_assert(W_H3 * COL_WARPS <= W, "a warp per 8 * COL_WARPS heads and group")
+        mma3: gl.constexpr = gl.NVMMADistributedLayout(
+            version=[2, 0],
+            warps_per_cta=[COL_WARPS, W // (COL_WARPS * W_H3), W_H3],
+            instr_shape=[1, 16, 8],
+        )
+        k3_operand: gl.constexpr = gl.DotOperandLayout(0, parent=mma3, k_width=2)
+        q3_operand: gl.constexpr = gl.DotOperandLayout(1, parent=mma3, k_width=2)
         K_WIDTH: gl.constexpr = 4 if FP8 else 2
         k_operand: gl.constexpr = gl.DotOperandLayout(0, parent=mma, k_width=K_WIDTH)
         q_operand: gl.constexpr = gl.DotOperandLayout(1, parent=mma, k_width=K_WIDTH)
@@ -1368,6 +1417,15 @@ if gluon is not None:
         kv_tiles = gl.allocate_shared_memory(dtype, [NUM_STAGES, BLOCK_N, D_V], kv_smem)
         pe_tiles = gl.allocate_shared_memory(dtype, [NUM_STAGES, BLOCK_N, 64], pe_smem)
         p_tile = gl.allocate_shared_memory(p_ty, [BLOCK_N, BLOCK_H], p_smem)
+        red_smem: gl.constexpr = gl.PaddedSharedLayout.with_identity_for(
+            [[BLOCK_H, 8]], [COL_WARPS * BLOCK_N, BLOCK_H], [1, 0]
+        )  # 8 words a row: the accumulators' rows land on distinct banks
+        if COL_WARPS > 1:
+            scratch = gl.allocate_shared_memory(
+                gl.float32, [COL_WARPS * BLOCK_N, BLOCK_H], red_smem
+            )
+        else:
+            scratch = p_tile  # unused: one group sums its scores in registers
 
         head0 = hb * BLOCK_H
         q_tok = Q + t.to(gl.int64) * stride_qt
@@ -1391,7 +1449,14 @@ if gluon is not None:
             async_copy.wait_group(0)
             gl.thread_barrier()
             qk_row = gl.full([BLOCK_H], qk_scale, gl.float32, layout=head_layout)
-        q_hi = _mma_query_operands(qn_all.index(0), qp_all.index(0), KC, q_operand)
+        if COL_WARPS > 1:
+            q_hi = ()
+            for j in gl.static_range(D_V // 64):
+                q_j = qn_all.index(0).slice(j * 64, 64, dim=1)
+                q_hi = q_hi + (_mma_column_operand(q_j, COL_WARPS, q3_operand, True),)
+            q_hi = q_hi + (_mma_column_operand(qp_all.index(0), COL_WARPS, q3_operand, True),)
+        else:
+            q_hi = _mma_query_operands(qn_all.index(0), qp_all.index(0), KC, q_operand)
         gl.thread_barrier()  # every warp holds its q: the stages take the gathers
 
         start = split * chunk
@@ -1411,18 +1476,26 @@ if gluon is not None:
             )
             s = s_zero
             s_c = s_zero
-            for c in gl.static_range(D_V // KC + 64 // KC):
-                if c < D_V // KC:
-                    k_c = k_n.slice(c * KC, KC, dim=1).load(k_operand)
-                else:
-                    k_c = k_p.slice((c - D_V // KC) * KC, KC, dim=1).load(k_operand)
-                if not FP8:
-                    s = mma_v2(k_c, q_hi[c], s)
-                else:  # e4m3: a chain per 128 columns (and the rope part), summed in float32
-                    if c % (128 // KC) == 0:
-                        s = s + s_c
-                        s_c = s_zero
-                    s_c = mma_v2(k_c, q_lo[c], mma_v2(k_c, q_hi[c], s_c))
+            if COL_WARPS > 1:
+                s3 = gl.zeros([COL_WARPS, BLOCK_N, BLOCK_H], gl.float32, layout=mma3)
+                for j in gl.static_range(D_V // 64 + 1):
+                    k_j = k_n.slice(j * 64, 64, dim=1) if j < D_V // 64 else k_p
+                    k_j = _mma_column_operand(k_j, COL_WARPS, k3_operand, False)
+                    s3 = mma_v2(k_j, q_hi[j], s3)
+                s = _mma_column_sum(s3, scratch, mma)
+            else:
+                for c in gl.static_range(D_V // KC + 64 // KC):
+                    if c < D_V // KC:
+                        k_c = k_n.slice(c * KC, KC, dim=1).load(k_operand)
+                    else:
+                        k_c = k_p.slice((c - D_V // KC) * KC, KC, dim=1).load(k_operand)
+                    if not FP8:
+                        s = mma_v2(k_c, q_hi[c], s)
+                    else:  # e4m3: a chain per 128 columns (and the rope), summed in float32
+                        if c % (128 // KC) == 0:
+                            s = s + s_c
+                            s_c = s_zero
+                        s_c = mma_v2(k_c, q_lo[c], mma_v2(k_c, q_hi[c], s_c))
             if FP8:
                 s = s + s_c
             n0 = start + i * BLOCK_N
@@ -2034,6 +2107,13 @@ def _e4m3_mma_tile(num_heads: int, waves: int) -> dict[str, int]:
             "WAVES": waves, "MMA_V2": 1}  # fmt: skip
 
 
+def _column_groups(kv_format: str) -> dict[str, int]:
+    """``_sparse_mla_mma_kernel``'s scores over 16-bit rows as a dot batched over two groups
+    of columns, 16 heads a warp (NOTES.md round 23); e4m3 rows keep one (q's two parts would
+    need twice the registers)."""
+    return {"COL_WARPS": 2} if kv_format == "16bit" else {}
+
+
 def _default_config(
     num_heads: int,
     kv_format: str = "16bit",
@@ -2078,7 +2158,7 @@ def _default_config(
         # e4m3 tl.dot tiles (NOTES.md round 17). Hopper keeps its swapped tiles for up to 16.
         block_h = 16 if num_heads <= 16 else 32
         return {"BLOCK_H": block_h, "BLOCK_N": 32, "num_warps": block_h // 4, "num_stages": 2,
-                "WAVES": 1, "MMA_V2": 1}  # fmt: skip
+                "WAVES": 1, "MMA_V2": 1, **_column_groups(kv_format)}  # fmt: skip
     family = _mma_family(limits.capability)
     block_h = min(64, max(16, triton.next_power_of_2(num_heads)))
     wide_tl_dot = any(
@@ -2090,7 +2170,8 @@ def _default_config(
         # GPUs), q in registers, 78 KB; the stages hold q on its way there: 64 16-bit rows,
         # 128 e4m3 ones (NOTES.md round 17).
         return {"BLOCK_H": 64, "BLOCK_N": 32, "num_warps": 8,
-                "num_stages": 4 if kv_format == "fp8" else 2, "WAVES": 1, "MMA_V2": 1}  # fmt: skip
+                "num_stages": 4 if kv_format == "fp8" else 2, "WAVES": 1, "MMA_V2": 1,
+                **_column_groups(kv_format)}  # fmt: skip
     gluon = wgmma and kv_format in ("16bit", "fp8")
     if gluon and num_heads <= 16:
         # The swapped tile: 8 or 16 heads are the MMA's N, so H=8 computes no padding rows.
@@ -2347,6 +2428,24 @@ def _q_in_registers(cfg: dict[str, int], kv_format: str) -> bool:
     return kv_format == "16bit" or cfg["BLOCK_H"] == 32 or cfg["BLOCK_N"] < 64
 
 
+_COLUMN_GROUPS_RULE = (
+    "COL_WARPS 1, or 2 or 4 over 16-bit rows where each group of columns has a warp per "
+    "8 x COL_WARPS heads and 16 rows"
+)
+
+
+def _column_groups_fit(cfg: dict[str, int], kv_format: str) -> bool:
+    """Whether ``_sparse_mla_mma_kernel`` can split this tile's scores into ``COL_WARPS``
+    groups of columns: ``_COLUMN_GROUPS_RULE``."""
+    groups = cfg.get("COL_WARPS", 1)
+    if groups == 1:
+        return True
+    warps, warps_h = cfg["num_warps"], cfg["BLOCK_H"] // (8 * groups)
+    if kv_format != "16bit" or groups not in (2, 4) or warps_h < 1 or warps % (groups * warps_h):
+        return False
+    return cfg["BLOCK_N"] >= 16 * (warps // (groups * warps_h))
+
+
 def _launch_gluon(
     args: tuple,
     cfg: dict[str, int],
@@ -2367,18 +2466,20 @@ def _launch_gluon(
     if cfg.get("MMA_V2") and block_h == 64:
         q_rows = 128 if kv_format == "fp8" else 64  # q (e4m3 rows: its two parts) in the stages
         tile_ok = cfg["num_warps"] == 8 and block_n in (16, 32, 64) and block_n * stages == q_rows
+        tile_ok = tile_ok and _column_groups_fit(cfg, kv_format)
         if not (tile_ok and inputs_ok and kv_format in ("16bit", "fp8")) or not (
             _gluon_mma_usable(capability, proxy=True)
         ):
             raise ValueError(
                 "MMA_V2 with 64 heads needs 8 warps and BLOCK_N x stages = 64 rows (16-bit rows: "
                 "q, out and KV of one dtype) or 128 (fp8 e4m3 rows under a bf16 q and out), "
-                "16-byte-aligned buffers and strides that are multiples of 16 elements, "
-                "Triton 3.6's Gluon and an SM8x, SM90 or SM12x GPU"
+                f"{_COLUMN_GROUPS_RULE}, 16-byte-aligned buffers and strides that are multiples "
+                "of 16 elements, Triton 3.6's Gluon and an SM8x, SM90 or SM12x GPU"
             )
         _sparse_mla_mma_kernel[(programs,)](
-            *args, float(kv_scale), BLOCK_H=64, BLOCK_N=block_n, **common, W=8, num_warps=8
-        )
+            *args, float(kv_scale), BLOCK_H=64, BLOCK_N=block_n, **common, W=8,
+            COL_WARPS=cfg.get("COL_WARPS", 1), num_warps=8,
+        )  # fmt: skip
         return
     if cfg.get("MMA_V2") and _q_in_registers(cfg, kv_format):
         warps, warps_h = cfg["num_warps"], block_h // 8  # one or two warps along the keys
@@ -2386,6 +2487,7 @@ def _launch_gluon(
         tile_ok = block_h in (16, 32) and warps in (warps_h, 2 * warps_h)
         tile_ok = tile_ok and block_n in (16, 32) and block_n >= 16 * (warps // warps_h)
         stages_ok = stages >= 2 and block_n * stages >= q_rows
+        tile_ok = tile_ok and _column_groups_fit(cfg, kv_format)
         if not (tile_ok and stages_ok and inputs_ok and kv_format in ("16bit", "fp8")) or not (
             _gluon_mma_usable(capability, proxy=True)
         ):
@@ -2393,13 +2495,13 @@ def _launch_gluon(
                 "MMA_V2 with up to 32 heads needs BLOCK_H 16 or 32 on one warp per 8 heads "
                 "(BLOCK_N 16 or 32) or two (BLOCK_N 32), stages that hold q (BLOCK_H rows, "
                 "twice that for fp8 e4m3 rows), 16-bit rows (q, out and KV of one dtype) or "
-                "fp8 e4m3 rows under a bf16 q and out, 16-byte-aligned buffers and strides "
-                "that are multiples of 16 elements, Triton 3.6's Gluon and an SM8x, SM90 or "
-                "SM12x GPU"
+                f"fp8 e4m3 rows under a bf16 q and out, {_COLUMN_GROUPS_RULE}, 16-byte-aligned "
+                "buffers and strides that are multiples of 16 elements, Triton 3.6's Gluon and "
+                "an SM8x, SM90 or SM12x GPU"
             )
         _sparse_mla_mma_kernel[(programs,)](
             *args, float(kv_scale), BLOCK_H=block_h, BLOCK_N=block_n, **common, W=warps,
-            num_warps=warps,
+            COL_WARPS=cfg.get("COL_WARPS", 1), num_warps=warps,
         )  # fmt: skip
         return
     if cfg.get("MMA_V2"):

@@ -1480,7 +1480,38 @@ def plan_r22m() -> list[tuple[int, int, dict[str, int], int]]:
     )
 
 
+def plan_r23() -> list[tuple[int, int, dict[str, int], int]]:
+    """16-bit rows (run with --dtypes bf16 --check): the mma.sync tiles with q in registers
+    that a 99 KB GPU runs, their scores one dot per warp over all 576 columns (``COL_WARPS``
+    1) against a dot batched over 2 or 4 groups of columns on their own warps, summed through
+    shared memory (8 * COL_WARPS heads a warp: each K fragment read from shared memory serves
+    COL_WARPS times as many MMAs); the plan's form first and last."""
+    mma = {"BLOCK_N": 32, "num_stages": 2, "WAVES": 1, "MMA_V2": 1}
+    cases = []
+    for h, block_h, warps, groups in ((8, 16, 4, (2,)), (16, 16, 4, (2,)), (32, 32, 8, (2, 4)),
+                                      (64, 64, 8, (2,)), (128, 64, 8, (2,))):  # fmt: skip
+        tile = {**mma, "BLOCK_H": block_h, "num_warps": warps, "COL_WARPS": 1}
+        tiles = [tile, *({**tile, "COL_WARPS": g} for g in groups), tile]
+        cases += [(b, h, (None,), tiles) for b in (128, 32, 8)]
+    return _expand(cases)
+
+
+def plan_r23b() -> list[tuple[int, int, dict[str, int], int]]:
+    """16-bit rows, 64 and 128 heads (run with --dtypes bf16 --check): the 64-head mma.sync
+    tile with its scores on 1, 2 or 4 groups of columns (``COL_WARPS``) over 32-row tiles at
+    2 stages (78-97 KB) and 16-row tiles at 4 (76-94 KB: half the score accumulators, so 2
+    groups spill 8 bytes on sm_120 where 32-row tiles spill 48); the plan's form first and
+    last."""
+    tile = {"BLOCK_H": 64, "BLOCK_N": 32, "num_warps": 8, "num_stages": 2, "WAVES": 1,
+            "MMA_V2": 1, "COL_WARPS": 1}  # fmt: skip
+    short = {**tile, "BLOCK_N": 16, "num_stages": 4}
+    tiles = [tile, {**tile, "COL_WARPS": 2}, short, *({**short, "COL_WARPS": g} for g in (2, 4))]
+    return _expand([(b, h, (None,), [*tiles, tile]) for h in (64, 128) for b in (128, 32, 8)])
+
+
 PLANS = {
+    "r23b": plan_r23b,
+    "r23": plan_r23,
     "r22m": plan_r22m,
     "r22": plan_r22,
     "r20s": plan_r20s,

@@ -99,6 +99,8 @@ def render(result: dict[str, Any], rows: list[dict[str, Any]]) -> str:
         base = f"{p['projected_baseline_us']:.1f}" if p["projected_baseline_us"] else "n/a"
         tile = "{BLOCK_H}x{BLOCK_N}, {num_warps} warps, {num_stages} stages".format(**p["config"])
         tile += ", Gluon mma.sync" if p["config"].get("MMA_V2") else ", tl.dot"
+        if p["config"].get("COL_WARPS", 1) > 1:
+            tile += ", scores on {COL_WARPS} column groups".format(**p["config"])
         lines.append(
             f"| {p['dtype']} | {p['B']} | {p['H']} | {p['h200_us']:.1f} | {p['efficiency']:.2f} "
             f"| {p['rtx_floor_us']:.1f} | {p['projected_us']:.1f} | {base} | {tile} |"

@@ -675,26 +675,35 @@ def test_16bit_mma_tile(
 ) -> None:
     """The Gluon tiles with mma.sync and q in registers over 16-bit rows (run here on Hopper,
     which has mma.sync too): 64 heads on 8 warps along the heads (32-row tiles at 2 stages and
-    16-row tiles at 4), 32 and 16 heads on 8 and 4 warps (two along the keys); over 1, 3 and
+    16-row tiles at 4), 32 and 16 heads on 8 and 4 warps (two along the keys); the scores on
+    two groups of columns (the plan's), one, and four where the heads fill them; over 1, 3 and
     16 splits, NaN in every row not selected, padded head blocks, two blocks (128), a q 2^18
-    (fp16: 2^14) times larger; a q of another dtype than the rows and stages that cannot hold
-    q are refused."""
+    (fp16: 2^14) times larger; a q of another dtype than the rows, stages that cannot hold q
+    and three groups of columns are refused."""
     if not kmod._gluon_mma_usable(torch.cuda.get_device_capability(), proxy=True):
         pytest.skip("the mma.sync tiles need Triton 3.6's Gluon and an SM80+ GPU")
     gen = torch.Generator(device="cuda").manual_seed(zlib.crc32(f"mma16-{num_heads}".encode()))
     q, kv, idx = _make_inputs(gen, num_tokens, num_heads, topk, dtype, "mixed")
     block_h = 16 if num_heads <= 16 else 32 if num_heads <= 32 else 64
-    cfg = {"BLOCK_H": block_h, "BLOCK_N": 32, "num_warps": 8 if block_h == 64 else block_h // 4,
-           "num_stages": 2, "WAVES": 1, "MMA_V2": 1}  # fmt: skip
+    sm120 = kmod.DeviceLimits((12, 0), 101376)
+    cfg = kmod._default_config(num_heads, "16bit", limits=sm120, gluon_mma=True)
+    assert cfg == {"BLOCK_H": block_h, "BLOCK_N": 32,
+                   "num_warps": 8 if block_h == 64 else block_h // 4, "num_stages": 2,
+                   "WAVES": 1, "MMA_V2": 1, "COL_WARPS": 2}  # fmt: skip
     for block_n, stages in ((32, 2), (16, 4)) if block_h == 64 else ((32, 2),):
+        tile = {**cfg, "BLOCK_N": block_n, "num_stages": stages}
         for splits in (1, 3, 16):
-            tile = {**cfg, "BLOCK_N": block_n, "num_stages": stages}
             _check(kmod, q, kv, idx, num_splits=splits, config=tile)
+        for groups in (1, 4):
+            if kmod._column_groups_fit({**tile, "COL_WARPS": groups}, "16bit"):
+                _check(kmod, q, kv, idx, num_splits=3, config={**tile, "COL_WARPS": groups})
     big = 2.0**18 if dtype == torch.bfloat16 else 2.0**14  # within fp16's range
     _check(kmod, q * big, kv, idx, _SM_SCALE / big, config=cfg)
     refused = "MMA_V2 with 64 heads needs" if block_h == 64 else "MMA_V2 with up to 32 heads needs"
     with pytest.raises(ValueError, match=refused):
         kmod.sparse_mla_decode(q, kv, idx, _SM_SCALE, config={**cfg, "num_stages": 1})
+    with pytest.raises(ValueError, match=refused):
+        kmod.sparse_mla_decode(q, kv, idx, _SM_SCALE, config={**cfg, "COL_WARPS": 3})
     other = torch.float16 if dtype == torch.bfloat16 else torch.bfloat16
     with pytest.raises(ValueError, match=refused):
         kmod.sparse_mla_decode(q.to(other), kv, idx, _SM_SCALE, config=cfg)
@@ -737,6 +746,9 @@ def test_fp8_e4m3_mma_tile_32_64_heads(
         kmod.sparse_mla_decode(q, rows, idx, _SM_SCALE, config=bad, kv_scale=kv_scale)
     with pytest.raises(ValueError, match=refused):
         kmod.sparse_mla_decode(q.half(), rows, idx, _SM_SCALE, config=cfg, kv_scale=kv_scale)
+    with pytest.raises(ValueError, match=refused):  # q's two e4m3 parts: one group
+        bad = {**cfg, "COL_WARPS": 2}
+        kmod.sparse_mla_decode(q, rows, idx, _SM_SCALE, config=bad, kv_scale=kv_scale)
 
 
 @pytest.mark.gpu

@@ -102,6 +102,7 @@ def _split_job(module, arch: int, kv_format: str, cfg: dict) -> dict:
         kernel = "_sparse_mla_mma_kernel"
         constexprs = {"BLOCK_H": cfg["BLOCK_H"], "BLOCK_N": cfg["BLOCK_N"]}
         constexprs |= {"NUM_STAGES": cfg["num_stages"], "W": cfg["num_warps"]}
+        constexprs["COL_WARPS"] = cfg.get("COL_WARPS", 1)
         pointers["PO"] = "bf16"  # 16-bit partials
     elif cfg.get("MMA_V2"):
         kernel = "_sparse_mla_mma_e4m3_kernel"

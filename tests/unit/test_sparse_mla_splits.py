@@ -260,7 +260,7 @@ def test_sixty_four_head_blocks_on_mma_sync(kmod: ModuleType) -> None:
         for heads in (33, 64, 128):
             cfg = kmod._default_config(heads, "16bit", limits=small, gluon_mma=True)
             assert cfg == {"BLOCK_H": 64, "BLOCK_N": 32, "num_warps": 8, "num_stages": 2,
-                           "WAVES": 1, "MMA_V2": 1}  # fmt: skip
+                           "WAVES": 1, "MMA_V2": 1, "COL_WARPS": 2}  # fmt: skip
             assert kmod._default_config(heads, "16bit", limits=small)["BLOCK_H"] == 32
         if capability >= (8, 9):  # fp8 e4m3 rows: q's two parts fill 128 rows of stages
             cfg = kmod._default_config(64, "fp8", limits=small, gluon_mma=True)
@@ -281,7 +281,7 @@ def test_up_to_32_heads_over_16bit_rows_on_mma_sync(kmod: ModuleType) -> None:
         for heads, block_h in ((1, 16), (8, 16), (16, 16), (17, 32), (32, 32)):
             cfg = kmod._default_config(heads, "16bit", limits=limits, gluon_mma=True)
             assert cfg == {"BLOCK_H": block_h, "BLOCK_N": 32, "num_warps": block_h // 4,
-                           "num_stages": 2, "WAVES": 1, "MMA_V2": 1}  # fmt: skip
+                           "num_stages": 2, "WAVES": 1, "MMA_V2": 1, "COL_WARPS": 2}  # fmt: skip
             assert not kmod._default_config(heads, "16bit", limits=limits).get("MMA_V2")
     for heads, kernel in ((8, "WGMMA"), (16, "WGMMA"), (24, "MMA_V2"), (32, "MMA_V2")):
         assert kmod._default_config(heads, "16bit", wgmma=True).get(kernel) == 1
@@ -293,6 +293,29 @@ def test_up_to_32_heads_over_16bit_rows_on_mma_sync(kmod: ModuleType) -> None:
                        "WAVES": 1, "MMA_V2": 1}  # fmt: skip
     sm100 = kmod.DeviceLimits((10, 0), 232448)
     assert not kmod._gluon_tile(kmod._default_config(24, "16bit", limits=sm100))
+
+
+def test_column_groups_of_the_mma_sync_scores(kmod: ModuleType) -> None:
+    """The scores of the 16-bit mma.sync tiles split into groups of columns only where each
+    group has a warp per 8 x COL_WARPS heads and 16 rows per warp along the keys; e4m3 rows
+    (q's two parts in registers) keep one group."""
+    tile = {"BLOCK_N": 32, "num_stages": 2, "WAVES": 1, "MMA_V2": 1}
+    fits = [
+        ({"BLOCK_H": 16, "num_warps": 4}, (1, 2)),
+        ({"BLOCK_H": 32, "num_warps": 8}, (1, 2, 4)),
+        ({"BLOCK_H": 32, "num_warps": 4}, (1, 2, 4)),
+        ({"BLOCK_H": 64, "num_warps": 8}, (1, 2, 4)),
+        ({"BLOCK_H": 64, "num_warps": 8, "BLOCK_N": 16}, (1, 2, 4)),
+    ]
+    for shape, groups in fits:
+        for g in (1, 2, 3, 4, 8):
+            cfg = {**tile, **shape, "COL_WARPS": g}
+            assert kmod._column_groups_fit(cfg, "16bit") == (g in groups), cfg
+            assert kmod._column_groups_fit(cfg, "fp8") == (g == 1), cfg
+    # 32 heads on 8 warps in two groups: two warps along the keys need 32 rows.
+    assert not kmod._column_groups_fit(
+        {**tile, **fits[1][0], "BLOCK_N": 16, "COL_WARPS": 2}, "16bit"
+    )
 
 
 # (token x head rows, padded splits, partial element size) -> (V columns, warps) on 132 SMs.
