@@ -1381,11 +1381,12 @@ if gluon is not None:
         mma_o: gl.constexpr = gl.NVMMADistributedLayout(
             version=[2, 0], warps_per_cta=[W, 1], instr_shape=[16, 8]
         )
-        # COL_WARPS > 1: the scores as a dot batched over that many groups of columns, each
-        # group on its own warps, 8 * COL_WARPS heads a warp (q's registers stay 72).
         gl.static_assert((COL_WARPS == 1) | (not FP8), "column groups: 16-bit rows")
+        gl.static_assert((COL_WARPS == 1) | (COL_WARPS == 2) | (COL_WARPS == 4), "1, 2 or 4")
         W_H3: gl.constexpr = BLOCK_H // (8 * COL_WARPS)
-        gl.static_assert(W_H3 * COL_WARPS <= W, "a warp per 8 * COL_WARPS heads and group")
+        gl.static_assert(8 * COL_WARPS * W_H3 == BLOCK_H, "a warp per 8 * COL_WARPS heads")
+        gl.static_assert(W % (COL_WARPS * W_H3) == 0, "as many warps along the keys per group")
+        gl.static_assert(BLOCK_N >= 16 * (W // (COL_WARPS * W_H3)), "16 rows a warp")
         mma3: gl.constexpr = gl.NVMMADistributedLayout(
             version=[2, 0],
             warps_per_cta=[COL_WARPS, W // (COL_WARPS * W_H3), W_H3],
@@ -1425,7 +1426,7 @@ if gluon is not None:
                 gl.float32, [COL_WARPS * BLOCK_N, BLOCK_H], red_smem
             )
         else:
-            scratch = p_tile  # unused: one group sums its scores in registers
+            scratch = p_tile  # a placeholder, never touched: one group sums in registers
 
         head0 = hb * BLOCK_H
         q_tok = Q + t.to(gl.int64) * stride_qt
@@ -2167,8 +2168,9 @@ def _default_config(
     )
     if gluon_mma and kv_format in ("16bit", "fp8") and block_h == 64 and not wide_tl_dot:
         # 64-head blocks that gather each row once where no 64-head tl.dot tile fits (99 KB
-        # GPUs), q in registers, 78 KB; the stages hold q on its way there: 64 16-bit rows,
-        # 128 e4m3 ones (NOTES.md round 17).
+        # GPUs), q in registers, 78 KB (16-bit rows: 96.5 KB with the column groups' scratch);
+        # the stages hold q on its way there: 64 16-bit rows, 128 e4m3 ones (NOTES.md round
+        # 17).
         return {"BLOCK_H": 64, "BLOCK_N": 32, "num_warps": 8,
                 "num_stages": 4 if kv_format == "fp8" else 2, "WAVES": 1, "MMA_V2": 1,
                 **_column_groups(kv_format)}  # fmt: skip
@@ -2285,6 +2287,7 @@ def _plan(
         cfg = dict(_default_config(num_heads, kv_format, False, limits))
     cfg.pop("ROPE_REGS", None)  # the rule below decides it for the merged tile
     cfg = _ds_rope_in_registers({**cfg, **(config or {})}, kv_format, limits)
+    cfg = _planned_column_groups(cfg, config or {}, kv_format, limits)
     if cfg.get("SCORE_COLS", 0) not in (0, 32, 64, 128):
         raise ValueError(
             f"sparse MLA decode: SCORE_COLS {cfg['SCORE_COLS']}: latent columns per chain of "
@@ -2444,6 +2447,53 @@ def _column_groups_fit(cfg: dict[str, int], kv_format: str) -> bool:
     if kv_format != "16bit" or groups not in (2, 4) or warps_h < 1 or warps % (groups * warps_h):
         return False
     return cfg["BLOCK_N"] >= 16 * (warps // (groups * warps_h))
+
+
+def _runs_mma_kernel(cfg: dict[str, int], kv_format: str) -> bool:
+    """Whether the launcher runs this tile as ``_sparse_mla_mma_kernel`` (q in registers)."""
+    return bool(cfg.get("MMA_V2")) and (cfg["BLOCK_H"] == 64 or _q_in_registers(cfg, kv_format))
+
+
+def _mma_tile_smem(cfg: dict[str, int]) -> int:
+    """Shared memory of ``_sparse_mla_mma_kernel`` over 16-bit rows, an upper bound: the
+    gather stages, P, the column groups' float32 scratch (8 words of padding a row) and 256
+    bytes for the rest (what Triton 3.6 compiles is within it: tests/unit)."""
+    block_n, block_h, groups = cfg["BLOCK_N"], cfg["BLOCK_H"], cfg.get("COL_WARPS", 1)
+    scratch = groups * block_n * (block_h + 8) * 4 if groups > 1 else 0
+    return cfg["num_stages"] * block_n * (_D_V + 64) * 2 + block_n * block_h * 2 + scratch + 256
+
+
+def _planned_column_groups(
+    cfg: dict[str, int], override: dict[str, int], kv_format: str, limits: DeviceLimits
+) -> dict[str, int]:
+    """The merged tile's ``COL_WARPS``. Groups from the defaults stay only where the tile is
+    still ``_sparse_mla_mma_kernel``'s, keeps ``_COLUMN_GROUPS_RULE`` and fits the block's
+    shared memory with their scratch (an override of the rows or stages may break either);
+    an override's own groups on another kernel, or past the shared memory, are refused (the
+    launcher refuses the rest of the rule)."""
+    groups = cfg.get("COL_WARPS", 1)
+    if groups == 1:
+        return cfg
+    mma_kernel = _runs_mma_kernel(cfg, kv_format)
+    fits = mma_kernel and _column_groups_fit(cfg, kv_format)
+    smem_ok = _mma_tile_smem(cfg) <= limits.smem_per_block
+    if "COL_WARPS" not in override:
+        if fits and smem_ok:
+            return cfg
+        return {key: value for key, value in cfg.items() if key != "COL_WARPS"}
+    if not mma_kernel:
+        raise ValueError(
+            f"sparse MLA decode: COL_WARPS {groups}: only the mma.sync tiles with q in "
+            "registers (MMA_V2 with 16 or 32 heads over 16-bit rows, or 64-head blocks) score "
+            "on groups of columns"
+        )
+    if fits and not smem_ok:
+        raise ValueError(
+            f"sparse MLA decode: COL_WARPS {groups} with BLOCK_N {cfg['BLOCK_N']} x "
+            f"{cfg['num_stages']} stages needs {_mma_tile_smem(cfg)} bytes of shared memory a "
+            f"block; this GPU has {limits.smem_per_block}"
+        )
+    return cfg
 
 
 def _launch_gluon(

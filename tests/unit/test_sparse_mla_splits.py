@@ -318,6 +318,35 @@ def test_column_groups_of_the_mma_sync_scores(kmod: ModuleType) -> None:
     )
 
 
+def test_the_plan_keeps_column_groups_where_the_tile_takes_them(
+    kmod: ModuleType, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Through the plan on a 99 KB GPU: the default's two groups of columns go where an
+    override changes the tile under them (rows that break the rule, a scratch past the shared
+    memory); an override's own groups past the shared memory, or on a tile of another kernel,
+    are refused."""
+    import torch
+
+    monkeypatch.setattr(kmod, "_num_sms", lambda index: 188)  # RTX PRO 6000 Blackwell
+    gpu = torch.device("cuda", 0)  # a device index, never queried
+    sm120 = kmod.DeviceLimits((12, 0), 101376)
+
+    def plan(heads: int, config: dict[str, int] | None) -> dict[str, int]:
+        return kmod._plan(8, heads, 2048, gpu, 2, config, "16bit", False, sm120, True)[0]
+
+    assert plan(64, None)["COL_WARPS"] == 2  # 96,512 bytes compiled for sm_120
+    assert plan(16, None)["COL_WARPS"] == 2
+    # 64-row tiles at one stage: 82 KB with one group, 119 KB with two.
+    assert "COL_WARPS" not in plan(64, {"MMA_V2": 1, "BLOCK_N": 64, "num_stages": 1})
+    # 16-row tiles on 4 warps, two of them along the keys: one group only.
+    assert "COL_WARPS" not in plan(16, {"MMA_V2": 1, "BLOCK_N": 16, "num_stages": 4})
+    assert plan(64, {"MMA_V2": 1, "BLOCK_N": 16, "num_stages": 4, "COL_WARPS": 4})
+    with pytest.raises(ValueError, match="needs 114944 bytes of shared memory"):
+        plan(64, {"MMA_V2": 1, "COL_WARPS": 4})
+    with pytest.raises(ValueError, match="only the mma.sync tiles with q in registers"):
+        plan(16, {"BLOCK_H": 16, "BLOCK_N": 32, "num_warps": 4, "num_stages": 3, "COL_WARPS": 2})
+
+
 # (token x head rows, padded splits, partial element size) -> (V columns, warps) on 132 SMs.
 MERGE_SHAPES = {
     (64, 16, 2): (64, 1),  # B=8/H=8, 16-bit partials: 512 programs, not 64 whole rows

@@ -201,3 +201,26 @@ def test_sm120_runs_e4m3_mma_sync_natively_and_hopper_as_fp16(kmod: ModuleType) 
         assert ops[arch].get("QMMA.16832.F32.E4M3.E4M3", 0) > 0, ops[arch]
     assert not any(op.startswith("QMMA") for op in ops[90]), ops[90]
     assert ops[90]["HMMA.16816.F32"] > ops[120]["HMMA.16816.F32"], (ops[90], ops[120])
+
+
+def test_the_column_groups_shared_memory_bound_holds_for_what_compiles(kmod: ModuleType) -> None:
+    """``_mma_tile_smem``, which the plan checks a tile with column groups against, bounds what
+    Triton compiles for sm_120 from above, and closely, for every group count the rule admits
+    over 16, 32 and 64-head tiles (32-row tiles at 2 stages, 16-row at 4, 64-row at 1)."""
+    if not kmod._gluon_mma_usable((12, 0)):
+        pytest.skip("the mma.sync tiles need Triton 3.6's Gluon")
+    base = {"WAVES": 1, "MMA_V2": 1}
+    shapes = [(16, 4, 32, 2), (32, 8, 32, 2), (64, 8, 32, 2), (64, 8, 16, 4), (64, 8, 64, 1)]
+    compiled = 0
+    for block_h, warps, block_n, stages in shapes:
+        for groups in (1, 2, 4):
+            cfg = {**base, "BLOCK_H": block_h, "num_warps": warps, "BLOCK_N": block_n,
+                   "num_stages": stages, "COL_WARPS": groups}  # fmt: skip
+            if not kmod._column_groups_fit(cfg, "16bit"):
+                continue
+            job = sparse_mla_compile._split_job(kmod, 120, "16bit", cfg)
+            assert job["kernel"] == "_sparse_mla_mma_kernel"
+            shared = sparse_mla_compile.compile_job(kmod, job)["shared"]
+            assert shared <= kmod._mma_tile_smem(cfg) <= shared + 256, (cfg, shared)
+            compiled += 1
+    assert compiled == 14  # 1 and 2 groups at 16 heads; 1, 2 and 4 for the others
