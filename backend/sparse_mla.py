@@ -2124,10 +2124,11 @@ def _default_config(
 ) -> dict[str, int]:
     """Tile shape by head count, row format and device: the first tl.dot tile in ``_TILES``
     that fits the device's shared memory, or a Gluon tile. ``WAVES`` is how many programs per
-    SM the split count aims for. ``wgmma`` (Hopper, 16-bit rows) picks the Gluon kernels: the
-    swapped tile for up to 16 heads (two 64-row stages, ~158-168 KB, one per SM; NOTES.md
-    round 8), the 32-head mma.sync tile for 17-32 (NOTES.md round 17; e4m3 rows too) and the
-    64-head tile for 33+ (NOTES.md round 6).
+    SM the split count aims for; ``ROUNDS``, how many rounds of them it may queue to fill SMs
+    that a power of two leaves idle (one program per SM only; default 1). ``wgmma`` (Hopper,
+    16-bit rows) picks the Gluon kernels: the swapped tile for up to 16 heads (two 64-row
+    stages, ~158-168 KB, one per SM; NOTES.md round 8), the 32-head mma.sync tile for 17-32
+    (NOTES.md round 17; e4m3 rows too) and the 64-head tile for 33+ (NOTES.md round 6).
     With fp8 e4m3 rows (under a bf16 q) it picks the swapped e4m3 tile for up to 16 heads
     and, with two warpgroups, for 33+ (NOTES.md rounds 12 and 14); other heads and formats
     keep the tl.dot tiles. ``gluon_mma`` (SM8x, SM120: Triton 3.6's Gluon) picks the e4m3
@@ -2170,10 +2171,11 @@ def _default_config(
         # 64-head blocks that gather each row once where no 64-head tl.dot tile fits (99 KB
         # GPUs), q in registers, 78 KB (16-bit rows: 96.5 KB with the column groups' scratch);
         # the stages hold q on its way there: 64 16-bit rows, 128 e4m3 ones (NOTES.md round
-        # 17).
+        # 17). Bound by its MMAs, it queues up to 4 rounds of programs per SM where powers of
+        # two leave SMs idle (``_fill_splits``; NOTES.md round 24).
         return {"BLOCK_H": 64, "BLOCK_N": 32, "num_warps": 8,
-                "num_stages": 4 if kv_format == "fp8" else 2, "WAVES": 1, "MMA_V2": 1,
-                **_column_groups(kv_format)}  # fmt: skip
+                "num_stages": 4 if kv_format == "fp8" else 2, "WAVES": 1, "ROUNDS": 4,
+                "MMA_V2": 1, **_column_groups(kv_format)}  # fmt: skip
     gluon = wgmma and kv_format in ("16bit", "fp8")
     if gluon and num_heads <= 16:
         # The swapped tile: 8 or 16 heads are the MMA's N, so H=8 computes no padding rows.
@@ -2203,8 +2205,9 @@ def _choose_splits(
     num_sms: int,
     waves: int,
     min_tiles: int = 1,
+    rounds: int = 1,
 ) -> int:
-    """Power-of-two split count: about ``waves`` programs per SM, but once about every SM has
+    """Split count: a power of two near ``waves`` programs per SM, but once about every SM has
     a program, no more splits than keep the partials written under an eighth of the KV bytes
     gathered (the merge reads them back, so partial traffic stays under a quarter). A token's
     rows are gathered once per head block: 99 KB GPUs serve 64+ heads with 32-head blocks,
@@ -2216,7 +2219,9 @@ def _choose_splits(
     the extra parallelism of a second program per SM costs more in partials than it buys
     (H200: H=8 14.1 us at 16 splits, 15.3 at 32; H=16 14.4 vs 17.0; NOTES.md round 4). The
     cap counts 16-bit rows for fp8_ds_mla rows too: their widening, not their bytes, sets the
-    pace (fp8 B=32/H=8: 55.9 us at 8 splits, 75.9 at 4; NOTES.md round 5).
+    pace (fp8 B=32/H=8: 55.9 us at 8 splits, 75.9 at 4; NOTES.md round 5). Tiles that run
+    one program per SM then fill the SMs the power of two leaves idle (``_fill_splits``; up to
+    ``rounds`` rounds of programs per SM).
     """
     per_split = max(1, num_tokens * programs_per_token)
     splits = _pow2_floor(max(1, (waves * num_sms) // per_split))
@@ -2233,7 +2238,32 @@ def _choose_splits(
     long_splits = _pow2_floor(max(1, topk // (block_n * min_tiles)))
     splits = min(splits, max(one_wave, long_splits))
     max_splits = _pow2_floor(max(1, topk // block_n))  # a split keeps >= one BLOCK_N tile
-    return max(1, min(splits, max_splits))
+    splits = max(1, min(splits, max_splits))
+    if waves == 1:
+        splits = _fill_splits(splits, per_split, topk, block_n, num_sms, rounds)
+    return splits
+
+
+def _fill_splits(splits: int, per_split: int, topk: int, block_n: int, num_sms: int,
+                 rounds: int) -> int:  # fmt: skip
+    """A split count from ``splits`` up, not only a power of two, that leaves no SM idle where
+    one program per SM runs: powers of two keep 128 programs at B=128, 32 and 8 (up to 16
+    heads), which leaves a third of SM120's 188 SMs idle. A count's modelled time is the
+    rounds of programs an SM runs times each program's tiles plus one (its fixed cost: q, the
+    first gather, the epilogue). ``rounds`` caps the rounds: 1 adds programs only up to one per
+    SM; tiles bound by their MMAs rather than their gathers take more (the 99 KB 64-head tile).
+    Counts that leave a split without rows are skipped; ties keep fewer splits (less partial
+    traffic). Measured on H200 analogs of SM120's B=128, 32 and 8: NOTES.md round 24."""
+
+    def modelled(count: int) -> tuple[int, int]:
+        tiles = triton.cdiv(triton.cdiv(topk, count), block_n)
+        waves_needed = triton.cdiv(per_split * count, num_sms)
+        empty = triton.cdiv(topk, tiles * block_n) < count
+        over = waves_needed > rounds and count != splits
+        return (1 << 62 if empty or over else waves_needed * (tiles + 1), count)
+
+    most = min(max(splits, rounds * num_sms // per_split), topk // block_n)
+    return min(range(splits, most + 1), key=modelled, default=splits)
 
 
 def _pow2_floor(n: int) -> int:
@@ -2304,6 +2334,7 @@ def _plan(
             _num_sms(device_index()),
             cfg.get("WAVES", 2),
             cfg.get("MIN_TILES", 1),
+            cfg.get("ROUNDS", 1),
         )
     return cfg, max(1, min(int(num_splits), max(1, triton.cdiv(topk, cfg["BLOCK_N"]))))
 

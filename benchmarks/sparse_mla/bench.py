@@ -1509,7 +1509,76 @@ def plan_r23b() -> list[tuple[int, int, dict[str, int], int]]:
     return _expand([(b, h, (None,), [*tiles, tile]) for h in (64, 128) for b in (128, 32, 8)])
 
 
+def plan_r24() -> list[tuple[int, int, dict[str, int], int]]:
+    """16-bit rows (run with --dtypes bf16 --check): split counts that are not powers of two,
+    at batch sizes where the power-of-two rule leaves about a third of the H200's 132 SMs
+    idle, as it does SM120's 188 at B=128, 32 and 8 (B=90, 22, 6 here); the 99 KB plan's
+    mma.sync tiles and the H200's default tiles, the rule's split count first and last."""
+    mma = {"BLOCK_N": 32, "num_stages": 2, "WAVES": 1, "MMA_V2": 1, "COL_WARPS": 2}
+    small = {**mma, "BLOCK_H": 16, "num_warps": 4}
+    wide = {**mma, "BLOCK_H": 64, "num_warps": 8}
+    splits = {90: (1, 2, 4, 8, 1), 22: (4, 5, 6, 8, 4), 6: (16, 22, 32, 16)}
+    cases = []
+    for b, counts in splits.items():
+        cases += [(b, h, counts, [small if h <= 16 else wide]) for h in (8, 16, 64)]
+        cases += [(b, h, counts, [None]) for h in (8, 64)]
+    return _expand(cases)
+
+
+def plan_r24b() -> list[tuple[int, int, dict[str, int], int]]:
+    """fp8 e4m3 rows (run with --dtypes e4m3 --check): round 24's split counts that fill idle
+    SMs (the plan's, ``None``) against the power of two before them, first and last, on the
+    99 KB plan's mma.sync tiles (8, 16 and 64 heads) and the H200's 64-head tile."""
+    mma = {"BLOCK_N": 64, "num_stages": 2, "WAVES": 1, "MMA_V2": 1}
+    tiles = {
+        8: [{**mma, "BLOCK_H": 8, "num_warps": 4}],
+        16: [{**mma, "BLOCK_H": 16, "num_warps": 8}],
+        64: [{"BLOCK_H": 64, "BLOCK_N": 32, "num_warps": 8, "num_stages": 4, "WAVES": 1,
+              "ROUNDS": 4, "MMA_V2": 1}, None],
+    }  # fmt: skip
+    pow2 = {22: 4, 90: 1, 6: 16}
+    return _expand(
+        [(b, h, (p, None, p), cfgs) for b, p in pow2.items() for h, cfgs in tiles.items()]
+    )
+
+
+def plan_r24f() -> list[tuple[int, int, dict[str, int], int]]:
+    """fp8_ds_mla rows (run with --dtypes fp8 --check): as ``r24b``, on the 99 KB plan's tiles
+    (the e4m3 mma.sync tile at 8 and 16 heads, the grouped tl.dot tile at 64) and the H200's
+    own one-program-per-SM tiles (16 and 64 heads)."""
+    ds = {"BLOCK_N": 64, "num_stages": 2, "WAVES": 1, "MMA_V2": 1}
+    tiles = {
+        8: [{**ds, "BLOCK_H": 8, "num_warps": 4}],
+        16: [{**ds, "BLOCK_H": 16, "num_warps": 8, "ROPE_REGS": 1}, None],
+        64: [{"BLOCK_H": 64, "BLOCK_N": 32, "num_warps": 8, "num_stages": 2, "WAVES": 1,
+              "FP8_GROUPS": 1}, None],
+    }  # fmt: skip
+    pow2 = {22: 4, 90: 1, 6: 16}
+    return _expand(
+        [(b, h, (p, None, p), cfgs) for b, p in pow2.items() for h, cfgs in tiles.items()]
+    )
+
+
+def plan_r25() -> list[tuple[int, int, dict[str, int], int]]:
+    """16-bit rows (run with --dtypes bf16 --check, on this module and with ``--kernel`` on
+    an earlier one): the 99 KB plan's mma.sync tiles with q in registers at 8, 16 and 32
+    heads, the plan's split counts."""
+    mma = {"BLOCK_N": 32, "num_stages": 2, "WAVES": 1, "MMA_V2": 1, "COL_WARPS": 2}
+    tiles = {8: (16, 4), 16: (16, 4), 32: (32, 8)}
+    return _expand(
+        [
+            (b, h, (None,), [{**mma, "BLOCK_H": block_h, "num_warps": warps}])
+            for h, (block_h, warps) in tiles.items()
+            for b in (1, 8, 32, 128)
+        ]
+    )
+
+
 PLANS = {
+    "r25": plan_r25,
+    "r24f": plan_r24f,
+    "r24b": plan_r24b,
+    "r24": plan_r24,
     "r23b": plan_r23b,
     "r23": plan_r23,
     "r22m": plan_r22m,
@@ -1561,7 +1630,8 @@ PLANS = {
 }
 
 
-FP8_DS_PLANS = ("fp8", "r18", "r19d", "r19m", "r20m", "r20d")  # the plans for fp8_ds_mla rows
+# The plans for fp8_ds_mla rows.
+FP8_DS_PLANS = ("fp8", "r18", "r19d", "r19m", "r20m", "r20d", "r24f")
 
 
 def check_point(kmod: types.ModuleType, case: Case) -> dict[str, float]:

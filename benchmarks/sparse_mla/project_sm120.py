@@ -86,10 +86,14 @@ def render(result: dict[str, Any], rows: list[dict[str, Any]]) -> str:
         "- efficiency = H200 floor / H200 time of the tile the plan picks for a 99 KB GPU; "
         "projected = RTX floor / efficiency. The baseline is projected alike.",
         "- Why it can be off: the H200 holds two 93 KB small-head tl.dot programs per SM where "
-        "SM120 (100 KB per SM) holds one (the Gluon tile runs one per SM here too), and the "
-        "split count follows 132 SMs, not 188 (small heads: optimistic); SM120's 128 MB L2 "
-        "keeps more of a cache than the H200's 60 MB (large B: "
-        "pessimistic); small-B cases are latency-bound, and latency does not scale with bandwidth.",
+        "SM120 (100 KB per SM) holds one (the Gluon tile runs one per SM here too: small heads, "
+        "optimistic); the split counts are the H200's, for 132 SMs, where on SM120's 188 the "
+        "plan picks counts that fill them (B=8: 22 splits of 32-row tiles, B=32: 5, B=128 with "
+        "64 or 128 heads: 4 or 2, in rounds), which the same fill on H200 batches that leave as "
+        "many SMs idle (B=6, 22, 90) measured 1.03-1.32x faster (backend/NOTES.md round 24): "
+        "pessimistic there; SM120's 128 MB L2 keeps more of a cache than the H200's 60 MB "
+        "(large B: pessimistic); small-B cases are latency-bound, and latency does not scale "
+        "with bandwidth.",
         "",
         "| rows | B | H | H200 µs | efficiency | RTX floor µs | projected µs | projected baseline "
         "µs | tile |",

@@ -190,6 +190,33 @@ def test_explicit_splits(kmod: ModuleType, num_heads: int, num_splits: int) -> N
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize(
+    ("num_tokens", "num_heads", "tile"), [(22, 16, "own"), (22, 64, "99 KB"), (90, 64, "99 KB")]
+)
+def test_the_plan_fills_idle_sms(
+    kmod: ModuleType, num_tokens: int, num_heads: int, tile: str
+) -> None:
+    """Batch sizes that leave SMs idle at a power-of-two split count (on the H200's 132 SMs
+    as 32 and 128 tokens do on SM120's 188): the split count the plan picks instead (6, or 4
+    for 90 tokens on the 99 KB 64-head tile, which queues rounds of programs) is what runs,
+    and is right."""
+    if torch.cuda.get_device_properties(0).multi_processor_count != 132:
+        pytest.skip("the expected split counts are for 132 SMs (H200)")
+    if tile == "99 KB" and not kmod._gluon_mma_usable(
+        torch.cuda.get_device_capability(), proxy=True
+    ):
+        pytest.skip("the mma.sync tiles need Triton 3.6's Gluon and an SM80+ GPU")
+    gen = torch.Generator(device="cuda").manual_seed(zlib.crc32(f"fill-{num_tokens}".encode()))
+    q, kv, idx = _make_inputs(gen, num_tokens, num_heads, 2048, torch.bfloat16, "mixed")
+    sm120 = kmod.DeviceLimits((12, 0), 101376)
+    cfg = kmod._default_config(num_heads, limits=sm120, gluon_mma=True) if tile != "own" else None
+    planned, splits = kmod._plan(num_tokens, num_heads, 2048, q.device, None, cfg)
+    assert splits == (4 if num_tokens == 90 else 6)
+    assert planned.get("ROUNDS", 1) == (4 if cfg else 1)
+    _check(kmod, q, kv, idx, config=cfg)
+
+
+@pytest.mark.gpu
 @pytest.mark.parametrize("num_heads", [8, 64])
 def test_dependent_launch_changes_nothing(kmod: ModuleType, num_heads: int) -> None:
     """The merge launched as a programmatic dependent (PDL) gives the same bits as a plain
@@ -689,7 +716,8 @@ def test_16bit_mma_tile(
     cfg = kmod._default_config(num_heads, "16bit", limits=sm120, gluon_mma=True)
     assert cfg == {"BLOCK_H": block_h, "BLOCK_N": 32,
                    "num_warps": 8 if block_h == 64 else block_h // 4, "num_stages": 2,
-                   "WAVES": 1, "MMA_V2": 1, "COL_WARPS": 2}  # fmt: skip
+                   "WAVES": 1, "MMA_V2": 1, "COL_WARPS": 2,
+                   **({"ROUNDS": 4} if block_h == 64 else {})}  # fmt: skip
     for block_n, stages in ((32, 2), (16, 4)) if block_h == 64 else ((32, 2),):
         tile = {**cfg, "BLOCK_N": block_n, "num_stages": stages}
         for splits in (1, 3, 16):
@@ -734,7 +762,8 @@ def test_fp8_e4m3_mma_tile_32_64_heads(
     cfg = kmod._default_config(num_heads, "fp8", limits=sm120, gluon_mma=True)
     wide = num_heads > 32
     assert cfg == {"BLOCK_H": 64 if wide else 32, "BLOCK_N": 32, "num_warps": 8,
-                   "num_stages": 4 if wide else 2, "WAVES": 1, "MMA_V2": 1}  # fmt: skip
+                   "num_stages": 4 if wide else 2, "WAVES": 1, "MMA_V2": 1,
+                   **({"ROUNDS": 4} if wide else {})}  # fmt: skip
     tiles = ((32, 4), (16, 8), (64, 2)) if wide else ((32, 2), (32, 3), (32, 4))
     for block_n, stages in tiles:
         for splits in (1, 3, 16):

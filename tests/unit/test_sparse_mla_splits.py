@@ -6,6 +6,7 @@ entries are regression pins of the rule's own choice."""
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from types import ModuleType
 
@@ -79,6 +80,41 @@ def test_a_second_wave_keeps_min_tiles(kmod: ModuleType, batch: int, min_tiles: 
     one_wave = 1 << ((H200_SMS // batch).bit_length() - 1)
     assert splits <= max(one_wave, 2048 // (64 * min_tiles))
     assert splits >= min(one_wave, 2048 // 64)
+
+
+# Batch sizes where powers of two leave SMs idle at one program per SM: H200 analogs of SM120's
+# B=8, 32 and 128 (6, 22 and 90 of 132 SMs' tokens), and SM120's own. (B, SMs, heads, BLOCK_N,
+# rounds) -> splits. Round 24's sweep (backend/NOTES.md) had the H200's fastest at 22 splits for
+# B=6 (BLOCK_N 32), 6 for B=22, 4 for B=90 with 64 heads on the 99 KB tile (4 rounds); 1 for
+# B=90 on Hopper's own tiles (one round: near the memory floor, so more rounds only add partials).
+FILLED = {
+    (6, 132, 8, 32, 1): 22, (6, 132, 8, 64, 1): 16, (22, 132, 8, 32, 1): 6,
+    (22, 132, 64, 64, 1): 6, (22, 132, 64, 32, 4): 6, (90, 132, 64, 32, 4): 4,
+    (90, 132, 8, 64, 1): 1, (90, 132, 64, 64, 1): 1,
+    (8, 188, 16, 32, 1): 22, (32, 188, 16, 32, 1): 5, (128, 188, 16, 32, 1): 1,
+    (32, 188, 64, 32, 4): 5, (128, 188, 64, 32, 4): 4,
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("key", sorted(FILLED))
+def test_one_program_per_sm_tiles_fill_the_sms(kmod: ModuleType, key: tuple) -> None:
+    """Where one program per SM runs, the split count need not be a power of two: it fills the
+    SMs a power of two leaves idle, never with an empty split, and within ``rounds`` rounds of
+    programs per SM (the power of two's own count excepted)."""
+    batch, sms, heads, block_n, rounds = key
+    splits = kmod._choose_splits(batch, 1, 2048, heads, block_n, sms, 1, 1, rounds)
+    assert splits == FILLED[key]
+    chunk = math.ceil(math.ceil(2048 / splits) / block_n) * block_n  # as the launcher's
+    assert math.ceil(2048 / chunk) == splits  # every split has rows
+    pow2 = kmod._choose_splits(batch, 1, 2048, heads, block_n, sms, 1, 1, 0)  # 0: no fill
+    assert splits == pow2 or math.ceil(batch * splits / sms) <= rounds
+    assert splits >= pow2
+
+
+def test_tiles_of_two_programs_per_sm_keep_powers_of_two(kmod: ModuleType) -> None:
+    """The fill is for tiles that run one program per SM: the tl.dot tiles (two per SM) keep
+    the power of two at B=22 on 132 SMs."""
+    assert kmod._choose_splits(22, 1, 2048, 8, 32, H200_SMS, 2) == 8
 
 
 @pytest.mark.parametrize("topk", [1, 31, 32, 64, 100])
@@ -260,7 +296,7 @@ def test_sixty_four_head_blocks_on_mma_sync(kmod: ModuleType) -> None:
         for heads in (33, 64, 128):
             cfg = kmod._default_config(heads, "16bit", limits=small, gluon_mma=True)
             assert cfg == {"BLOCK_H": 64, "BLOCK_N": 32, "num_warps": 8, "num_stages": 2,
-                           "WAVES": 1, "MMA_V2": 1, "COL_WARPS": 2}  # fmt: skip
+                           "WAVES": 1, "ROUNDS": 4, "MMA_V2": 1, "COL_WARPS": 2}  # fmt: skip
             assert kmod._default_config(heads, "16bit", limits=small)["BLOCK_H"] == 32
         if capability >= (8, 9):  # fp8 e4m3 rows: q's two parts fill 128 rows of stages
             cfg = kmod._default_config(64, "fp8", limits=small, gluon_mma=True)
