@@ -1431,8 +1431,17 @@ if gluon is not None:
         head0 = hb * BLOCK_H
         q_tok = Q + t.to(gl.int64) * stride_qt
         head_layout: gl.constexpr = gl.SliceLayout(0, mma)
-        qn_all = kv_tiles._reinterpret(dtype, [Q_ROWS // BLOCK_H, BLOCK_H, D_V], qn_smem)
-        qp_all = pe_tiles._reinterpret(dtype, [Q_ROWS // BLOCK_H, BLOCK_H, 64], qp_smem)
+        start = split * chunk
+        end = gl.minimum(start + chunk, topk)
+        n_tiles = gl.cdiv(end - start, BLOCK_N)
+        idx_base = IDX + t.to(gl.int64) * stride_it
+        pipe = (KV, idx_base, kv_tiles, pe_tiles, start, end, num_rows, stride_kv)
+        # 16-bit q that fits one stage lands in the last, so the first gathers fly with it.
+        Q_LAST: gl.constexpr = (not FP8) & (BLOCK_H <= BLOCK_N)
+        Q_BLOCKS: gl.constexpr = NUM_STAGES * BLOCK_N // BLOCK_H
+        QB: gl.constexpr = Q_BLOCKS - 1 if Q_LAST else 0
+        qn_all = kv_tiles._reinterpret(dtype, [Q_BLOCKS, BLOCK_H, D_V], qn_smem)
+        qp_all = pe_tiles._reinterpret(dtype, [Q_BLOCKS, BLOCK_H, 64], qp_smem)
         if FP8:
             q_parts = (qn_all.index(0), qn_all.index(1), qp_all.index(0), qp_all.index(1))
             scale = _wg_e4m3_query_parts(
@@ -1443,29 +1452,29 @@ if gluon is not None:
             q_lo = _mma_query_operands(qn_all.index(1), qp_all.index(1), KC, q_operand)
         else:
             _wg_issue_query(
-                qn_all.index(0), qp_all.index(0), q_tok, head0, num_heads, stride_qh, BLOCK_H,
+                qn_all.index(QB), qp_all.index(QB), q_tok, head0, num_heads, stride_qh, BLOCK_H,
                 qn_layout, qp_layout,
             )  # fmt: skip
             async_copy.commit_group()
-            async_copy.wait_group(0)
+            if Q_LAST:
+                idx_next = _wg_issue_first_tiles(pipe, BLOCK_N, NUM_STAGES, nope_layout, pe_layout)
+                async_copy.wait_group(NUM_STAGES - 1)  # q's group, the oldest
+            else:
+                async_copy.wait_group(0)
             gl.thread_barrier()
             qk_row = gl.full([BLOCK_H], qk_scale, gl.float32, layout=head_layout)
         if COL_WARPS > 1:
             q_hi = ()
             for j in gl.static_range(D_V // 64):
-                q_j = qn_all.index(0).slice(j * 64, 64, dim=1)
+                q_j = qn_all.index(QB).slice(j * 64, 64, dim=1)
                 q_hi = q_hi + (_mma_column_operand(q_j, COL_WARPS, q3_operand, True),)
-            q_hi = q_hi + (_mma_column_operand(qp_all.index(0), COL_WARPS, q3_operand, True),)
+            q_hi = q_hi + (_mma_column_operand(qp_all.index(QB), COL_WARPS, q3_operand, True),)
         else:
-            q_hi = _mma_query_operands(qn_all.index(0), qp_all.index(0), KC, q_operand)
-        gl.thread_barrier()  # every warp holds its q: the stages take the gathers
+            q_hi = _mma_query_operands(qn_all.index(QB), qp_all.index(QB), KC, q_operand)
+        gl.thread_barrier()  # every warp holds its q: its stage takes a gather
 
-        start = split * chunk
-        end = gl.minimum(start + chunk, topk)
-        n_tiles = gl.cdiv(end - start, BLOCK_N)
-        idx_base = IDX + t.to(gl.int64) * stride_it
-        pipe = (KV, idx_base, kv_tiles, pe_tiles, start, end, num_rows, stride_kv)
-        idx_next = _wg_issue_first_tiles(pipe, BLOCK_N, NUM_STAGES, nope_layout, pe_layout)
+        if not Q_LAST:
+            idx_next = _wg_issue_first_tiles(pipe, BLOCK_N, NUM_STAGES, nope_layout, pe_layout)
 
         m_i = gl.full([BLOCK_H], float("-inf"), gl.float32, layout=head_layout)
         acc = gl.zeros([D_V, BLOCK_H], gl.float32, layout=mma_o)  # O^T
