@@ -640,8 +640,9 @@ if gluon is not None:
         nope_layout: gl.constexpr,
         pe_layout: gl.constexpr,
     ):
-        """The query heads [head0, head0 + BLOCK_H) are rows too: their copy joins the first
-        tile's group, so its latency overlaps the first gather instead of preceding it."""
+        """The query heads [head0, head0 + BLOCK_H) are rows too, copied like a gather. The
+        warpgroup tiles put the first gathers in q's group, the mma.sync tiles right behind it
+        where q fits one stage: q's latency overlaps the first gather's."""
         heads = head0 + gl.arange(0, BLOCK_H, layout=gl.SliceLayout(1, nope_layout))
         heads_p = head0 + gl.arange(0, BLOCK_H, layout=gl.SliceLayout(1, pe_layout))
         _wg_issue_gather(
@@ -1358,14 +1359,16 @@ if gluon is not None:
         each holding its heads' 576 columns as MMA B operands (72 registers; for e4m3 rows q's
         two e4m3 parts, as in the e4m3 tiles) and reading the whole gathered tile; P^T goes
         through shared memory; O^T += V^T P^T runs on warps along V's columns (e4m3 V widened
-        in registers, ``_wg_v_operand``). q passes through the gather stages once, before the
-        first gather. 16 and 32 heads over 16-bit rows run on 4 and 8 warps: two along the
-        keys, the others along the heads, 8 heads each (or one along the keys, over 16-row
-        tiles; measured slower, NOTES.md round 19). ``COL_WARPS`` > 1 (16-bit rows): the
-        scores as a dot batched over that many groups of q's columns, each on its own warps
-        with 8 x COL_WARPS heads a warp (the same 72 registers of q), so each K fragment read
-        from shared memory feeds COL_WARPS times the MMAs; the groups' partial scores are
-        summed through shared memory (NOTES.md round 23)."""
+        in registers, ``_wg_v_operand``). q passes through the gather stages once: 16-bit q
+        that fits one stage through the last, with the first gathers in flight behind it
+        (NOTES.md round 24); otherwise before the first gather. 16 and 32 heads over 16-bit
+        rows run on 4 and 8 warps: two along the keys, the others along the heads, 8 heads
+        each (or one along the keys, over 16-row tiles; measured slower, NOTES.md round 19).
+        ``COL_WARPS`` > 1 (16-bit rows): the scores as a dot batched over that many groups of
+        q's columns, each on its own warps with 8 x COL_WARPS heads a warp (the same 72
+        registers of q), so each K fragment read from shared memory feeds COL_WARPS times the
+        MMAs; the groups' partial scores are summed through shared memory (NOTES.md round
+        23)."""
         D_V: gl.constexpr = 512
         KC: gl.constexpr = 32  # q columns per score MMA step
         W_H: gl.constexpr = BLOCK_H // 8  # warps along the heads in the scores, 8 heads each
@@ -2325,6 +2328,8 @@ def _plan(
         # two programs per SM, are faster there (B=1: 8.1 against 8.6 µs, NOTES.md round 12).
         cfg = dict(_default_config(num_heads, kv_format, False, limits))
     cfg.pop("ROPE_REGS", None)  # the rule below decides it for the merged tile
+    if any(config[key] != cfg.get(key) for key in ("BLOCK_H", "BLOCK_N") if key in (config or {})):
+        cfg.pop("ROUNDS", None)  # measured for the default tile's shape, not for a reshaped one
     cfg = _ds_rope_in_registers({**cfg, **(config or {})}, kv_format, limits)
     cfg = _planned_column_groups(cfg, config or {}, kv_format, limits)
     if cfg.get("SCORE_COLS", 0) not in (0, 32, 64, 128):

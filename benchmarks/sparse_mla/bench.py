@@ -1574,7 +1574,18 @@ def plan_r25() -> list[tuple[int, int, dict[str, int], int]]:
     )
 
 
+def plan_r24h() -> list[tuple[int, int, dict[str, int], int]]:
+    """16-bit rows, 128 heads (run with --dtypes bf16 --check): round 24's fill on the 99 KB
+    64-head tile (two head blocks, up to 4 rounds), at H200 batches that leave as many SMs idle
+    as SM120's B=8, 32 and 128; the power of two first and last."""
+    wide = {"BLOCK_H": 64, "BLOCK_N": 32, "num_warps": 8, "num_stages": 2, "WAVES": 1,
+            "ROUNDS": 4, "MMA_V2": 1, "COL_WARPS": 2}  # fmt: skip
+    splits = {22: (2, 3, 4, 8, 2), 6: (8, 11, 16, 8), 90: (1, 2, 4, 1)}
+    return _expand([(b, 128, counts, [wide]) for b, counts in splits.items()])
+
+
 PLANS = {
+    "r24h": plan_r24h,
     "r25": plan_r25,
     "r24f": plan_r24f,
     "r24b": plan_r24b,

@@ -111,6 +111,30 @@ def test_one_program_per_sm_tiles_fill_the_sms(kmod: ModuleType, key: tuple) -> 
     assert splits >= pow2
 
 
+def test_the_plan_fills_sm120_in_rounds_only_on_the_measured_tile(
+    kmod: ModuleType, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Through the plan on SM120's 188 SMs: the 99 KB 64-head tile queues rounds of programs
+    (B=128: 4 splits at 64 heads, 2 at 128); an override that reshapes it (rows or heads) is
+    not the tile that was measured, so it keeps one round unless it names its own ROUNDS."""
+    import torch
+
+    monkeypatch.setattr(kmod, "_num_sms", lambda index: 188)  # RTX PRO 6000 Blackwell
+    gpu = torch.device("cuda", 0)  # a device index, never queried
+    sm120 = kmod.DeviceLimits((12, 0), 101376)
+
+    def plan(heads: int, config: dict[str, int] | None) -> tuple[dict[str, int], int]:
+        return kmod._plan(128, heads, 2048, gpu, None, config, "16bit", False, sm120, True)
+
+    assert plan(64, None) == ({**plan(64, None)[0], "ROUNDS": 4}, 4)
+    assert plan(128, None)[1] == 2
+    assert plan(64, {"COL_WARPS": 1, "MMA_V2": 1})[0]["ROUNDS"] == 4  # the same rows and heads
+    assert plan(64, {"BLOCK_H": 64, "BLOCK_N": 32, "MMA_V2": 1})[0]["ROUNDS"] == 4
+    reshaped, splits = plan(64, {"BLOCK_N": 16, "num_stages": 4, "MMA_V2": 1})
+    assert "ROUNDS" not in reshaped and splits == 1
+    assert plan(64, {"BLOCK_N": 16, "num_stages": 4, "MMA_V2": 1, "ROUNDS": 4})[1] == 4
+
+
 def test_tiles_of_two_programs_per_sm_keep_powers_of_two(kmod: ModuleType) -> None:
     """The fill is for tiles that run one program per SM: the tl.dot tiles (two per SM) keep
     the power of two at B=22 on 132 SMs."""
