@@ -2208,6 +2208,7 @@ def _default_config(
     return dict(fits[0])
 
 
+@functools.lru_cache(maxsize=256)  # on every call's path: the fill tries many counts
 def _choose_splits(
     num_tokens: int,
     programs_per_token: int,
@@ -2268,14 +2269,20 @@ def _fill_splits(splits: int, per_split: int, topk: int, block_n: int, num_sms: 
     traffic). Measured on H200 analogs of SM120's B=128, 32 and 8: NOTES.md round 24."""
 
     def modelled(count: int) -> tuple[int, int]:
-        tiles = triton.cdiv(triton.cdiv(topk, count), block_n)
-        waves_needed = triton.cdiv(per_split * count, num_sms)
-        empty = triton.cdiv(topk, tiles * block_n) < count
+        chunk = _split_chunk(topk, count, block_n)
+        waves_needed = -(-per_split * count // num_sms)
+        empty = -(-topk // chunk) < count
         over = waves_needed > rounds and count != splits
-        return (1 << 62 if empty or over else waves_needed * (tiles + 1), count)
+        return (1 << 62 if empty or over else waves_needed * (chunk // block_n + 1), count)
 
     most = min(max(splits, rounds * num_sms // per_split), topk // block_n)
     return min(range(splits, most + 1), key=modelled, default=splits)
+
+
+def _split_chunk(topk: int, num_splits: int, block_n: int) -> int:
+    """Top-k entries per split, in whole BLOCK_N tiles (the last split takes what is left)."""
+    per_split = -(-max(topk, 1) // num_splits)
+    return -(-per_split // block_n) * block_n
 
 
 def _pow2_floor(n: int) -> int:
@@ -2792,7 +2799,7 @@ def sparse_mla_decode(
         num_tokens, num_heads, topk, q.device, num_splits, config, kv_format, wgmma, None, gluon_mma
     )
     num_hb = triton.cdiv(num_heads, cfg["BLOCK_H"])
-    chunk = triton.cdiv(triton.cdiv(max(topk, 1), num_splits), cfg["BLOCK_N"]) * cfg["BLOCK_N"]
+    chunk = _split_chunk(topk, num_splits, cfg["BLOCK_N"])
     is_split = num_splits > 1
     if is_split:
         part_o, part_lse = _split_scratch(q, num_splits, _gluon_tile(cfg), workspace)

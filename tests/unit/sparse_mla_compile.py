@@ -98,7 +98,7 @@ def compile_job(module, job: dict) -> dict:
 def _split_job(module, arch: int, kv_format: str, cfg: dict) -> dict:
     kv = {"16bit": "bf16", "fp8": "fp8e4nv", "fp8_ds_mla": "u8"}[kv_format]
     pointers = dict(Q="bf16", KV=kv, IDX="i32", Out="bf16", LSE="fp32", PO="fp32", PLSE="fp32")
-    if cfg.get("MMA_V2") and (cfg["BLOCK_H"] == 64 or module._q_in_registers(cfg, kv_format)):
+    if module._runs_mma_kernel(cfg, kv_format):
         kernel = "_sparse_mla_mma_kernel"
         constexprs = {"BLOCK_H": cfg["BLOCK_H"], "BLOCK_N": cfg["BLOCK_N"]}
         constexprs |= {"NUM_STAGES": cfg["num_stages"], "W": cfg["num_warps"]}

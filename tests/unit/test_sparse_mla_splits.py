@@ -104,7 +104,7 @@ def test_one_program_per_sm_tiles_fill_the_sms(kmod: ModuleType, key: tuple) -> 
     batch, sms, heads, block_n, rounds = key
     splits = kmod._choose_splits(batch, 1, 2048, heads, block_n, sms, 1, 1, rounds)
     assert splits == FILLED[key]
-    chunk = math.ceil(math.ceil(2048 / splits) / block_n) * block_n  # as the launcher's
+    chunk = kmod._split_chunk(2048, splits, block_n)  # what the launcher gives each split
     assert math.ceil(2048 / chunk) == splits  # every split has rows
     pow2 = kmod._choose_splits(batch, 1, 2048, heads, block_n, sms, 1, 1, 0)  # 0: no fill
     assert splits == pow2 or math.ceil(batch * splits / sms) <= rounds
