@@ -1969,6 +1969,19 @@ def _device_limits(device_index: int) -> DeviceLimits:
     return DeviceLimits((props.major, props.minor), props.shared_memory_per_block_optin)
 
 
+_RESERVED_SMEM_PER_BLOCK = 1024  # CUDA's own shared memory in each resident block (SM80 on)
+
+
+def _blocks_per_sm(tile_smem: int, limits: DeviceLimits) -> int:
+    """How many programs of a tile one SM holds by shared memory: an SM has the block opt-in
+    plus the reserved KB (SM80 164 KB, SM86/89/120 100 KB, SM90/100 228 KB), each block takes
+    its own reserved KB. So a 76-93 KB tile runs two per SM on Hopper but one on a 99 KB GPU,
+    and the 93 KB ones one on SM80. (Registers never bind first: the tiles that aim for two
+    per SM have 4 warps, and two blocks of 4 warps at 255 registers fit every SM's 64K.)"""
+    per_sm = limits.smem_per_block + _RESERVED_SMEM_PER_BLOCK
+    return per_sm // (tile_smem + _RESERVED_SMEM_PER_BLOCK)
+
+
 def _mma_family(capability: tuple[int, int]) -> str:
     """How Triton lowers the tl.dot kernel's dots, which sets its shared memory: warpgroup MMA
     on SM90, tensor-memory MMA on SM100/103, mma.sync everywhere else (SM80-89, SM120/121)."""
@@ -1986,10 +1999,12 @@ def _tile(
     v_asm: int = 0,
     e4m3_bits: int = 0,
     groups: str = "",
+    rounds: int = 1,
 ):
     """A tl.dot tile. ``groups``: fp8_ds_mla rows on ``_sparse_mla_ds_split_kernel``, the
     latent's groups widened to bf16 and gathered again for P.V ("again") or kept in registers
-    ("kept"), or widened to fp16 and kept ("fp16")."""
+    ("kept"), or widened to fp16 and kept ("fp16"). ``rounds``: ``ROUNDS``, where one program
+    per SM runs (``_fill_splits``)."""
     cfg = {"BLOCK_H": block_h, "BLOCK_N": block_n, "num_warps": warps, "num_stages": stages}
     cfg = {**cfg, "WAVES": waves, **({"PREFETCH_IDX": 1} if prefetch else {})}
     cfg = {**cfg, **({"FP8_TWICE": 1, "FP16_DOTS": 1} if fp8_twice else {})}
@@ -1997,6 +2012,7 @@ def _tile(
     cfg = {**cfg, **({"FP8_GROUPS": 1} if groups else {})}
     cfg = {**cfg, **({"FP8_TWICE": 1} if groups == "again" else {})}
     cfg = {**cfg, **({"FP16_DOTS": 1} if groups == "fp16" else {})}
+    cfg = {**cfg, **({"ROUNDS": rounds} if rounds > 1 else {})}
     return {**cfg, **({"V_ASM": 1} if v_asm or e4m3_bits else {})}
 
 
@@ -2011,9 +2027,10 @@ def _fp16_dots(cfg: dict[str, int]) -> bool:
 # larger of Triton 3.5.1's and 3.6.0's compiles, in bytes.
 # tests/unit/test_sparse_mla_targets.py compiles every tile the plan can choose for SM80, 86,
 # 89, 90, 100 and 120 with both and checks these numbers and each target's limits.
-# 16-head tiles keep two gathers in flight (indices prefetched, 3 stages) and run two programs
-# per SM; 64-head tiles one. Where a 64-head tile does not fit, 32-head blocks read the rows
-# once per block (the second from L2), as H = 128 does with 64-head blocks everywhere.
+# 16-head tiles keep two gathers in flight (indices prefetched, 3 stages) and aim for two
+# programs per SM where an SM holds two (``_blocks_per_sm``); 64-head tiles one. Where a 64-head
+# tile does not fit, 32-head blocks read the rows once per block (the second from L2), as
+# H = 128 does with 64-head blocks everywhere.
 _TILES: dict[tuple[str, int], tuple[tuple[dict[str, int], dict[str, int]], ...]] = {
     ("16bit", 16): ((_tile(16, 32, 4, 3, 2, 1), {"mma": 93184, "sm90": 93184, "sm100": 93184}),),
     ("16bit", 32): ((_tile(32, 32, 4, 2, 2), {"mma": 75904, "sm90": 75904, "sm100": 75904}),),
@@ -2046,16 +2063,26 @@ _TILES: dict[tuple[str, int], tuple[tuple[dict[str, int], dict[str, int]], ...]]
     # bf16, gathered again for P.V), 1.03-1.13x more with the groups in fp16, kept (NOTES.md
     # round 19), and everywhere on 99 KB GPUs (1.6-3x over the 16-row tile that fit there);
     # where it fits, the widening kernel's 64-head tile, 1.25-1.6x over the grouped one at 64+
-    # heads (NOTES.md round 18).
+    # heads (NOTES.md round 18). The grouped tiles, bound by their widening and MMAs rather than
+    # their gathers, queue up to 4 rounds of programs where one runs per SM (NOTES.md round 25).
     ("fp8_ds_mla", 16): (
-        (_tile(16, 32, 4, 2, 2, groups="fp16"), {"mma": 73856, "sm90": 73856, "sm100": 73856}),
+        (
+            _tile(16, 32, 4, 2, 2, groups="fp16", rounds=4),
+            {"mma": 73856, "sm90": 73856, "sm100": 73856},
+        ),
     ),
     ("fp8_ds_mla", 32): (
-        (_tile(16, 32, 4, 2, 2, groups="fp16"), {"mma": 73856, "sm90": 73856, "sm100": 73856}),
+        (
+            _tile(16, 32, 4, 2, 2, groups="fp16", rounds=4),
+            {"mma": 73856, "sm90": 73856, "sm100": 73856},
+        ),
     ),
     ("fp8_ds_mla", 64): (
         (_tile(64, 64, 8, 2, 1), {"mma": 247040, "sm90": 189696, "sm100": 190240}),
-        (_tile(64, 32, 8, 2, 1, groups="kept"), {"mma": 86656, "sm90": 131712, "sm100": 132176}),
+        (
+            _tile(64, 32, 8, 2, 1, groups="kept", rounds=4),
+            {"mma": 86656, "sm90": 131712, "sm100": 132176},
+        ),
     ),
 }
 
@@ -2202,10 +2229,14 @@ def _default_config(
         # rounds 14 and 16). 128 heads run two blocks.
         return {"BLOCK_H": 64, "BLOCK_N": 64, "num_warps": 8, "num_stages": 2, "WAVES": 1,
                 "WGMMA": 1}  # fmt: skip
-    fits = [
-        cfg for cfg, smem in _TILES[kv_format, block_h] if smem[family] <= limits.smem_per_block
-    ]
-    return dict(fits[0])
+    cfg, smem = next(
+        (cfg, smem[family])
+        for cfg, smem in _TILES[kv_format, block_h]
+        if smem[family] <= limits.smem_per_block
+    )
+    # Two programs per SM where the SM holds two (Hopper, Blackwell datacenter), else one, whose
+    # split count then fills the SMs (``_fill_splits``; NOTES.md round 25).
+    return {**cfg, "WAVES": min(cfg["WAVES"], _blocks_per_sm(smem, limits))}
 
 
 @functools.lru_cache(maxsize=256)  # on every call's path: the fill tries many counts
@@ -2331,8 +2362,8 @@ def _plan(
     cfg = dict(_default_config(num_heads, kv_format, wgmma, limits, gluon_mma))
     tiles_64 = num_tokens * triton.cdiv(topk, 64)
     if kv_format != "16bit" and _gluon_tile(cfg) and tiles_64 < _num_sms(device_index()):
-        # Too few 64-row tiles to fill the GPU (one token): the tl.dot tile's 32-row tiles,
-        # two programs per SM, are faster there (B=1: 8.1 against 8.6 µs, NOTES.md round 12).
+        # Too few 64-row tiles to fill the GPU (one token): the tl.dot tile's 32-row tiles are
+        # faster there (H200, two programs per SM: B=1 8.1 against 8.6 µs, NOTES.md round 12).
         cfg = dict(_default_config(num_heads, kv_format, False, limits))
     cfg.pop("ROPE_REGS", None)  # the rule below decides it for the merged tile
     if any(config[key] != cfg.get(key) for key in ("BLOCK_H", "BLOCK_N") if key in (config or {})):

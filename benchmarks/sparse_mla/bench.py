@@ -605,6 +605,32 @@ def report_compiled(kmod: types.ModuleType) -> None:
         print(f"compiled-kernel report unavailable: {exc!r}")
 
 
+# Shared memory per launch (116,736 bytes) that leaves room for one block per H200 SM (233,472
+# bytes: the 232,448-byte block opt-in plus 1 KB CUDA reserves per block), as a 99 KB GPU holds
+# its tiles.
+ONE_PER_SM_SMEM = 233_472 // 2
+
+
+def hold_one_per_sm(kmod: types.ModuleType) -> int:
+    """Launch every compiled tile of ``kmod`` (variants over 48 KB of shared memory: the split
+    kernels, not the merge) with ``ONE_PER_SM_SMEM`` bytes, so an H200 SM holds one program at a
+    time, as SM120's, SM86's and SM89's 100 KB do for these tiles: the H200 holds two of a
+    tile under 113 KB where the registers allow, which makes it no proxy for a 99 KB GPU's
+    split counts past one program per SM. Only the launch's dynamic shared memory changes
+    (Triton's packed launch metadata; its loader already allowed the opt-in maximum); the
+    kernel is the same. Call it after the variants have compiled and before a graph captures
+    them. Returns how many variants it held."""
+    held = 0
+    for fn in vars(kmod).values():
+        for cache in getattr(fn, "device_caches", {}).values():
+            for compiled in cache[0].values():
+                warps, ctas, shared = compiled.packed_metadata
+                if 48 * 1024 < shared < ONE_PER_SM_SMEM:
+                    compiled.packed_metadata = (warps, ctas, ONE_PER_SM_SMEM)
+                    held += 1
+    return held
+
+
 class _NoLaunch:
     """Stands in for a kernel (``k[grid](...)`` does nothing) to time the split kernel alone."""
 
@@ -642,6 +668,9 @@ def run_sweep_v2(
             cuda = torch.device("cuda")
             splits = kmod._plan(batch, heads, TOPK, cuda, None, cfg, KV_FORMAT[name])[1]
         try:
+            if args.one_per_sm:  # compile this point's variants, then hold them to one per SM
+                case.ours(kmod, num_splits=splits, config=cfg)[0]()
+                hold_one_per_sm(kmod)
             us, _ = graph_time_us(case.ours(kmod, num_splits=splits, config=cfg), 7)
             us_split = None
             if args.split_alone and splits > 1:
@@ -673,6 +702,7 @@ def run_sweep_v2(
             flush=True,
         )
     result = {"info": gpu_info(), "dtype": name, "plan": args.plan, "points": points}
+    result["one_per_sm"] = bool(args.one_per_sm)
     Path(args.json).write_text(json.dumps(result, indent=1))
     report_compiled(kmod)
 
@@ -705,6 +735,12 @@ def main() -> None:
     )
     ap.add_argument(
         "--check", action="store_true", help="sweep2: each point's error against the reference"
+    )
+    ap.add_argument(
+        "--one-per-sm",
+        action="store_true",
+        help="sweep2: launch the split kernels with shared memory that holds one per SM, as on"
+        " a 99 KB GPU (SM120, SM86/89)",
     )
     ap.add_argument("--cache-rows", type=int, default=CACHE_ROWS)
     ap.add_argument("--json", default="sparse_mla_h200.json")

@@ -974,7 +974,70 @@ def plan_r24h() -> list[tuple[int, int, dict[str, int], int]]:
     return _expand([(b, 128, counts, [wide]) for b, counts in splits.items()])
 
 
+def plan_r26() -> list[tuple[int, int, dict[str, int], int]]:
+    """16-bit rows (run with --dtypes bf16 --check, with and without --one-per-sm): the 99 KB
+    GPUs' tl.dot tiles (what Triton 3.5 runs there; 76-93 KB, one per SM on a 100 KB SM, two
+    on the H200) at the H200 analogs of SM120's B=8, 32 and 128 (B=6, 22, 90): the split
+    count that aims for two programs per SM first, the fill's for one, the first again; 64
+    heads as two 32-head blocks; B=128 at 1 and 2 splits as the control of the emulation."""
+    t16 = {"BLOCK_H": 16, "BLOCK_N": 32, "num_warps": 4, "num_stages": 3, "WAVES": 2,
+           "PREFETCH_IDX": 1}  # fmt: skip
+    t32 = {"BLOCK_H": 32, "BLOCK_N": 32, "num_warps": 4, "num_stages": 2, "WAVES": 2}
+    cases = [(b, h, (8, 4, 6, 8), [t16]) for b in (22,) for h in (8, 16)]
+    cases += [(22, 32, (8, 4, 6, 8), [t32]), (90, 32, (2, 1, 2), [t32])]
+    cases += [(90, h, (2, 1, 2), [t16]) for h in (8, 16)]
+    cases += [(6, h, (16, 22, 16), [t16]) for h in (8, 16)]
+    cases += [(32, 64, (4, 2, 3, 4), [t32]), (22, 64, (4, 2, 3, 4), [t32])]
+    cases += [(128, 8, (1, 2, 1), [t16])]
+    return _expand(cases)
+
+
+def plan_r26f() -> list[tuple[int, int, dict[str, int], int]]:
+    """fp8_ds_mla rows (run with --dtypes fp8 --check --one-per-sm): the 99 KB GPUs' grouped
+    tl.dot tiles; the 16-head one (74 KB, two blocks at 32 heads) as ``r26``; the 64-head one
+    (87 KB, 8 warps) at more rounds of programs per SM than one (``ROUNDS``), the plan's
+    count first and last."""
+    g16 = {"BLOCK_H": 16, "BLOCK_N": 32, "num_warps": 4, "num_stages": 2, "WAVES": 2,
+           "FP8_GROUPS": 1, "FP16_DOTS": 1}  # fmt: skip
+    g64 = {"BLOCK_H": 64, "BLOCK_N": 32, "num_warps": 8, "num_stages": 2, "WAVES": 1,
+           "FP8_GROUPS": 1}  # fmt: skip
+    cases = [(22, 32, (4, 2, 3, 4), [g16]), (90, 32, (2, 1, 2), [g16])]
+    cases += [(90, 64, (1, 2, 3, 4, 1), [g64]), (22, 64, (6, 4, 12, 6), [g64])]
+    cases += [(90, 128, (1, 2, 1), [g64]), (22, 128, (3, 2, 4, 6, 3), [g64])]
+    return _expand(cases)
+
+
+def plan_r26g() -> list[tuple[int, int, dict[str, int], int]]:
+    """fp8_ds_mla rows (run with --dtypes fp8 --check --one-per-sm): the 99 KB GPUs' 16-head
+    grouped tl.dot tile with 8 and 16 heads (what Triton 3.5 runs there) at the H200 analogs
+    of SM120's B=128 and 32, up to 4 rounds of programs per SM, the first count last again."""
+    g16 = {"BLOCK_H": 16, "BLOCK_N": 32, "num_warps": 4, "num_stages": 2, "WAVES": 2,
+           "FP8_GROUPS": 1, "FP16_DOTS": 1}  # fmt: skip
+    cases = [(90, h, (1, 2, 3, 4, 1), [g16]) for h in (8, 16)]
+    return _expand(cases + [(22, 8, (8, 6, 12, 8), [g16])])
+
+
+def plan_r26e() -> list[tuple[int, int, dict[str, int], int]]:
+    """fp8 e4m3 rows (run with --dtypes e4m3 --check --one-per-sm): the 99 KB GPUs' 16-head
+    tl.dot tile (92 KB; what Triton 3.5 runs there) as ``r26``."""
+    e16 = {"BLOCK_H": 16, "BLOCK_N": 32, "num_warps": 4, "num_stages": 3, "WAVES": 2,
+           "PREFETCH_IDX": 1, "FP16_DOTS": 1, "E4M3_BITS": 1, "V_ASM": 1}  # fmt: skip
+    return _expand([(22, 8, (8, 6, 8), [e16]), (90, 8, (2, 1, 2), [e16])])
+
+
+def plan_r26h() -> list[tuple[int, int, dict[str, int], int]]:
+    """16-bit rows (run with --dtypes bf16 --check --one-per-sm): 128 heads as four 32-head
+    tl.dot blocks (a 99 KB GPU under Triton 3.5) at B=32, one round of programs against two."""
+    t32 = {"BLOCK_H": 32, "BLOCK_N": 32, "num_warps": 4, "num_stages": 2, "WAVES": 2}
+    return _expand([(32, 128, (2, 1, 2), [t32])])
+
+
 PLANS = {
+    "r26h": plan_r26h,
+    "r26g": plan_r26g,
+    "r26e": plan_r26e,
+    "r26": plan_r26,
+    "r26f": plan_r26f,
     "r24h": plan_r24h,
     "r25": plan_r25,
     "r24f": plan_r24f,
@@ -1032,4 +1095,4 @@ PLANS = {
 
 
 # The plans for fp8_ds_mla rows.
-FP8_DS_PLANS = ("fp8", "r18", "r19d", "r19m", "r20m", "r20d", "r24f")
+FP8_DS_PLANS = ("fp8", "r18", "r19d", "r19m", "r20m", "r20d", "r24f", "r26f", "r26g")

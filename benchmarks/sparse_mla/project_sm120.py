@@ -89,8 +89,9 @@ def render(result: dict[str, Any], rows: list[dict[str, Any]]) -> str:
         "SM120 (100 KB per SM) holds one (the Gluon tile runs one per SM here too: small heads, "
         "optimistic); the split counts are the H200's, for 132 SMs, where on SM120's 188 the "
         "plan picks counts that fill them (B=8: 22 splits of 32-row tiles, B=32: 5, B=128 with "
-        "64 or 128 heads: 4 or 2, in rounds), which the same fill on H200 batches that leave as "
-        "many SMs idle (B=6, 22, 90) measured 1.03-1.35x faster (backend/NOTES.md round 24): "
+        "64 or 128 heads: 4 or 2, in rounds, fp8_ds_mla rows too), which the same fill on H200 "
+        "batches that leave as many SMs idle (B=6, 22, 90) measured 1.03-1.35x faster "
+        "(backend/NOTES.md rounds 24 and 25): "
         "pessimistic there; SM120's 128 MB L2 keeps more of a cache than the H200's 60 MB "
         "(large B: pessimistic); small-B cases are latency-bound, and latency does not scale "
         "with bandwidth.",

@@ -191,15 +191,29 @@ def test_explicit_splits(kmod: ModuleType, num_heads: int, num_splits: int) -> N
 
 @pytest.mark.gpu
 @pytest.mark.parametrize(
-    ("num_tokens", "num_heads", "tile"), [(22, 16, "own"), (22, 64, "99 KB"), (90, 64, "99 KB")]
+    ("num_tokens", "num_heads", "tile", "rows", "expected"),
+    [
+        (22, 16, "own", "16bit", (6, 1)),
+        (22, 64, "99 KB", "16bit", (6, 4)),
+        (90, 64, "99 KB", "16bit", (4, 4)),
+        (22, 16, "99 KB tl.dot", "16bit", (6, 1)),
+        (90, 64, "99 KB tl.dot", "fp8_ds_mla", (4, 4)),
+        (90, 32, "99 KB tl.dot", "fp8_ds_mla", (2, 4)),
+    ],
 )
 def test_the_plan_fills_idle_sms(
-    kmod: ModuleType, num_tokens: int, num_heads: int, tile: str
+    kmod: ModuleType,
+    num_tokens: int,
+    num_heads: int,
+    tile: str,
+    rows: str,
+    expected: tuple[int, int],
 ) -> None:
     """Batch sizes that leave SMs idle at a power-of-two split count (on the H200's 132 SMs
-    as 32 and 128 tokens do on SM120's 188): the split count the plan picks instead (6, or 4
-    for 90 tokens on the 99 KB 64-head tile, which queues rounds of programs) is what runs,
-    and is right."""
+    as 32 and 128 tokens do on SM120's 188): the split count and rounds the plan picks
+    instead (``expected``) are what runs, and are right. Tiles: the H200's own, and a 99 KB
+    GPU's with Triton 3.6 (mma.sync) and 3.5 (tl.dot: one program per SM there, where the H200
+    holds two, so their counts fill the SMs too; fp8_ds_mla's grouped tiles queue rounds)."""
     if torch.cuda.get_device_properties(0).multi_processor_count != 132:
         pytest.skip("the expected split counts are for 132 SMs (H200)")
     if tile == "99 KB" and not kmod._gluon_mma_usable(
@@ -208,11 +222,15 @@ def test_the_plan_fills_idle_sms(
         pytest.skip("the mma.sync tiles need Triton 3.6's Gluon and an SM80+ GPU")
     gen = torch.Generator(device="cuda").manual_seed(zlib.crc32(f"fill-{num_tokens}".encode()))
     q, kv, idx = _make_inputs(gen, num_tokens, num_heads, 2048, torch.bfloat16, "mixed")
+    if rows == "fp8_ds_mla":
+        kv = kmod.quantize_fp8_ds_mla(kv)
     sm120 = kmod.DeviceLimits((12, 0), 101376)
-    cfg = kmod._default_config(num_heads, limits=sm120, gluon_mma=True) if tile != "own" else None
-    planned, splits = kmod._plan(num_tokens, num_heads, 2048, q.device, None, cfg)
-    assert splits == (4 if num_tokens == 90 else 6)
-    assert planned.get("ROUNDS", 1) == (4 if cfg else 1)
+    cfg = None
+    if tile != "own":
+        cfg = kmod._default_config(num_heads, rows, limits=sm120, gluon_mma=tile == "99 KB")
+    planned, splits = kmod._plan(num_tokens, num_heads, 2048, q.device, None, cfg, rows)
+    assert (splits, planned.get("ROUNDS", 1)) == expected
+    assert tile != "99 KB tl.dot" or (planned["WAVES"] == 1 and "MMA_V2" not in planned)
     _check(kmod, q, kv, idx, config=cfg)
 
 

@@ -440,16 +440,77 @@ def test_merge_warps_never_split_a_column_chunk(
     assert 1 <= warps <= 4 and (warps == 1 or warps * warp_cols <= block_dv)
 
 
-# 99 KB GPUs serve 64+ heads with 32-head blocks; the rows are gathered once per block, so the
-# partial cap counts every block's gather (H200 sweep of those tiles: B=32/H=64 74 µs at 4
-# splits, 105 at 2; B=32/H=128 131 at 2, 195 at 1; backend/NOTES.md).
-SM120_SPLITS = {(32, 64): 4, (32, 128): 2, (8, 64): 8, (128, 64): 1}
+# A 99 KB GPU (SM120, SM86/89) holds one program of every tile per SM, where the H200 holds
+# two of the tl.dot tiles: their split counts aim for one program per SM there and then fill
+# the SMs. (rows, B, H) -> the split count for SM120's tiles under Triton 3.5 (tl.dot tiles) on
+# the H200's 132 SMs. Round 25's sweeps (backend/NOTES.md) ran these counts on the H200 with its
+# programs held to one per SM, and each was the fastest of those compared: B=22 6 splits
+# (1.36-1.38x over the 8 that two per SM made), B=90 1 (1.07-1.10x over 2), B=6 22 (1.12-1.13x
+# over 16), 64 heads as two 32-head blocks B=22 3 (1.41x over 4), B=32 2 (1.05x over 4), 128
+# heads as four, B=32 1 (1.04x over 2); e4m3 rows B=22 6 (1.39-1.42x over 8), B=90 1;
+# fp8_ds_mla's grouped tiles, which queue up to 4 rounds: 8 heads B=90 4 (1.23x over 1), B=22
+# 6, 64 heads B=90 4 (1.13-1.15x over 1), B=22 6, 128 heads B=90 2 (1.23x over 1), B=22 3; 32
+# heads (two 16-head blocks) B=22 3 (1.40x over 4), B=90 2 (1.27x over 1). B=8 and B=128 with
+# 64 heads pin the rule's own choice (not swept).
+HELD_ONE_PER_SM = {
+    ("16bit", 22, 8): 6, ("16bit", 22, 16): 6, ("16bit", 22, 32): 6, ("16bit", 90, 8): 1,
+    ("16bit", 90, 16): 1, ("16bit", 90, 32): 1, ("16bit", 6, 8): 22, ("16bit", 6, 16): 22,
+    ("16bit", 22, 64): 3, ("16bit", 32, 64): 2, ("16bit", 8, 64): 8, ("16bit", 128, 64): 1,
+    ("16bit", 32, 128): 1, ("fp8", 22, 8): 6, ("fp8", 90, 8): 1, ("fp8_ds_mla", 90, 8): 4,
+    ("fp8_ds_mla", 22, 8): 6, ("fp8_ds_mla", 90, 64): 4, ("fp8_ds_mla", 22, 64): 6,
+    ("fp8_ds_mla", 90, 128): 2, ("fp8_ds_mla", 22, 128): 3, ("fp8_ds_mla", 22, 32): 3,
+    ("fp8_ds_mla", 90, 32): 2,
+}  # fmt: skip
+# The head block each runs: 32-head blocks for 33+ heads of 16-bit and e4m3 rows (no 64-head
+# tl.dot tile fits 99 KB), the grouped 16- or 64-head tiles for fp8_ds_mla rows.
+HELD_BLOCK_H = {"16bit": (16, 32, 32), "fp8": (16, 32, 32), "fp8_ds_mla": (16, 16, 64)}
 
 
-@pytest.mark.parametrize(("batch", "heads"), sorted(SM120_SPLITS))
-def test_split_rule_for_32_head_blocks(kmod: ModuleType, batch: int, heads: int) -> None:
-    cfg = kmod._default_config(heads, limits=kmod.DeviceLimits((12, 0), 101376))
-    assert cfg["BLOCK_H"] == 32
-    blocks = heads // 32
-    got = kmod._choose_splits(batch, blocks, 2048, heads, cfg["BLOCK_N"], H200_SMS, cfg["WAVES"])
-    assert got == SM120_SPLITS[(batch, heads)]
+@pytest.mark.parametrize("key", sorted(HELD_ONE_PER_SM))
+def test_99_kb_gpus_split_for_one_program_per_sm(
+    kmod: ModuleType, monkeypatch: pytest.MonkeyPatch, key: tuple[str, int, int]
+) -> None:
+    import torch
+
+    kv_format, batch, heads = key
+    monkeypatch.setattr(kmod, "_num_sms", lambda index: H200_SMS)
+    sm120 = kmod.DeviceLimits((12, 0), 101376)
+    cfg, splits = kmod._plan(
+        batch, heads, 2048, torch.device("cuda", 0), None, None, kv_format, False, sm120, False
+    )
+    assert cfg["WAVES"] == 1 and "MMA_V2" not in cfg  # a tl.dot tile, one per SM
+    small, mid, wide = HELD_BLOCK_H[kv_format]
+    assert cfg["BLOCK_H"] == (small if heads <= 16 else mid if heads <= 32 else wide)
+    assert splits == HELD_ONE_PER_SM[key]
+
+
+# Programs an SM holds by shared memory: (capability, opt-in bytes per block, tile bytes).
+BLOCKS_PER_SM = {
+    ((9, 0), 232448, 93184): 2, ((10, 0), 232448, 93184): 2, ((12, 0), 101376, 93184): 1,
+    ((12, 0), 101376, 73856): 1, ((8, 6), 101376, 75904): 1, ((8, 0), 166912, 93184): 1,
+    ((8, 0), 166912, 75904): 2, ((12, 0), 101376, 50176): 2, ((12, 0), 101376, 50177): 1,
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("key", sorted(BLOCKS_PER_SM))
+def test_blocks_per_sm_count_the_reserved_kilobyte(kmod: ModuleType, key: tuple) -> None:
+    """An SM's shared memory is the block opt-in plus the 1 KB CUDA reserves per block
+    (SM80-SM120), and every resident block takes its own KB: SM120's 102,400 bytes hold two
+    blocks of 50,176, not of 50,177."""
+    capability, per_block, tile = key
+    limits = kmod.DeviceLimits(capability, per_block)
+    assert kmod._blocks_per_sm(tile, limits) == BLOCKS_PER_SM[key]
+
+
+def test_tl_dot_tiles_aim_for_the_programs_an_sm_holds(kmod: ModuleType) -> None:
+    """The 16- and 32-head tl.dot tiles run two per SM on Hopper; a 99 KB GPU holds one of each,
+    an A100 one of the 93 KB 16-head tile and two of the 76 KB 32-head one."""
+    devices = {
+        "h200": (kmod.H200_LIMITS, 2, 2),
+        "sm120": (kmod.DeviceLimits((12, 0), 101376), 1, 1),
+        "sm86": (kmod.DeviceLimits((8, 6), 101376), 1, 1),
+        "a100": (kmod.DeviceLimits((8, 0), 166912), 1, 2),
+    }
+    for limits, waves_16, waves_32 in devices.values():
+        assert kmod._default_config(16, limits=limits)["WAVES"] == waves_16
+        assert kmod._default_config(32, limits=limits)["WAVES"] == waves_32

@@ -97,6 +97,11 @@ def compiled() -> dict[str, dict]:
     return {report["triton"]: report for report in reports}
 
 
+def _tile_shape(cfg: dict[str, int]) -> dict[str, int]:
+    """A config less what only the plan reads (programs per SM, rounds): what compiles."""
+    return {k: v for k, v in cfg.items() if k not in ("WAVES", "ROUNDS", "MIN_TILES")}
+
+
 def test_both_tritons_compiled(compiled: dict[str, dict]) -> None:
     assert set(compiled) == {triton.__version__, OLD_TRITON}
 
@@ -137,7 +142,7 @@ def test_every_planned_config_fits_the_target(
             declared = [
                 need[family]
                 for cfg, need in kmod._TILES[job["kv_format"], heads]
-                if cfg == job["config"]
+                if _tile_shape(cfg) == _tile_shape(job["config"])
             ]
             assert declared and job["shared"] <= declared[0], f"{what}: _TILES says {declared}"
         ds_16 = job["kv_format"] == "fp8_ds_mla" and job["config"].get("BLOCK_H") == 16
