@@ -1032,7 +1032,66 @@ def plan_r26h() -> list[tuple[int, int, dict[str, int], int]]:
     return _expand([(32, 128, (2, 1, 2), [t32])])
 
 
+def plan_r26m() -> list[tuple[int, int, dict[str, int], int]]:
+    """16-bit rows (run with --dtypes bf16 --split-alone): where the 99 KB plan's mma.sync
+    tiles spend their time besides the rows (the merge, each program's fixed cost), by split
+    count: the 64-head tile at B=1, 8, 32, 128 with 64 and 128 heads, the 16-head tile at B=8
+    and 32 with 8 and 16 heads."""
+    mma = {"BLOCK_N": 32, "num_stages": 2, "WAVES": 1, "MMA_V2": 1, "COL_WARPS": 2}
+    small = {**mma, "BLOCK_H": 16, "num_warps": 4}
+    wide = {**mma, "BLOCK_H": 64, "num_warps": 8, "ROUNDS": 4}
+    cases = [(1, 64, (16, 32, 64), [wide]), (8, 64, (4, 8, 16, 32), [wide])]
+    cases += [(8, 128, (4, 8, 16), [wide]), (32, 64, (2, 4, 8), [wide])]
+    cases += [(128, 64, (1, 2, 4), [wide])]
+    cases += [(8, h, (8, 16, 22, 32), [small]) for h in (8, 16)]
+    cases += [(32, h, (2, 4, 8), [small]) for h in (8, 16)]
+    return _expand(cases)
+
+
+def plan_r26s() -> list[tuple[int, int, dict[str, int], int]]:
+    """16-bit rows (run with --dtypes bf16 --check): the H200's 16- and 32-head tl.dot tiles
+    (two per SM) at batches where the partial cap keeps fewer programs than SMs (B=5, 6: 16
+    splits), against the count that gives each SM one (22), the first count last again."""
+    t16 = {"BLOCK_H": 16, "BLOCK_N": 32, "num_warps": 4, "num_stages": 3, "WAVES": 2,
+           "PREFETCH_IDX": 1}  # fmt: skip
+    t32 = {"BLOCK_H": 32, "BLOCK_N": 32, "num_warps": 4, "num_stages": 2, "WAVES": 2}
+    cases = [(b, h, (16, 22, 16), [t16]) for b in (5, 6) for h in (8, 16)]
+    return _expand(cases + [(b, 32, (16, 22, 16), [t32]) for b in (5, 6)])
+
+
+def plan_r26t() -> list[tuple[int, int, dict[str, int], int]]:
+    """16-bit rows (run with --dtypes bf16 --check): as ``r26s`` where the partial cap binds at
+    16 and 32 heads (B=10-20), the first count last again."""
+    t16 = {"BLOCK_H": 16, "BLOCK_N": 32, "num_warps": 4, "num_stages": 3, "WAVES": 2,
+           "PREFETCH_IDX": 1}  # fmt: skip
+    t32 = {"BLOCK_H": 32, "BLOCK_N": 32, "num_warps": 4, "num_stages": 2, "WAVES": 2}
+    cases = [(10, 16, (8, 13, 8), [t16]), (12, 16, (8, 11, 8), [t16])]
+    return _expand(cases + [(17, 32, (4, 7, 4), [t32]), (20, 32, (4, 6, 4), [t32])])
+
+
+def plan_r26u() -> list[tuple[int, int, dict[str, int], int]]:
+    """fp8 e4m3 rows (run with --dtypes e4m3 --check): Hopper's e4m3 tile (the plan's, two
+    per SM where each split keeps 8 tiles) where that rule leaves fewer programs than SMs
+    (B=10, 17, 22), against one program per SM, the first count last again."""
+    return _expand(
+        [(10, 8, (8, 11, 8), [None]), (17, 16, (4, 7, 4), [None])]
+        + [(22, h, (4, 6, 4), [None]) for h in (8, 16)]
+    )
+
+
+def plan_r26v() -> list[tuple[int, int, dict[str, int], int]]:
+    """fp8_ds_mla rows (run with --dtypes fp8 --check): the grouped 16-head tl.dot tile (the
+    H200's plan for 17-32 heads) where the partial cap leaves fewer programs than SMs (B=3, 5
+    with 32 heads), against one program per SM, the first count last again."""
+    return _expand([(3, 32, (16, 22, 16), [None]), (5, 32, (8, 13, 8), [None])])
+
+
 PLANS = {
+    "r26t": plan_r26t,
+    "r26u": plan_r26u,
+    "r26v": plan_r26v,
+    "r26s": plan_r26s,
+    "r26m": plan_r26m,
     "r26h": plan_r26h,
     "r26g": plan_r26g,
     "r26e": plan_r26e,
@@ -1095,4 +1154,4 @@ PLANS = {
 
 
 # The plans for fp8_ds_mla rows.
-FP8_DS_PLANS = ("fp8", "r18", "r19d", "r19m", "r20m", "r20d", "r24f", "r26f", "r26g")
+FP8_DS_PLANS = ("fp8", "r18", "r19d", "r19m", "r20m", "r20d", "r24f", "r26f", "r26g", "r26v")

@@ -199,6 +199,7 @@ def test_explicit_splits(kmod: ModuleType, num_heads: int, num_splits: int) -> N
         (22, 16, "99 KB tl.dot", "16bit", (6, 1)),
         (90, 64, "99 KB tl.dot", "fp8_ds_mla", (4, 4)),
         (90, 32, "99 KB tl.dot", "fp8_ds_mla", (2, 4)),
+        (6, 16, "H200 tl.dot", "16bit", (22, 1)),
     ],
 )
 def test_the_plan_fills_idle_sms(
@@ -211,9 +212,11 @@ def test_the_plan_fills_idle_sms(
 ) -> None:
     """Batch sizes that leave SMs idle at a power-of-two split count (on the H200's 132 SMs
     as 32 and 128 tokens do on SM120's 188): the split count and rounds the plan picks
-    instead (``expected``) are what runs, and are right. Tiles: the H200's own, and a 99 KB
-    GPU's with Triton 3.6 (mma.sync) and 3.5 (tl.dot: one program per SM there, where the H200
-    holds two, so their counts fill the SMs too; fp8_ds_mla's grouped tiles queue rounds)."""
+    instead (``expected``) are what runs, and are right. Tiles: the H200's own (its tl.dot
+    tile, two per SM, at 6 tokens: the partial cap's 16 splits leave SMs idle, 22 give each
+    one), and a 99 KB GPU's with Triton 3.6 (mma.sync) and 3.5 (tl.dot: one program per SM
+    there, where the H200 holds two, so their counts fill the SMs too; fp8_ds_mla's grouped
+    tiles queue rounds)."""
     if torch.cuda.get_device_properties(0).multi_processor_count != 132:
         pytest.skip("the expected split counts are for 132 SMs (H200)")
     if tile == "99 KB" and not kmod._gluon_mma_usable(
@@ -226,7 +229,9 @@ def test_the_plan_fills_idle_sms(
         kv = kmod.quantize_fp8_ds_mla(kv)
     sm120 = kmod.DeviceLimits((12, 0), 101376)
     cfg = None
-    if tile != "own":
+    if tile == "H200 tl.dot":
+        cfg = kmod._default_config(num_heads, rows, limits=kmod.H200_LIMITS)
+    elif tile != "own":
         cfg = kmod._default_config(num_heads, rows, limits=sm120, gluon_mma=tile == "99 KB")
     planned, splits = kmod._plan(num_tokens, num_heads, 2048, q.device, None, cfg, rows)
     assert (splits, planned.get("ROUNDS", 1)) == expected
