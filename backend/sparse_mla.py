@@ -2265,7 +2265,8 @@ def _choose_splits(
     cap counts 16-bit rows for fp8_ds_mla rows too: their widening, not their bytes, sets the
     pace (fp8 B=32/H=8: 55.9 us at 8 splits, 75.9 at 4; NOTES.md round 5). Tiles that run
     one program per SM then fill the SMs the power of two leaves idle (``_fill_splits``; up to
-    ``rounds`` rounds of programs per SM), and the others up to one program per SM.
+    ``rounds`` rounds of programs per SM), and the others up to one program per SM where the
+    caps leave them short of one.
     """
     per_split = max(1, num_tokens * programs_per_token)
     splits = _pow2_floor(max(1, (waves * num_sms) // per_split))
@@ -2288,7 +2289,8 @@ def _choose_splits(
     elif per_split * splits < num_sms:
         # Two-per-SM tiles that the partial cap, or the e4m3 Hopper tile's min_tiles, left
         # short of one program per SM (132 SMs: B=5-6, 9-13 with 16+ heads, 17-26 with 32, the
-        # e4m3 tile at 9-12 and 17-26) take one each: 1.07-1.38x (NOTES.md round 25).
+        # e4m3 tile at 9-12 and 17-26, fp8_ds_mla's grouped tile at 32 heads at 3 and 5-6)
+        # take one each: 1.07-1.38x (NOTES.md round 25).
         splits = _fill_splits(splits, per_split, topk, block_n, num_sms, 1)
     return splits
 

@@ -212,11 +212,11 @@ def test_the_plan_fills_idle_sms(
 ) -> None:
     """Batch sizes that leave SMs idle at a power-of-two split count (on the H200's 132 SMs
     as 32 and 128 tokens do on SM120's 188): the split count and rounds the plan picks
-    instead (``expected``) are what runs, and are right. Tiles: the H200's own (its tl.dot
-    tile, two per SM, at 6 tokens: the partial cap's 16 splits leave SMs idle, 22 give each
-    one), and a 99 KB GPU's with Triton 3.6 (mma.sync) and 3.5 (tl.dot: one program per SM
-    there, where the H200 holds two, so their counts fill the SMs too; fp8_ds_mla's grouped
-    tiles queue rounds)."""
+    instead (``expected``) are what runs, and are right. Tiles: the H200's own (its Gluon
+    tile; and its tl.dot tile, two per SM, at 6 tokens, where the partial cap's 16 splits
+    leave SMs idle and 22 give each one), and a 99 KB GPU's with Triton 3.6 (mma.sync) and 3.5
+    (tl.dot: one program per SM there, where the H200 holds two, so their counts fill the SMs
+    too; fp8_ds_mla's grouped tiles queue rounds)."""
     if torch.cuda.get_device_properties(0).multi_processor_count != 132:
         pytest.skip("the expected split counts are for 132 SMs (H200)")
     if tile == "99 KB" and not kmod._gluon_mma_usable(
