@@ -2284,14 +2284,13 @@ def _choose_splits(
     splits = min(splits, max(one_wave, long_splits))
     max_splits = _pow2_floor(max(1, topk // block_n))  # a split keeps >= one BLOCK_N tile
     splits = max(1, min(splits, max_splits))
-    if waves == 1:
-        splits = _fill_splits(splits, per_split, topk, block_n, num_sms, rounds)
-    elif per_split * splits < num_sms:
-        # Two-per-SM tiles that the partial cap, or the e4m3 Hopper tile's min_tiles, left
-        # short of one program per SM (132 SMs: B=5-6, 9-13 with 16+ heads, 17-26 with 32, the
-        # e4m3 tile at 9-12 and 17-26, fp8_ds_mla's grouped tile at 32 heads at 3 and 5-6)
-        # take one each: 1.07-1.38x (NOTES.md round 25).
-        splits = _fill_splits(splits, per_split, topk, block_n, num_sms, 1)
+    # Two-per-SM tiles fill too where the partial cap, or the e4m3 Hopper tile's min_tiles, left
+    # them short of one program per SM, up to one each (132 SMs: B=5-6, 9-13 with 16+ heads,
+    # 17-26 with 32, the e4m3 tile at 9-12 and 17-26, fp8_ds_mla's grouped tile at 32 heads at
+    # 3 and 5-6: 1.07-1.38x, NOTES.md round 25).
+    if waves == 1 or per_split * splits < num_sms:
+        fill_rounds = rounds if waves == 1 else 1
+        splits = _fill_splits(splits, per_split, topk, block_n, num_sms, fill_rounds)
     return splits
 
 

@@ -605,28 +605,25 @@ def report_compiled(kmod: types.ModuleType) -> None:
         print(f"compiled-kernel report unavailable: {exc!r}")
 
 
-# Shared memory per launch (116,736 bytes) that leaves room for one block per H200 SM (233,472
-# bytes: the 232,448-byte block opt-in plus 1 KB CUDA reserves per block), as a 99 KB GPU holds
-# its tiles.
-ONE_PER_SM_SMEM = 233_472 // 2
-
-
 def hold_one_per_sm(kmod: types.ModuleType) -> int:
     """Launch every compiled tile of ``kmod`` (variants over 48 KB of shared memory: the split
-    kernels, not the merge) with ``ONE_PER_SM_SMEM`` bytes, so an H200 SM holds one program at a
+    kernels, not the merge) with half an SM's shared memory (H200: 116,736 of 233,472 bytes, so
+    with the 1 KB CUDA reserves per block a second cannot fit), so an SM holds one program at a
     time, as SM120's, SM86's and SM89's 100 KB do for these tiles: the H200 holds two of a
     tile under 113 KB where the registers allow, which makes it no proxy for a 99 KB GPU's
     split counts past one program per SM. Only the launch's dynamic shared memory changes
     (Triton's packed launch metadata; its loader already allowed the opt-in maximum); the
     kernel is the same. Call it after the variants have compiled and before a graph captures
     them. Returns how many variants it held."""
+    props = torch.cuda.get_device_properties(torch.cuda.current_device())
+    held_smem = props.shared_memory_per_multiprocessor // 2
     held = 0
     for fn in vars(kmod).values():
         for cache in getattr(fn, "device_caches", {}).values():
             for compiled in cache[0].values():
                 warps, ctas, shared = compiled.packed_metadata
-                if 48 * 1024 < shared < ONE_PER_SM_SMEM:
-                    compiled.packed_metadata = (warps, ctas, ONE_PER_SM_SMEM)
+                if 48 * 1024 < shared < held_smem:
+                    compiled.packed_metadata = (warps, ctas, held_smem)
                     held += 1
     return held
 

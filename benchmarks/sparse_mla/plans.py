@@ -974,21 +974,27 @@ def plan_r24h() -> list[tuple[int, int, dict[str, int], int]]:
     return _expand([(b, 128, counts, [wide]) for b, counts in splits.items()])
 
 
+# The same tile, and the 32-head one, as backend/sparse_mla.py's _TILES has them (two per SM
+# where an SM holds two): what Triton 3.5 runs on SM120 and SM86/89 for 16-bit rows with up to
+# 32 heads, and the H200's own tl.dot tiles; GROUPED_16, fp8_ds_mla rows' grouped 16-head tile.
+TL_DOT_16_TABLE = {**TL_DOT_16, "WAVES": 2}
+TL_DOT_32 = {"BLOCK_H": 32, "BLOCK_N": 32, "num_warps": 4, "num_stages": 2, "WAVES": 2}
+GROUPED_16 = {"BLOCK_H": 16, "BLOCK_N": 32, "num_warps": 4, "num_stages": 2, "WAVES": 2,
+              "FP8_GROUPS": 1, "FP16_DOTS": 1}  # fmt: skip
+
+
 def plan_r26() -> list[tuple[int, int, dict[str, int], int]]:
     """16-bit rows (run with --dtypes bf16 --check, with and without --one-per-sm): the 99 KB
     GPUs' tl.dot tiles (what Triton 3.5 runs there; 76-93 KB, one per SM on a 100 KB SM, two
     on the H200) at the H200 analogs of SM120's B=8, 32 and 128 (B=6, 22, 90): the split
     count that aims for two programs per SM first, the fill's for one, the first again; 64
     heads as two 32-head blocks; B=128 at 1 and 2 splits as the control of the emulation."""
-    t16 = {"BLOCK_H": 16, "BLOCK_N": 32, "num_warps": 4, "num_stages": 3, "WAVES": 2,
-           "PREFETCH_IDX": 1}  # fmt: skip
-    t32 = {"BLOCK_H": 32, "BLOCK_N": 32, "num_warps": 4, "num_stages": 2, "WAVES": 2}
-    cases = [(b, h, (8, 4, 6, 8), [t16]) for b in (22,) for h in (8, 16)]
-    cases += [(22, 32, (8, 4, 6, 8), [t32]), (90, 32, (2, 1, 2), [t32])]
-    cases += [(90, h, (2, 1, 2), [t16]) for h in (8, 16)]
-    cases += [(6, h, (16, 22, 16), [t16]) for h in (8, 16)]
-    cases += [(32, 64, (4, 2, 3, 4), [t32]), (22, 64, (4, 2, 3, 4), [t32])]
-    cases += [(128, 8, (1, 2, 1), [t16])]
+    cases = [(b, h, (8, 4, 6, 8), [TL_DOT_16_TABLE]) for b in (22,) for h in (8, 16)]
+    cases += [(22, 32, (8, 4, 6, 8), [TL_DOT_32]), (90, 32, (2, 1, 2), [TL_DOT_32])]
+    cases += [(90, h, (2, 1, 2), [TL_DOT_16_TABLE]) for h in (8, 16)]
+    cases += [(6, h, (16, 22, 16), [TL_DOT_16_TABLE]) for h in (8, 16)]
+    cases += [(32, 64, (4, 2, 3, 4), [TL_DOT_32]), (22, 64, (4, 2, 3, 4), [TL_DOT_32])]
+    cases += [(128, 8, (1, 2, 1), [TL_DOT_16_TABLE])]
     return _expand(cases)
 
 
@@ -997,11 +1003,9 @@ def plan_r26f() -> list[tuple[int, int, dict[str, int], int]]:
     tl.dot tiles; the 16-head one (74 KB, two blocks at 32 heads) as ``r26``; the 64-head one
     (87 KB, 8 warps) at more rounds of programs per SM than one (``ROUNDS``), the plan's
     count first and last."""
-    g16 = {"BLOCK_H": 16, "BLOCK_N": 32, "num_warps": 4, "num_stages": 2, "WAVES": 2,
-           "FP8_GROUPS": 1, "FP16_DOTS": 1}  # fmt: skip
     g64 = {"BLOCK_H": 64, "BLOCK_N": 32, "num_warps": 8, "num_stages": 2, "WAVES": 1,
            "FP8_GROUPS": 1}  # fmt: skip
-    cases = [(22, 32, (4, 2, 3, 4), [g16]), (90, 32, (2, 1, 2), [g16])]
+    cases = [(22, 32, (4, 2, 3, 4), [GROUPED_16]), (90, 32, (2, 1, 2), [GROUPED_16])]
     cases += [(90, 64, (1, 2, 3, 4, 1), [g64]), (22, 64, (6, 4, 12, 6), [g64])]
     cases += [(90, 128, (1, 2, 1), [g64]), (22, 128, (3, 2, 4, 6, 3), [g64])]
     return _expand(cases)
@@ -1011,10 +1015,8 @@ def plan_r26g() -> list[tuple[int, int, dict[str, int], int]]:
     """fp8_ds_mla rows (run with --dtypes fp8 --check --one-per-sm): the 99 KB GPUs' 16-head
     grouped tl.dot tile with 8 and 16 heads (what Triton 3.5 runs there) at the H200 analogs
     of SM120's B=128 and 32, up to 4 rounds of programs per SM, the first count last again."""
-    g16 = {"BLOCK_H": 16, "BLOCK_N": 32, "num_warps": 4, "num_stages": 2, "WAVES": 2,
-           "FP8_GROUPS": 1, "FP16_DOTS": 1}  # fmt: skip
-    cases = [(90, h, (1, 2, 3, 4, 1), [g16]) for h in (8, 16)]
-    return _expand(cases + [(22, 8, (8, 6, 12, 8), [g16])])
+    cases = [(90, h, (1, 2, 3, 4, 1), [GROUPED_16]) for h in (8, 16)]
+    return _expand(cases + [(22, 8, (8, 6, 12, 8), [GROUPED_16])])
 
 
 def plan_r26e() -> list[tuple[int, int, dict[str, int], int]]:
@@ -1028,8 +1030,7 @@ def plan_r26e() -> list[tuple[int, int, dict[str, int], int]]:
 def plan_r26h() -> list[tuple[int, int, dict[str, int], int]]:
     """16-bit rows (run with --dtypes bf16 --check --one-per-sm): 128 heads as four 32-head
     tl.dot blocks (a 99 KB GPU under Triton 3.5) at B=32, one round of programs against two."""
-    t32 = {"BLOCK_H": 32, "BLOCK_N": 32, "num_warps": 4, "num_stages": 2, "WAVES": 2}
-    return _expand([(32, 128, (2, 1, 2), [t32])])
+    return _expand([(32, 128, (2, 1, 2), [TL_DOT_32])])
 
 
 def plan_r26m() -> list[tuple[int, int, dict[str, int], int]]:
@@ -1052,21 +1053,15 @@ def plan_r26s() -> list[tuple[int, int, dict[str, int], int]]:
     """16-bit rows (run with --dtypes bf16 --check): the H200's 16- and 32-head tl.dot tiles
     (two per SM) at batches where the partial cap keeps fewer programs than SMs (B=5, 6: 16
     splits), against the count that gives each SM one (22), the first count last again."""
-    t16 = {"BLOCK_H": 16, "BLOCK_N": 32, "num_warps": 4, "num_stages": 3, "WAVES": 2,
-           "PREFETCH_IDX": 1}  # fmt: skip
-    t32 = {"BLOCK_H": 32, "BLOCK_N": 32, "num_warps": 4, "num_stages": 2, "WAVES": 2}
-    cases = [(b, h, (16, 22, 16), [t16]) for b in (5, 6) for h in (8, 16)]
-    return _expand(cases + [(b, 32, (16, 22, 16), [t32]) for b in (5, 6)])
+    cases = [(b, h, (16, 22, 16), [TL_DOT_16_TABLE]) for b in (5, 6) for h in (8, 16)]
+    return _expand(cases + [(b, 32, (16, 22, 16), [TL_DOT_32]) for b in (5, 6)])
 
 
 def plan_r26t() -> list[tuple[int, int, dict[str, int], int]]:
     """16-bit rows (run with --dtypes bf16 --check): as ``r26s`` where the partial cap binds at
     16 and 32 heads (B=10-20), the first count last again."""
-    t16 = {"BLOCK_H": 16, "BLOCK_N": 32, "num_warps": 4, "num_stages": 3, "WAVES": 2,
-           "PREFETCH_IDX": 1}  # fmt: skip
-    t32 = {"BLOCK_H": 32, "BLOCK_N": 32, "num_warps": 4, "num_stages": 2, "WAVES": 2}
-    cases = [(10, 16, (8, 13, 8), [t16]), (12, 16, (8, 11, 8), [t16])]
-    return _expand(cases + [(17, 32, (4, 7, 4), [t32]), (20, 32, (4, 6, 4), [t32])])
+    cases = [(10, 16, (8, 13, 8), [TL_DOT_16_TABLE]), (12, 16, (8, 11, 8), [TL_DOT_16_TABLE])]
+    return _expand(cases + [(17, 32, (4, 7, 4), [TL_DOT_32]), (20, 32, (4, 6, 4), [TL_DOT_32])])
 
 
 def plan_r26u() -> list[tuple[int, int, dict[str, int], int]]:
