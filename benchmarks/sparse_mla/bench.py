@@ -635,6 +635,10 @@ class _NoLaunch:
         return lambda *a, **k: None
 
 
+def _no_split_launch(*args: Any, **kwargs: Any) -> None:
+    """Stands in for the split kernel's launcher, to time the merge alone (on stale partials)."""
+
+
 def check_point(kmod: types.ModuleType, case: Case) -> dict[str, float]:
     """Relative error of the last timed call's out and lse against the float32 reference."""
     scale = E4M3_SCALE if case.kv.dtype == torch.float8_e4m3fn else 1.0
@@ -651,6 +655,7 @@ def run_sweep_v2(
     points = []
     cases: dict[tuple[int, int], Case] = {}
     combine = kmod._sparse_mla_combine_kernel
+    launch_gluon, launch_tl_dot = kmod._launch_gluon, kmod._launch_tl_dot
     name = args.dtypes.split(",")[0]  # the rows every point runs on
     if (args.plan in FP8_DS_PLANS) != (name == "fp8"):
         raise SystemExit(f"--plan {' or '.join(FP8_DS_PLANS)} goes with --dtypes fp8 (and only it)")
@@ -669,10 +674,15 @@ def run_sweep_v2(
                 case.ours(kmod, num_splits=splits, config=cfg)[0]()
                 hold_one_per_sm(kmod)
             us, _ = graph_time_us(case.ours(kmod, num_splits=splits, config=cfg), 7)
-            us_split = None
+            errors = check_point(kmod, case) if args.check else {}  # before the partial timings
+            us_split = us_merge = None
             if args.split_alone and splits > 1:
                 kmod._sparse_mla_combine_kernel = _NoLaunch()
                 us_split, _ = graph_time_us(case.ours(kmod, num_splits=splits, config=cfg), 7)
+                kmod._sparse_mla_combine_kernel = combine
+            if args.merge_alone and splits > 1:
+                kmod._launch_gluon = kmod._launch_tl_dot = _no_split_launch
+                us_merge, _ = graph_time_us(case.ours(kmod, num_splits=splits, config=cfg), 7)
         except Exception as exc:  # noqa: BLE001 - out-of-resources configs are data
             points.append(
                 {"B": batch, "H": heads, "cfg": cfg, "splits": splits, "error": str(exc)[:200]}
@@ -681,6 +691,7 @@ def run_sweep_v2(
             continue
         finally:
             kmod._sparse_mla_combine_kernel = combine
+            kmod._launch_gluon, kmod._launch_tl_dot = launch_gluon, launch_tl_dot
         points.append(
             {
                 "B": batch,
@@ -689,13 +700,15 @@ def run_sweep_v2(
                 "splits": splits,
                 "us": us,
                 "us_split_only": us_split,
-                **(check_point(kmod, case) if args.check else {}),
+                "us_merge_only": us_merge,
+                **errors,
             }
         )
         err = f" err {points[-1]['err_out']:.2e}" if args.check else ""
         print(
             f"B={batch:4d} H={heads:4d} S={splits:4d} {us:8.1f} us (split kernel alone "
-            f"{us_split or float('nan'):8.1f}){err} {cfg}",
+            f"{us_split or float('nan'):8.1f}, merge alone {us_merge or float('nan'):6.1f})"
+            f"{err} {cfg}",
             flush=True,
         )
     result = {"info": gpu_info(), "dtype": name, "plan": args.plan, "points": points}
@@ -729,6 +742,11 @@ def main() -> None:
         "--split-alone",
         action="store_true",
         help="sweep2: also time the split kernel without the merge",
+    )
+    ap.add_argument(
+        "--merge-alone",
+        action="store_true",
+        help="sweep2: also time the merge kernel without the split kernel",
     )
     ap.add_argument(
         "--check", action="store_true", help="sweep2: each point's error against the reference"

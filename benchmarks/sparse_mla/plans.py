@@ -1081,7 +1081,26 @@ def plan_r26v() -> list[tuple[int, int, dict[str, int], int]]:
     return _expand([(3, 32, (16, 22, 16), [None]), (5, 32, (8, 13, 8), [None])])
 
 
+def plan_r27p() -> list[tuple[int, int, dict[str, int], int]]:
+    """16-bit rows (run with --dtypes bf16 --split-alone --merge-alone, then with --kernel on
+    each of kernel_variants.py's pdl-late and pdl-exit modules, then the first run again):
+    the merge's share where the split grids run about one program per SM, and what launching
+    it as a programmatic dependent buys: the default path and the 99 KB mma.sync tiles at the
+    H200's counts, each at the plan's PDL rule, without PDL and with it."""
+    mma = {"BLOCK_N": 32, "num_stages": 2, "WAVES": 1, "MMA_V2": 1, "COL_WARPS": 2}
+    small = {**mma, "BLOCK_H": 16, "num_warps": 4}
+    wide = {**mma, "BLOCK_H": 64, "num_warps": 8, "ROUNDS": 4}
+    pdl = [None, {"PDL": 0}, {"PDL": 1}]
+    cases = [(b, h, (None,), pdl) for b in (1, 8, 32) for h in (8, 16, 64, 128)]
+    for b in (8, 32):
+        for h in (8, 16, 64, 128):
+            tile = small if h <= 16 else wide
+            cases += [(b, h, (None,), [tile, {**tile, "PDL": 0}, {**tile, "PDL": 1}])]
+    return _expand(cases)
+
+
 PLANS = {
+    "r27p": plan_r27p,
     "r26t": plan_r26t,
     "r26u": plan_r26u,
     "r26v": plan_r26v,

@@ -16,6 +16,8 @@ from types import ModuleType
 import pytest
 
 from tests.support.module_file import load_module_file
+from tests.support.sparse_mla_cases import SM_SCALE as _SM_SCALE
+from tests.support.sparse_mla_cases import check_call, make_inputs
 
 torch = pytest.importorskip("torch", reason="torch is not installed (GPU tests need it)")
 pytest.importorskip("triton", reason="triton is not installed (GPU tests need it)")
@@ -27,7 +29,6 @@ pytestmark = [
 
 _KERNEL_PATH = Path(__file__).resolve().parents[2] / "backend" / "sparse_mla.py"
 _DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16}
-_SM_SCALE = 1.0 / 16.0  # GLM-5's scale
 
 
 @pytest.fixture(scope="module")
@@ -36,93 +37,9 @@ def kmod() -> ModuleType:
     return load_module_file(_KERNEL_PATH, "glmops_backend_sparse_mla")
 
 
-def _make_inputs(
-    gen: torch.Generator,
-    num_tokens: int,
-    num_heads: int,
-    topk: int,
-    dtype: torch.dtype,
-    pattern: str,
-    num_rows: int | None = None,
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Random q, KV rows and indices; unselected KV rows are NaN."""
-    dev = "cuda"
-    n = num_rows or max(4 * topk, 4096)
-    q = (torch.rand(num_tokens, num_heads, 576, generator=gen, device=dev) * 2 - 1).to(dtype)
-    kv = (torch.randn(n, 576, generator=gen, device=dev) * 0.5).to(dtype)
-    idx = torch.randint(0, n, (num_tokens, topk), generator=gen, device=dev, dtype=torch.int32)
-    t_ids = torch.arange(num_tokens, device=dev)
-    if pattern in ("tail", "mixed"):
-        # Short contexts: -1 padding at the tail, a different valid length per token.
-        valid_len = torch.randint(0, topk + 1, (num_tokens,), generator=gen, device=dev)
-        sel = t_ids % 3 == 0 if pattern == "mixed" else torch.ones_like(t_ids, dtype=torch.bool)
-        tail = torch.arange(topk, device=dev)[None, :] >= valid_len[:, None]
-        idx[tail & sel[:, None]] = -1
-    if pattern in ("scattered", "mixed"):
-        # Interior invalid slots with assorted negative values (any negative is invalid).
-        holes = torch.rand(num_tokens, topk, generator=gen, device=dev) < 0.3
-        sel = t_ids % 3 == 1 if pattern == "mixed" else torch.ones_like(t_ids, dtype=torch.bool)
-        negs = -torch.randint(1, 1 << 30, (num_tokens, topk), generator=gen, device=dev)
-        idx = torch.where(holes & sel[:, None], negs.to(torch.int32), idx)
-    if pattern in ("empty", "mixed"):
-        # Whole rows invalid: token 0 (and every 7th) sees nothing.
-        idx[t_ids % 7 == 0] = -1
-    if pattern == "dups":
-        # Heavy duplication: every index drawn from a pool a tenth of topk's size.
-        pool = torch.randint(0, n, (max(1, topk // 10),), generator=gen, device=dev)
-        pick = torch.randint(0, pool.numel(), (num_tokens, topk), generator=gen, device=dev)
-        idx = pool[pick].to(torch.int32)
-    used = torch.zeros(n, dtype=torch.bool, device=dev)
-    ok = idx[idx >= 0].long()
-    used[ok] = True
-    kv[~used] = float("nan")
-    return q, kv, idx
-
-
 def _smem_per_block(kmod: ModuleType) -> int:
     """This GPU's opt-in shared memory per block, as the plan reads it."""
     return kmod._device_limits(torch.cuda.current_device()).smem_per_block
-
-
-def _check(
-    kmod: ModuleType,
-    q: torch.Tensor,
-    kv: torch.Tensor,
-    idx: torch.Tensor,
-    sm_scale: float = _SM_SCALE,
-    out_dtype: torch.dtype | None = None,
-    **kwargs: object,
-) -> None:
-    """Run on poisoned outputs (``out_dtype``: q's unless given) and compare with the fp32
-    reference."""
-    num_tokens, num_heads, _ = q.shape
-    out_shape = (num_tokens, num_heads, 512)
-    out = torch.full(out_shape, float("nan"), dtype=out_dtype or q.dtype, device="cuda")
-    lse = torch.full((num_tokens, num_heads), float("nan"), dtype=torch.float32, device="cuda")
-    o2, l2 = kmod.sparse_mla_decode(q, kv, idx, sm_scale, out=out, lse=lse, **kwargs)
-    torch.cuda.synchronize()
-    assert o2 is out and l2 is lse
-    kv_scale = float(kwargs.get("kv_scale", 1.0))
-    ref_o, ref_l = kmod.reference_sparse_mla(q, kv, idx, sm_scale, kv_scale)
-
-    assert not torch.isnan(out).any(), "output has NaN: unwritten element or NaN row read"
-    assert not torch.isnan(lse).any(), "lse has NaN: unwritten element or NaN row read"
-    empty = ((idx < 0) | (idx >= kv.shape[0])).all(dim=1)
-    if empty.any():
-        assert (out[empty] == 0).all(), "a token with no valid index must give zeros"
-        assert torch.isneginf(lse[empty]).all(), "a token with no valid index must give -inf"
-    full = ~empty
-    if full.any():
-        o, r = out[full].float(), ref_o[full]
-        rel = ((o - r).norm() / r.norm().clamp_min(1e-12)).item()
-        bound = 2e-3 if q.dtype == torch.float16 else 1.2e-2
-        assert rel < bound, f"relative L2 error {rel:.3e} >= {bound}"
-        atol = 2e-3 if q.dtype == torch.float16 else 1.5e-2
-        max_abs = (o - r).abs().max().item()
-        assert max_abs < atol + 0.02 * r.abs().max().item(), f"max abs error {max_abs:.3e}"
-        lse_err = (lse[full] - ref_l[full]).abs().max().item()
-        assert torch.isfinite(lse[full]).all()
-        assert lse_err < 2e-3, f"lse max abs error {lse_err:.3e}"
 
 
 def _e4m3_rows_640_apart(kv: torch.Tensor, kv_scale: float) -> torch.Tensor:
@@ -151,8 +68,8 @@ def test_grid_mixed_patterns(
     seed = zlib.crc32(f"{num_heads}-{num_tokens}-{topk}-{dtype}".encode())
     gen = torch.Generator(device="cuda").manual_seed(seed)
     pattern = "mixed" if num_tokens > 1 else ("tail", "scattered", "plain")[topk % 3]
-    q, kv, idx = _make_inputs(gen, num_tokens, num_heads, topk, _DTYPES[dtype], pattern)
-    _check(kmod, q, kv, idx)
+    q, kv, idx = make_inputs(gen, num_tokens, num_heads, topk, _DTYPES[dtype], pattern)
+    check_call(kmod, q, kv, idx)
 
 
 @pytest.mark.gpu
@@ -163,10 +80,10 @@ def test_both_index_schedules(kmod: ModuleType, num_heads: int, prefetch: int) -
     uses one of them) agree with the reference on both tiles, over 3 splits (topk 2000: the
     last split's chunk ends in the middle of a tile) and with no split at all."""
     gen = torch.Generator(device="cuda").manual_seed(4321 + num_heads + prefetch)
-    q, kv, idx = _make_inputs(gen, 5, num_heads, 2000, torch.bfloat16, "mixed")
+    q, kv, idx = make_inputs(gen, 5, num_heads, 2000, torch.bfloat16, "mixed")
     cfg = {**kmod._default_config(num_heads), "PREFETCH_IDX": prefetch}
     for splits in (1, 3):
-        _check(kmod, q, kv, idx, num_splits=splits, config=cfg)
+        check_call(kmod, q, kv, idx, num_splits=splits, config=cfg)
 
 
 @pytest.mark.gpu
@@ -175,8 +92,8 @@ def test_both_index_schedules(kmod: ModuleType, num_heads: int, prefetch: int) -
 @pytest.mark.parametrize("num_heads", [8, 64, 128])
 def test_index_patterns(kmod: ModuleType, num_heads: int, pattern: str, dtype: str) -> None:
     gen = torch.Generator(device="cuda").manual_seed(1234 + num_heads)
-    q, kv, idx = _make_inputs(gen, 9, num_heads, 2048, _DTYPES[dtype], pattern)
-    _check(kmod, q, kv, idx)
+    q, kv, idx = make_inputs(gen, 9, num_heads, 2048, _DTYPES[dtype], pattern)
+    check_call(kmod, q, kv, idx)
 
 
 @pytest.mark.gpu
@@ -185,8 +102,8 @@ def test_index_patterns(kmod: ModuleType, num_heads: int, pattern: str, dtype: s
 def test_explicit_splits(kmod: ModuleType, num_heads: int, num_splits: int) -> None:
     """Every split count, including ones that leave splits empty, merges to the same result."""
     gen = torch.Generator(device="cuda").manual_seed(99 + num_splits)
-    q, kv, idx = _make_inputs(gen, 5, num_heads, 2000, torch.bfloat16, "mixed")
-    _check(kmod, q, kv, idx, num_splits=num_splits)
+    q, kv, idx = make_inputs(gen, 5, num_heads, 2000, torch.bfloat16, "mixed")
+    check_call(kmod, q, kv, idx, num_splits=num_splits)
 
 
 @pytest.mark.gpu
@@ -224,7 +141,7 @@ def test_the_plan_fills_idle_sms(
     ):
         pytest.skip("the mma.sync tiles need Triton 3.6's Gluon and an SM80+ GPU")
     gen = torch.Generator(device="cuda").manual_seed(zlib.crc32(f"fill-{num_tokens}".encode()))
-    q, kv, idx = _make_inputs(gen, num_tokens, num_heads, 2048, torch.bfloat16, "mixed")
+    q, kv, idx = make_inputs(gen, num_tokens, num_heads, 2048, torch.bfloat16, "mixed")
     if rows == "fp8_ds_mla":
         kv = kmod.quantize_fp8_ds_mla(kv)
     sm120 = kmod.DeviceLimits((12, 0), 101376)
@@ -236,7 +153,7 @@ def test_the_plan_fills_idle_sms(
     planned, splits = kmod._plan(num_tokens, num_heads, 2048, q.device, None, cfg, rows)
     assert (splits, planned.get("ROUNDS", 1)) == expected
     assert tile != "99 KB tl.dot" or (planned["WAVES"] == 1 and "MMA_V2" not in planned)
-    _check(kmod, q, kv, idx, config=cfg)
+    check_call(kmod, q, kv, idx, config=cfg)
 
 
 @pytest.mark.gpu
@@ -246,7 +163,7 @@ def test_dependent_launch_changes_nothing(kmod: ModuleType, num_heads: int) -> N
     launch. Each run gets its own NaN-filled workspace, so a merge that read the partials
     before the split kernel wrote them would show NaN instead of a stale correct copy."""
     gen = torch.Generator(device="cuda").manual_seed(5 + num_heads)
-    q, kv, idx = _make_inputs(gen, 3, num_heads, 2048, torch.bfloat16, "mixed")
+    q, kv, idx = make_inputs(gen, 3, num_heads, 2048, torch.bfloat16, "mixed")
     numel = kmod.sparse_mla_workspace_numel(3, num_heads, 16)
     results = []
     for pdl in (1, 0):
@@ -258,7 +175,7 @@ def test_dependent_launch_changes_nothing(kmod: ModuleType, num_heads: int) -> N
         results.append(out)
     (o1, l1), (o0, l0) = results
     assert not o1.isnan().any() and torch.equal(o0, o1) and torch.equal(l0, l1)
-    _check(kmod, q, kv, idx, num_splits=16)
+    check_call(kmod, q, kv, idx, num_splits=16)
 
 
 @pytest.mark.gpu
@@ -266,10 +183,10 @@ def test_dependent_launch_changes_nothing(kmod: ModuleType, num_heads: int) -> N
 def test_duplicates_count_twice(kmod: ModuleType, dtype: str) -> None:
     """Listing the same set twice keeps the output and adds ln 2 to the LSE."""
     gen = torch.Generator(device="cuda").manual_seed(7)
-    q, kv, idx = _make_inputs(gen, 4, 16, 1024, _DTYPES[dtype], "tail")
+    q, kv, idx = make_inputs(gen, 4, 16, 1024, _DTYPES[dtype], "tail")
     idx[0] = -1  # one empty token stays empty when doubled
     twice = torch.cat([idx, idx], dim=1)
-    _check(kmod, q, kv, twice)
+    check_call(kmod, q, kv, twice)
     o1, l1 = kmod.sparse_mla_decode(q, kv, idx, _SM_SCALE)
     o2, l2 = kmod.sparse_mla_decode(q, kv, twice, _SM_SCALE)
     tol = 2e-3 if dtype == "fp16" else 1.5e-2
@@ -283,12 +200,12 @@ def test_duplicates_count_twice(kmod: ModuleType, dtype: str) -> None:
 def test_strided_views_and_peaked_softmax(kmod: ModuleType, num_heads: int) -> None:
     """q as a slice of a wider tensor, KV rows with a padded row stride, a large scale."""
     gen = torch.Generator(device="cuda").manual_seed(42)
-    q, kv, idx = _make_inputs(gen, 6, num_heads, 2048, torch.bfloat16, "mixed")
+    q, kv, idx = make_inputs(gen, 6, num_heads, 2048, torch.bfloat16, "mixed")
     wide_q = torch.empty(6, num_heads, 640, dtype=q.dtype, device="cuda")
     wide_q[..., :576] = q
     wide_kv = torch.full((kv.shape[0], 640), float("nan"), dtype=kv.dtype, device="cuda")
     wide_kv[:, :576] = kv
-    _check(kmod, wide_q[..., :576], wide_kv[:, :576], idx, sm_scale=0.12)
+    check_call(kmod, wide_q[..., :576], wide_kv[:, :576], idx, sm_scale=0.12)
 
 
 @pytest.mark.gpu
@@ -299,7 +216,7 @@ def test_strided_out_and_lse(kmod: ModuleType, num_heads: int, num_splits: int) 
     strides (by the split kernel with one split, by the merge with three), nothing beside them,
     bit for bit what contiguous buffers get."""
     gen = torch.Generator(device="cuda").manual_seed(640 + num_heads + num_splits)
-    q, kv, idx = _make_inputs(gen, 5, num_heads, 2048, torch.bfloat16, "mixed")
+    q, kv, idx = make_inputs(gen, 5, num_heads, 2048, torch.bfloat16, "mixed")
     wide_out = torch.full((5, num_heads, 640), float("nan"), dtype=q.dtype, device="cuda")
     lse_by_head = torch.full((num_heads, 5), float("nan"), dtype=torch.float32, device="cuda")
     out, lse = wide_out[..., :512], lse_by_head.t()
@@ -308,7 +225,7 @@ def test_strided_out_and_lse(kmod: ModuleType, num_heads: int, num_splits: int) 
     torch.cuda.synchronize()
     assert wide_out[..., 512:].isnan().all(), "a store landed beside out's rows"
     assert torch.equal(out, dense_out) and torch.equal(lse, dense_lse)
-    _check(kmod, q, kv, idx, num_splits=num_splits)
+    check_call(kmod, q, kv, idx, num_splits=num_splits)
 
 
 def _64_head_tiles(kmod: ModuleType) -> list[dict[str, int]]:
@@ -334,10 +251,10 @@ def test_64_head_tiles(
     """Both 64-head tiles, over 1, 3 and 16 splits (topk 2000 and 300: the last chunk ends
     inside a tile; 40 and 96 heads: a padded head block)."""
     gen = torch.Generator(device="cuda").manual_seed(zlib.crc32(f"wg-{num_heads}-{dtype}".encode()))
-    q, kv, idx = _make_inputs(gen, num_tokens, num_heads, topk, _DTYPES[dtype], "mixed")
+    q, kv, idx = make_inputs(gen, num_tokens, num_heads, topk, _DTYPES[dtype], "mixed")
     for cfg in _64_head_tiles(kmod):
         for splits in (1, 3, 16):
-            _check(kmod, q, kv, idx, num_splits=splits, config=cfg)
+            check_call(kmod, q, kv, idx, num_splits=splits, config=cfg)
 
 
 def _small_head_tiles(kmod: ModuleType) -> list[dict[str, int]]:
@@ -363,10 +280,10 @@ def test_small_head_tiles(
     """Every small-head tile over 1, 3 and 16 splits (topk 2000 and 300: the last chunk ends
     inside a tile; 5 and 12 heads: padded head blocks, two of them at 8 heads per block)."""
     gen = torch.Generator(device="cuda").manual_seed(zlib.crc32(f"sh-{num_heads}-{dtype}".encode()))
-    q, kv, idx = _make_inputs(gen, num_tokens, num_heads, topk, _DTYPES[dtype], "mixed")
+    q, kv, idx = make_inputs(gen, num_tokens, num_heads, topk, _DTYPES[dtype], "mixed")
     for cfg in _small_head_tiles(kmod):
         for splits in (1, 3, 16):
-            _check(kmod, q, kv, idx, num_splits=splits, config=cfg)
+            check_call(kmod, q, kv, idx, num_splits=splits, config=cfg)
 
 
 @pytest.mark.gpu
@@ -377,7 +294,7 @@ def test_inputs_the_gluon_kernel_cannot_copy_fall_back(kmod: ModuleType) -> None
     tile for them, and asking for the Gluon tile is refused. So is an fp32 ``out`` (the Gluon
     kernel stores 16-bit rows): it gets exactly the tl.dot tile's fp32 values."""
     gen = torch.Generator(device="cuda").manual_seed(577)
-    q, kv, idx = _make_inputs(gen, 3, 64, 2048, torch.bfloat16, "mixed")
+    q, kv, idx = make_inputs(gen, 3, 64, 2048, torch.bfloat16, "mixed")
     cases = [(q, kv.to(torch.float16))]
     for width in (577, 584):
         wide_kv = torch.full((kv.shape[0], width), float("nan"), dtype=kv.dtype, device="cuda")
@@ -386,9 +303,9 @@ def test_inputs_the_gluon_kernel_cannot_copy_fall_back(kmod: ModuleType) -> None
         wide_q[..., :576] = q
         cases += [(q, wide_kv[:, :576]), (wide_q[..., :576], kv)]
     for q_in, kv_in in cases:
-        _check(kmod, q_in, kv_in, idx)
+        check_call(kmod, q_in, kv_in, idx)
 
-    _check(kmod, q, kv, idx, out_dtype=torch.float32)
+    check_call(kmod, q, kv, idx, out_dtype=torch.float32)
     fp32_out = torch.empty(3, 64, 512, dtype=torch.float32, device="cuda")
     tl_dot_out = torch.empty_like(fp32_out)
     tl_dot = {**kmod._default_config(64, wgmma=False), "WGMMA": 0}
@@ -423,11 +340,11 @@ def test_fp8_ds_mla_rows(kmod: ModuleType, num_heads: int, num_tokens: int, topk
     seed = zlib.crc32(f"fp8-{num_heads}-{num_tokens}-{topk}".encode())
     gen = torch.Generator(device="cuda").manual_seed(seed)
     pattern = "mixed" if num_tokens > 1 else ("tail", "scattered", "plain")[topk % 3]
-    q, kv, idx = _make_inputs(gen, num_tokens, num_heads, topk, torch.bfloat16, pattern)
+    q, kv, idx = make_inputs(gen, num_tokens, num_heads, topk, torch.bfloat16, pattern)
     rows = kmod.quantize_fp8_ds_mla(kv)
     unselected = kv[:, 0].isnan()
     assert kmod.dequantize_fp8_ds_mla(rows[unselected]).isnan().all()
-    _check(kmod, q, rows, idx)
+    check_call(kmod, q, rows, idx)
 
 
 @pytest.mark.gpu
@@ -441,15 +358,15 @@ def test_fp8_ds_mla_strided_rows_and_splits(kmod: ModuleType, num_heads: int) ->
     widening kernel is not held to those scales: it rounds each scaled latent to bf16, so its
     scores err in proportion to |k| (4% of the largest output at 1e2, NOTES.md round 18)."""
     gen = torch.Generator(device="cuda").manual_seed(77 + num_heads)
-    q, kv, idx = _make_inputs(gen, 5, num_heads, 1000, torch.bfloat16, "mixed")
+    q, kv, idx = make_inputs(gen, 5, num_heads, 1000, torch.bfloat16, "mixed")
     rows = kmod.quantize_fp8_ds_mla(kv)
     wide = torch.full((rows.shape[0], 672), 0xFF, dtype=torch.uint8, device="cuda")
     wide[:, :656] = rows
     for splits in (1, 3, 16):
-        _check(kmod, q, wide[:, :656], idx, num_splits=splits)
+        check_call(kmod, q, wide[:, :656], idx, num_splits=splits)
     prefetch = {**kmod._default_config(num_heads, "fp8_ds_mla"), "PREFETCH_IDX": 1, "num_stages": 3}
-    _check(kmod, q, wide[:, :656], idx, num_splits=3, config=prefetch)
-    _check(kmod, q, wide[:, :656], torch.cat([idx, idx], dim=1))
+    check_call(kmod, q, wide[:, :656], idx, num_splits=3, config=prefetch)
+    check_call(kmod, q, wide[:, :656], torch.cat([idx, idx], dim=1))
     exponents = torch.randint(-6, 3, (kv.shape[0], 4), generator=gen, device="cuda")
     spread = torch.ones_like(kv)
     spread[:, :512] = (10.0**exponents).repeat_interleave(128, dim=1)
@@ -460,8 +377,8 @@ def test_fp8_ds_mla_strided_rows_and_splits(kmod: ModuleType, num_heads: int) ->
     # The groups gathered again or kept, widened to bf16 or to fp16 (by conversion or bits).
     widen = ({}, {"FP16_DOTS": 1}, {"FP16_DOTS": 1, "E4M3_BITS": 1})
     for cfg in ({**bare, **w, "FP8_TWICE": twice} for w in widen for twice in (0, 1)):
-        _check(kmod, q, wide[:, :656], idx, num_splits=3, config=cfg)
-        _check(kmod, q, spread_rows, idx, config=cfg)
+        check_call(kmod, q, wide[:, :656], idx, num_splits=3, config=cfg)
+        check_call(kmod, q, spread_rows, idx, config=cfg)
 
 
 @pytest.mark.gpu
@@ -480,7 +397,7 @@ def test_fp8_ds_mla_mma_tile(kmod: ModuleType, num_heads: int, num_tokens: int, 
     if not kmod._gluon_mma_usable(torch.cuda.get_device_capability(), proxy=True):
         pytest.skip("the mma.sync tiles need Triton 3.6's Gluon and an SM89+ GPU")
     gen = torch.Generator(device="cuda").manual_seed(zlib.crc32(f"ds-mma-{num_heads}".encode()))
-    q, kv, idx = _make_inputs(gen, num_tokens, num_heads, topk, torch.bfloat16, "mixed")
+    q, kv, idx = make_inputs(gen, num_tokens, num_heads, topk, torch.bfloat16, "mixed")
     rows = kmod.quantize_fp8_ds_mla(kv)
     wide = torch.full((rows.shape[0], 672), 0xFF, dtype=torch.uint8, device="cuda")
     wide[:, :656] = rows
@@ -492,16 +409,16 @@ def test_fp8_ds_mla_mma_tile(kmod: ModuleType, num_heads: int, num_tokens: int, 
         cfg = {**tile, "BLOCK_H": block_h, "num_warps": warps, "num_stages": stages}
         if roomy or block_h == 8:
             for splits in (1, 3, 16):
-                _check(kmod, q, wide[:, :656], idx, num_splits=splits, config=cfg)
+                check_call(kmod, q, wide[:, :656], idx, num_splits=splits, config=cfg)
         # q's rope part in registers (what a 99 KB GPU runs with 16 heads).
-        _check(kmod, q, wide[:, :656], idx, num_splits=3, config={**cfg, "ROPE_REGS": 1})
+        check_call(kmod, q, wide[:, :656], idx, num_splits=3, config={**cfg, "ROPE_REGS": 1})
     exponents = torch.randint(-6, 3, (kv.shape[0], 4), generator=gen, device="cuda")
     spread = torch.ones_like(kv)
     spread[:, :512] = (10.0**exponents).repeat_interleave(128, dim=1)
     spread_rows = kmod.quantize_fp8_ds_mla(kv * spread)
     cfg = {**tile, "BLOCK_H": 8, "num_warps": 4}
-    _check(kmod, q, spread_rows, idx, config=cfg)
-    _check(kmod, q * 2.0**18, rows, idx, _SM_SCALE * 2.0**-18, config=cfg)
+    check_call(kmod, q, spread_rows, idx, config=cfg)
+    check_call(kmod, q * 2.0**18, rows, idx, _SM_SCALE * 2.0**-18, config=cfg)
     with pytest.raises(ValueError, match="MMA_V2 needs"):
         kmod.sparse_mla_decode(q, rows, idx, _SM_SCALE, config={**cfg, "num_warps": 8})
 
@@ -516,7 +433,7 @@ def test_fp8_ds_mla_mma_tile_keeps_a_small_group(kmod: ModuleType, num_heads: in
     if not kmod._gluon_mma_usable(torch.cuda.get_device_capability(), proxy=True):
         pytest.skip("the mma.sync tiles need Triton 3.6's Gluon and an SM89+ GPU")
     gen = torch.Generator(device="cuda").manual_seed(zlib.crc32(f"ds-group-{num_heads}".encode()))
-    q, kv, idx = _make_inputs(gen, 4, num_heads, 1000, torch.bfloat16, "mixed")
+    q, kv, idx = make_inputs(gen, 4, num_heads, 1000, torch.bfloat16, "mixed")
     spread = torch.ones_like(kv)
     factors = torch.tensor([1e-5, 1e2, 1.0, 1e-3], device="cuda", dtype=kv.dtype)
     spread[:, :512] = factors.repeat_interleave(128)
@@ -543,11 +460,11 @@ def test_fp8_e4m3_rows(kmod: ModuleType, num_heads: int, num_tokens: int, topk: 
     gen = torch.Generator(device="cuda").manual_seed(seed)
     pattern = "mixed" if num_tokens > 1 else ("tail", "scattered", "plain")[topk % 3]
     dtype = (torch.bfloat16, torch.float16)[(num_heads // 8 + num_tokens) % 2]
-    q, kv, idx = _make_inputs(gen, num_tokens, num_heads, topk, dtype, pattern)
+    q, kv, idx = make_inputs(gen, num_tokens, num_heads, topk, dtype, pattern)
     kv_scale = 0.03125
     rows = (kv.float() / kv_scale).to(torch.float8_e4m3fn)
     assert rows[kv[:, 0].isnan()].float().isnan().all()
-    _check(kmod, q, rows, idx, kv_scale=kv_scale)
+    check_call(kmod, q, rows, idx, kv_scale=kv_scale)
 
 
 @pytest.mark.gpu
@@ -561,7 +478,7 @@ def test_fp8_e4m3_tile_options(kmod: ModuleType, num_heads: int) -> None:
     softmax scale 2^18 times smaller), which the fp16 dots must shift per head without
     overflow; then an fp16 q, whose dots are fp16 anyway."""
     gen = torch.Generator(device="cuda").manual_seed(zlib.crc32(f"e4m3-opt-{num_heads}".encode()))
-    q, kv, idx = _make_inputs(gen, 5, num_heads, 2000, torch.bfloat16, "mixed")
+    q, kv, idx = make_inputs(gen, 5, num_heads, 2000, torch.bfloat16, "mixed")
     kv_scale = 0.03125
     rows = (kv.float() / kv_scale).to(torch.float8_e4m3fn)
     block_h = min(64, max(16, num_heads))
@@ -572,15 +489,15 @@ def test_fp8_e4m3_tile_options(kmod: ModuleType, num_heads: int) -> None:
     for twice, fp16, v_asm, bits in options:
         cfg = {**tile, "FP8_TWICE": twice, "FP16_DOTS": fp16, "V_ASM": v_asm, "E4M3_BITS": bits}
         for splits in (1, 3):
-            _check(kmod, q, rows, idx, num_splits=splits, config=cfg, kv_scale=kv_scale)
+            check_call(kmod, q, rows, idx, num_splits=splits, config=cfg, kv_scale=kv_scale)
     big = q * 2.0**18
     assert big.abs().max().item() > 65504.0
     for twice, v_asm, bits in [(0, 0, 0), (0, 1, 0), (1, 0, 0), (1, 1, 0), (0, 1, 1)]:
         cfg = {**tile, "FP8_TWICE": twice, "FP16_DOTS": 1, "V_ASM": v_asm, "E4M3_BITS": bits}
-        _check(kmod, big, rows, idx, _SM_SCALE * 2.0**-18, config=cfg, kv_scale=kv_scale)
+        check_call(kmod, big, rows, idx, _SM_SCALE * 2.0**-18, config=cfg, kv_scale=kv_scale)
     for twice, bits in [(1, 0), (0, 1)]:
         cfg = {**tile, "FP8_TWICE": twice, "V_ASM": 1, "E4M3_BITS": bits}
-        _check(kmod, q.half(), rows, idx, num_splits=3, config=cfg, kv_scale=kv_scale)
+        check_call(kmod, q.half(), rows, idx, num_splits=3, config=cfg, kv_scale=kv_scale)
 
 
 @pytest.mark.gpu
@@ -599,7 +516,7 @@ def test_fp8_e4m3_hopper_tile(kmod: ModuleType, num_heads: int, num_tokens: int,
     if not kmod._has_wgmma(torch.cuda.current_device()):
         pytest.skip("the e4m3 Gluon tile needs Hopper and Triton 3.6")
     gen = torch.Generator(device="cuda").manual_seed(zlib.crc32(f"e4m3-wg-{num_heads}".encode()))
-    q, kv, idx = _make_inputs(gen, num_tokens, num_heads, topk, torch.bfloat16, "mixed")
+    q, kv, idx = make_inputs(gen, num_tokens, num_heads, topk, torch.bfloat16, "mixed")
     kv_scale = 0.03125
     rows = _e4m3_rows_640_apart(kv, kv_scale)
     cfg = kmod._default_config(num_heads, "fp8", wgmma=True)
@@ -609,15 +526,15 @@ def test_fp8_e4m3_hopper_tile(kmod: ModuleType, num_heads: int, num_tokens: int,
     for stages in (2, 3):
         for splits in (1, 3, 16):
             tile = {**cfg, "num_stages": stages}
-            _check(kmod, q, rows, idx, num_splits=splits, config=tile, kv_scale=kv_scale)
-    _check(kmod, q * 2.0**18, rows, idx, _SM_SCALE * 2.0**-18, config=cfg, kv_scale=kv_scale)
+            check_call(kmod, q, rows, idx, num_splits=splits, config=tile, kv_scale=kv_scale)
+    check_call(kmod, q * 2.0**18, rows, idx, _SM_SCALE * 2.0**-18, config=cfg, kv_scale=kv_scale)
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     fills = num_tokens * -(-topk // 64) >= sms
     planned = cfg if fills else kmod._default_config(num_heads, "fp8", wgmma=False)
     by_default = kmod.sparse_mla_decode(q, rows, idx, _SM_SCALE, kv_scale=kv_scale)
     by_plan = kmod.sparse_mla_decode(q, rows, idx, _SM_SCALE, config=planned, kv_scale=kv_scale)
     assert all(map(torch.equal, by_default, by_plan)), f"the default plan must take {planned}"
-    _check(kmod, q.half(), rows, idx, kv_scale=kv_scale)
+    check_call(kmod, q.half(), rows, idx, kv_scale=kv_scale)
     with pytest.raises(ValueError, match="WGMMA needs"):
         kmod.sparse_mla_decode(q.half(), rows, idx, _SM_SCALE, config=cfg, kv_scale=kv_scale)
 
@@ -635,7 +552,7 @@ def test_fp8_e4m3_tiles_score_in_float32_sums(kmod: ModuleType, num_heads: int) 
     if not kmod._has_wgmma(torch.cuda.current_device()):
         pytest.skip("the e4m3 Gluon tile needs Hopper and Triton 3.6")
     gen = torch.Generator(device="cuda").manual_seed(5 + num_heads)
-    q, kv, idx = _make_inputs(gen, 4, num_heads, 2048, torch.bfloat16, "plain")
+    q, kv, idx = make_inputs(gen, 4, num_heads, 2048, torch.bfloat16, "plain")
     large = kv.float() * 10.0
     kv_scale = float(large.nan_to_num(0.0).abs().max()) / 448.0
     rows = (large / kv_scale).to(torch.float8_e4m3fn)
@@ -683,7 +600,7 @@ def test_fp8_e4m3_mma_tile(kmod: ModuleType, num_heads: int, num_tokens: int, to
     if not kmod._gluon_mma_usable(capability, proxy=True):
         pytest.skip("the e4m3 mma.sync tile needs Triton 3.6's Gluon and an SM89+ GPU")
     gen = torch.Generator(device="cuda").manual_seed(zlib.crc32(f"e4m3-mma-{num_heads}".encode()))
-    q, kv, idx = _make_inputs(gen, num_tokens, num_heads, topk, torch.bfloat16, "mixed")
+    q, kv, idx = make_inputs(gen, num_tokens, num_heads, topk, torch.bfloat16, "mixed")
     kv_scale = 0.03125
     rows = _e4m3_rows_640_apart(kv, kv_scale)
     sm120 = kmod.DeviceLimits((12, 0), 101376)
@@ -693,8 +610,8 @@ def test_fp8_e4m3_mma_tile(kmod: ModuleType, num_heads: int, num_tokens: int, to
     for stages, num_warps in itertools.product((2, 3), warps):
         for splits in (1, 3, 16):
             tile = {**cfg, "num_stages": stages, "num_warps": num_warps}
-            _check(kmod, q, rows, idx, num_splits=splits, config=tile, kv_scale=kv_scale)
-    _check(kmod, q * 2.0**18, rows, idx, _SM_SCALE * 2.0**-18, config=cfg, kv_scale=kv_scale)
+            check_call(kmod, q, rows, idx, num_splits=splits, config=tile, kv_scale=kv_scale)
+    check_call(kmod, q * 2.0**18, rows, idx, _SM_SCALE * 2.0**-18, config=cfg, kv_scale=kv_scale)
     with pytest.raises(ValueError, match="MMA_V2 needs"):
         kmod.sparse_mla_decode(
             q, rows, idx, _SM_SCALE, config={**cfg, "BLOCK_H": 8, "num_warps": 8}
@@ -733,7 +650,7 @@ def test_16bit_mma_tile(
     if not kmod._gluon_mma_usable(torch.cuda.get_device_capability(), proxy=True):
         pytest.skip("the mma.sync tiles need Triton 3.6's Gluon and an SM80+ GPU")
     gen = torch.Generator(device="cuda").manual_seed(zlib.crc32(f"mma16-{num_heads}".encode()))
-    q, kv, idx = _make_inputs(gen, num_tokens, num_heads, topk, dtype, "mixed")
+    q, kv, idx = make_inputs(gen, num_tokens, num_heads, topk, dtype, "mixed")
     block_h = 16 if num_heads <= 16 else 32 if num_heads <= 32 else 64
     sm120 = kmod.DeviceLimits((12, 0), 101376)
     cfg = kmod._default_config(num_heads, "16bit", limits=sm120, gluon_mma=True)
@@ -744,13 +661,13 @@ def test_16bit_mma_tile(
     for block_n, stages in ((32, 2), (16, 4)) if block_h == 64 else ((32, 2),):
         tile = {**cfg, "BLOCK_N": block_n, "num_stages": stages}
         for splits in (1, 3, 16):
-            _check(kmod, q, kv, idx, num_splits=splits, config=tile)
+            check_call(kmod, q, kv, idx, num_splits=splits, config=tile)
         four = {**tile, "COL_WARPS": 4}
         assert kmod._column_groups_fit(four, "16bit") == (block_h > 16)  # 16 heads a warp
         for groups in (1, 4) if block_h > 16 else (1,):
-            _check(kmod, q, kv, idx, num_splits=3, config={**tile, "COL_WARPS": groups})
+            check_call(kmod, q, kv, idx, num_splits=3, config={**tile, "COL_WARPS": groups})
     big = 2.0**18 if dtype == torch.bfloat16 else 2.0**14  # within fp16's range
-    _check(kmod, q * big, kv, idx, _SM_SCALE / big, config=cfg)
+    check_call(kmod, q * big, kv, idx, _SM_SCALE / big, config=cfg)
     refused = "MMA_V2 with 64 heads needs" if block_h == 64 else "MMA_V2 with up to 32 heads needs"
     with pytest.raises(ValueError, match=refused):
         kmod.sparse_mla_decode(q, kv, idx, _SM_SCALE, config={**cfg, "num_stages": 1})
@@ -778,7 +695,7 @@ def test_fp8_e4m3_mma_tile_32_64_heads(
     if not kmod._gluon_mma_usable(torch.cuda.get_device_capability(), proxy=True):
         pytest.skip("the mma.sync tiles need Triton 3.6's Gluon and an SM80+ GPU")
     gen = torch.Generator(device="cuda").manual_seed(zlib.crc32(f"mma8-{num_heads}".encode()))
-    q, kv, idx = _make_inputs(gen, num_tokens, num_heads, topk, torch.bfloat16, "mixed")
+    q, kv, idx = make_inputs(gen, num_tokens, num_heads, topk, torch.bfloat16, "mixed")
     kv_scale = 0.03125
     rows = _e4m3_rows_640_apart(kv, kv_scale)
     sm120 = kmod.DeviceLimits((12, 0), 101376)
@@ -791,8 +708,8 @@ def test_fp8_e4m3_mma_tile_32_64_heads(
     for block_n, stages in tiles:
         for splits in (1, 3, 16):
             tile = {**cfg, "BLOCK_N": block_n, "num_stages": stages}
-            _check(kmod, q, rows, idx, num_splits=splits, config=tile, kv_scale=kv_scale)
-    _check(kmod, q * 2.0**18, rows, idx, _SM_SCALE * 2.0**-18, config=cfg, kv_scale=kv_scale)
+            check_call(kmod, q, rows, idx, num_splits=splits, config=tile, kv_scale=kv_scale)
+    check_call(kmod, q * 2.0**18, rows, idx, _SM_SCALE * 2.0**-18, config=cfg, kv_scale=kv_scale)
     refused = "MMA_V2 with 64 heads needs" if wide else "MMA_V2 with up to 32 heads needs"
     with pytest.raises(ValueError, match=refused):
         bad = {**cfg, "num_stages": 2 if wide else 1}
@@ -813,7 +730,7 @@ def test_tiles_of_smaller_gpus(kmod: ModuleType, kv_format: str, num_heads: int)
     gen = torch.Generator(device="cuda").manual_seed(
         zlib.crc32(f"tiles-{kv_format}-{num_heads}".encode())
     )
-    q, kv, idx = _make_inputs(gen, 6, num_heads, 2048, torch.bfloat16, "mixed")
+    q, kv, idx = make_inputs(gen, 6, num_heads, 2048, torch.bfloat16, "mixed")
     kv_scale = 1.0
     if kv_format == "fp8":
         kv_scale = 0.03125
@@ -824,16 +741,16 @@ def test_tiles_of_smaller_gpus(kmod: ModuleType, kv_format: str, num_heads: int)
         gluon_mma = kmod._gluon_mma_usable(limits.capability)  # the plan's pick with Triton 3.6
         cfg = kmod._default_config(num_heads, kv_format, limits=limits, gluon_mma=gluon_mma)
         for splits in (1, 8):
-            _check(kmod, q, kv, idx, num_splits=splits, config=cfg, kv_scale=kv_scale)
+            check_call(kmod, q, kv, idx, num_splits=splits, config=cfg, kv_scale=kv_scale)
 
 
 @pytest.mark.gpu
 def test_out_of_range_rows_are_invalid(kmod: ModuleType) -> None:
     gen = torch.Generator(device="cuda").manual_seed(5)
-    q, kv, idx = _make_inputs(gen, 3, 16, 256, torch.float16, "plain", num_rows=1000)
+    q, kv, idx = make_inputs(gen, 3, 16, 256, torch.float16, "plain", num_rows=1000)
     idx[1, ::3] = 1000 + torch.arange(idx[1, ::3].numel(), device="cuda", dtype=torch.int32)
     idx[2] = 5000
-    _check(kmod, q, kv, idx)
+    check_call(kmod, q, kv, idx)
 
 
 @pytest.mark.gpu
@@ -843,7 +760,7 @@ def test_workspace_and_graph_replay(kmod: ModuleType, num_heads: int) -> None:
     Hopper, fp32 ones from the tl.dot tiles), a captured CUDA graph replays correctly, and a
     workspace that is not flat is refused."""
     gen = torch.Generator(device="cuda").manual_seed(11)
-    q, kv, idx = _make_inputs(gen, 8, num_heads, 2048, torch.bfloat16, "tail")
+    q, kv, idx = make_inputs(gen, 8, num_heads, 2048, torch.bfloat16, "tail")
     splits = 16
     numel = kmod.sparse_mla_workspace_numel(8, num_heads, splits)
     ws = torch.empty(numel, dtype=torch.float32, device="cuda")
@@ -857,7 +774,7 @@ def test_workspace_and_graph_replay(kmod: ModuleType, num_heads: int) -> None:
         kmod.sparse_mla_decode(
             q, kv, idx, _SM_SCALE, out=out, lse=lse, num_splits=splits, workspace=ws
         )
-    q2, kv2, idx2 = _make_inputs(gen, 8, num_heads, 2048, torch.bfloat16, "scattered")
+    q2, kv2, idx2 = make_inputs(gen, 8, num_heads, 2048, torch.bfloat16, "scattered")
     n = min(kv.shape[0], kv2.shape[0])
     q.copy_(q2)
     kv[:n].copy_(kv2[:n])

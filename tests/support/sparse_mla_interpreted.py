@@ -1,0 +1,173 @@
+"""Runs cases of backend/sparse_mla.py's tl.dot kernels under Triton's interpreter on the CPU
+(tests/unit/test_sparse_mla_interpreted.py starts it): a process of its own, because Triton
+decides whether its own library functions (``tl.zeros`` and the like) are interpreted when it
+is first imported, so ``TRITON_INTERPRET=1`` must be set before that.
+
+    TRITON_INTERPRET=1 python3 -m tests.support.sparse_mla_interpreted < cases.json
+
+reads a JSON list of cases and prints one JSON object: each case's id and its failure (None if
+it passed). The device is simulated: ``NUM_SMS`` SMs, an SM89's 99 KB of shared memory per
+block, no Gluon kernels, no PDL.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import zlib
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import numpy as np
+import torch
+import triton.language as tl
+from triton.runtime import interpreter
+
+from tests.support.module_file import load_module_file
+from tests.support.sparse_mla_cases import check_call, make_inputs
+
+KERNEL = Path(__file__).resolve().parents[2] / "backend" / "sparse_mla.py"
+NUM_SMS = 32  # few enough that 3 tokens split
+TOPK = 200  # a multiple of no tile's rows: every split ends in a ragged tile
+NUM_ROWS = 1024  # the cache's rows
+E4M3_SCALE = 0.25  # the e4m3 rows' one scale
+
+
+def _create_dot_bf16_widened(
+    self: interpreter.InterpreterBuilder,
+    a: interpreter.TensorHandle,
+    b: interpreter.TensorHandle,
+    d: interpreter.TensorHandle,
+    input_precision: object,
+    max_num_imprecise_acc: object,
+) -> interpreter.TensorHandle:
+    """Triton 3.6's interpreter keeps bf16 values as their raw 16 bits and multiplies those in
+    its dot; this widens bf16 operands to float32 first, as its casts already do."""
+
+    def widened(x: interpreter.TensorHandle) -> interpreter.TensorHandle:
+        if x.dtype.scalar != tl.bfloat16:
+            return x
+        data = interpreter._convert_float(x.data, tl.bfloat16, tl.float32, None)
+        return interpreter.TensorHandle(data.view(np.float32), tl.float32)
+
+    return _interpreted_dot(self, widened(a), widened(b), d, input_precision, max_num_imprecise_acc)
+
+
+_interpreted_dot = interpreter.InterpreterBuilder.create_dot
+
+
+def e4m3_to_f16(data: np.ndarray) -> np.ndarray:
+    """What ``_e4m3_to_f16``'s PTX (``cvt.rn.f16x2.e4m3x2``) computes for each e4m3 byte: its
+    value in fp16, exactly (every e4m3 value is an fp16 value)."""
+    return interpreter._convert_float(data, tl.float8e4nv, tl.float16, None).view(np.float16)
+
+
+def e4m3_bits_to_f16(data: np.ndarray) -> np.ndarray:
+    """What ``_e4m3_bits_to_f16``'s PTX computes for each e4m3 byte: its sign to the top of a
+    16-bit lane, its seven magnitude bits one place below (fp16 bits of the value times 2^-8)."""
+    bits = data.view(np.uint8).astype(np.uint16)
+    return (((bits & 0x80) << 8) | ((bits & 0x7F) << 7)).view(np.float16)
+
+
+class _AsmResult:
+    """What the interpreter's ``create_inline_asm`` returns: one result."""
+
+    def __init__(self, handle: interpreter.TensorHandle) -> None:
+        self.handle = handle
+
+    def get_result(self, index: int) -> interpreter.TensorHandle:
+        assert index == 0, "the kernel's fp8 widening PTX has one result"
+        return self.handle
+
+
+def _create_inline_asm_e4m3(
+    self: interpreter.InterpreterBuilder,
+    asm: str,
+    constraints: str,
+    values: list[interpreter.TensorHandle],
+    types: list[object],
+    is_pure: bool,
+    pack: int,
+) -> _AsmResult:
+    """The interpreter runs no PTX: this stands in for the kernel's two snippets that widen
+    e4m3 to fp16 (``cvt.rn.f16x2.e4m3x2``: the exact value; the ``prmt`` bit moves: the value
+    times 2^-8), element by element, as the GPU computes them; any other PTX is refused."""
+    (x,) = values
+    if "cvt.rn.f16x2.e4m3x2" in asm:
+        return _AsmResult(interpreter.TensorHandle(e4m3_to_f16(x.data), tl.float16))
+    if "prmt.b32" in asm and "0x3F803F80" in asm:
+        return _AsmResult(interpreter.TensorHandle(e4m3_bits_to_f16(x.data), tl.float16))
+    raise NotImplementedError(f"no stand-in for this PTX: {asm}")
+
+
+def simulated_kernel() -> ModuleType:
+    """The kernel module, its kernels interpreted, on the simulated device."""
+    if os.environ.get("TRITON_INTERPRET") != "1":
+        raise SystemExit("start with TRITON_INTERPRET=1 (before triton is imported)")
+    interpreter.InterpreterBuilder.create_dot = _create_dot_bf16_widened
+    interpreter.InterpreterBuilder.create_inline_asm = _create_inline_asm_e4m3
+    torch.cuda.current_device = lambda: 0  # CPU tensors have no device index
+    module = load_module_file(KERNEL, "sparse_mla_interpreted")
+    module._num_sms = lambda device: NUM_SMS
+    module._has_wgmma = module._has_gluon_mma = module._has_pdl = lambda device: False
+    module._device_limits = lambda device: module.DeviceLimits((8, 9), 101376)
+    return module
+
+
+def _inputs(
+    kmod: ModuleType, seed: str, num_heads: int, dtype: torch.dtype, kv_format: str
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, float]:
+    """The GPU suite's mixed inputs for 3 tokens (the first with no valid index, the second
+    with holes), the second also naming rows N and N + 1, which lie past the cache but inside
+    its buffer, as NaN rows: q, the rows in ``kv_format`` (NaN rows stay NaN), indices, the
+    rows' scale."""
+    gen = torch.Generator().manual_seed(zlib.crc32(seed.encode()))
+    q, kv, idx = make_inputs(gen, 3, num_heads, TOPK, dtype, "mixed", num_rows=NUM_ROWS)
+    idx[1, 1::4] = NUM_ROWS + idx[1, 1::4] % 2
+    buffer = torch.cat([kv, torch.full((2, kv.shape[1]), float("nan"), dtype=kv.dtype)])
+    kv_scale = E4M3_SCALE if kv_format == "fp8" else 1.0
+    if kv_format == "fp8":
+        buffer = (buffer.float() / kv_scale).to(torch.float8_e4m3fn)
+    elif kv_format == "fp8_ds_mla":
+        buffer = kmod.quantize_fp8_ds_mla(buffer)
+    return q, buffer[:NUM_ROWS], idx, kv_scale
+
+
+def run_tile_case(kmod: ModuleType, case: dict[str, Any]) -> None:
+    """One tile over one split and over three (uneven: the last is shorter), each against
+    the reference."""
+    dtype = {"fp16": torch.float16, "bf16": torch.bfloat16}[case["q_dtype"]]
+    q, rows, idx, kv_scale = _inputs(kmod, case["id"], case["num_heads"], dtype, case["kv_format"])
+    for splits in (1, 3):
+        check_call(kmod, q, rows, idx, num_splits=splits, config=case["cfg"], kv_scale=kv_scale)
+
+
+def run_plan_case(kmod: ModuleType) -> None:
+    """The plan's own tile and split count: 16-bit rows with 64 heads take the 32-head tl.dot
+    tile on a 99 KB GPU, and 3 tokens split to fill the SMs, so the merge runs, its partials
+    in the caller's workspace."""
+    q, kv, idx, _ = _inputs(kmod, "plan", 64, torch.bfloat16, "16bit")
+    cfg, splits = kmod._plan(3, 64, TOPK, q.device)
+    assert (cfg["BLOCK_H"], "MMA_V2" in cfg, "WGMMA" in cfg) == (32, False, False), cfg
+    assert splits > 1, splits
+    workspace = torch.full((kmod.sparse_mla_workspace_numel(3, 64, splits),), float("nan"))
+    check_call(kmod, q, kv, idx, workspace=workspace)
+    assert not workspace.isnan().all(), "the partials did not go to the caller's workspace"
+
+
+def main() -> None:
+    kmod = simulated_kernel()
+    failures: dict[str, str | None] = {}
+    for case in json.load(sys.stdin):
+        try:
+            run_plan_case(kmod) if case["id"] == "plan" else run_tile_case(kmod, case)
+            failures[case["id"]] = None
+        except Exception as exc:  # noqa: BLE001 - each case's failure is reported, not raised
+            failures[case["id"]] = f"{type(exc).__name__}: {exc}"[:2000]
+    print(json.dumps(failures))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,110 @@
+"""The portable tl.dot kernels of backend/sparse_mla.py, run by Triton's interpreter on the CPU
+against the float32 reference: what CI checks of the kernel's numerics without a GPU.
+
+The interpreter executes each program's Triton operations in NumPy. So this checks what the
+kernels compute (gathers by index, masks, the online softmax, fp8 widening and scales, split
+partials, the merge) and the host code that plans and launches them (tile, split count,
+workspace, out and lse): every tile of the plan's table, on the GPU suite's inputs (NaN in
+every row that no index selects or that lies past the cache, poisoned outputs, an empty token,
+ragged splits). It does not check the compiled GPU code: tests/gpu/test_sparse_mla.py runs that
+on a GPU. The interpreter runs no Gluon (those kernels are not run here) and no PTX: the two
+inline-PTX snippets that widen e4m3 to fp16 run as stand-ins that compute what the PTX does
+(tests/support/sparse_mla_interpreted.py, where the cases run, in a process of their own, on a
+simulated device).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+
+from tests.support.module_file import load_module_file
+from tests.support.sparse_mla_interpreted import KERNEL, e4m3_bits_to_f16, e4m3_to_f16
+
+ROOT = Path(__file__).resolve().parents[2]
+Q_DTYPES = {"16bit": ("fp16", "bf16"), "fp8": ("bf16", "fp16"), "fp8_ds_mla": ("bf16",)}
+HEADS = {16: (8, 16), 32: (24,), 64: (48, 128)}  # fill the block, pad it, take two
+# The options a table tile may set: an override updates the plan's default tile, so each case
+# names them all, 0 where its tile has none, to run the tile as the table has it.
+TILE_OPTIONS = ("PREFETCH_IDX", "FP8_TWICE", "FP16_DOTS", "V_ASM", "E4M3_BITS", "FP8_GROUPS")
+
+
+def _tile_cases() -> list[dict[str, Any]]:
+    """One case per tile of the plan's table (``_TILES``), q dtype and head count."""
+    table = load_module_file(KERNEL, "sparse_mla_tiles")._TILES
+    return [
+        {
+            "id": f"{kv_format}-{block_h}-tile{n}-{q_dtype}-H{num_heads}",
+            "kv_format": kv_format,
+            "cfg": {**dict.fromkeys(TILE_OPTIONS, 0), **cfg},
+            "q_dtype": q_dtype,
+            "num_heads": num_heads,
+        }
+        for (kv_format, block_h), tiles in table.items()
+        for n, (cfg, _) in enumerate(tiles)
+        for q_dtype in Q_DTYPES[kv_format]
+        for num_heads in HEADS[block_h]
+    ]
+
+
+TILE_CASES = _tile_cases()
+
+
+@pytest.fixture(scope="module")
+def failures() -> dict[str, str | None]:
+    """Every case, run once in an interpreter process: each id's failure or None."""
+    cases = [*TILE_CASES, {"id": "plan"}]
+    env = {**os.environ, "TRITON_INTERPRET": "1", "PYTHONPATH": str(ROOT)}
+    run = subprocess.run(
+        [sys.executable, "-m", "tests.support.sparse_mla_interpreted"],
+        input=json.dumps(cases),
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        env=env,
+        timeout=900,
+        check=False,
+    )
+    assert run.returncode == 0, f"the interpreter process failed:\n{run.stderr[-4000:]}"
+    return json.loads(run.stdout.splitlines()[-1])
+
+
+@pytest.mark.parametrize("case", TILE_CASES, ids=[case["id"] for case in TILE_CASES])
+def test_tile_against_the_reference(failures: dict[str, str | None], case: dict) -> None:
+    """Three tokens (the first with no valid index, the second with holes and rows past the
+    cache) on the tile, over one split and over three (uneven: the last is shorter), against
+    the float32 reference."""
+    assert case["id"] in failures, "the case did not run"
+    assert failures[case["id"]] is None, failures[case["id"]]
+
+
+def test_the_plan_and_its_merge(failures: dict[str, str | None]) -> None:
+    """No override: on the simulated 99 KB GPU, 64 heads over 16-bit rows take the 32-head
+    tl.dot tile, 3 tokens split to fill its SMs, and the merge's partials go to the caller's
+    workspace."""
+    assert failures["plan"] is None, failures["plan"]
+
+
+def test_the_ptx_stand_ins_widen_as_the_ptx_does() -> None:
+    """The stand-ins for the kernel's two e4m3 widenings, against torch's e4m3 values for all
+    finite codes: ``cvt.rn.f16x2.e4m3x2``'s gives each value exactly, the bit moves' each
+    value times 2^-8, exactly."""
+    codes = torch.arange(256, dtype=torch.uint8)
+    values = codes.view(torch.float8_e4m3fn).float()
+    finite = values.isfinite()
+    assert finite.sum() == 254  # all but the two NaN codes
+
+    def widened(stand_in: Callable[[np.ndarray], np.ndarray]) -> torch.Tensor:
+        return torch.from_numpy(stand_in(codes.numpy()).astype(np.float32))[finite]
+
+    assert torch.equal(widened(e4m3_to_f16), values[finite])
+    assert torch.equal(widened(e4m3_bits_to_f16) * 256, values[finite])
