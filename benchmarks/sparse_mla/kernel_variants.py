@@ -25,6 +25,7 @@ _MAIN_LOOP_DRAINED = re.compile(r"(?m)^        async_copy\.wait_group\(0\)\n")
 
 
 def _without_early_trigger(source: str) -> str:
+    """``source`` with each Gluon split kernel's trigger at its start taken out."""
     dropped = r"\1            pass  # the trigger moved or dropped\n"
     source, count = _EARLY_TRIGGER.subn(dropped, source)
     assert count == GLUON_SPLIT_KERNELS, f"{count} early triggers, expected {GLUON_SPLIT_KERNELS}"
@@ -32,6 +33,7 @@ def _without_early_trigger(source: str) -> str:
 
 
 def pdl_late(source: str) -> str:
+    """The trigger after each Gluon split kernel's main loop, once its gathers have drained."""
     late = (
         "        async_copy.wait_group(0)\n"
         "        if USE_PDL:\n"
@@ -43,6 +45,7 @@ def pdl_late(source: str) -> str:
 
 
 def pdl_exit(source: str) -> str:
+    """No trigger: a grid's programs trigger their dependent's launch as they exit."""
     return _without_early_trigger(source)
 
 
@@ -50,6 +53,7 @@ VARIANTS = {"pdl-late": pdl_late, "pdl-exit": pdl_exit}
 
 
 def main() -> None:
+    """Writes the named variant of backend/sparse_mla.py to ``out``."""
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("variant", choices=sorted(VARIANTS))
     ap.add_argument("out", type=Path)

@@ -16,11 +16,12 @@ from types import ModuleType
 import pytest
 
 from tests.support.module_file import load_module_file
-from tests.support.sparse_mla_cases import SM_SCALE as _SM_SCALE
-from tests.support.sparse_mla_cases import check_call, make_inputs
 
 torch = pytest.importorskip("torch", reason="torch is not installed (GPU tests need it)")
 pytest.importorskip("triton", reason="triton is not installed (GPU tests need it)")
+
+from tests.support.sparse_mla_cases import SM_SCALE as _SM_SCALE  # noqa: E402 (needs torch)
+from tests.support.sparse_mla_cases import check_call, make_inputs  # noqa: E402
 
 pytestmark = [
     pytest.mark.gpu,
