@@ -4,13 +4,13 @@ against the float32 reference: what CI checks of the kernel's numerics without a
 The interpreter executes each program's Triton operations in NumPy. So this checks what the
 kernels compute (gathers by index, masks, the online softmax, fp8 widening and scales, split
 partials, the merge) and the host code that plans and launches them (tile, split count,
-workspace, out and lse): every tile of the plan's table, on the GPU suite's inputs (NaN in
-every row that no index selects or that lies past the cache, poisoned outputs, an empty token,
-ragged splits). It does not check the compiled GPU code: tests/gpu/test_sparse_mla.py runs that
-on a GPU. The interpreter runs no Gluon (those kernels are not run here) and no PTX: the two
-inline-PTX snippets that widen e4m3 to fp16 run as stand-ins that compute what the PTX does
-(tests/support/sparse_mla_interpreted.py, where the cases run, in a process of their own, on a
-simulated device).
+workspace, out and lse): every tile of the plan's table and the tuning options an override can
+reach, on the GPU suite's inputs (NaN in every row that no index selects or that lies past the
+cache, poisoned outputs, an empty token, ragged splits). It does not check the compiled GPU
+code: tests/gpu/test_sparse_mla.py runs that on a GPU. The interpreter runs no Gluon (those
+kernels are not run here) and no PTX: the two inline-PTX snippets that widen e4m3 to fp16 run as
+stand-ins that compute what the PTX does (tests/support/sparse_mla_interpreted.py, where the
+cases run, in a process of their own, on a simulated device).
 """
 
 from __future__ import annotations
@@ -65,7 +65,35 @@ def _tile_cases() -> list[dict[str, Any]]:
     ]
 
 
+# Options an override can reach that no table tile takes (tuning): a table tile's (kv_format,
+# block, index) with the options, its q dtypes and head counts. The GPU suite runs the fp8_ds_mla
+# ones; DV_SPLIT runs nowhere else.
+OPTION_CASES = [
+    ("16bit", 64, 0, {"DV_SPLIT": 2}, "bf16", 64),
+    ("16bit", 16, 0, {"DV_SPLIT": 2}, "fp16", 16),
+    ("16bit", 64, 0, {"PREFETCH_IDX": 1, "num_stages": 3}, "bf16", 48),
+    ("fp8_ds_mla", 16, 0, {"FP16_DOTS": 0, "FP8_TWICE": 1}, "bf16", 16),  # bf16, again
+    ("fp8_ds_mla", 16, 0, {"E4M3_BITS": 1}, "bf16", 16),  # fp16 by moving bits
+    ("fp8_ds_mla", 16, 0, {"E4M3_BITS": 1, "FP8_TWICE": 1}, "bf16", 8),
+    ("fp8_ds_mla", 64, 1, {"PREFETCH_IDX": 1, "num_stages": 3}, "bf16", 64),
+]
+
+
+def _option_cases(tile_cases: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """``OPTION_CASES`` on their table tiles (options named as in ``_tile_cases``)."""
+    cases = []
+    for kv_format, block_h, n, options, q_dtype, num_heads in OPTION_CASES:
+        tile = next(c for c in tile_cases if c["id"].startswith(f"{kv_format}-{block_h}-tile{n}-"))
+        named = "+".join(f"{key}{value}" for key, value in options.items())
+        case_id = f"{kv_format}-{block_h}-tile{n}+{named}-{q_dtype}-H{num_heads}"
+        cfg = {**tile["cfg"], **options}
+        case = {"id": case_id, "cfg": cfg, "q_dtype": q_dtype, "num_heads": num_heads}
+        cases.append({**tile, **case})
+    return cases
+
+
 TILE_CASES = _tile_cases()
+TILE_CASES += _option_cases(TILE_CASES)
 
 
 @pytest.fixture(scope="module")
