@@ -1,8 +1,8 @@
 """Run the rendered indexer fallback's paged-logits Triton kernel under Triton's interpreter
 (the test sets TRITON_INTERPRET=1) against the float64 reference; run by test_indexer.py in a
 fresh process, because the interpreter caches kernels by their source text, so a module with
-the same source compiled earlier in the process would be reused. Args (JSON): module path.
-Prints one JSON object: the cases checked and every mismatch."""
+the same source compiled earlier in the process would be reused. Reads a JSON object on stdin
+(the module's path). Prints one JSON object: the cases checked and every mismatch."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ from tests.support.module_file import load_module_file  # noqa: E402
 
 
 def main() -> None:
-    args = json.loads(sys.argv[1])
+    args = json.load(sys.stdin)
     fb = load_module_file(args["module"], "glmops_dsa_indexer")
     checked, problems = [], []
     for exact in (False, True):

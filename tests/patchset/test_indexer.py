@@ -36,6 +36,7 @@ from tests.support.indexer_cases import (
     prefill_inputs,
     prefill_reference,
 )
+from tests.support.interpreted import run_interpreted
 from tests.support.module_file import load_module_file
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -108,22 +109,7 @@ def test_paged_triton_kernel_matches_reference(tmp_path):
     tests/gpu/test_indexer_fallback.py."""
     module = tmp_path / "glmops_dsa_indexer.py"
     module.write_text(render_fallback(profile_by_name("v0_16"), {}))
-    env = dict(os.environ, TRITON_INTERPRET="1", PYTHONDONTWRITEBYTECODE="1")
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "tests.patchset.indexer_kernel_probe",
-            json.dumps({"module": str(module)}),
-        ],
-        capture_output=True,
-        text=True,
-        env=env,
-        cwd=ROOT,
-        timeout=600,
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    out = json.loads(proc.stdout.splitlines()[-1])
+    out = run_interpreted("tests.patchset.indexer_kernel_probe", {"module": str(module)}, 600)
     assert len(out["checked"]) == 12 and out["problems"] == [], out
 
 

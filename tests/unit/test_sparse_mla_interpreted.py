@@ -15,17 +15,13 @@ cases run, in a process of their own, on a simulated device).
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
 
+from tests.support.interpreted import run_interpreted
 from tests.support.module_file import load_module_file
 
 torch = pytest.importorskip("torch", reason="torch is not installed")
@@ -37,83 +33,61 @@ from tests.support.sparse_mla_interpreted import (  # noqa: E402 (needs torch an
     e4m3_to_f16,
 )
 
-ROOT = Path(__file__).resolve().parents[2]
 Q_DTYPES = {"16bit": ("fp16", "bf16"), "fp8": ("bf16", "fp16"), "fp8_ds_mla": ("bf16",)}
 HEADS = {16: (8, 16), 32: (24,), 64: (48, 128)}  # fill the block, pad it, take two
 # Keys of a table tile that shape it or its split count rather than switch a kernel option.
 SHAPE_KEYS = {"BLOCK_H", "BLOCK_N", "num_warps", "num_stages", "WAVES", "ROUNDS"}
+TABLE = load_module_file(KERNEL, "sparse_mla_tiles")._TILES
+# Every option some table tile sets: each case names them all, 0 where its tile has none, since
+# an override updates the plan's default tile, whose options would otherwise leak into the case.
+OPTIONS = sorted({key for tiles in TABLE.values() for cfg, _ in tiles for key in cfg} - SHAPE_KEYS)
 
 
-def _tile_cases() -> list[dict[str, Any]]:
-    """One case per tile of the plan's table (``_TILES``), q dtype and head count. An override
-    updates the plan's default tile, so each case names every option some table tile sets, 0
-    where its own tile has none, to run the tile as the table has it."""
-    table = load_module_file(KERNEL, "sparse_mla_tiles")._TILES
-    options = {key for tiles in table.values() for cfg, _ in tiles for key in cfg} - SHAPE_KEYS
-    return [
-        {
-            "id": f"{kv_format}-{block_h}-tile{n}-{q_dtype}-H{num_heads}",
-            "kv_format": kv_format,
-            "cfg": {**dict.fromkeys(sorted(options), 0), **cfg},
-            "q_dtype": q_dtype,
-            "num_heads": num_heads,
-        }
-        for (kv_format, block_h), tiles in table.items()
-        for n, (cfg, _) in enumerate(tiles)
-        for q_dtype in Q_DTYPES[kv_format]
-        for num_heads in HEADS[block_h]
-    ]
+def _case(
+    kv_format: str,
+    block_h: int,
+    n: int,
+    q_dtype: str,
+    num_heads: int,
+    extra: dict[str, int] | None = None,
+) -> dict[str, Any]:
+    """Table tile ``n`` of (``kv_format``, ``block_h``), with ``extra`` options, as a case."""
+    named = "".join(f"+{key}{value}" for key, value in (extra or {}).items())
+    return {
+        "id": f"{kv_format}-{block_h}-tile{n}{named}-{q_dtype}-H{num_heads}",
+        "kv_format": kv_format,
+        "cfg": {**dict.fromkeys(OPTIONS, 0), **TABLE[kv_format, block_h][n][0], **(extra or {})},
+        "q_dtype": q_dtype,
+        "num_heads": num_heads,
+    }
 
 
-# Options an override can reach that no table tile takes (tuning): a table tile's (kv_format,
-# block, index) with the options, its q dtypes and head counts. The GPU suite runs the fp8_ds_mla
-# ones; DV_SPLIT runs nowhere else.
+# Options an override can reach that no table tile takes (tuning): the GPU suite runs the
+# fp8_ds_mla ones; DV_SPLIT runs nowhere else.
 OPTION_CASES = [
-    ("16bit", 64, 0, {"DV_SPLIT": 2}, "bf16", 64),
-    ("16bit", 16, 0, {"DV_SPLIT": 2}, "fp16", 16),
-    ("16bit", 64, 0, {"PREFETCH_IDX": 1, "num_stages": 3}, "bf16", 48),
-    ("fp8_ds_mla", 16, 0, {"FP16_DOTS": 0, "FP8_TWICE": 1}, "bf16", 16),  # bf16, again
-    ("fp8_ds_mla", 16, 0, {"E4M3_BITS": 1}, "bf16", 16),  # fp16 by moving bits
-    ("fp8_ds_mla", 16, 0, {"E4M3_BITS": 1, "FP8_TWICE": 1}, "bf16", 8),
-    ("fp8_ds_mla", 64, 1, {"PREFETCH_IDX": 1, "num_stages": 3}, "bf16", 64),
+    _case("16bit", 64, 0, "bf16", 64, {"DV_SPLIT": 2}),
+    _case("16bit", 16, 0, "fp16", 16, {"DV_SPLIT": 2}),
+    _case("16bit", 64, 0, "bf16", 48, {"PREFETCH_IDX": 1, "num_stages": 3}),
+    _case("fp8_ds_mla", 16, 0, "bf16", 16, {"FP16_DOTS": 0, "FP8_TWICE": 1}),  # bf16, again
+    _case("fp8_ds_mla", 16, 0, "bf16", 16, {"E4M3_BITS": 1}),  # fp16 by moving bits
+    _case("fp8_ds_mla", 16, 0, "bf16", 8, {"E4M3_BITS": 1, "FP8_TWICE": 1}),
+    _case("fp8_ds_mla", 64, 1, "bf16", 64, {"PREFETCH_IDX": 1, "num_stages": 3}),
 ]
-
-
-def _option_cases(tile_cases: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """``OPTION_CASES`` on their table tiles (options named as in ``_tile_cases``)."""
-    cases = []
-    for kv_format, block_h, n, options, q_dtype, num_heads in OPTION_CASES:
-        tile = next(c for c in tile_cases if c["id"].startswith(f"{kv_format}-{block_h}-tile{n}-"))
-        named = "+".join(f"{key}{value}" for key, value in options.items())
-        case_id = f"{kv_format}-{block_h}-tile{n}+{named}-{q_dtype}-H{num_heads}"
-        cfg = {**tile["cfg"], **options}
-        case = {"id": case_id, "cfg": cfg, "q_dtype": q_dtype, "num_heads": num_heads}
-        cases.append({**tile, **case})
-    return cases
-
-
-TILE_CASES = _tile_cases()
-TILE_CASES += _option_cases(TILE_CASES)
+# One case per tile of the table, q dtype and head count, then the options.
+TILE_CASES = [
+    _case(kv_format, block_h, n, q_dtype, num_heads)
+    for (kv_format, block_h), tiles in TABLE.items()
+    for n in range(len(tiles))
+    for q_dtype in Q_DTYPES[kv_format]
+    for num_heads in HEADS[block_h]
+] + OPTION_CASES
 
 
 @pytest.fixture(scope="module")
 def failures() -> dict[str, str | None]:
     """Every case, run once in an interpreter process: each id's failure or None."""
     cases = [*TILE_CASES, {"id": "plan"}]
-    path = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
-    env = {**os.environ, "TRITON_INTERPRET": "1", "PYTHONPATH": path}
-    run = subprocess.run(
-        [sys.executable, "-m", "tests.support.sparse_mla_interpreted"],
-        input=json.dumps(cases),
-        capture_output=True,
-        text=True,
-        cwd=ROOT,
-        env=env,
-        timeout=900,
-        check=False,
-    )
-    assert run.returncode == 0, f"the interpreter process failed:\n{run.stderr[-4000:]}"
-    return json.loads(run.stdout.splitlines()[-1])
+    return run_interpreted("tests.support.sparse_mla_interpreted", cases)
 
 
 @pytest.mark.parametrize("case", TILE_CASES, ids=[case["id"] for case in TILE_CASES])
