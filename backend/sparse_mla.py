@@ -2111,17 +2111,40 @@ def sparse_mla_supported_heads(kv_format: str, limits: DeviceLimits) -> list[int
     return [h for h in range(1, MAX_HEADS + 1) if _unsupported(h, kv_format, limits) is None]
 
 
+def _limits_of(device: torch.device | int) -> DeviceLimits:
+    index = device if isinstance(device, int) else device.index
+    return _device_limits(torch.cuda.current_device() if index is None else index)
+
+
 def sparse_mla_check(num_heads: int, kv_format: str, device: torch.device | int) -> None:
     """Raises ValueError, naming the device and the reason, where the kernel cannot serve
     ``num_heads`` query heads over ``kv_format`` rows on ``device``: a caller's start-up check,
     so that nothing fails at the first forward."""
-    index = device if isinstance(device, int) else device.index
-    limits = _device_limits(torch.cuda.current_device() if index is None else index)
+    limits = _limits_of(device)
     reason = _unsupported(num_heads, kv_format, limits)
     if reason is not None:
         heads = sparse_mla_supported_heads(kv_format, limits) if kv_format in KV_FORMATS else []
         served = f"{heads[0]} to {heads[-1]} query heads" if heads else "no head count"
         raise ValueError(f"{reason} (this GPU serves {served} with {kv_format} rows)")
+
+
+def sparse_mla_kernel_summary(num_heads: int, kv_format: str, device: torch.device | int) -> str:
+    """The decode tile the plan gives ``num_heads`` heads over ``kv_format`` rows on ``device``
+    under this Triton, in words, for a caller's start-up log: which kernels serve a GPU depends
+    on the Triton its vLLM brings (the Gluon kernels need Triton 3.6: vLLM 0.17 to 0.26)."""
+    limits = _limits_of(device)
+    wgmma, gluon_mma = _gluon_usable(limits.capability), _gluon_mma_usable(limits.capability)
+    cfg = _default_config(num_heads, kv_format, wgmma, limits, gluon_mma)
+    kinds = {"WGMMA": "Gluon warpgroup-MMA", "MMA_V2": "Gluon mma.sync"}
+    kind = next((name for key, name in kinds.items() if cfg.get(key)), "tl.dot")
+    major, minor = limits.capability
+    gluon = "" if _GLUON_API else " (the Gluon kernels need Triton 3.6)"
+    return (
+        f"{num_heads} query heads over {kv_format} rows on SM{major}{minor} "
+        f"({limits.smem_per_block} B of shared memory per block): {kind} tile "
+        f"{cfg['BLOCK_H']}x{cfg['BLOCK_N']}, {cfg['num_warps']} warps; "
+        f"Triton {triton.__version__}{gluon}"
+    )
 
 
 # Shared memory of the 16-head fp8_ds_mla tile with q's rope part in shared memory (Triton

@@ -193,17 +193,20 @@ def _flag_drift(
 
 
 def _backend(observed: Mapping[str, Any], expected: tuple[str, ...]) -> tuple[str, list[str]]:
-    """The backend vLLM selected, drifted when none or not one the host should pick."""
+    """The backend vLLM selected (with the kernel the patch set's backend logged it runs),
+    drifted when none or not one the host should pick."""
     backend = observed.get("backend")
     if observed.get("backend_failed"):
         reasons = observed["backend_failed"]
         return "none (vLLM found no valid backend)", [f"backend: none; reasons {reasons}"]
     if not backend:
         return "-", []
+    kernel = f"\nkernel: {observed['backend_kernel']}" if observed.get("backend_kernel") else ""
     if backend.upper() in expected:
-        return f"{backend} (expected)", []
+        return f"{backend} (expected){kernel}", []
     wanted = "/".join(expected)
-    return f"{backend} (expected {wanted})", [f"backend: {backend}, expected {wanted or '?'}"]
+    drift = [f"backend: {backend}, expected {wanted or '?'}"]
+    return f"{backend} (expected {wanted}){kernel}", drift
 
 
 def _deploy_drift(facts: HostFacts, observed: Mapping[str, Any], version: str | None) -> list[str]:

@@ -326,16 +326,25 @@ def run_bench(
                 ours2, _ = graph_time_us(case.ours(kmod), args.reps)  # spread check
                 kv_format = KV_FORMAT[dname]
                 # The portable path: the tl.dot tile this GPU's limits pick, and what the plan
-                # picks for a 99 KB SM120 under this Triton (a tl.dot tile, or with Triton 3.6
-                # the e4m3 Gluon tile with mma.sync), both as overrides.
+                # picks for a 99 KB SM120 under this Triton (with Triton 3.6 the Gluon tiles
+                # with mma.sync) and under the others (vLLM 0.16's 3.5, 0.27+'s 3.7 and 3.8:
+                # tl.dot tiles), all as overrides.
                 tl_dot_cfg = kmod._default_config(heads, kv_format, limits=kmod.H200_LIMITS)
                 sm120 = kmod.DeviceLimits(*SM120_LIMITS)
-                sm120_cfg, _ = kmod._plan(
-                    batch, heads, TOPK, torch.device("cuda"), None, None, kv_format, False,
-                    sm120, kmod._gluon_mma_usable(sm120.capability),
+                sm120_cfg, sm120_tl_dot_cfg = (
+                    kmod._plan(
+                        batch, heads, TOPK, torch.device("cuda"), None, None, kv_format, False,
+                        sm120, gluon_mma,
+                    )[0]
+                    for gluon_mma in (kmod._gluon_mma_usable(sm120.capability), False)
                 )  # fmt: skip
                 tl_dot, _ = graph_time_us(case.ours(kmod, config=tl_dot_cfg), args.reps)
                 sm120_us, _ = graph_time_us(case.ours(kmod, config=sm120_cfg), args.reps)
+                sm120_tl_dot = sm120_us
+                if sm120_tl_dot_cfg != sm120_cfg:
+                    sm120_tl_dot, _ = graph_time_us(
+                        case.ours(kmod, config=sm120_tl_dot_cfg), args.reps
+                    )
                 gather = gather_us(case, args.reps)
                 base = base_err = None
                 if bmod is not None and dname in ("bf16", "fp16"):  # 16-bit caches only
@@ -367,6 +376,8 @@ def run_bench(
                     "tl_dot_speedup": (base / tl_dot) if base else None,
                     "sm120_tile_us": sm120_us,
                     "sm120_config": sm120_cfg,
+                    "sm120_tl_dot_us": sm120_tl_dot,
+                    "sm120_tl_dot_config": sm120_tl_dot_cfg,
                     "gather_us": gather,
                     "tl_dot_vs_gather": (gather / tl_dot) if gather else None,
                     "gather_frac_of_floor": (
@@ -379,6 +390,7 @@ def run_bench(
                     "frac_of_floor": max(t_mem, t_comp) / ours,
                     "tl_dot_frac_of_floor": max(t_mem, t_comp) / tl_dot,
                     "sm120_tile_frac_of_floor": max(t_mem, t_comp) / sm120_us,
+                    "sm120_tl_dot_frac_of_floor": max(t_mem, t_comp) / sm120_tl_dot,
                     "baseline_vs_ours_rel_err": base_err,
                     "n_sets": case.n_sets,
                     "target_us": target,
@@ -392,7 +404,8 @@ def run_bench(
                     f"x{row['speedup'] or float('nan'):5.2f}  {row['gathered_GBps']:7.0f} GB/s "
                     f"{row['TFLOPs']:6.1f} TF/s  floor {row['frac_of_floor']:.2f}"
                     f"  err {base_err if base_err is not None else float('nan'):.1e}"
-                    f" | tl.dot {tl_dot:7.1f} sm120-tile {sm120_us:7.1f} gather "
+                    f" | tl.dot {tl_dot:7.1f} sm120-tile {sm120_us:7.1f} sm120-tl.dot "
+                    f"{sm120_tl_dot:7.1f} gather "
                     f"{gather or float('nan'):7.1f}",
                     flush=True,
                 )
@@ -455,7 +468,8 @@ def _f(value: float | None, fmt: str) -> str:
 
 def portable_md(rows: list[dict[str, Any]]) -> list[str]:
     """The tl.dot path in the same run: the tile this GPU's limits pick (what a GPU without the
-    Gluon kernels runs), the tile a 99 KB SM120 picks, and a bare gather of the same rows."""
+    Gluon kernels runs), the tiles a 99 KB SM120 picks with and without Triton 3.6's Gluon,
+    and a bare gather of the same rows."""
     lines = [
         "",
         "## Portable (tl.dot) path, same run and baseline",
@@ -464,18 +478,21 @@ def portable_md(rows: list[dict[str, Any]]) -> list[str]:
         " the tile the plan picks for a 99 KB GPU (SM120, SM86/89), run here (under Triton 3.6"
         " the Gluon tiles with mma.sync, one program per SM as on SM120, for 16-bit and e4m3"
         " rows and for fp8_ds_mla rows with up to 16 heads; more heads of fp8_ds_mla rows and"
-        " other Tritons: a tl.dot tile); `gather` = a bare "
+        " other Tritons: a tl.dot tile); `SM120 tl.dot` = the tile it picks without the Gluon"
+        " kernels, which the Gluon kernels need Triton 3.6 for: what SM120 runs under vLLM 0.16"
+        " (Triton 3.5.1) and 0.27 onwards (3.7.1, 3.8.0); `gather` = a bare "
         "gather of the same rows (`_row_gather_kernel`: loads them as int32 words and sums "
         "them; the fastest of four shapes).",
         "",
-        "| dtype | B | H | default µs | tl.dot µs | tl.dot speedup | SM120 tile µs | gather µs "
-        "| gather / tl.dot | tl.dot frac of floor |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        "| dtype | B | H | default µs | tl.dot µs | tl.dot speedup | SM120 tile µs "
+        "| SM120 tl.dot µs | gather µs | gather / tl.dot | tl.dot frac of floor |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         lines.append(
             f"| {r['dtype']} | {r['B']} | {r['H']} | {r['ours_us']:.1f} | {r['tl_dot_us']:.1f} "
             f"| {_f(r['tl_dot_speedup'], '.2f')} | {r['sm120_tile_us']:.1f} "
+            f"| {_f(r.get('sm120_tl_dot_us'), '.1f')} "
             f"| {_f(r['gather_us'], '.1f')} | {_f(r['tl_dot_vs_gather'], '.2f')} "
             f"| {r['tl_dot_frac_of_floor']:.2f} |"
         )

@@ -6,6 +6,8 @@ For each case, efficiency = H200 roofline floor / H200 time of the tile the plan
 fp8 e4m3 rows with up to 16 heads under Triton 3.6 the Gluon e4m3 tile with mma.sync), and the
 projected time = RTX PRO 6000 floor / that efficiency. The baseline (vLLM's dense-kernel reuse)
 is projected the same way, so the projected speedup is the measured one of the SM120 tile.
+Where the benchmark measured it (``sm120_tl_dot_us``), the tile SM120 runs without Triton 3.6's
+Gluon kernels (under vLLM 0.16 and 0.27 onwards) is projected beside it.
 Stdlib only: reads the committed JSON, writes Markdown.
 
     python3 benchmarks/sparse_mla/project_sm120.py \\
@@ -54,6 +56,7 @@ def project(result: dict[str, Any]) -> list[dict[str, Any]]:
         eff = h200_floor / r["sm120_tile_us"]
         base_eff = h200_floor / r["baseline_us"] if r["baseline_us"] else None
         projected = rtx_floor / eff
+        tl_dot = r.get("sm120_tl_dot_us")
         rows.append(
             {
                 "dtype": r["dtype"],
@@ -65,6 +68,8 @@ def project(result: dict[str, Any]) -> list[dict[str, Any]]:
                 "projected_us": projected,
                 "projected_baseline_us": rtx_floor / base_eff if base_eff else None,
                 "config": r["sm120_config"],
+                "h200_tl_dot_us": tl_dot,
+                "projected_tl_dot_us": rtx_floor / (h200_floor / tl_dot) if tl_dot else None,
             }
         )
     return rows
@@ -100,16 +105,25 @@ def render(result: dict[str, Any], rows: list[dict[str, Any]]) -> str:
         "µs | tile |",
         "|---|---|---|---|---|---|---|---|---|",
     ]
+    tl_dot = any(p["projected_tl_dot_us"] for p in rows)
+    if tl_dot:
+        lines[-2:] = [
+            lines[-2][:-1] + " H200 µs, no Gluon | projected µs, no Gluon |",
+            lines[-1] + "---|---|",
+        ]
     for p in rows:
         base = f"{p['projected_baseline_us']:.1f}" if p["projected_baseline_us"] else "n/a"
         tile = "{BLOCK_H}x{BLOCK_N}, {num_warps} warps, {num_stages} stages".format(**p["config"])
         tile += ", Gluon mma.sync" if p["config"].get("MMA_V2") else ", tl.dot"
         if p["config"].get("COL_WARPS", 1) > 1:
             tile += ", scores on {COL_WARPS} column groups".format(**p["config"])
-        lines.append(
+        line = (
             f"| {p['dtype']} | {p['B']} | {p['H']} | {p['h200_us']:.1f} | {p['efficiency']:.2f} "
             f"| {p['rtx_floor_us']:.1f} | {p['projected_us']:.1f} | {base} | {tile} |"
         )
+        if tl_dot:
+            line += f" {p['h200_tl_dot_us']:.1f} | {p['projected_tl_dot_us']:.1f} |"
+        lines.append(line)
     return "\n".join(lines) + "\n"
 
 

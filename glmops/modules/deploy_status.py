@@ -20,10 +20,8 @@ from glmops.modules.gguf_model import _default_output
 from glmops.notifications import PENDING_FILE, pending_names
 from glmops.results import TaskResult
 from glmops.serving.flags import INPUTS, serving_device
-from glmops.serving.journal import parse_backend
+from glmops.serving.journal import STATUS_GREP, parse_backend, parse_kernel
 from glmops.serving.patches import manifest_files
-
-BACKEND_GREP = r"attention backend|AttentionBackendEnum\."
 
 
 def _deployed(name: str) -> Arg:
@@ -75,7 +73,7 @@ class DeployStatus(Module):
                 "port": int(v["vllm_port"]),
                 "http": self.params["health"],
                 "models": False,
-                "journal_grep": BACKEND_GREP,
+                "journal_grep": STATUS_GREP,
             },
             timeout=120,
         )
@@ -85,6 +83,7 @@ class DeployStatus(Module):
         selection = parse_backend(probe.get("journal_matches") or [])
         out["backend"] = selection.backend
         out["backend_failed"] = selection.reasons if selection.failed else None
+        out["backend_kernel"] = parse_kernel(probe.get("journal_matches") or [])
         unit_text = (ctx.read(f"/etc/systemd/system/{unit}.service") or b"").decode()
         out["exec_start"] = next(
             (

@@ -15,10 +15,7 @@ from glmops.context import TaskContext
 from glmops.modules.base import Arg, Module, Plan, register
 from glmops.modules.vllm_ready import UNIT_ARGS, collect_artifacts, dead, probe, stopped_why
 from glmops.results import Status, TaskResult
-from glmops.serving.journal import parse_backend
-
-#: Every line parse_backend looks at contains one of these (AUTO, FORCED, NO_BACKEND, NOT_VALID).
-GREP = r"attention backend|AttentionBackendEnum\."
+from glmops.serving.journal import SELECTION_GREP, parse_backend
 
 
 @register
@@ -47,7 +44,13 @@ class VllmBackendCheck(Module):
         last_note = 0.0
         while True:
             reply = probe(
-                ctx, {"unit": p["unit"], "http": False, "journal_grep": GREP, "journal_lines": 200}
+                ctx,
+                {
+                    "unit": p["unit"],
+                    "http": False,
+                    "journal_grep": SELECTION_GREP,
+                    "journal_lines": 200,
+                },
             )
             unit = reply.get("unit", {})
             if restarts is None:

@@ -1,4 +1,5 @@
-"""Reading vLLM's journal: the attention backend it selected, and how far loading got.
+"""Reading vLLM's journal: the attention backend it selected (and the kernel the patch set's
+backend runs), and how far loading got.
 
 vLLM's log lines are the same on the 0.16 and 0.33 layouts unless noted. Worker prefixes
 such as `(Worker_TP0 pid=123) ` and the bracket style of the candidate list vary, so nothing is
@@ -20,6 +21,13 @@ NOT_VALID = re.compile(
 )
 REASONS = re.compile(r"Reasons: (\{.*\})")
 NAME = re.compile(r"[A-Z][A-Z0-9_]+")
+#: What the patch set's TRITON_MLA_SPARSE logs when a layer is built: the tile that serves it
+#: and the Triton (templates/vllm/triton_mla_sparse.py.j2).
+KERNEL = re.compile(r"TRITON_MLA_SPARSE kernel: (.*)")
+#: For the host's journal grep: every line parse_backend looks at contains one of these
+#: (AUTO, FORCED, NO_BACKEND, NOT_VALID); STATUS_GREP adds the line parse_kernel looks at.
+SELECTION_GREP = r"attention backend|AttentionBackendEnum\."
+STATUS_GREP = rf"{SELECTION_GREP}|TRITON_MLA_SPARSE kernel: "
 
 #: (regex, phase) in the order vLLM passes them; the last one seen is the current phase.
 PHASES: list[tuple[re.Pattern[str], str]] = [
@@ -82,6 +90,15 @@ def parse_backend(lines: Iterable[str]) -> BackendSelection:
         elif (match := FORCED.search(line)) and not result.failed:
             result = BackendSelection(backend=match[1], forced=True, line=line)
     return result
+
+
+def parse_kernel(lines: Iterable[str]) -> str | None:
+    """What TRITON_MLA_SPARSE logged of the kernel serving the layers (the last such line)."""
+    found = None
+    for line in lines:
+        if match := KERNEL.search(line):
+            found = match[1].strip()
+    return found
 
 
 def loading_phase(lines: Iterable[str]) -> str | None:

@@ -50,6 +50,7 @@ import dataclasses
 import enum
 import importlib.util
 import json
+import logging
 import sys
 import zlib
 from pathlib import Path
@@ -238,6 +239,7 @@ def load_rendered(profile: str, kernel: str) -> tuple[ModuleType, dict[str, Modu
     vdir = PREPARED / manifest["vllm"][profile]["dir"]
     _module("vllm.config.cache", CacheDType=str)
     _module("vllm.config", VllmConfig=type("VllmConfig", (), {}))
+    _module("vllm.logger", init_logger=logging.getLogger)
     _module("vllm.platforms", current_platform=SimpleNamespace(is_rocm=lambda: False))
     _module("vllm.platforms.interface", DeviceCapability=DeviceCapability)
     _module("vllm.triton_utils", triton=triton, tl=tl, HAS_TRITON=True)

@@ -15,10 +15,15 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def run_interpreted(module: str, payload: object, timeout: int = 900) -> Any:
+def run_interpreted(
+    module: str, payload: object, timeout: int = 900, triton_path: Path | None = None
+) -> Any:
     """``python3 -m module`` from the repository root with ``TRITON_INTERPRET=1``, ``payload``
-    as JSON on its stdin; returns the JSON value its last line of output holds."""
+    as JSON on its stdin; returns the JSON value its last line of output holds. ``triton_path``:
+    a folder holding another Triton than the installed one, put first on PYTHONPATH."""
     env = {**os.environ, "TRITON_INTERPRET": "1", "PYTHONDONTWRITEBYTECODE": "1"}
+    if triton_path is not None:
+        env["PYTHONPATH"] = os.pathsep.join([str(triton_path), env.get("PYTHONPATH", "")])
     run = subprocess.run(
         [sys.executable, "-m", module],
         input=json.dumps(payload),
@@ -29,5 +34,6 @@ def run_interpreted(module: str, payload: object, timeout: int = 900) -> Any:
         timeout=timeout,
         check=False,
     )
-    assert run.returncode == 0, f"{module} failed under the interpreter:\n{run.stderr[-4000:]}"
+    triton = triton_path or "the installed Triton"
+    assert run.returncode == 0, f"{module} under {triton}'s interpreter:\n{run.stderr[-4000:]}"
     return json.loads(run.stdout.splitlines()[-1])

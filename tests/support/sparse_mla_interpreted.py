@@ -6,8 +6,9 @@ is first imported, so ``TRITON_INTERPRET=1`` must be set before that.
     TRITON_INTERPRET=1 python3 -m tests.support.sparse_mla_interpreted < cases.json
 
 reads a JSON list of cases and prints one JSON object: each case's id and its failure (None if
-it passed). The device is simulated: ``NUM_SMS`` SMs, an SM89's 99 KB of shared memory per
-block, no Gluon kernels, no PDL.
+it passed). Another Triton than the installed one runs it when put first on PYTHONPATH. The
+device is simulated: ``NUM_SMS`` SMs, an SM89's 99 KB of shared memory per block, no Gluon
+kernels, no PDL.
 """
 
 from __future__ import annotations
@@ -43,8 +44,8 @@ def _create_dot_bf16_widened(
     input_precision: object,
     max_num_imprecise_acc: object,
 ) -> interpreter.TensorHandle:
-    """Triton 3.6's interpreter keeps bf16 values as their raw 16 bits and multiplies those in
-    its dot; this widens bf16 operands to float32 first, as its casts already do."""
+    """Triton's interpreter (3.5.1 to 3.8.0) keeps bf16 values as their raw 16 bits and
+    multiplies those in its dot; this widens bf16 operands to float32 first, as its casts do."""
 
     def widened(x: interpreter.TensorHandle) -> interpreter.TensorHandle:
         if x.dtype.scalar != tl.bfloat16:
@@ -61,7 +62,7 @@ _interpreted_dot = interpreter.InterpreterBuilder.create_dot
 def _convert_float_keeping_e4m3_nan(
     data: np.ndarray, input_dtype: tl.dtype, output_dtype: tl.dtype, rounding_mode: object
 ) -> np.ndarray:
-    """Triton 3.6's interpreter converts e4m3's NaN (0x7F, 0xFF) to +-480 in every cast and dot;
+    """Triton's interpreter converts e4m3's NaN (0x7F, 0xFF) to +-480 in every cast and dot;
     the GPU's conversions give NaN, which is how a NaN row the kernel should not have used shows
     up. This keeps it NaN (the bits of a quiet NaN of the output type)."""
     out = _interpreted_convert_float(data, input_dtype, output_dtype, rounding_mode)

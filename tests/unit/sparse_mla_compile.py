@@ -2,7 +2,8 @@
 targets, with Triton's own compiler, without a GPU and without a launch.
 
 Reads {"targets": [{"arch": 120, "capability": [12, 0], "smem": 101376}, ...]} on stdin and
-writes {"triton": version, "jobs": [job + result, ...]} to stdout. Run as a subprocess so that
+writes {"triton": version, "gluon": whether the module runs its Gluon kernels under it,
+"jobs": [job + result, ...]} to stdout. Run as a subprocess so that
 the Triton under test can be another version than the installed one (PYTHONPATH first). A job
 names a kernel of the module, its target, pointer types, constexprs, warps and stages; its
 result is the compiled shared memory per block, registers and stack per thread, or the error.
@@ -222,7 +223,8 @@ def main() -> None:
         except Exception as exc:  # reported per job: a config that does not compile is a finding
             last = traceback.format_exception_only(type(exc), exc)[-1].strip()
             job.update(shared=None, regs=None, stack=None, error=last[:2000])
-    json.dump({"triton": triton.__version__, "jobs": jobs}, sys.stdout)
+    report = {"triton": triton.__version__, "gluon": module._GLUON_API, "jobs": jobs}
+    json.dump(report, sys.stdout)
 
 
 if __name__ == "__main__":

@@ -7,6 +7,10 @@ the device). The forward paths run on the H200 (tests/gpu/test_rendered_backend.
 
 from __future__ import annotations
 
+import logging
+import os
+import re
+import subprocess
 import sys
 from pathlib import Path
 from types import ModuleType, SimpleNamespace
@@ -16,10 +20,15 @@ import pytest
 
 from glmops.patchset.backend import render_backend
 from glmops.patchset.profiles import profile_by_name
+from glmops.serving.journal import STATUS_GREP, parse_kernel
 from tests.support.module_file import load_module_file
 
 torch = pytest.importorskip("torch", reason="the rendered backend imports torch")
 pytest.importorskip("triton", reason="the rendered backend embeds a Triton kernel")
+
+from tests.support.tritons import triton_path  # noqa: E402 (needs triton)
+
+ROOT = Path(__file__).resolve().parents[2]
 SM120 = ((12, 0), 101376)
 SM86 = ((8, 6), 101376)
 H200 = ((9, 0), 232448)
@@ -38,6 +47,7 @@ class _Base:
 def _standin_vllm(monkeypatch: pytest.MonkeyPatch) -> None:
     names = {
         "vllm.config.cache": {"CacheDType": str},
+        "vllm.logger": {"init_logger": logging.getLogger},
         "vllm.platforms.interface": {"DeviceCapability": tuple},
         "vllm.v1.attention.backend": {
             n: type(n, (_Base,), {})
@@ -130,3 +140,46 @@ def test_v0_16_fp8_ds_mla_builder_skips_flashmla(tmp_path, monkeypatch) -> None:
     builder = builder_cls("spec", ["layer"], "config", "cuda:0")
     assert builder.init_args == (("spec", ["layer"], "config", "cuda:0"), {})
     assert builder.use_fp8_kv_cache is False
+
+
+@pytest.mark.parametrize("profile", ["v0_16", "v0_33"])
+def test_the_kernel_serving_the_layers_is_logged_once_for_glmops_status(
+    profile, tmp_path, monkeypatch, caplog
+) -> None:
+    """Building the layers logs the tile that serves them and the Triton, once per head count
+    and row format; `glmops status` reads that line back from the journal (parse_kernel)."""
+    mod = _rendered(profile, tmp_path, monkeypatch, SM120)
+    caplog.set_level(logging.INFO, logger=mod.__name__)
+    for _ in range(3):  # three layers
+        _build(mod, profile, 8, "fp8")
+    _build(mod, profile, 64, "auto")
+    lines = [r.getMessage() for r in caplog.records if r.name == mod.__name__]
+    assert len(lines) == 2, lines
+    # As vLLM's logger writes it to the journal, behind a worker's prefix.
+    journal = [f"(Worker_TP0 pid=7) INFO 12-05 01:02:03 [triton_mla_sparse.py:80] {lines[0]}"]
+    assert all(re.search(STATUS_GREP, line) for line in journal)
+    assert mod._GLUON_API, "the test extra's Triton 3.6 runs the Gluon tiles"
+    assert parse_kernel(journal) == (
+        "8 query heads over fp8 rows on SM120 (101376 B of shared memory per block): "
+        f"Gluon mma.sync tile 8x64, 4 warps; Triton {mod.triton.__version__}"
+    )
+
+
+def test_newer_tritons_name_the_tl_dot_tile() -> None:
+    """Under vLLM 0.33's Triton (3.8) the Gluon kernels are off, and the line says why."""
+    code = (
+        "import sys; from tests.support.module_file import load_module_file; "
+        "m = load_module_file(sys.argv[1], 'k'); "
+        "m._device_limits = lambda index: m.DeviceLimits((12, 0), 101376); "
+        "print(m.sparse_mla_kernel_summary(8, 'fp8', 0))"
+    )
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(triton_path("3.8.0")), str(ROOT)])}
+    kernel = ROOT / "backend" / "sparse_mla.py"
+    run = subprocess.run(
+        [sys.executable, "-c", code, str(kernel)], capture_output=True, text=True, env=env
+    )
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert run.stdout.strip() == (
+        "8 query heads over fp8 rows on SM120 (101376 B of shared memory per block): "
+        "tl.dot tile 16x32, 4 warps; Triton 3.8.0 (the Gluon kernels need Triton 3.6)"
+    )

@@ -6,8 +6,10 @@ kernels compute (gathers by index, masks, the online softmax, fp8 widening and s
 partials, the merge) and the host code that plans and launches them (tile, split count,
 workspace, out and lse): every tile of the plan's table and the tuning options an override can
 reach, on the GPU suite's inputs (NaN in every row that no index selects or that lies past the
-cache, poisoned outputs, an empty token, ragged splits). It does not check the compiled GPU
-code: tests/gpu/test_sparse_mla.py runs that on a GPU. The interpreter runs no Gluon (those
+cache, poisoned outputs, an empty token, ragged splits), under the Triton of every supported
+vLLM release (tests/support/tritons.py; under vLLM 0.16's and 0.27 onwards' the tl.dot kernels
+are all the module runs: its Gluon kernels need Triton 3.6). It does not check the compiled
+GPU code: tests/gpu/test_sparse_mla.py runs that on a GPU. The interpreter runs no Gluon (those
 kernels are not run here) and no PTX: the two inline-PTX snippets that widen e4m3 to fp16 run as
 stand-ins that compute what the PTX does (tests/support/sparse_mla_interpreted.py, where the
 cases run, in a process of their own, on a simulated device).
@@ -16,6 +18,7 @@ cases run, in a process of their own, on a simulated device).
 from __future__ import annotations
 
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import numpy as np
@@ -32,6 +35,7 @@ from tests.support.sparse_mla_interpreted import (  # noqa: E402 (needs torch an
     e4m3_bits_to_f16,
     e4m3_to_f16,
 )
+from tests.support.tritons import TRITONS, triton_path  # noqa: E402 (needs triton)
 
 Q_DTYPES = {"16bit": ("fp16", "bf16"), "fp8": ("bf16", "fp16"), "fp8_ds_mla": ("bf16",)}
 HEADS = {16: (8, 16), 32: (24,), 64: (48, 128)}  # fill the block, pad it, take two
@@ -84,26 +88,37 @@ TILE_CASES = [
 
 
 @pytest.fixture(scope="module")
-def failures() -> dict[str, str | None]:
-    """Every case, run once in an interpreter process: each id's failure or None."""
+def failures() -> dict[str, dict[str, str | None]]:
+    """Every case, run once under each supported vLLM's Triton (each an interpreter process,
+    two at a time): Triton version -> each id's failure or None."""
     cases = [*TILE_CASES, {"id": "plan"}]
-    return run_interpreted("tests.support.sparse_mla_interpreted", cases)
+
+    def run(version: str) -> dict[str, str | None]:
+        module = "tests.support.sparse_mla_interpreted"
+        return run_interpreted(module, cases, triton_path=triton_path(version))
+
+    with ThreadPoolExecutor(2) as pool:
+        return dict(zip(TRITONS, pool.map(run, TRITONS), strict=True))
 
 
+@pytest.mark.parametrize("version", TRITONS)
 @pytest.mark.parametrize("case", TILE_CASES, ids=[case["id"] for case in TILE_CASES])
-def test_tile_against_the_reference(failures: dict[str, str | None], case: dict[str, Any]) -> None:
+def test_tile_against_the_reference(
+    failures: dict[str, dict[str, str | None]], case: dict[str, Any], version: str
+) -> None:
     """Three tokens (the first with no valid index, the second with holes and rows past the
     cache) on the tile, over one split and over three (uneven: the last is shorter), against
     the float32 reference."""
-    assert case["id"] in failures, "the case did not run"
-    assert failures[case["id"]] is None, failures[case["id"]]
+    assert case["id"] in failures[version], "the case did not run"
+    assert failures[version][case["id"]] is None, failures[version][case["id"]]
 
 
-def test_the_plan_and_its_merge(failures: dict[str, str | None]) -> None:
+@pytest.mark.parametrize("version", TRITONS)
+def test_the_plan_and_its_merge(failures: dict[str, dict[str, str | None]], version: str) -> None:
     """No override: on the simulated 99 KB GPU, 64 heads over 16-bit rows take the 32-head
     tl.dot tile, 3 tokens split to fill its SMs, and the merge's partials go to the caller's
     workspace."""
-    assert failures["plan"] is None, failures["plan"]
+    assert failures[version]["plan"] is None, failures[version]["plan"]
 
 
 def test_the_ptx_stand_ins_widen_as_the_ptx_does() -> None:

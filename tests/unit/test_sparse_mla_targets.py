@@ -1,9 +1,9 @@
 """Every kernel configuration backend/sparse_mla.py's plan can choose, compiled for SM80, 86,
-89, 90, 100 and 120 with Triton's own compiler (no GPU, no launch) under the installed Triton
-and under Triton 3.5.1 (vLLM 0.16's torch 2.9.1 brings it), and checked against each target's
-limits: opt-in shared memory per block, 255 registers per thread, 64K registers per block. The
-shared memory the plan assumes per tile (``_TILES``) must cover what the compiler allocates.
-The two Tritons compile in two subprocesses side by side (sparse_mla_compile.py)."""
+89, 90, 100 and 120 with Triton's own compiler (no GPU, no launch) under the Triton of every
+supported vLLM release (tests/support/tritons.py), and checked against each target's limits:
+opt-in shared memory per block, 255 registers per thread, 64K registers per block. The shared
+memory the plan assumes per tile (``_TILES``) must cover what the compiler allocates. The
+Tritons compile in subprocesses, two at a time (sparse_mla_compile.py)."""
 
 from __future__ import annotations
 
@@ -18,15 +18,15 @@ from types import ModuleType
 import pytest
 
 from tests.support.module_file import load_module_file
-from tests.support.vllm_wheels import CACHE
 from tests.unit import sparse_mla_compile
 
 pytest.importorskip("torch", reason="the kernel module needs torch")
-triton = pytest.importorskip("triton", reason="the kernel module imports triton")
+pytest.importorskip("triton", reason="the kernel module imports triton")
+
+from tests.support.tritons import TRITONS, triton_path  # noqa: E402 (needs triton)
+
 HERE = Path(__file__).resolve().parent
 KERNEL = HERE.parents[1] / "backend" / "sparse_mla.py"
-OLD_TRITON = "3.5.1"
-
 # arch -> (compute capability, opt-in shared memory per block in bytes), from NVIDIA's CUDA C++
 # Programming Guide, "Technical Specifications per Compute Capability" (A100 163 KB; GA10x,
 # AD10x and GB20x 99 KB; H100/H200 and B200 227 KB).
@@ -60,21 +60,13 @@ def kmod() -> ModuleType:
     return load_module_file(KERNEL, "sparse_mla_targets")
 
 
-def _old_triton() -> Path:
-    """Triton 3.5.1 from PyPI, installed once outside the repo."""
-    dest = CACHE / f"triton-{OLD_TRITON}"
-    if not (dest / "triton" / "__init__.py").exists():
-        pip = [sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--target", str(dest)]
-        subprocess.run([*pip, f"triton=={OLD_TRITON}"], check=True)
-    return dest
-
-
-def _compile_all(pythonpath: Path | None) -> dict:
+def _compile_all(version: str) -> dict:
     request = {
         "targets": [{"arch": a, "capability": c, "smem": s} for a, (c, s) in TARGETS.items()],
         "extra_jobs": [FP8_ON_SM86],
     }
     env = dict(os.environ)
+    pythonpath = triton_path(version)
     if pythonpath is not None:
         env["PYTHONPATH"] = os.pathsep.join([str(pythonpath), env.get("PYTHONPATH", "")])
     done = subprocess.run(
@@ -85,15 +77,15 @@ def _compile_all(pythonpath: Path | None) -> dict:
         env=env,
         timeout=1500,
     )
-    assert done.returncode == 0, done.stderr[-4000:]
+    assert done.returncode == 0, f"Triton {version}: {done.stderr[-4000:]}"
     return json.loads(done.stdout)
 
 
 @pytest.fixture(scope="module")
 def compiled() -> dict[str, dict]:
-    """Triton version -> the compile report, both versions compiled at once."""
+    """Triton version -> the compile report, two versions compiled at a time."""
     with ThreadPoolExecutor(2) as pool:
-        reports = list(pool.map(_compile_all, [None, _old_triton()]))
+        reports = list(pool.map(_compile_all, TRITONS))
     return {report["triton"]: report for report in reports}
 
 
@@ -102,16 +94,18 @@ def _tile_shape(cfg: dict[str, int]) -> dict[str, int]:
     return {k: v for k, v in cfg.items() if k not in ("WAVES", "ROUNDS", "MIN_TILES")}
 
 
-def test_both_tritons_compiled(compiled: dict[str, dict]) -> None:
-    assert set(compiled) == {triton.__version__, OLD_TRITON}
+def test_every_triton_compiled(compiled: dict[str, dict]) -> None:
+    assert set(compiled) == set(TRITONS)
+    # The Gluon kernels are written against Triton 3.6's Gluon API: the others run tl.dot.
+    assert {v for v, report in compiled.items() if report["gluon"]} == {"3.6.0"}
 
 
 @pytest.mark.parametrize("arch", sorted(TARGETS))
-@pytest.mark.parametrize("which", ["installed", OLD_TRITON])
+@pytest.mark.parametrize("version", TRITONS)
 def test_every_planned_config_fits_the_target(
-    kmod: ModuleType, compiled: dict[str, dict], arch: int, which: str
+    kmod: ModuleType, compiled: dict[str, dict], arch: int, version: str
 ) -> None:
-    version = triton.__version__ if which == "installed" else OLD_TRITON
+    gluon = compiled[version]["gluon"]
     capability, smem = TARGETS[arch]
     family = kmod._mma_family(capability)
     jobs = [
@@ -119,10 +113,10 @@ def test_every_planned_config_fits_the_target(
     ]
     kinds = {j["kernel"] for j in jobs}
     assert {"_sparse_mla_split_kernel", "_sparse_mla_combine_kernel"} <= kinds
-    if arch == 90 and kmod._gluon_usable(capability) and version == triton.__version__:
+    if arch == 90 and gluon and kmod._gluon_usable(capability):
         gluon = {"_sparse_mla_wgmma_kernel", "_sparse_mla_wgmma_swapped_kernel"}
         assert gluon | {"_sparse_mla_wgmma_e4m3_kernel"} <= kinds
-    if kmod._gluon_mma_usable(capability) and version == triton.__version__:
+    if gluon and kmod._gluon_mma_usable(capability):
         if smem < 155904:  # 99 KB: 64-head blocks on mma.sync
             assert "_sparse_mla_mma_kernel" in kinds
         if capability >= (8, 9):
