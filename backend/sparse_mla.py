@@ -1902,9 +1902,10 @@ def _num_sms(device_index: int) -> int:
 _GLUON_API = gluon is not None and triton.__version__.split(".")[:2] == ["3", "6"]
 
 
-def _gluon_usable(capability: tuple[int, int]) -> bool:
-    """The Hopper Gluon kernels: warpgroup MMA (SM90 only: Blackwell has none)."""
-    return _GLUON_API and capability[0] == 9
+def _gluon_usable(capability: tuple[int, int], api: bool | None = None) -> bool:
+    """The Hopper Gluon kernels: warpgroup MMA (SM90 only: Blackwell has none). ``api``:
+    whether the Triton has their Gluon API (``None``: this one)."""
+    return (_GLUON_API if api is None else api) and capability[0] == 9
 
 
 @functools.lru_cache(maxsize=16)
@@ -1912,14 +1913,28 @@ def _has_wgmma(device_index: int) -> bool:
     return _gluon_usable(torch.cuda.get_device_capability(device_index))
 
 
-def _gluon_mma_usable(capability: tuple[int, int], proxy: bool = False) -> bool:
+def _gluon_mma_usable(
+    capability: tuple[int, int], proxy: bool = False, api: bool | None = None
+) -> bool:
     """The Gluon tiles with mma.sync: for SM80-89 and SM120/121, whose only MMA that is, under
     Triton 3.6's Gluon (their e4m3 tile needs SM89+, as fp8 rows do: ``_unsupported``).
     ``proxy``: Hopper may run them too (the benchmark's stand-in for SM120); its plan takes
     the 32-head one and, for fp8_ds_mla rows, the e4m3 one (``_default_config``), its own
-    tiles being faster elsewhere."""
+    tiles being faster elsewhere. ``api`` as for ``_gluon_usable``."""
     target = capability[0] in (8, 12) or (proxy and capability[0] == 9)
-    return _GLUON_API and target
+    return (_GLUON_API if api is None else api) and target
+
+
+def _gluon_takes(q_dtype: torch.dtype, kv_dtype: torch.dtype, kv_format: str) -> bool:
+    """Whether the Gluon tiles take this q over these rows: q of the rows' dtype, or fp8 rows
+    under a bf16 q (the two e4m3 parts of q carry about bf16's precision, not fp16's)."""
+    return q_dtype == kv_dtype or (kv_format != "16bit" and q_dtype == torch.bfloat16)
+
+
+def _device_index(device: torch.device | int) -> int:
+    """A device's index; the current device for ``cuda`` without one."""
+    index = device if isinstance(device, int) else device.index
+    return torch.cuda.current_device() if index is None else index
 
 
 @functools.lru_cache(maxsize=16)
@@ -2111,16 +2126,11 @@ def sparse_mla_supported_heads(kv_format: str, limits: DeviceLimits) -> list[int
     return [h for h in range(1, MAX_HEADS + 1) if _unsupported(h, kv_format, limits) is None]
 
 
-def _limits_of(device: torch.device | int) -> DeviceLimits:
-    index = device if isinstance(device, int) else device.index
-    return _device_limits(torch.cuda.current_device() if index is None else index)
-
-
 def sparse_mla_check(num_heads: int, kv_format: str, device: torch.device | int) -> None:
     """Raises ValueError, naming the device and the reason, where the kernel cannot serve
     ``num_heads`` query heads over ``kv_format`` rows on ``device``: a caller's start-up check,
     so that nothing fails at the first forward."""
-    limits = _limits_of(device)
+    limits = _device_limits(_device_index(device))
     reason = _unsupported(num_heads, kv_format, limits)
     if reason is not None:
         heads = sparse_mla_supported_heads(kv_format, limits) if kv_format in KV_FORMATS else []
@@ -2128,22 +2138,41 @@ def sparse_mla_check(num_heads: int, kv_format: str, device: torch.device | int)
         raise ValueError(f"{reason} (this GPU serves {served} with {kv_format} rows)")
 
 
-def sparse_mla_kernel_summary(num_heads: int, kv_format: str, device: torch.device | int) -> str:
+def sparse_mla_kernel_summary(
+    num_heads: int, kv_format: str, device: torch.device | int, q_dtype: torch.dtype
+) -> str:
     """The decode tile the plan gives ``num_heads`` heads over ``kv_format`` rows on ``device``
-    under this Triton, in words, for a caller's start-up log: which kernels serve a GPU depends
-    on the Triton its vLLM brings (the Gluon kernels need Triton 3.6: vLLM 0.17 to 0.26)."""
-    limits = _limits_of(device)
-    wgmma, gluon_mma = _gluon_usable(limits.capability), _gluon_mma_usable(limits.capability)
-    cfg = _default_config(num_heads, kv_format, wgmma, limits, gluon_mma)
-    kinds = {"WGMMA": "Gluon warpgroup-MMA", "MMA_V2": "Gluon mma.sync"}
-    kind = next((name for key, name in kinds.items() if cfg.get(key)), "tl.dot")
+    under this Triton, with q of ``q_dtype`` (16-bit rows: of the rows' dtype), in words for a
+    caller's start-up log, with why not a Gluon tile where one would serve otherwise: which
+    kernels run depends on the Triton the vLLM release brings (the Gluon ones need Triton 3.6,
+    vLLM 0.17 to 0.26) and, for fp8 rows, on q's dtype (GGUF runs float16 on SM120)."""
+    limits = _device_limits(_device_index(device))
+    kv_dtype = q_dtype if kv_format == "16bit" else torch.uint8
+
+    def tile(api: bool | None, q_ok: bool) -> dict[str, int]:
+        wgmma = q_ok and _gluon_usable(limits.capability, api)
+        gluon_mma = q_ok and _gluon_mma_usable(limits.capability, api=api)
+        return _default_config(num_heads, kv_format, wgmma, limits, gluon_mma)
+
+    def words(cfg: dict[str, int]) -> str:
+        kinds = {"WGMMA": "Gluon warpgroup-MMA", "MMA_V2": "Gluon mma.sync"}
+        kind = next((name for key, name in kinds.items() if cfg.get(key)), "tl.dot")
+        return f"{kind} tile {cfg['BLOCK_H']}x{cfg['BLOCK_N']}, {cfg['num_warps']} warps"
+
+    q_ok = _gluon_takes(q_dtype, kv_dtype, kv_format)
+    cfg, best = tile(None, q_ok), tile(True, True)
+    text = words(cfg)
+    if _gluon_tile(cfg) and kv_format != "16bit":
+        text += " (the tl.dot tile for batches too small to fill the GPU with 64-row tiles)"
+    text += f"; Triton {triton.__version__}"
+    if _gluon_tile(best) and not _gluon_tile(cfg):
+        why = [] if _GLUON_API else ["needs Triton 3.6"]
+        why += [] if q_ok else [f"takes {kv_format} rows under a bf16 q only"]
+        text += f" (the {words(best)} {' and '.join(why)})"
     major, minor = limits.capability
-    gluon = "" if _GLUON_API else " (the Gluon kernels need Triton 3.6)"
     return (
-        f"{num_heads} query heads over {kv_format} rows on SM{major}{minor} "
-        f"({limits.smem_per_block} B of shared memory per block): {kind} tile "
-        f"{cfg['BLOCK_H']}x{cfg['BLOCK_N']}, {cfg['num_warps']} warps; "
-        f"Triton {triton.__version__}{gluon}"
+        f"{num_heads} query heads, {str(q_dtype).removeprefix('torch.')} q over {kv_format} "
+        f"rows on SM{major}{minor} ({limits.smem_per_block} B of shared memory per block): {text}"
     )
 
 
@@ -2375,22 +2404,19 @@ def _plan(
     may run (``None``: whenever the device has them); ``limits``: the device's (``None``: read
     from it; the benchmark passes a smaller GPU's)."""
 
-    def device_index() -> int:
-        return device.index if device.index is not None else torch.cuda.current_device()
-
     if wgmma is None:
-        wgmma = _has_wgmma(device_index())
+        wgmma = _has_wgmma(_device_index(device))
     if gluon_mma is None:
-        gluon_mma = _has_gluon_mma(device_index())
+        gluon_mma = _has_gluon_mma(_device_index(device))
     if limits is None:
-        limits = _device_limits(device_index())
+        limits = _device_limits(_device_index(device))
     if config and _TILE_KEYS & config.keys():
         # The tile the override was written for, from its kernel's defaults up.
         wgmma = wgmma and "WGMMA" in config
         gluon_mma = gluon_mma and "MMA_V2" in config
     cfg = dict(_default_config(num_heads, kv_format, wgmma, limits, gluon_mma))
     tiles_64 = num_tokens * triton.cdiv(topk, 64)
-    if kv_format != "16bit" and _gluon_tile(cfg) and tiles_64 < _num_sms(device_index()):
+    if kv_format != "16bit" and _gluon_tile(cfg) and tiles_64 < _num_sms(_device_index(device)):
         # Too few 64-row tiles to fill the GPU (one token): the tl.dot tile's 32-row tiles are
         # faster there (H200, two programs per SM: B=1 8.1 against 8.6 µs, NOTES.md round 12).
         cfg = dict(_default_config(num_heads, kv_format, False, limits))
@@ -2412,7 +2438,7 @@ def _plan(
             topk,
             num_heads,
             cfg["BLOCK_N"],
-            _num_sms(device_index()),
+            _num_sms(_device_index(device)),
             cfg.get("WAVES", 2),
             cfg.get("MIN_TILES", 1),
             cfg.get("ROUNDS", 1),
@@ -2845,11 +2871,11 @@ def sparse_mla_decode(
     if num_tokens == 0 or num_heads == 0:
         return out, lse
 
-    dev = q.device.index if q.device.index is not None else torch.cuda.current_device()
+    dev = _device_index(q.device)
     # Not for a q or out that would need a cast. fp8 rows (e4m3, fp8_ds_mla): under a bf16 q
     # (whose precision the two e4m3 parts of q match).
     gluon_inputs = (
-        (q.dtype == kv_rows.dtype or (kv_format != "16bit" and q.dtype == torch.bfloat16))
+        _gluon_takes(q.dtype, kv_rows.dtype, kv_format)
         and q.dtype == out.dtype
         and _fits_cp_async(q, kv_rows)
     )

@@ -84,6 +84,7 @@ def status_row(
         "unit": unit_text,
         "health": str(health) if health else "down",
         "backend": backend_text,
+        "kernel": observed.get("backend_kernel"),  # what the patch set's backend said it runs
         "last_deploy": last.get("time") or "-",
         "gang": None,  # filled by gang_status: a gang's state needs every member's row
         "drift": drift,
@@ -193,20 +194,17 @@ def _flag_drift(
 
 
 def _backend(observed: Mapping[str, Any], expected: tuple[str, ...]) -> tuple[str, list[str]]:
-    """The backend vLLM selected (with the kernel the patch set's backend logged it runs),
-    drifted when none or not one the host should pick."""
+    """The backend vLLM selected, drifted when none or not one the host should pick."""
     backend = observed.get("backend")
     if observed.get("backend_failed"):
         reasons = observed["backend_failed"]
         return "none (vLLM found no valid backend)", [f"backend: none; reasons {reasons}"]
     if not backend:
         return "-", []
-    kernel = f"\nkernel: {observed['backend_kernel']}" if observed.get("backend_kernel") else ""
     if backend.upper() in expected:
-        return f"{backend} (expected){kernel}", []
+        return f"{backend} (expected)", []
     wanted = "/".join(expected)
-    drift = [f"backend: {backend}, expected {wanted or '?'}"]
-    return f"{backend} (expected {wanted}){kernel}", drift
+    return f"{backend} (expected {wanted})", [f"backend: {backend}, expected {wanted or '?'}"]
 
 
 def _deploy_drift(facts: HostFacts, observed: Mapping[str, Any], version: str | None) -> list[str]:
@@ -331,7 +329,7 @@ def print_status(
             row["model"],
             row["unit"],
             row["health"],
-            row["backend"],
+            row["backend"] + (f"\nkernel: {row['kernel']}" if row.get("kernel") else ""),
             row["last_deploy"],
             _gang_text(row.get("gang")),
             f"[yellow]{drift}[/yellow]" if row["drift"] else "[green]none[/green]",

@@ -47,14 +47,18 @@ KERNEL_PATH = ROOT / "backend" / "sparse_mla.py"
 BASELINE_PATH = ROOT / ".thirdparty/vllm/v1/attention/ops/triton_decode_attention.py"
 
 # q dtype per --dtypes name; "fp8" runs fp8_ds_mla cache rows (656 B) under a bf16 q, "e4m3"
-# fp8 e4m3 rows (576 B, one scale: vLLM's --kv-cache-dtype fp8) under a bf16 q.
+# fp8 e4m3 rows (576 B, one scale: vLLM's --kv-cache-dtype fp8) under a bf16 q, "e4m3h" the same
+# rows under an fp16 q (GGUF on SM120 serves float16: the Gluon e4m3 tiles take bf16 only).
 Q_DTYPES = {
     "bf16": torch.bfloat16,
     "fp16": torch.float16,
     "fp8": torch.bfloat16,
     "e4m3": torch.bfloat16,
+    "e4m3h": torch.float16,
 }
-KV_FORMAT = {"bf16": "16bit", "fp16": "16bit", "fp8": "fp8_ds_mla", "e4m3": "fp8"}
+KV_FORMAT = {"bf16": "16bit", "fp16": "16bit", "fp8": "fp8_ds_mla", "e4m3": "fp8", "e4m3h": "fp8"}
+# The 16-bit rows each --dtypes name is compared with: those of its q's dtype.
+SIXTEEN_BIT = {"e4m3": "bf16", "fp8": "bf16", "e4m3h": "fp16"}
 E4M3_SCALE = 2.0**-6  # rows of N(0, 0.5) values reach ~2.5: well inside e4m3's 448 after scaling
 # The plan's tiles for a 99 KB GPU (RTX PRO 6000 Blackwell, SM120): run here as overrides.
 SM120_LIMITS = (12, 0), 101376
@@ -331,12 +335,13 @@ def run_bench(
                 # tl.dot tiles), all as overrides.
                 tl_dot_cfg = kmod._default_config(heads, kv_format, limits=kmod.H200_LIMITS)
                 sm120 = kmod.DeviceLimits(*SM120_LIMITS)
+                takes = kmod._gluon_takes(dtype, case.kv.dtype, kv_format)
                 sm120_cfg, sm120_tl_dot_cfg = (
                     kmod._plan(
                         batch, heads, TOPK, torch.device("cuda"), None, None, kv_format, False,
                         sm120, gluon_mma,
                     )[0]
-                    for gluon_mma in (kmod._gluon_mma_usable(sm120.capability), False)
+                    for gluon_mma in (takes and kmod._gluon_mma_usable(sm120.capability), False)
                 )  # fmt: skip
                 tl_dot, _ = graph_time_us(case.ours(kmod, config=tl_dot_cfg), args.reps)
                 sm120_us, _ = graph_time_us(case.ours(kmod, config=sm120_cfg), args.reps)
@@ -479,8 +484,9 @@ def portable_md(rows: list[dict[str, Any]]) -> list[str]:
         " the Gluon tiles with mma.sync, one program per SM as on SM120, for 16-bit and e4m3"
         " rows and for fp8_ds_mla rows with up to 16 heads; more heads of fp8_ds_mla rows and"
         " other Tritons: a tl.dot tile); `SM120 tl.dot` = the tile it picks without the Gluon"
-        " kernels, which the Gluon kernels need Triton 3.6 for: what SM120 runs under vLLM 0.16"
-        " (Triton 3.5.1) and 0.27 onwards (3.7.1, 3.8.0); `gather` = a bare "
+        " kernels, which need Triton 3.6: what SM120 runs under vLLM 0.16 (Triton 3.5.1) and 0.27"
+        " onwards (3.7.1, 3.8.0), compiled here for the H200's MMA instructions, not SM120's"
+        " mma.sync; `gather` = a bare "
         "gather of the same rows (`_row_gather_kernel`: loads them as int32 words and sums "
         "them; the fastest of four shapes).",
         "",
@@ -500,25 +506,26 @@ def portable_md(rows: list[dict[str, Any]]) -> list[str]:
 
 
 def fp8_md(rows: list[dict[str, Any]]) -> list[str]:
-    """fp8 rows against bf16 rows of the same case: the speed ratio and the memory floor, and
-    the ceiling the bare gather of the fp8 rows sets on that ratio (a kernel cannot outrun the
-    gather of its own rows): bf16 kernel time over that gather's time."""
-    bf16 = {(r["B"], r["H"]): r for r in rows if r["dtype"] == "bf16"}
+    """fp8 rows against the 16-bit rows of q's dtype in the same case: the speed ratio and the
+    memory floor, and the ceiling the bare gather of the fp8 rows sets on that ratio (a kernel
+    cannot outrun the gather of its own rows): 16-bit kernel time over that gather's time."""
+    by_case = {(r["dtype"], r["B"], r["H"]): r for r in rows}
     lines = [
         "",
-        "## fp8 rows against bf16 rows (same run)",
+        "## fp8 rows against 16-bit rows (same run)",
         "",
-        "`gather vs bf16` = bf16 kernel µs / bare-gather µs of the fp8 rows: the speed-up over "
-        "bf16 rows an fp8 kernel would have at its own gather's speed (the issue's 1.3x needs "
-        "it >= 1.3); `speed vs own gather` = gather µs / fp8 kernel µs.",
+        "Each against the 16-bit rows of its q's dtype (bf16; `e4m3h`, e4m3 rows under an fp16 "
+        "q: fp16). `gather vs 16-bit` = 16-bit kernel µs / bare-gather µs of the fp8 rows: the "
+        "speed-up over 16-bit rows an fp8 kernel would have at its own gather's speed (the "
+        "issue's 1.3x needs it >= 1.3); `speed vs own gather` = gather µs / fp8 kernel µs.",
         "",
-        "| rows | B | H | µs | bf16 µs | speed vs bf16 | frac of floor | gather µs "
-        "| gather frac of its floor (rows only) | gather vs bf16 | speed vs own gather |",
+        "| rows | B | H | µs | 16-bit µs | speed vs 16-bit | frac of floor | gather µs "
+        "| gather frac of its floor (rows only) | gather vs 16-bit | speed vs own gather |",
         "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
-        ref = bf16.get((r["B"], r["H"]))
-        if r["dtype"] in ("e4m3", "fp8") and ref:
+        ref = by_case.get((SIXTEEN_BIT.get(r["dtype"]), r["B"], r["H"]))
+        if ref:
             gather = r["gather_us"]
             lines.append(
                 f"| {r['dtype']} | {r['B']} | {r['H']} | {r['ours_us']:.1f} | {ref['ours_us']:.1f} "
@@ -736,11 +743,11 @@ def run_sweep_v2(
 
 def cache_rows(kmod: types.ModuleType, name: str, count: int, device: str = "cuda") -> Any:
     """``count`` random cache rows for a --dtypes name: N(0, 0.5) values in q's dtype, as
-    fp8_ds_mla rows (``fp8``) or e4m3 rows scaled by ``E4M3_SCALE`` (``e4m3``)."""
+    fp8_ds_mla rows (``fp8``) or e4m3 rows scaled by ``E4M3_SCALE`` (``e4m3``, ``e4m3h``)."""
     rows = (torch.randn(count, 576, device=device) * 0.5).to(Q_DTYPES[name])
     if name == "fp8":
         return kmod.quantize_fp8_ds_mla(rows)
-    if name == "e4m3":
+    if KV_FORMAT[name] == "fp8":
         return (rows.float() / E4M3_SCALE).to(torch.float8_e4m3fn)
     return rows
 
@@ -751,7 +758,9 @@ def main() -> None:
     ap.add_argument("--batches", default="1,8,32,128")
     ap.add_argument("--heads", default="8,16,64,128")
     ap.add_argument(
-        "--dtypes", default="bf16,fp16,e4m3,fp8", help="fp8: fp8_ds_mla rows; e4m3: fp8 e4m3 rows"
+        "--dtypes",
+        default="bf16,fp16,e4m3,e4m3h,fp8",
+        help="fp8: fp8_ds_mla rows; e4m3: fp8 e4m3 rows (e4m3h: under an fp16 q)",
     )
     ap.add_argument("--reps", type=int, default=30)
     ap.add_argument("--plan", choices=sorted(PLANS), default="r3", help="sweep2's point list")

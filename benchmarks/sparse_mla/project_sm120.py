@@ -7,7 +7,8 @@ fp8 e4m3 rows with up to 16 heads under Triton 3.6 the Gluon e4m3 tile with mma.
 projected time = RTX PRO 6000 floor / that efficiency. The baseline (vLLM's dense-kernel reuse)
 is projected the same way, so the projected speedup is the measured one of the SM120 tile.
 Where the benchmark measured it (``sm120_tl_dot_us``), the tile SM120 runs without Triton 3.6's
-Gluon kernels (under vLLM 0.16 and 0.27 onwards) is projected beside it.
+Gluon kernels (under vLLM 0.16 and 0.27 onwards) is projected beside it; compiled for the H200,
+its tl.dot runs the H200's MMA instructions, not SM120's mma.sync.
 Stdlib only: reads the committed JSON, writes Markdown.
 
     python3 benchmarks/sparse_mla/project_sm120.py \\
@@ -24,7 +25,7 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[2]
 TOPK = 2048
-ROW_BYTES = {"bf16": 1152, "fp16": 1152, "e4m3": 576, "fp8": 656}  # one cache row
+ROW_BYTES = {"bf16": 1152, "fp16": 1152, "e4m3": 576, "e4m3h": 576, "fp8": 656}  # one cache row
 # RTX PRO 6000 Blackwell (Workstation Edition), public specifications:
 # - 1792 GB/s GDDR7 (512-bit, 28 Gbps), 24,064 CUDA cores, 4000 AI TOPS (FP4, sparse):
 #   https://www.nvidia.com/en-us/products/workstations/professional-desktop-gpus/rtx-pro-6000/
@@ -108,7 +109,7 @@ def render(result: dict[str, Any], rows: list[dict[str, Any]]) -> str:
     tl_dot = any(p["projected_tl_dot_us"] for p in rows)
     if tl_dot:
         lines[-2:] = [
-            lines[-2][:-1] + " H200 µs, no Gluon | projected µs, no Gluon |",
+            lines[-2] + " H200 µs, no Gluon | projected µs, no Gluon |",
             lines[-1] + "---|---|",
         ]
     for p in rows:

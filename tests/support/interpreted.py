@@ -9,6 +9,7 @@ import json
 import os
 import subprocess
 import sys
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -16,24 +17,22 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def run_interpreted(
-    module: str, payload: object, timeout: int = 900, triton_path: Path | None = None
+    module: str, payload: object, timeout: int = 900, env: Mapping[str, str] | None = None
 ) -> Any:
     """``python3 -m module`` from the repository root with ``TRITON_INTERPRET=1``, ``payload``
-    as JSON on its stdin; returns the JSON value its last line of output holds. ``triton_path``:
-    a folder holding another Triton than the installed one, put first on PYTHONPATH."""
-    env = {**os.environ, "TRITON_INTERPRET": "1", "PYTHONDONTWRITEBYTECODE": "1"}
-    if triton_path is not None:
-        env["PYTHONPATH"] = os.pathsep.join([str(triton_path), env.get("PYTHONPATH", "")])
+    as JSON on its stdin; returns the JSON value its last line of output holds. ``env``: the
+    environment to start from (default this process's; tests.support.tritons.triton_env puts
+    another Triton first)."""
+    env = {**(os.environ if env is None else env), "TRITON_INTERPRET": "1"}
     run = subprocess.run(
         [sys.executable, "-m", module],
         input=json.dumps(payload),
         capture_output=True,
         text=True,
         cwd=ROOT,
-        env=env,
+        env={**env, "PYTHONDONTWRITEBYTECODE": "1"},
         timeout=timeout,
         check=False,
     )
-    triton = triton_path or "the installed Triton"
-    assert run.returncode == 0, f"{module} under {triton}'s interpreter:\n{run.stderr[-4000:]}"
+    assert run.returncode == 0, f"{module} under the interpreter:\n{run.stderr[-4000:]}"
     return json.loads(run.stdout.splitlines()[-1])

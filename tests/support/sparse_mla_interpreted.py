@@ -5,10 +5,10 @@ is first imported, so ``TRITON_INTERPRET=1`` must be set before that.
 
     TRITON_INTERPRET=1 python3 -m tests.support.sparse_mla_interpreted < cases.json
 
-reads a JSON list of cases and prints one JSON object: each case's id and its failure (None if
-it passed). Another Triton than the installed one runs it when put first on PYTHONPATH. The
-device is simulated: ``NUM_SMS`` SMs, an SM89's 99 KB of shared memory per block, no Gluon
-kernels, no PDL.
+reads a JSON list of cases and prints one JSON object: the Triton that ran them and each case's
+id with its failure (None if it passed). Another Triton than the installed one runs it when put
+first on PYTHONPATH. The device is simulated: ``NUM_SMS`` SMs, an SM89's 99 KB of shared memory
+per block, no Gluon kernels, no PDL.
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ from typing import Any
 
 import numpy as np
 import torch
+import triton
 import triton.language as tl
 from triton.runtime import interpreter
 
@@ -190,7 +191,7 @@ def main() -> None:
             failures[case["id"]] = None
         except Exception as exc:  # noqa: BLE001 - each case's failure is reported, not raised
             failures[case["id"]] = f"{type(exc).__name__}: {exc}"[:2000]
-    print(json.dumps(failures))
+    print(json.dumps({"triton": triton.__version__, "failures": failures}))
 
 
 if __name__ == "__main__":

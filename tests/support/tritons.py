@@ -2,17 +2,18 @@
 torch it pins. tests/unit/test_supported_tritons.py checks the table against the wheels'
 METADATA on PyPI; the compile-for-every-target test and the interpreted tier run under each.
 
-    triton_path(version) -> None for the installed Triton, else a folder to put first on
-                            PYTHONPATH, holding that Triton from PyPI (~/.cache/glmops)
+    triton_path(version) -> None for the installed Triton, else the folder that holds that
+                            Triton from PyPI (~/.cache/glmops/triton-<version>)
+    triton_env(version)  -> os.environ with that folder first on PYTHONPATH, for a subprocess
 """
 
 from __future__ import annotations
 
+import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
-
-import triton
 
 from tests.support.vllm_wheels import CACHE
 
@@ -21,12 +22,12 @@ from tests.support.vllm_wheels import CACHE
 VLLM_TRITONS = {
     "0.16.0": ("2.9.1", "3.5.1"),
     "0.17.0": ("2.10.0", "3.6.0"),
-    "0.19.0": ("2.10.0", "3.6.0"),
+    "0.19.1": ("2.10.0", "3.6.0"),
     "0.20.0": ("2.11.0", "3.6.0"),
     "0.26.0": ("2.11.0", "3.6.0"),
     "0.27.0": ("2.13.0", "3.7.1"),
     "0.32.0": ("2.13.0", "3.7.1"),
-    "0.33.0": ("2.14.0", "3.8.0"),  # torch 2.14 pins triton~=3.8.0: 3.8.0 is the newest
+    "0.33.0": ("2.14.0", "3.8.0"),  # torch 2.14 pins triton~=3.8.0: the newest such is 3.8.0
     "0.34.0": ("2.14.0", "3.8.0"),
 }
 TRITONS = sorted({version for _, version in VLLM_TRITONS.values()})
@@ -34,11 +35,34 @@ TRITONS = sorted({version for _, version in VLLM_TRITONS.values()})
 
 def triton_path(version: str) -> Path | None:
     """None for the installed Triton, else the folder that holds Triton ``version`` from PyPI,
-    installed there once (outside the repo)."""
+    installed there once (beside it first, then renamed: an interrupted install is never
+    taken for a whole one)."""
+    import triton
+
     if version == triton.__version__:
         return None
     dest = CACHE / f"triton-{version}"
-    if not (dest / "triton" / "__init__.py").exists():
-        pip = [sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--target", str(dest)]
+    if not (dest / ".complete").exists():
+        tmp = dest.with_name(f"{dest.name}.{os.getpid()}.tmp")
+        shutil.rmtree(tmp, ignore_errors=True)
+        pip = [sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--target", str(tmp)]
         subprocess.run([*pip, f"triton=={version}"], check=True)
+        (tmp / ".complete").write_text(version)
+        shutil.rmtree(dest, ignore_errors=True)
+        try:
+            tmp.rename(dest)
+        except OSError:  # another process installed it meanwhile
+            shutil.rmtree(tmp, ignore_errors=True)
+            if not (dest / ".complete").exists():
+                raise
     return dest
+
+
+def triton_env(version: str) -> dict[str, str]:
+    """This process's environment with Triton ``version`` first on PYTHONPATH (unchanged for the
+    installed one), for a subprocess that imports it."""
+    env = dict(os.environ)
+    path = triton_path(version)
+    if path is not None:
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(path), env.get("PYTHONPATH")]))
+    return env

@@ -8,10 +8,11 @@ the device). The forward paths run on the H200 (tests/gpu/test_rendered_backend.
 from __future__ import annotations
 
 import logging
-import os
 import re
 import subprocess
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from types import ModuleType, SimpleNamespace
 from typing import Any
@@ -26,7 +27,7 @@ from tests.support.module_file import load_module_file
 torch = pytest.importorskip("torch", reason="the rendered backend imports torch")
 pytest.importorskip("triton", reason="the rendered backend embeds a Triton kernel")
 
-from tests.support.tritons import triton_path  # noqa: E402 (needs triton)
+from tests.support.tritons import triton_env  # noqa: E402 (needs triton)
 
 ROOT = Path(__file__).resolve().parents[2]
 SM120 = ((12, 0), 101376)
@@ -142,44 +143,71 @@ def test_v0_16_fp8_ds_mla_builder_skips_flashmla(tmp_path, monkeypatch) -> None:
     assert builder.use_fp8_kv_cache is False
 
 
+@contextmanager
+def _model_dtype(dtype: torch.dtype) -> Iterator[None]:
+    """vLLM builds the model's layers under its dtype as torch's default."""
+    before = torch.get_default_dtype()
+    torch.set_default_dtype(dtype)
+    try:
+        yield
+    finally:
+        torch.set_default_dtype(before)
+
+
 @pytest.mark.parametrize("profile", ["v0_16", "v0_33"])
 def test_the_kernel_serving_the_layers_is_logged_once_for_glmops_status(
     profile, tmp_path, monkeypatch, caplog
 ) -> None:
-    """Building the layers logs the tile that serves them and the Triton, once per head count
-    and row format; `glmops status` reads that line back from the journal (parse_kernel)."""
+    """Building the layers logs the tile that serves them and the Triton, once per head count,
+    row format and q dtype; `glmops status` reads that line back from the journal
+    (parse_kernel). A float16 model (GGUF on SM120) over an fp8 cache runs the tl.dot tile:
+    the Gluon e4m3 tiles take a bf16 q only."""
     mod = _rendered(profile, tmp_path, monkeypatch, SM120)
     caplog.set_level(logging.INFO, logger=mod.__name__)
-    for _ in range(3):  # three layers
+    with _model_dtype(torch.bfloat16):
+        for _ in range(3):  # three layers
+            _build(mod, profile, 8, "fp8")
+    with _model_dtype(torch.float16):
         _build(mod, profile, 8, "fp8")
-    _build(mod, profile, 64, "auto")
     lines = [r.getMessage() for r in caplog.records if r.name == mod.__name__]
     assert len(lines) == 2, lines
-    # As vLLM's logger writes it to the journal, behind a worker's prefix.
-    journal = [f"(Worker_TP0 pid=7) INFO 12-05 01:02:03 [triton_mla_sparse.py:80] {lines[0]}"]
+    # As vLLM's logger writes them to the journal, behind a worker's prefix.
+    journal = [
+        f"(Worker_TP0 pid=7) INFO 12-05 01:02:03 [triton_mla_sparse.py:80] {line}" for line in lines
+    ]
     assert all(re.search(STATUS_GREP, line) for line in journal)
     assert mod._GLUON_API, "the test extra's Triton 3.6 runs the Gluon tiles"
+    on_sm120 = "rows on SM120 (101376 B of shared memory per block)"
+    version = mod.triton.__version__
+    assert parse_kernel(journal[:1]) == (
+        f"8 query heads, bfloat16 q over fp8 {on_sm120}: Gluon mma.sync tile 8x64, 4 warps "
+        f"(the tl.dot tile for batches too small to fill the GPU with 64-row tiles); "
+        f"Triton {version}"
+    )
     assert parse_kernel(journal) == (
-        "8 query heads over fp8 rows on SM120 (101376 B of shared memory per block): "
-        f"Gluon mma.sync tile 8x64, 4 warps; Triton {mod.triton.__version__}"
+        f"8 query heads, float16 q over fp8 {on_sm120}: tl.dot tile 16x32, 4 warps; Triton "
+        f"{version} (the Gluon mma.sync tile 8x64, 4 warps takes fp8 rows under a bf16 q only)"
     )
 
 
 def test_newer_tritons_name_the_tl_dot_tile() -> None:
     """Under vLLM 0.33's Triton (3.8) the Gluon kernels are off, and the line says why."""
     code = (
-        "import sys; from tests.support.module_file import load_module_file; "
+        "import sys, torch; from tests.support.module_file import load_module_file; "
         "m = load_module_file(sys.argv[1], 'k'); "
         "m._device_limits = lambda index: m.DeviceLimits((12, 0), 101376); "
-        "print(m.sparse_mla_kernel_summary(8, 'fp8', 0))"
+        "print(m.sparse_mla_kernel_summary(8, 'fp8', 0, torch.bfloat16))"
     )
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(triton_path("3.8.0")), str(ROOT)])}
-    kernel = ROOT / "backend" / "sparse_mla.py"
     run = subprocess.run(
-        [sys.executable, "-c", code, str(kernel)], capture_output=True, text=True, env=env
+        [sys.executable, "-c", code, str(ROOT / "backend" / "sparse_mla.py")],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        env=triton_env("3.8.0"),
     )
     assert run.returncode == 0, run.stderr[-3000:]
     assert run.stdout.strip() == (
-        "8 query heads over fp8 rows on SM120 (101376 B of shared memory per block): "
-        "tl.dot tile 16x32, 4 warps; Triton 3.8.0 (the Gluon kernels need Triton 3.6)"
+        "8 query heads, bfloat16 q over fp8 rows on SM120 (101376 B of shared memory per "
+        "block): tl.dot tile 16x32, 4 warps; Triton 3.8.0 (the Gluon mma.sync tile 8x64, 4 "
+        "warps needs Triton 3.6)"
     )

@@ -35,8 +35,10 @@ from tests.support.sparse_mla_interpreted import (  # noqa: E402 (needs torch an
     e4m3_bits_to_f16,
     e4m3_to_f16,
 )
-from tests.support.tritons import TRITONS, triton_path  # noqa: E402 (needs triton)
+from tests.support.tritons import TRITONS, triton_env  # noqa: E402 (needs triton)
 
+# Triton version -> each case id's failure (None if it passed), or why that Triton's run failed.
+Failures = dict[str, dict[str, str | None] | str]
 Q_DTYPES = {"16bit": ("fp16", "bf16"), "fp8": ("bf16", "fp16"), "fp8_ds_mla": ("bf16",)}
 HEADS = {16: (8, 16), 32: (24,), 64: (48, 128)}  # fill the block, pad it, take two
 # Keys of a table tile that shape it or its split count rather than switch a kernel option.
@@ -88,37 +90,51 @@ TILE_CASES = [
 
 
 @pytest.fixture(scope="module")
-def failures() -> dict[str, dict[str, str | None]]:
+def failures() -> Failures:
     """Every case, run once under each supported vLLM's Triton (each an interpreter process,
-    two at a time): Triton version -> each id's failure or None."""
+    two at a time): Triton version -> each id's failure or None, or why that run failed."""
     cases = [*TILE_CASES, {"id": "plan"}]
 
-    def run(version: str) -> dict[str, str | None]:
-        module = "tests.support.sparse_mla_interpreted"
-        return run_interpreted(module, cases, triton_path=triton_path(version))
+    def run(version: str) -> dict[str, str | None] | str:
+        try:
+            env = triton_env(version)
+            report = run_interpreted("tests.support.sparse_mla_interpreted", cases, env=env)
+        except Exception as exc:  # noqa: BLE001 - one Triton's failure fails its cases only
+            return f"Triton {version}: {type(exc).__name__}: {exc}"[:4000]
+        if report["triton"] != version:
+            return f"asked for Triton {version}, ran under {report['triton']}"
+        return report["failures"]
 
     with ThreadPoolExecutor(2) as pool:
         return dict(zip(TRITONS, pool.map(run, TRITONS), strict=True))
 
 
+def _failure(failures: Failures, version: str, id_: str) -> str | None:
+    """The case's failure under ``version`` (its run's, if the run itself failed)."""
+    run = failures[version]
+    if isinstance(run, str):
+        return run
+    assert id_ in run, "the case did not run"
+    return run[id_]
+
+
 @pytest.mark.parametrize("version", TRITONS)
 @pytest.mark.parametrize("case", TILE_CASES, ids=[case["id"] for case in TILE_CASES])
-def test_tile_against_the_reference(
-    failures: dict[str, dict[str, str | None]], case: dict[str, Any], version: str
-) -> None:
+def test_tile_against_the_reference(failures: Failures, case: dict[str, Any], version: str) -> None:
     """Three tokens (the first with no valid index, the second with holes and rows past the
     cache) on the tile, over one split and over three (uneven: the last is shorter), against
     the float32 reference."""
-    assert case["id"] in failures[version], "the case did not run"
-    assert failures[version][case["id"]] is None, failures[version][case["id"]]
+    failure = _failure(failures, version, case["id"])
+    assert failure is None, failure
 
 
 @pytest.mark.parametrize("version", TRITONS)
-def test_the_plan_and_its_merge(failures: dict[str, dict[str, str | None]], version: str) -> None:
+def test_the_plan_and_its_merge(failures: Failures, version: str) -> None:
     """No override: on the simulated 99 KB GPU, 64 heads over 16-bit rows take the 32-head
     tl.dot tile, 3 tokens split to fill its SMs, and the merge's partials go to the caller's
     workspace."""
-    assert failures[version]["plan"] is None, failures[version]["plan"]
+    failure = _failure(failures, version, "plan")
+    assert failure is None, failure
 
 
 def test_the_ptx_stand_ins_widen_as_the_ptx_does() -> None:

@@ -8,7 +8,6 @@ Tritons compile in subprocesses, two at a time (sparse_mla_compile.py)."""
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from concurrent.futures import ThreadPoolExecutor
@@ -23,7 +22,7 @@ from tests.unit import sparse_mla_compile
 pytest.importorskip("torch", reason="the kernel module needs torch")
 pytest.importorskip("triton", reason="the kernel module imports triton")
 
-from tests.support.tritons import TRITONS, triton_path  # noqa: E402 (needs triton)
+from tests.support.tritons import TRITONS, triton_env
 
 HERE = Path(__file__).resolve().parent
 KERNEL = HERE.parents[1] / "backend" / "sparse_mla.py"
@@ -65,16 +64,12 @@ def _compile_all(version: str) -> dict:
         "targets": [{"arch": a, "capability": c, "smem": s} for a, (c, s) in TARGETS.items()],
         "extra_jobs": [FP8_ON_SM86],
     }
-    env = dict(os.environ)
-    pythonpath = triton_path(version)
-    if pythonpath is not None:
-        env["PYTHONPATH"] = os.pathsep.join([str(pythonpath), env.get("PYTHONPATH", "")])
     done = subprocess.run(
         [sys.executable, str(HERE / "sparse_mla_compile.py")],
         input=json.dumps(request),
         capture_output=True,
         text=True,
-        env=env,
+        env=triton_env(version),
         timeout=1500,
     )
     assert done.returncode == 0, f"Triton {version}: {done.stderr[-4000:]}"
@@ -105,7 +100,7 @@ def test_every_triton_compiled(compiled: dict[str, dict]) -> None:
 def test_every_planned_config_fits_the_target(
     kmod: ModuleType, compiled: dict[str, dict], arch: int, version: str
 ) -> None:
-    gluon = compiled[version]["gluon"]
+    gluon_api = compiled[version]["gluon"]  # whether the module runs its Gluon kernels there
     capability, smem = TARGETS[arch]
     family = kmod._mma_family(capability)
     jobs = [
@@ -113,10 +108,10 @@ def test_every_planned_config_fits_the_target(
     ]
     kinds = {j["kernel"] for j in jobs}
     assert {"_sparse_mla_split_kernel", "_sparse_mla_combine_kernel"} <= kinds
-    if arch == 90 and gluon and kmod._gluon_usable(capability):
-        gluon = {"_sparse_mla_wgmma_kernel", "_sparse_mla_wgmma_swapped_kernel"}
-        assert gluon | {"_sparse_mla_wgmma_e4m3_kernel"} <= kinds
-    if gluon and kmod._gluon_mma_usable(capability):
+    if kmod._gluon_usable(capability, api=gluon_api):
+        wgmma = {"_sparse_mla_wgmma_kernel", "_sparse_mla_wgmma_swapped_kernel"}
+        assert wgmma | {"_sparse_mla_wgmma_e4m3_kernel"} <= kinds
+    if kmod._gluon_mma_usable(capability, api=gluon_api):
         if smem < 155904:  # 99 KB: 64-head blocks on mma.sync
             assert "_sparse_mla_mma_kernel" in kinds
         if capability >= (8, 9):

@@ -13,14 +13,12 @@ from pathlib import Path
 import pytest
 from packaging.requirements import Requirement
 
-pytest.importorskip("triton", reason="the table's module reads the installed Triton")
-
-from tests.support.tritons import TRITONS, VLLM_TRITONS  # noqa: E402 (needs triton)
+from tests.support.tritons import TRITONS, VLLM_TRITONS
 
 
-def _pin(project: str, version: str, dependency: str) -> Requirement:
-    """What the Linux x86_64 wheel of project==version requires of ``dependency``: its METADATA,
-    read from the package index by pip (no download of the wheel)."""
+def _metadata(requirement: str) -> dict:
+    """The METADATA of the Linux x86_64 wheel pip would install for ``requirement`` (the newest
+    that satisfies it), read from the package index: pip's dry-run report, no wheel downloaded."""
     with tempfile.TemporaryDirectory() as scratch:
         report = Path(scratch) / "report.json"
         pip = [sys.executable, "-m", "pip", "install", "--dry-run", "--quiet", "--no-deps"]
@@ -28,26 +26,36 @@ def _pin(project: str, version: str, dependency: str) -> Requirement:
         pip += ["--python-version", "3.12", "--only-binary=:all:"]
         for glibc in ("2_35", "2_31", "2_28", "2_17"):  # the tags these wheels carry
             pip += ["--platform", f"manylinux_{glibc}_x86_64"]
-        pip.append(f"{project}=={version}")
-        subprocess.run(pip, check=True, capture_output=True)
+        subprocess.run([*pip, requirement], check=True, capture_output=True)
         (wheel,) = json.loads(report.read_text())["install"]
-    pins = [Requirement(r) for r in wheel["metadata"].get("requires_dist", [])]
-    (pin,) = [r for r in pins if r.name == dependency]
+    return wheel["metadata"]
+
+
+def _pin(project: str, version: str, dependency: str) -> Requirement:
+    """What project==version requires of ``dependency``."""
+    requires = _metadata(f"{project}=={version}").get("requires_dist", [])
+    (pin,) = [r for r in map(Requirement, requires) if r.name == dependency]
     return pin
 
 
 def test_each_vllm_release_brings_its_triton() -> None:
-    torches = dict(VLLM_TRITONS.values())  # torch -> Triton
+    """Each release's torch pin, and the Triton a fresh install of that torch gets (the newest
+    its pin admits: torch 2.14 pins ``triton~=3.8.0``)."""
+    pairs = sorted(set(VLLM_TRITONS.values()))  # (torch, Triton)
+
+    def triton_for(torch_version: str) -> str:
+        return _metadata(f"triton{_pin('torch', torch_version, 'triton').specifier}")["version"]
+
     with ThreadPoolExecutor(4) as pool:
         torch_pins = pool.map(lambda v: _pin("vllm", v, "torch"), VLLM_TRITONS)
-        triton_pins = pool.map(lambda v: _pin("torch", v, "triton"), torches)
+        tritons = pool.map(triton_for, [torch_version for torch_version, _ in pairs])
         for (vllm, (torch_version, _)), pin in zip(VLLM_TRITONS.items(), torch_pins, strict=True):
             assert pin.specifier.contains(torch_version), f"vLLM {vllm}: {pin}"
-        for (torch_version, triton_version), pin in zip(torches.items(), triton_pins, strict=True):
-            assert pin.specifier.contains(triton_version), f"torch {torch_version}: {pin}"
+        for (torch_version, triton_version), resolved in zip(pairs, tritons, strict=True):
+            assert resolved == triton_version, f"torch {torch_version} gets Triton {resolved}"
 
 
 def test_the_installed_triton_is_a_supported_vllms() -> None:
-    import triton
+    triton = pytest.importorskip("triton", reason="no Triton installed")
 
     assert triton.__version__ in TRITONS, "the test extra's Triton is no supported vLLM's"
