@@ -789,3 +789,43 @@ def test_workspace_and_graph_replay(kmod: ModuleType, num_heads: int) -> None:
     rel = ((out.float() - ref_o).norm() / ref_o.norm()).item()
     assert rel < 1.2e-2
     assert (lse - ref_l).abs().max().item() < 2e-3
+
+
+@pytest.mark.parametrize(
+    "num_heads, kv_format, q_dtype",
+    [
+        (8, "16bit", "bf16"),
+        (64, "16bit", "fp16"),
+        (8, "fp8", "bf16"),
+        (8, "fp8", "fp16"),  # GGUF on SM120 serves float16: no Gluon e4m3 tile
+        (16, "fp8_ds_mla", "bf16"),
+    ],
+)
+def test_the_kernel_summary_names_the_tile_a_full_batch_runs(
+    kmod: ModuleType, monkeypatch: pytest.MonkeyPatch, num_heads: int, kv_format: str, q_dtype: str
+) -> None:
+    """What the rendered backend logs at start-up (`sparse_mla_kernel_summary`, which `glmops
+    status` shows) is the tile a decode call that fills the GPU runs: the plan the call makes,
+    recorded, against the summary's words."""
+    dtype = _DTYPES[q_dtype]
+    gen = torch.Generator(device="cuda").manual_seed(7)
+    q, kv, idx = make_inputs(gen, 128, num_heads, 2048, dtype, "mixed")
+    if kv_format == "fp8":
+        kv = (kv.float() / 0.25).to(torch.float8_e4m3fn)
+    elif kv_format == "fp8_ds_mla":
+        kv = kmod.quantize_fp8_ds_mla(kv)
+    planned = []
+    plan = kmod._plan
+    monkeypatch.setattr(kmod, "_plan", lambda *a, **k: planned.append(plan(*a, **k)) or planned[-1])
+    kmod.sparse_mla_decode(q, kv, idx, _SM_SCALE, kv_scale=0.25 if kv_format == "fp8" else 1.0)
+    (cfg, _), *_ = planned
+    summary = kmod.sparse_mla_kernel_summary(num_heads, kv_format, q.device, dtype)
+    kind = (
+        "Gluon warpgroup-MMA"
+        if cfg.get("WGMMA")
+        else "Gluon mma.sync"
+        if cfg.get("MMA_V2")
+        else "tl.dot"
+    )
+    words = f"{kind} tile {cfg['BLOCK_H']}x{cfg['BLOCK_N']}, {cfg['num_warps']} warps"
+    assert f"): {words}" in summary, (cfg, summary)
