@@ -57,8 +57,14 @@ Q_DTYPES = {
     "e4m3h": torch.float16,
 }
 KV_FORMAT = {"bf16": "16bit", "fp16": "16bit", "fp8": "fp8_ds_mla", "e4m3": "fp8", "e4m3h": "fp8"}
-# The 16-bit rows each --dtypes name is compared with: those of its q's dtype.
-SIXTEEN_BIT = {"e4m3": "bf16", "fp8": "bf16", "e4m3h": "fp16"}
+# The 16-bit rows each fp8 --dtypes name is compared with: those of its q's dtype.
+SIXTEEN_BIT = {
+    name: other
+    for name, kv_format in KV_FORMAT.items()
+    if kv_format != "16bit"
+    for other in ("bf16", "fp16")
+    if Q_DTYPES[other] == Q_DTYPES[name]
+}
 E4M3_SCALE = 2.0**-6  # rows of N(0, 0.5) values reach ~2.5: well inside e4m3's 448 after scaling
 # The plan's tiles for a 99 KB GPU (RTX PRO 6000 Blackwell, SM120): run here as overrides.
 SM120_LIMITS = (12, 0), 101376

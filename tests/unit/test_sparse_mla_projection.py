@@ -7,8 +7,6 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import pytest
-
 from tests.support.module_file import load_module_file
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -35,15 +33,12 @@ def test_projection_matches_the_committed_benchmark() -> None:
 
 
 def test_the_tl_dot_columns_keep_the_table_whole() -> None:
-    """With the benchmark's `SM120 tl.dot` column (measured from round 27 on), every row of
-    the projection's table has the header's cells."""
+    """The committed benchmark measures `SM120 tl.dot` (from round 27 on): the projection has
+    it for every row, and every row of its table has the header's cells."""
     script = load_module_file(ROOT / "benchmarks/sparse_mla/project_sm120.py", "project_sm120")
     result = json.loads((RESULTS / "sparse_mla_h200.json").read_text())
-    for row in result["rows"]:
-        row["sm120_tl_dot_us"] = 1.25 * row["sm120_tile_us"]
     rows = script.project(result)
+    assert all(row["projected_tl_dot_us"] >= row["rtx_floor_us"] for row in rows)
     table = [line for line in script.render(result, rows).splitlines() if line.startswith("|")]
     assert len(table) == len(rows) + 2
     assert {line.count("|") for line in table} == {12}, table[:3]
-    for row in rows:
-        assert row["projected_tl_dot_us"] == pytest.approx(1.25 * row["projected_us"])
