@@ -29,7 +29,7 @@ Design, because the problem is a gather (H <= 64 is memory-bound on H200):
     6-7) and ``_sparse_mla_wgmma_swapped_kernel`` for 8 or 16 heads (keys as the MMA's M, heads
     as its N; 1.1-1.4x faster than the 16-head tl.dot tile, NOTES.md round 8), both for 16-bit
     rows, and ``_sparse_mla_wgmma_e4m3_kernel``, the swapped tile for fp8 e4m3 rows under a
-    bf16 q (e4m3 MMAs for the scores on the gathered tile, V widened once; 1.1-1.4x faster than
+    16-bit q (e4m3 MMAs for the scores on the gathered tile, V widened once; 1.1-1.4x faster than
     the e4m3 tl.dot tile at B >= 8, NOTES.md round 12); on SM89 and SM120, whose MMA is
     mma.sync, ``_sparse_mla_mma_e4m3_kernel`` is that e4m3 tile with warp-level MMAs (1.25-1.6x
     over the e4m3 tl.dot tile, NOTES.md rounds 15-16; it also reads fp8_ds_mla rows, there and
@@ -866,7 +866,7 @@ if gluon is not None:
         BLOCK_N: gl.constexpr,
         NUM_STAGES: gl.constexpr,
         IS_SPLIT: gl.constexpr,
-        USE_PDL: gl.constexpr,
+        LATE_TRIGGER: gl.constexpr,
     ):
         """The 64-head tile on Hopper, 8 warps. Each warpgroup computes Q.K^T for its own half
         of a tile's keys and owns half of the V columns in P.V, so no MMA work is repeated; the
@@ -892,8 +892,6 @@ if gluon is not None:
         qp_smem: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_H, D_PE], dtype)
         p_smem: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_H, BLOCK_N], dtype)
 
-        if USE_PDL:
-            _wg_launch_dependents()  # as in the tl.dot kernel: the merge may launch early
         hb, split, t = _wg_program(num_hb, num_splits)
 
         q_nope = gl.allocate_shared_memory(dtype, [BLOCK_H, D_V], qn_smem)
@@ -940,6 +938,8 @@ if gluon is not None:
             acc = warpgroup_mma(p_tile, k_n, acc, is_async=True)
             acc = warpgroup_mma_wait(0, deps=(acc,))
         async_copy.wait_group(0)
+        if LATE_TRIGGER:
+            _wg_launch_dependents()
 
         denom, lse2 = _wg_row_sums(l_tile, m_i, 1)
         out = acc / gl.convert_layout(denom, gl.SliceLayout(1, acc_layout))[:, None]
@@ -992,7 +992,7 @@ if gluon is not None:
         BLOCK_H: gl.constexpr,
         NUM_STAGES: gl.constexpr,
         IS_SPLIT: gl.constexpr,
-        USE_PDL: gl.constexpr,
+        LATE_TRIGGER: gl.constexpr,
     ):
         """The small-head tile on Hopper (8 or 16 heads), one warpgroup, operands swapped: the
         keys are the warpgroup MMA's M (64 per tile) and the heads its N, so no MMA row is
@@ -1014,8 +1014,6 @@ if gluon is not None:
         qp_smem: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_H, D_PE], dtype)
         p_smem: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_N, BLOCK_H], dtype)
 
-        if USE_PDL:
-            _wg_launch_dependents()
         hb, split, t = _wg_program(num_hb, num_splits)
 
         q_nope = gl.allocate_shared_memory(dtype, [BLOCK_H, D_V], qn_smem)
@@ -1060,6 +1058,8 @@ if gluon is not None:
             acc = warpgroup_mma(k_n.permute((1, 0)), p_tile, acc, is_async=True)
             acc = warpgroup_mma_wait(0, deps=(acc,))
         async_copy.wait_group(0)
+        if LATE_TRIGGER:
+            _wg_launch_dependents()
 
         denom, lse2 = _wg_row_sums(l_tile, m_i, 0)
         out = acc / denom[None, :]
@@ -1348,13 +1348,13 @@ if gluon is not None:
         BLOCK_N: gl.constexpr,
         NUM_STAGES: gl.constexpr,
         IS_SPLIT: gl.constexpr,
-        USE_PDL: gl.constexpr,
+        LATE_TRIGGER: gl.constexpr,
         W: gl.constexpr,
         COL_WARPS: gl.constexpr,
     ):
         """64 heads with mma.sync in a 99 KB block (SM86/89, SM120; Hopper runs it as their
         proxy), so each row is gathered once where no 64-head tl.dot tile fits; 16-bit rows,
-        or fp8 e4m3 rows under a bf16 q. 64 heads of q (72 KB) and the gather stages cannot
+        or fp8 e4m3 rows under a 16-bit q. 64 heads of q (72 KB) and the gather stages cannot
         share 99 KB, so q lives in registers: S^T = K Q^T runs on 8 warps of 8 heads each,
         each holding its heads' 576 columns as MMA B operands (72 registers; for e4m3 rows q's
         two e4m3 parts, as in the e4m3 tiles) and reading the whole gathered tile; P^T goes
@@ -1415,8 +1415,6 @@ if gluon is not None:
         qp_smem: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_H, 64], dtype)
         p_smem: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_N, BLOCK_H], p_ty)
 
-        if USE_PDL:
-            _wg_launch_dependents()
         hb, split, t = _wg_program(num_hb, num_splits)
         kv_tiles = gl.allocate_shared_memory(dtype, [NUM_STAGES, BLOCK_N, D_V], kv_smem)
         pe_tiles = gl.allocate_shared_memory(dtype, [NUM_STAGES, BLOCK_N, 64], pe_smem)
@@ -1525,6 +1523,8 @@ if gluon is not None:
                     v_k = k_n.slice(16 * k, 16).permute((1, 0)).load(v_operand)
                 acc = mma_v2(v_k, p_tile.slice(16 * k, 16).load(p_operand), acc)
         async_copy.wait_group(0)
+        if LATE_TRIGGER:
+            _wg_launch_dependents()
 
         dest = (Out, LSE, PO, PLSE, t, split, head0, num_heads, num_splits)
         dest += (stride_ot, stride_oh, stride_lt, stride_lh)
@@ -1562,7 +1562,7 @@ if gluon is not None:
         BLOCK_H: gl.constexpr,
         NUM_STAGES: gl.constexpr,
         IS_SPLIT: gl.constexpr,
-        USE_PDL: gl.constexpr,
+        LATE_TRIGGER: gl.constexpr,
         SCORE_COLS: gl.constexpr,
     ):
         """The swapped tile for fp8 e4m3 rows: the gathered fp8 tile is the A operand of e4m3
@@ -1597,8 +1597,6 @@ if gluon is not None:
         qn_layout: gl.constexpr = gl.BlockedLayout([1, 8], [1, 32], [W, 1], [1, 0])
         qp_layout: gl.constexpr = gl.BlockedLayout([1, 8], [4, 8], [W, 1], [1, 0])
 
-        if USE_PDL:
-            _wg_launch_dependents()
         hb, split, t = _wg_program(num_hb, num_splits)
         q_parts, kv_tiles, pe_tiles, p_tile = _wg_e4m3_buffers(f8, BLOCK_H, BLOCK_N, NUM_STAGES)
         qh_n, ql_n, qh_p, ql_p = q_parts
@@ -1673,6 +1671,8 @@ if gluon is not None:
                     acc = warpgroup_mma_wait(0, deps=(acc,))
             acc = warpgroup_mma_wait(0, deps=(acc,))
         async_copy.wait_group(0)
+        if LATE_TRIGGER:
+            _wg_launch_dependents()
 
         dest = (Out, LSE, PO, PLSE, t, split, head0, num_heads, num_splits)
         dest += (stride_ot, stride_oh, stride_lt, stride_lh)
@@ -1730,7 +1730,7 @@ if gluon is not None:
         BLOCK_H: gl.constexpr,
         NUM_STAGES: gl.constexpr,
         IS_SPLIT: gl.constexpr,
-        USE_PDL: gl.constexpr,
+        LATE_TRIGGER: gl.constexpr,
         HEAD_GROUPS: gl.constexpr,
         DS: gl.constexpr,
         ROPE_REGS: gl.constexpr = False,
@@ -1783,8 +1783,6 @@ if gluon is not None:
             pe_ty: gl.constexpr = f8
             pe_layout: gl.constexpr = gl.BlockedLayout([1, 16], [8, 4], [W, 1], [1, 0])
 
-        if USE_PDL:
-            _wg_launch_dependents()
         hb, split, t = _wg_program(num_hb, num_splits)
         Q_ROPE_PARTS: gl.constexpr = (0 if ROPE_REGS else 1) if DS else 2
         q_parts, kv_tiles, pe_tiles, p_tile = _wg_e4m3_buffers(
@@ -1882,6 +1880,8 @@ if gluon is not None:
                     v_k = _wg_v_operand(k_n.slice(16 * k, 16), v_operand, W)
                     acc = mma_v2(v_k, p_tile.slice(16 * k, 16).load(p_operand), acc)
         async_copy.wait_group(0)
+        if LATE_TRIGGER:
+            _wg_launch_dependents()
 
         dest = (Out, LSE, PO, PLSE, t, split, head0, num_heads, num_splits)
         dest += (stride_ot, stride_oh, stride_lt, stride_lh)
@@ -1926,9 +1926,15 @@ def _gluon_mma_usable(
 
 
 def _gluon_takes(q_dtype: torch.dtype, kv_dtype: torch.dtype, kv_format: str) -> bool:
-    """Whether the Gluon tiles take this q over these rows: q of the rows' dtype, or fp8 rows
-    under a bf16 q (the two e4m3 parts of q carry about bf16's precision, not fp16's)."""
-    return q_dtype == kv_dtype or (kv_format != "16bit" and q_dtype == torch.bfloat16)
+    """Whether the Gluon tiles take this q over these rows: 16-bit rows of q's dtype, fp8 e4m3
+    rows under either 16-bit q, fp8_ds_mla rows under a bf16 q (their rope part is bf16). The
+    e4m3 tiles hold q to about bf16's precision (its two e4m3 parts), an fp16 q too: the rows'
+    own e4m3 rounding (2^-4 of each value) is the larger error (NOTES.md round 28)."""
+    if kv_format == "fp8":
+        return q_dtype in (torch.float16, torch.bfloat16)
+    if kv_format == "fp8_ds_mla":
+        return q_dtype == torch.bfloat16
+    return q_dtype == kv_dtype
 
 
 def _device_index(device: torch.device | int) -> int:
@@ -2167,7 +2173,7 @@ def sparse_mla_kernel_summary(
     text += f"; Triton {triton.__version__}"
     if _gluon_tile(best) and not _gluon_tile(cfg):
         why = [] if _GLUON_API else ["needs Triton 3.6"]
-        why += [] if q_ok else [f"takes {kv_format} rows under a bf16 q only"]
+        why += [] if q_ok else [f"takes {kv_format} rows under a bf16 q only"]  # fp8_ds_mla
         text += f" (the {words(best)} {' and '.join(why)})"
     major, minor = limits.capability
     return (
@@ -2220,10 +2226,10 @@ def _default_config(
     16-bit rows) picks the Gluon kernels: the swapped tile for up to 16 heads (two 64-row
     stages, ~158-168 KB, one per SM; NOTES.md round 8), the 32-head mma.sync tile for 17-32
     (NOTES.md round 17; e4m3 rows too) and the 64-head tile for 33+ (NOTES.md round 6).
-    With fp8 e4m3 rows (under a bf16 q) it picks the swapped e4m3 tile for up to 16 heads
+    With fp8 e4m3 rows it picks the swapped e4m3 tile for up to 16 heads
     and, with two warpgroups, for 33+ (NOTES.md rounds 12 and 14); other heads and formats
     keep the tl.dot tiles. ``gluon_mma`` (SM8x, SM120: Triton 3.6's Gluon) picks the e4m3
-    tile with mma.sync for fp8 e4m3 rows under a bf16 q with up to 16 heads (NOTES.md round
+    tile with mma.sync for fp8 e4m3 rows with up to 16 heads (NOTES.md round
     15), the mma.sync tiles with q in registers for 16-bit rows with up to 32 heads and e4m3
     rows with 17-32, and for 33+ heads (16-bit or e4m3 rows) where no 64-head tl.dot tile fits
     (NOTES.md round 17). fp8_ds_mla rows take the e4m3 mma.sync tile with up to 16 heads
@@ -2540,17 +2546,21 @@ def _split_scratch(
     return part_o, workspace[n_po : n_po + num_tokens * num_splits * num_heads]
 
 
-def _early_merge(
-    cfg: dict[str, int], config: dict[str, int] | None, programs: int, is_split: bool, dev: int
-) -> bool:
-    """Whether the merge launches as a programmatic dependent of the split kernel."""
-    use_pdl = is_split and bool(cfg.get("PDL", 1)) and _has_pdl(dev)
-    if use_pdl and _gluon_tile(cfg) and "PDL" not in (config or {}):
-        # Measured: an early merge pays where the split grid leaves most SMs idle and costs
-        # 1-2 µs at about one program per SM (likely piling onto the few idle SMs; a
-        # heuristic from six cases, NOTES.md round 7).
-        use_pdl = 2 * programs <= _num_sms(dev)
-    return use_pdl
+def _early_merge(cfg: dict[str, int], is_split: bool, dev: int) -> bool:
+    """Whether the merge launches as a programmatic dependent of the split kernel: wherever
+    the GPU has PDL and a config does not turn it off (with the Gluon tiles' trigger where
+    ``_late_trigger`` puts it, it pays at every batch measured: NOTES.md round 28)."""
+    return is_split and bool(cfg.get("PDL", 1)) and _has_pdl(dev)
+
+
+def _late_trigger(cfg: dict[str, int], programs: int, dev: int) -> bool:
+    """Where a Gluon split kernel lets the merge launch: after its main loop (True), or as its
+    programs exit. The merge's programs, launched early, take the SMs the split grid leaves
+    idle and slow its last programs (NOTES.md round 7). Measured on the H200 (round 27, plan
+    r27p): after the main loop is 8-9% faster than a plain launch for 8/16-head blocks at
+    about one program per SM; 64-head blocks there gain most from the exit (3-6%); a grid
+    that leaves half the SMs idle gains from either, least from the exit."""
+    return cfg["BLOCK_H"] <= 16 or 2 * programs <= _num_sms(dev)
 
 
 def _e4m3_score_cols(cfg: dict[str, int]) -> int:
@@ -2639,7 +2649,7 @@ def _launch_gluon(
     cfg: dict[str, int],
     programs: int,
     is_split: bool,
-    use_pdl: bool,
+    late_trigger: bool,
     inputs_ok: bool,
     capability: tuple[int, int],
     kv_format: str = "16bit",
@@ -2648,9 +2658,10 @@ def _launch_gluon(
     """One of the Gluon split kernels (``MMA_V2``: the tiles with mma.sync, the 64-head one,
     its 16-head twin for 16-bit rows, or the e4m3 one; else the three Hopper ones), picked by
     the head block and the row format, after checking that the tile is one they implement.
+    ``late_trigger``: the merge, a programmatic dependent, may launch after the main loop.
     ``inputs_ok``: the buffers and dtypes the Gluon kernels take."""
     block_h, block_n, stages = cfg["BLOCK_H"], cfg["BLOCK_N"], cfg["num_stages"]
-    common = {"NUM_STAGES": stages, "IS_SPLIT": is_split, "USE_PDL": use_pdl}
+    common = {"NUM_STAGES": stages, "IS_SPLIT": is_split, "LATE_TRIGGER": late_trigger}
     if cfg.get("MMA_V2") and block_h == 64:
         q_rows = 128 if kv_format == "fp8" else 64  # q (e4m3 rows: its two parts) in the stages
         tile_ok = cfg["num_warps"] == 8 and block_n in (16, 32, 64) and block_n * stages == q_rows
@@ -2660,9 +2671,9 @@ def _launch_gluon(
         ):
             raise ValueError(
                 "MMA_V2 with 64 heads needs 8 warps and BLOCK_N x stages = 64 rows (16-bit rows: "
-                "q, out and KV of one dtype) or 128 (fp8 e4m3 rows under a bf16 q and out), "
-                f"{_COLUMN_GROUPS_RULE}, 16-byte-aligned buffers and strides that are multiples "
-                "of 16 elements, Triton 3.6's Gluon and an SM8x, SM90 or SM12x GPU"
+                "q, out and KV of one dtype) or 128 (fp8 e4m3 rows, q and out of one 16-bit "
+                f"dtype), {_COLUMN_GROUPS_RULE}, 16-byte-aligned buffers and strides that are "
+                "multiples of 16 elements, Triton 3.6's Gluon and an SM8x, SM90 or SM12x GPU"
             )
         _sparse_mla_mma_kernel[(programs,)](
             *args, float(kv_scale), BLOCK_H=64, BLOCK_N=block_n, **common, W=8,
@@ -2683,9 +2694,9 @@ def _launch_gluon(
                 "MMA_V2 with up to 32 heads needs BLOCK_H 16 or 32 on one warp per 8 heads "
                 "(BLOCK_N 16 or 32) or two (BLOCK_N 32), stages that hold q (BLOCK_H rows, "
                 "twice that for fp8 e4m3 rows), 16-bit rows (q, out and KV of one dtype) or "
-                f"fp8 e4m3 rows under a bf16 q and out, {_COLUMN_GROUPS_RULE}, 16-byte-aligned "
-                "buffers and strides that are multiples of 16 elements, Triton 3.6's Gluon and "
-                "an SM8x, SM90 or SM12x GPU"
+                "fp8 e4m3 rows (q and out of one 16-bit dtype), "
+                f"{_COLUMN_GROUPS_RULE}, 16-byte-aligned buffers and strides that are multiples "
+                "of 16 elements, Triton 3.6's Gluon and an SM8x, SM90 or SM12x GPU"
             )
         _sparse_mla_mma_kernel[(programs,)](
             *args, float(kv_scale), BLOCK_H=block_h, BLOCK_N=block_n, **common, W=warps,
@@ -2700,7 +2711,8 @@ def _launch_gluon(
             _gluon_mma_usable(capability, proxy=True)
         ):
             raise ValueError(
-                "MMA_V2 needs fp8 e4m3 or fp8_ds_mla rows under a bf16 q and out, BLOCK_H 8 "
+                "MMA_V2 needs fp8 e4m3 rows (q and out of one 16-bit dtype) or fp8_ds_mla rows "
+                "(bf16 q and out), BLOCK_H 8 "
                 "(4 warps) or 16 (4 or 8 warps), BLOCK_N 64, 2 or 3 stages, 16-byte-aligned "
                 "buffers and strides that are multiples of 16 elements, Triton 3.6's Gluon and "
                 "an SM89, SM90 or SM12x GPU"
@@ -2736,8 +2748,8 @@ def _launch_gluon(
             "WGMMA needs BLOCK_H 64 (BLOCK_N 16/32/64, 8 warps, 2 to 128 / BLOCK_N "
             "stages) or BLOCK_H 8/16 (BLOCK_N 64, 4 warps, 2 stages, 3 at 8 heads), "
             "DV_SPLIT 1, q, out and 16-bit KV rows of one dtype (or fp8 e4m3 rows, BLOCK_H "
-            "8/16 with 4 warps or 64 with 8, BLOCK_N 64, 2 or 3 stages, under a bf16 q and "
-            "out), 16-byte-aligned buffers "
+            "8/16 with 4 warps or 64 with 8, BLOCK_N 64, 2 or 3 stages, q and out of one "
+            "16-bit dtype), 16-byte-aligned buffers "
             "and strides that are multiples of 16 elements, Triton 3.6's Gluon and a "
             "Hopper GPU"
         )
@@ -2872,8 +2884,7 @@ def sparse_mla_decode(
         return out, lse
 
     dev = _device_index(q.device)
-    # Not for a q or out that would need a cast. fp8 rows (e4m3, fp8_ds_mla): under a bf16 q
-    # (whose precision the two e4m3 parts of q match).
+    # Not for a q or out that would need a cast.
     gluon_inputs = (
         _gluon_takes(q.dtype, kv_rows.dtype, kv_format)
         and q.dtype == out.dtype
@@ -2892,7 +2903,7 @@ def sparse_mla_decode(
     else:
         part_o, part_lse = lse, lse  # unused placeholders
     programs = num_tokens * num_splits * num_hb
-    use_pdl = _early_merge(cfg, config, programs, is_split, dev)
+    use_pdl = _early_merge(cfg, is_split, dev)
 
     args = (
         q,
@@ -2920,8 +2931,9 @@ def sparse_mla_decode(
     )
     if _gluon_tile(cfg):
         capability = _device_limits(dev).capability
+        late = use_pdl and _late_trigger(cfg, programs, dev)
         _launch_gluon(
-            args, cfg, programs, is_split, use_pdl, gluon_inputs, capability, kv_format, kv_scale
+            args, cfg, programs, is_split, late, gluon_inputs, capability, kv_format, kv_scale
         )
     else:
         programs *= cfg.get("DV_SPLIT", 1)

@@ -1083,7 +1083,9 @@ def plan_r26v() -> list[tuple[int, int, dict[str, int], int]]:
 
 def plan_r27p() -> list[tuple[int, int, dict[str, int], int]]:
     """16-bit rows (run with --dtypes bf16 --split-alone --merge-alone, then with --kernel on
-    each of kernel_variants.py's pdl-late and pdl-exit modules, then the first run again):
+    each of the pdl-late and pdl-exit modules that commit a16e1af's
+    benchmarks/sparse_mla/kernel_variants.py writes, then the first run again; round 28
+    adopted them and ran it on the module and on a16e1af's):
     the merge's share where the split grids run about one program per SM, and what launching
     it as a programmatic dependent buys: the default path and the 99 KB mma.sync tiles at the
     H200's counts, each at the plan's PDL rule, without PDL and with it."""
@@ -1099,7 +1101,28 @@ def plan_r27p() -> list[tuple[int, int, dict[str, int], int]]:
     return _expand(cases)
 
 
+def plan_r28e() -> list[tuple[int, int, dict[str, int], int]]:
+    """fp8 e4m3 rows (run with --dtypes e4m3 --split-alone --merge-alone, on the module and
+    with --kernel on the one before round 28): r27p's question for the e4m3 tiles, which it
+    did not time, the merge's trigger having moved in all five Gluon split kernels: the H200's
+    plan and SM120's e4m3 mma.sync tiles, each at the plan's PDL rule, without PDL and with
+    it."""
+    pdl = [None, {"PDL": 0}, {"PDL": 1}]
+    cases = [(b, h, (None,), pdl) for b in (1, 8, 32) for h in (8, 16, 64, 128)]
+    for b in (8, 32):
+        for h in (8, 16, 64, 128):
+            if h <= 16:
+                tile = {"BLOCK_H": h, "BLOCK_N": 64, "num_warps": 4 if h == 8 else 8}
+                tile |= {"num_stages": 2, "WAVES": 1, "MMA_V2": 1}
+            else:
+                tile = {"BLOCK_H": 64, "BLOCK_N": 32, "num_warps": 8, "num_stages": 4}
+                tile |= {"WAVES": 1, "ROUNDS": 4, "MMA_V2": 1}
+            cases += [(b, h, (None,), [tile, {**tile, "PDL": 0}, {**tile, "PDL": 1}])]
+    return _expand(cases)
+
+
 PLANS = {
+    "r28e": plan_r28e,
     "r27p": plan_r27p,
     "r26t": plan_r26t,
     "r26u": plan_r26u,

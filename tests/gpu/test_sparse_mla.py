@@ -158,25 +158,41 @@ def test_the_plan_fills_idle_sms(
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("num_heads", [8, 64])
-def test_dependent_launch_changes_nothing(kmod: ModuleType, num_heads: int) -> None:
+@pytest.mark.parametrize(
+    ("num_heads", "num_tokens", "kv_format", "late"),
+    [(8, 3, "16bit", True), (64, 3, "16bit", True), (16, 8, "16bit", True)]
+    + [(64, 8, "16bit", False), (128, 8, "16bit", False), (16, 8, "fp8", True)]
+    + [(64, 8, "fp8", False)],
+)
+def test_dependent_launch_changes_nothing(
+    kmod: ModuleType, num_heads: int, num_tokens: int, kv_format: str, late: bool
+) -> None:
     """The merge launched as a programmatic dependent (PDL) gives the same bits as a plain
-    launch. Each run gets its own NaN-filled workspace, so a merge that read the partials
+    launch, with the Gluon split kernel's trigger after its main loop (``late``) and at its
+    exit. Each run gets its own NaN-filled workspace, so a merge that read the partials
     before the split kernel wrote them would show NaN instead of a stale correct copy."""
-    gen = torch.Generator(device="cuda").manual_seed(5 + num_heads)
-    q, kv, idx = make_inputs(gen, 3, num_heads, 2048, torch.bfloat16, "mixed")
-    numel = kmod.sparse_mla_workspace_numel(3, num_heads, 16)
+    gen = torch.Generator(device="cuda").manual_seed(5 + num_heads + num_tokens)
+    q, kv, idx = make_inputs(gen, num_tokens, num_heads, 2048, torch.bfloat16, "mixed")
+    kv_scale = 0.03125 if kv_format == "fp8" else 1.0
+    if kv_format == "fp8":
+        kv = _e4m3_rows_640_apart(kv, kv_scale)
+    splits = 16
+    numel = kmod.sparse_mla_workspace_numel(num_tokens, num_heads, splits)
+    cfg = kmod._plan(num_tokens, num_heads, 2048, q.device, splits, None, kv_format, True)[0]
+    assert kmod._gluon_tile(cfg), f"the H200's plan takes a Gluon tile, not {cfg}"
+    programs = num_tokens * splits * -(-num_heads // cfg["BLOCK_H"])
+    assert kmod._late_trigger(cfg, programs, q.device.index or 0) == late
     results = []
     for pdl in (1, 0):
         workspace = torch.full((numel,), float("nan"), device="cuda")
-        cfg = {**kmod._plan(3, num_heads, 2048, q.device)[0], "PDL": pdl}  # Gluon tile on H200
         out = kmod.sparse_mla_decode(
-            q, kv, idx, _SM_SCALE, num_splits=16, config=cfg, workspace=workspace
-        )
+            q, kv, idx, _SM_SCALE, num_splits=splits, config={**cfg, "PDL": pdl},
+            workspace=workspace, kv_scale=kv_scale,
+        )  # fmt: skip
         results.append(out)
     (o1, l1), (o0, l0) = results
     assert not o1.isnan().any() and torch.equal(o0, o1) and torch.equal(l0, l1)
-    check_call(kmod, q, kv, idx, num_splits=16)
+    check_call(kmod, q, kv, idx, num_splits=splits, kv_scale=kv_scale)
 
 
 @pytest.mark.gpu
@@ -455,8 +471,9 @@ def test_fp8_ds_mla_mma_tile_keeps_a_small_group(kmod: ModuleType, num_heads: in
 @pytest.mark.parametrize(("num_heads", "num_tokens", "topk"), _FP8_GRID)
 def test_fp8_e4m3_rows(kmod: ModuleType, num_heads: int, num_tokens: int, topk: int) -> None:
     """fp8 e4m3 rows [N, 576] with one scale for the cache (vLLM's --kv-cache-dtype fp8 for
-    MLA), under a bf16 or fp16 q, against the reference on the scaled values. Unselected rows
-    are NaN in fp8 too."""
+    MLA), under a bf16 or fp16 q, against the reference on the scaled values, within bf16's
+    bounds (the Gluon e4m3 tiles hold q to bf16's precision; the tl.dot tile's fp16 dots do
+    better, test_fp8_e4m3_tile_options). Unselected rows are NaN in fp8 too."""
     seed = zlib.crc32(f"e4m3-{num_heads}-{num_tokens}-{topk}".encode())
     gen = torch.Generator(device="cuda").manual_seed(seed)
     pattern = "mixed" if num_tokens > 1 else ("tail", "scattered", "plain")[topk % 3]
@@ -465,7 +482,7 @@ def test_fp8_e4m3_rows(kmod: ModuleType, num_heads: int, num_tokens: int, topk: 
     kv_scale = 0.03125
     rows = (kv.float() / kv_scale).to(torch.float8_e4m3fn)
     assert rows[kv[:, 0].isnan()].float().isnan().all()
-    check_call(kmod, q, rows, idx, kv_scale=kv_scale)
+    check_call(kmod, q, rows, idx, kv_scale=kv_scale, precision=torch.bfloat16)
 
 
 @pytest.mark.gpu
@@ -512,8 +529,9 @@ def test_fp8_e4m3_hopper_tile(kmod: ModuleType, num_heads: int, num_tokens: int,
     choice there for up to 16 heads and (two warpgroups) for 33+: over 1, 3 and 16 splits at 2
     and 3 stages, rows 640 bytes apart with NaN between them, padded head blocks (5, 12 and 40
     heads), two head blocks (128), and a q 2^18 times larger (its per-head power-of-two scale
-    keeps both e4m3 parts in range). An fp16 q keeps the tl.dot tile, and asking it for the
-    Gluon tile is refused; so does a call with too few 64-row tiles to fill the GPU."""
+    keeps both e4m3 parts in range). An fp16 q (GGUF on SM120 serves float16) runs the same
+    tiles within bf16's bounds; a call with too few 64-row tiles to fill the GPU keeps the
+    tl.dot tile; an out of another dtype than q is refused."""
     if not kmod._has_wgmma(torch.cuda.current_device()):
         pytest.skip("the e4m3 Gluon tile needs Hopper and Triton 3.6")
     gen = torch.Generator(device="cuda").manual_seed(zlib.crc32(f"e4m3-wg-{num_heads}".encode()))
@@ -532,12 +550,20 @@ def test_fp8_e4m3_hopper_tile(kmod: ModuleType, num_heads: int, num_tokens: int,
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     fills = num_tokens * -(-topk // 64) >= sms
     planned = cfg if fills else kmod._default_config(num_heads, "fp8", wgmma=False)
-    by_default = kmod.sparse_mla_decode(q, rows, idx, _SM_SCALE, kv_scale=kv_scale)
-    by_plan = kmod.sparse_mla_decode(q, rows, idx, _SM_SCALE, config=planned, kv_scale=kv_scale)
-    assert all(map(torch.equal, by_default, by_plan)), f"the default plan must take {planned}"
-    check_call(kmod, q.half(), rows, idx, kv_scale=kv_scale)
+    for q_any in (q, q.half()):
+        by_default = kmod.sparse_mla_decode(q_any, rows, idx, _SM_SCALE, kv_scale=kv_scale)
+        by_plan = kmod.sparse_mla_decode(
+            q_any, rows, idx, _SM_SCALE, config=planned, kv_scale=kv_scale
+        )
+        assert all(map(torch.equal, by_default, by_plan)), f"the plan must take {planned}"
+    for splits in (1, 16):
+        check_call(
+            kmod, q.half(), rows, idx, num_splits=splits, config=cfg, kv_scale=kv_scale,
+            precision=torch.bfloat16,
+        )  # fmt: skip
+    other = torch.empty(*q.shape[:2], 512, dtype=torch.float16, device=q.device)
     with pytest.raises(ValueError, match="WGMMA needs"):
-        kmod.sparse_mla_decode(q.half(), rows, idx, _SM_SCALE, config=cfg, kv_scale=kv_scale)
+        kmod.sparse_mla_decode(q, rows, idx, _SM_SCALE, out=other, config=cfg, kv_scale=kv_scale)
 
 
 @pytest.mark.gpu
@@ -595,8 +621,8 @@ def test_fp8_e4m3_mma_tile(kmod: ModuleType, num_heads: int, num_tokens: int, to
     """The e4m3 Gluon tile with mma.sync (SM89 and SM120's choice for up to 16 heads under
     Triton 3.6; run here on Hopper, which has mma.sync too): over 1, 3 and 16 splits at 2 and
     3 stages (16 heads on 4 and 8 warps), rows 640 bytes apart with NaN between them, padded
-    head blocks (1, 5 and 12 heads), a q 2^18 times larger; an fp16 q and an 8-head block on
-    8 warps are refused."""
+    head blocks (1, 5 and 12 heads), a q 2^18 times larger, an fp16 q (within bf16's bounds);
+    an 8-head block on 8 warps and an out of another dtype than q are refused."""
     capability = torch.cuda.get_device_capability()
     if not kmod._gluon_mma_usable(capability, proxy=True):
         pytest.skip("the e4m3 mma.sync tile needs Triton 3.6's Gluon and an SM89+ GPU")
@@ -617,8 +643,14 @@ def test_fp8_e4m3_mma_tile(kmod: ModuleType, num_heads: int, num_tokens: int, to
         kmod.sparse_mla_decode(
             q, rows, idx, _SM_SCALE, config={**cfg, "BLOCK_H": 8, "num_warps": 8}
         )
+    for splits in (1, 16):
+        check_call(
+            kmod, q.half(), rows, idx, num_splits=splits, config=cfg, kv_scale=kv_scale,
+            precision=torch.bfloat16,
+        )  # fmt: skip
+    other = torch.empty(*q.shape[:2], 512, dtype=torch.float16, device=q.device)
     with pytest.raises(ValueError, match="MMA_V2 needs"):
-        kmod.sparse_mla_decode(q.half(), rows, idx, _SM_SCALE, config=cfg, kv_scale=kv_scale)
+        kmod.sparse_mla_decode(q, rows, idx, _SM_SCALE, out=other, config=cfg, kv_scale=kv_scale)
 
 
 @pytest.mark.gpu
@@ -691,8 +723,9 @@ def test_fp8_e4m3_mma_tile_32_64_heads(
     widened in registers; a 99 KB GPU's choice for 17+ heads under Triton 3.6; run here on
     Hopper): 64 heads in 32-row tiles at 4 stages, 16-row at 8 and 64-row at 2, 32 heads in
     32-row tiles at 2, 3 and 4 stages; over 1, 3 and 16 splits, rows 640 bytes apart with NaN
-    between them, padded head blocks, two blocks (128), a q 2^18 times larger; an fp16 q and
-    stages that cannot hold q are refused."""
+    between them, padded head blocks, two blocks (128), a q 2^18 times larger, an fp16 q
+    (within bf16's bounds); stages that cannot hold q and an out of another dtype than q are
+    refused."""
     if not kmod._gluon_mma_usable(torch.cuda.get_device_capability(), proxy=True):
         pytest.skip("the mma.sync tiles need Triton 3.6's Gluon and an SM80+ GPU")
     gen = torch.Generator(device="cuda").manual_seed(zlib.crc32(f"mma8-{num_heads}".encode()))
@@ -715,8 +748,14 @@ def test_fp8_e4m3_mma_tile_32_64_heads(
     with pytest.raises(ValueError, match=refused):
         bad = {**cfg, "num_stages": 2 if wide else 1}
         kmod.sparse_mla_decode(q, rows, idx, _SM_SCALE, config=bad, kv_scale=kv_scale)
+    for splits in (1, 16):
+        check_call(
+            kmod, q.half(), rows, idx, num_splits=splits, config=cfg, kv_scale=kv_scale,
+            precision=torch.bfloat16,
+        )  # fmt: skip
+    other = torch.empty(*q.shape[:2], 512, dtype=torch.float16, device=q.device)
     with pytest.raises(ValueError, match=refused):
-        kmod.sparse_mla_decode(q.half(), rows, idx, _SM_SCALE, config=cfg, kv_scale=kv_scale)
+        kmod.sparse_mla_decode(q, rows, idx, _SM_SCALE, out=other, config=cfg, kv_scale=kv_scale)
     with pytest.raises(ValueError, match=refused):  # q's two e4m3 parts: one group
         bad = {**cfg, "COL_WARPS": 2}
         kmod.sparse_mla_decode(q, rows, idx, _SM_SCALE, config=bad, kv_scale=kv_scale)
@@ -797,7 +836,7 @@ def test_workspace_and_graph_replay(kmod: ModuleType, num_heads: int) -> None:
         (8, "16bit", "bf16"),
         (64, "16bit", "fp16"),
         (8, "fp8", "bf16"),
-        (8, "fp8", "fp16"),  # GGUF on SM120 serves float16: no Gluon e4m3 tile
+        (8, "fp8", "fp16"),  # GGUF on SM120 serves float16
         (16, "fp8_ds_mla", "bf16"),
     ],
 )

@@ -145,8 +145,11 @@ def _split_job(module, arch: int, kv_format: str, cfg: dict) -> dict:
             "V_ASM": kv_format == "fp8" and bool(cfg.get("V_ASM", 0)) and module._fp16_dots(cfg),
             "E4M3_BITS": kv_format == "fp8" and bool(cfg.get("E4M3_BITS", 0)),
         }
-    # Split with PDL (SM90+) writes partials; the largest epilogue of the two.
-    constexprs.update(IS_SPLIT=True, USE_PDL=arch >= 90)
+    # Split with PDL (SM90+) writes partials; the largest epilogue of the two. The Gluon
+    # kernels' only PDL code is the merge's trigger after their main loop.
+    tl_dot = kernel in ("_sparse_mla_split_kernel", "_sparse_mla_ds_split_kernel")
+    pdl = "USE_PDL" if tl_dot else "LATE_TRIGGER"
+    constexprs.update({"IS_SPLIT": True, pdl: arch >= 90})
     return {
         "kernel": kernel,
         "arch": arch,

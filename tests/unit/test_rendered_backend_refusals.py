@@ -160,8 +160,8 @@ def test_the_kernel_serving_the_layers_is_logged_once_for_glmops_status(
 ) -> None:
     """Building the layers logs the tile that serves them and the Triton, once per head count,
     row format and q dtype; `glmops status` reads that line back from the journal
-    (parse_kernel). A float16 model (GGUF on SM120) over an fp8 cache runs the tl.dot tile:
-    the Gluon e4m3 tiles take a bf16 q only."""
+    (parse_kernel). A float16 model (GGUF on SM120) over an fp8 cache gets its own line: the
+    same Gluon e4m3 tile, which takes either 16-bit q."""
     mod = _rendered(profile, tmp_path, monkeypatch, SM120)
     caplog.set_level(logging.INFO, logger=mod.__name__)
     with _model_dtype(torch.bfloat16):
@@ -177,17 +177,14 @@ def test_the_kernel_serving_the_layers_is_logged_once_for_glmops_status(
     ]
     assert all(re.search(STATUS_GREP, line) for line in journal)
     assert mod._GLUON_API, "the test extra's Triton 3.6 runs the Gluon tiles"
-    on_sm120 = "rows on SM120 (101376 B of shared memory per block)"
     version = mod.triton.__version__
-    assert parse_kernel(journal[:1]) == (
-        f"8 query heads, bfloat16 q over fp8 {on_sm120}: Gluon mma.sync tile 8x64, 4 warps "
+    tile = (
+        f"rows on SM120 (101376 B of shared memory per block): Gluon mma.sync tile 8x64, 4 warps "
         f"(the tl.dot tile for batches too small to fill the GPU with 64-row tiles); "
         f"Triton {version}"
     )
-    assert parse_kernel(journal) == (
-        f"8 query heads, float16 q over fp8 {on_sm120}: tl.dot tile 16x32, 4 warps; Triton "
-        f"{version} (the Gluon mma.sync tile 8x64, 4 warps takes fp8 rows under a bf16 q only)"
-    )
+    assert parse_kernel(journal[:1]) == f"8 query heads, bfloat16 q over fp8 {tile}"
+    assert parse_kernel(journal) == f"8 query heads, float16 q over fp8 {tile}"
 
 
 def test_newer_tritons_name_the_tl_dot_tile() -> None:
