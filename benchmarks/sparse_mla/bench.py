@@ -48,7 +48,8 @@ BASELINE_PATH = ROOT / ".thirdparty/vllm/v1/attention/ops/triton_decode_attentio
 
 # q dtype per --dtypes name; "fp8" runs fp8_ds_mla cache rows (656 B) under a bf16 q, "e4m3"
 # fp8 e4m3 rows (576 B, one scale: vLLM's --kv-cache-dtype fp8) under a bf16 q, "e4m3h" the same
-# rows under an fp16 q (GGUF on SM120 serves float16: the Gluon e4m3 tiles take bf16 only).
+# rows under an fp16 q (GGUF on SM120 serves float16, which the Gluon e4m3 tiles take since
+# backend NOTES round 28).
 Q_DTYPES = {
     "bf16": torch.bfloat16,
     "fp16": torch.float16,
