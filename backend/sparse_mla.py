@@ -19,7 +19,8 @@ Design, because the problem is a gather (H <= 64 is memory-bound on H200):
     16-bit row gathers);
     split partials (fp32 from the tl.dot kernel, 16-bit from the Gluon ones; bounded by
     T * splits * H * 513 floats) are merged by a second small kernel, launched as a
-    programmatic dependent on SM90+ where that hides its launch;
+    programmatic dependent on SM90+ (the Gluon kernels let it launch after their main loop
+    or as they exit: ``_late_trigger``);
   * seven split kernels: ``_sparse_mla_split_kernel`` (tl.dot, every GPU and every row format),
     ``_sparse_mla_ds_split_kernel`` (tl.dot, fp8_ds_mla rows kept in their four scaled fp8
     groups, NOTES.md rounds 18-19) and, on Hopper, three Gluon kernels whose cp.async gathers
@@ -2151,7 +2152,8 @@ def sparse_mla_kernel_summary(
     under this Triton, with q of ``q_dtype`` (16-bit rows: of the rows' dtype), in words for a
     caller's start-up log, with why not a Gluon tile where one would serve otherwise: which
     kernels run depends on the Triton the vLLM release brings (the Gluon ones need Triton 3.6,
-    vLLM 0.17 to 0.26) and, for fp8 rows, on q's dtype (GGUF runs float16 on SM120)."""
+    vLLM 0.17 to 0.26) and on q's dtype (fp8_ds_mla rows: bf16 only, as the backend casts
+    it)."""
     limits = _device_limits(_device_index(device))
     kv_dtype = q_dtype if kv_format == "16bit" else torch.uint8
 
@@ -2173,7 +2175,8 @@ def sparse_mla_kernel_summary(
     text += f"; Triton {triton.__version__}"
     if _gluon_tile(best) and not _gluon_tile(cfg):
         why = [] if _GLUON_API else ["needs Triton 3.6"]
-        why += [] if q_ok else [f"takes {kv_format} rows under a bf16 q only"]  # fp8_ds_mla
+        q_name = str(q_dtype).removeprefix("torch.")
+        why += [] if q_ok else [f"does not take a {q_name} q over {kv_format} rows"]
         text += f" (the {words(best)} {' and '.join(why)})"
     major, minor = limits.capability
     return (
@@ -2556,10 +2559,11 @@ def _early_merge(cfg: dict[str, int], is_split: bool, dev: int) -> bool:
 def _late_trigger(cfg: dict[str, int], programs: int, dev: int) -> bool:
     """Where a Gluon split kernel lets the merge launch: after its main loop (True), or as its
     programs exit. The merge's programs, launched early, take the SMs the split grid leaves
-    idle and slow its last programs (NOTES.md round 7). Measured on the H200 (round 27, plan
-    r27p): after the main loop is 8-9% faster than a plain launch for 8/16-head blocks at
-    about one program per SM; 64-head blocks there gain most from the exit (3-6%); a grid
-    that leaves half the SMs idle gains from either, least from the exit."""
+    idle and slow its last programs (NOTES.md round 7). Measured on the H200 (rounds 27-28,
+    plans r27p and r28e, 16-bit and e4m3 rows): after the main loop is 8-11% faster than a
+    plain launch for 8/16-head blocks at about one program per SM; 64-head blocks there gain
+    most from the exit (1-6%); a grid that leaves half the SMs idle gains from either, least
+    from the exit. 32-head blocks (17-32 heads) follow the 64-head rule, unmeasured."""
     return cfg["BLOCK_H"] <= 16 or 2 * programs <= _num_sms(dev)
 
 

@@ -87,7 +87,8 @@ def main() -> None:
         f"torch {torch.__version__}, Triton {triton.__version__}; {TOKENS} tokens, top-k {TOPK}"
         f" of {ROWS} rows, q uniform in [-1, 1], K N(0, 0.5) times the scale, rounded to e4m3"
         f" with one scale; sm_scale {SM_SCALE}. `lse`: largest lse error / largest |lse|;"
-        " `out`: relative L2 error.",
+        " `out`: relative L2 error; `rows' own`: that of the reference on the rounded rows"
+        " against the reference on the values before rounding.",
         "",
         "| tile | q | H | K scale | largest abs(lse) | lse | out | rows' own |",
         "|---|---|---|---|---|---|---|---|",

@@ -159,29 +159,38 @@ def test_the_plan_fills_idle_sms(
 
 @pytest.mark.gpu
 @pytest.mark.parametrize(
-    ("num_heads", "num_tokens", "kv_format", "late"),
-    [(8, 3, "16bit", True), (64, 3, "16bit", True), (16, 8, "16bit", True)]
-    + [(64, 8, "16bit", False), (128, 8, "16bit", False), (16, 8, "fp8", True)]
-    + [(64, 8, "fp8", False)],
+    ("num_heads", "num_tokens", "kv_format", "tile", "late"),
+    [(8, 3, "16bit", "H200", True), (64, 1, "16bit", "H200", True)]
+    + [(16, 8, "16bit", "H200", True), (64, 8, "16bit", "H200", False)]
+    + [(128, 8, "16bit", "H200", False), (16, 8, "fp8", "H200", True)]
+    + [(64, 8, "fp8", "H200", False), (32, 8, "16bit", "H200", False)]
+    + [(8, 8, "fp8", "SM120", True), (64, 8, "fp8", "SM120", False)]
+    + [(16, 8, "16bit", "SM120", True), (64, 1, "16bit", "SM120", True)],
 )
 def test_dependent_launch_changes_nothing(
-    kmod: ModuleType, num_heads: int, num_tokens: int, kv_format: str, late: bool
+    kmod: ModuleType, num_heads: int, num_tokens: int, kv_format: str, tile: str, late: bool
 ) -> None:
     """The merge launched as a programmatic dependent (PDL) gives the same bits as a plain
-    launch, with the Gluon split kernel's trigger after its main loop (``late``) and at its
-    exit. Each run gets its own NaN-filled workspace, so a merge that read the partials
+    launch, with each Gluon split kernel's trigger after its main loop (``late``) and at its
+    exit: the H200's tiles and SM120's (mma.sync; the 32-head one is the H200's for 17-32
+    heads). Each run gets its own NaN-filled workspace, so a merge that read the partials
     before the split kernel wrote them would show NaN instead of a stale correct copy."""
+    dev = torch.cuda.current_device()
+    if not kmod._has_wgmma(dev) or kmod._num_sms(dev) != 132:
+        pytest.skip("the cases are chosen for the H200's Gluon tiles and its 132 SMs")
     gen = torch.Generator(device="cuda").manual_seed(5 + num_heads + num_tokens)
     q, kv, idx = make_inputs(gen, num_tokens, num_heads, 2048, torch.bfloat16, "mixed")
     kv_scale = 0.03125 if kv_format == "fp8" else 1.0
     if kv_format == "fp8":
         kv = _e4m3_rows_640_apart(kv, kv_scale)
-    splits = 16
-    numel = kmod.sparse_mla_workspace_numel(num_tokens, num_heads, splits)
-    cfg = kmod._plan(num_tokens, num_heads, 2048, q.device, splits, None, kv_format, True)[0]
-    assert kmod._gluon_tile(cfg), f"the H200's plan takes a Gluon tile, not {cfg}"
+    sm120 = {"limits": kmod.DeviceLimits((12, 0), 101376), "wgmma": False, "gluon_mma": True}
+    planned = {"H200": {}, "SM120": sm120}[tile]
+    cfg, splits = kmod._plan(num_tokens, num_heads, 2048, q.device, None, None, kv_format,
+                             **planned)  # fmt: skip
+    assert kmod._gluon_tile(cfg) and splits > 1, f"a split Gluon tile, not {cfg} x {splits}"
     programs = num_tokens * splits * -(-num_heads // cfg["BLOCK_H"])
-    assert kmod._late_trigger(cfg, programs, q.device.index or 0) == late
+    assert kmod._late_trigger(cfg, programs, dev) == late
+    numel = kmod.sparse_mla_workspace_numel(num_tokens, num_heads, splits)
     results = []
     for pdl in (1, 0):
         workspace = torch.full((numel,), float("nan"), device="cuda")
@@ -192,7 +201,7 @@ def test_dependent_launch_changes_nothing(
         results.append(out)
     (o1, l1), (o0, l0) = results
     assert not o1.isnan().any() and torch.equal(o0, o1) and torch.equal(l0, l1)
-    check_call(kmod, q, kv, idx, num_splits=splits, kv_scale=kv_scale)
+    check_call(kmod, q, kv, idx, num_splits=splits, config=cfg, kv_scale=kv_scale)
 
 
 @pytest.mark.gpu
@@ -525,7 +534,7 @@ def test_fp8_e4m3_tile_options(kmod: ModuleType, num_heads: int) -> None:
     + [(128, 2, 1100)],
 )
 def test_fp8_e4m3_hopper_tile(kmod: ModuleType, num_heads: int, num_tokens: int, topk: int) -> None:
-    """The swapped Gluon tile for e4m3 rows (Hopper, Triton 3.6, bf16 q), the default plan's
+    """The swapped Gluon tile for e4m3 rows (Hopper, Triton 3.6), the default plan's
     choice there for up to 16 heads and (two warpgroups) for 33+: over 1, 3 and 16 splits at 2
     and 3 stages, rows 640 bytes apart with NaN between them, padded head blocks (5, 12 and 40
     heads), two head blocks (128), and a q 2^18 times larger (its per-head power-of-two scale
