@@ -1121,7 +1121,18 @@ def plan_r28e() -> list[tuple[int, int, dict[str, int], int]]:
     return _expand(cases)
 
 
+def plan_r28t() -> list[tuple[int, int, dict[str, int], int]]:
+    """16-bit rows (run with --dtypes bf16 --split-alone --merge-alone): where the 32-head
+    blocks (17-32 heads: the mma.sync tile, the H200's plan and SM120's) should let the merge
+    launch, which r27p and r28e did not time: the plan's rule (at exit once the grid has
+    about one program per SM), without PDL, and the trigger forced after the main loop and
+    at exit."""
+    variants = [None, {"PDL": 0}, {"PDL_LATE": 1}, {"PDL_LATE": 0}]
+    return _expand([(b, h, (None,), variants) for b in (1, 4, 8, 16, 32) for h in (24, 32)])
+
+
 PLANS = {
+    "r28t": plan_r28t,
     "r28e": plan_r28e,
     "r27p": plan_r27p,
     "r26t": plan_r26t,

@@ -13,6 +13,9 @@ from .render import kernel_source, render
 
 NAME = "backend"
 KERNELS = ("sparse_mla", "dense_reuse")
+#: What the rendered backend logs when it builds a layer, before the tile that serves it and
+#: the Triton (`sparse_mla_kernel_summary`); glmops status reads it back from the journal.
+KERNEL_LOG_PREFIX = "TRITON_MLA_SPARSE kernel: "
 DEFAULT_MAX_SCRATCH_BYTES = 256 * 2**20
 
 
@@ -27,6 +30,7 @@ def render_backend(profile: Profile, options: dict) -> str:
         profile=profile.name,
         kernel=kernel,
         kernel_source=kernel_source() if kernel == "sparse_mla" else "",
+        kernel_log_prefix=KERNEL_LOG_PREFIX,
         max_scratch_bytes=int(options.get("max_scratch_bytes", DEFAULT_MAX_SCRATCH_BYTES)),
     )
 

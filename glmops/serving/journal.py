@@ -12,6 +12,8 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
+from glmops.patchset.backend import KERNEL_LOG_PREFIX
+
 AUTO = re.compile(r"Using (\S+) attention backend out of potential backends:?\s*(.*)")
 FORCED = re.compile(r"Using AttentionBackendEnum\.(\S+?) backend\.?")
 NO_BACKEND = re.compile(r"No valid attention backend found for (\S+) with (.*)")
@@ -21,14 +23,11 @@ NOT_VALID = re.compile(
 )
 REASONS = re.compile(r"Reasons: (\{.*\})")
 NAME = re.compile(r"[A-Z][A-Z0-9_]+")
-#: What the patch set's TRITON_MLA_SPARSE logs when a layer is built, before the tile that serves
-#: it and the Triton (templates/vllm/triton_mla_sparse.py.j2).
-KERNEL_PREFIX = "TRITON_MLA_SPARSE kernel: "
-KERNEL = re.compile(re.escape(KERNEL_PREFIX) + "(.*)")
+KERNEL = re.compile(re.escape(KERNEL_LOG_PREFIX) + "(.*)")
 #: For the host's journal grep: every line parse_backend looks at contains one of these
 #: (AUTO, FORCED, NO_BACKEND, NOT_VALID); STATUS_GREP adds the line parse_kernel looks at.
 SELECTION_GREP = r"attention backend|AttentionBackendEnum\."
-STATUS_GREP = f"{SELECTION_GREP}|{re.escape(KERNEL_PREFIX)}"
+STATUS_GREP = f"{SELECTION_GREP}|{re.escape(KERNEL_LOG_PREFIX)}"
 
 #: (regex, phase) in the order vLLM passes them; the last one seen is the current phase.
 PHASES: list[tuple[re.Pattern[str], str]] = [

@@ -539,3 +539,24 @@ def test_tl_dot_tiles_aim_for_the_programs_an_sm_holds(kmod: ModuleType) -> None
     for limits, waves_16, waves_32 in devices.values():
         assert kmod._default_config(16, limits=limits)["WAVES"] == waves_16
         assert kmod._default_config(32, limits=limits)["WAVES"] == waves_32
+
+
+def test_where_the_gluon_kernels_let_the_merge_launch(
+    kmod: ModuleType, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """After the main loop for 8/16-head blocks and for grids that leave half the SMs idle, at
+    exit for wider blocks at about one program per SM (the H200's sweeps, NOTES.md round 28);
+    a config's PDL_LATE wins; PDL itself needs SM90+ and a split, and a config may turn it off."""
+    monkeypatch.setattr(kmod, "_num_sms", lambda index: 132)
+    monkeypatch.setattr(kmod, "_has_pdl", lambda index: True)
+    assert kmod._late_trigger({"BLOCK_H": 16}, 1000, 0)
+    assert kmod._late_trigger({"BLOCK_H": 64}, 66, 0)
+    assert not kmod._late_trigger({"BLOCK_H": 64}, 67, 0)
+    assert not kmod._late_trigger({"BLOCK_H": 32}, 128, 0)
+    assert kmod._late_trigger({"BLOCK_H": 64, "PDL_LATE": 1}, 128, 0)
+    assert not kmod._late_trigger({"BLOCK_H": 8, "PDL_LATE": 0}, 8, 0)
+    assert kmod._early_merge({"BLOCK_H": 64, "WGMMA": 1}, True, 0)
+    assert not kmod._early_merge({"BLOCK_H": 64, "WGMMA": 1, "PDL": 0}, True, 0)
+    assert not kmod._early_merge({"BLOCK_H": 64}, False, 0)
+    monkeypatch.setattr(kmod, "_has_pdl", lambda index: False)
+    assert not kmod._early_merge({"BLOCK_H": 16}, True, 0)
