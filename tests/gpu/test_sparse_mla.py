@@ -476,6 +476,28 @@ def test_fp8_ds_mla_mma_tile_keeps_a_small_group(kmod: ModuleType, num_heads: in
             assert rel < 1.2e-2, f"group {group} (x{factors[group].item():g}): {rel:.3e}"
 
 
+def _fp16_q_in_bf16_bounds(
+    kmod: ModuleType,
+    q: torch.Tensor,
+    rows: torch.Tensor,
+    idx: torch.Tensor,
+    cfg: dict[str, int],
+    kv_scale: float,
+    refused: str,
+) -> None:
+    """An e4m3 Gluon tile under an fp16 q (GGUF on SM120 serves float16), over 1 and 16
+    splits, within bf16's bounds (q's two e4m3 parts hold it to about bf16's precision); an
+    out of another dtype than q is refused with ``refused``."""
+    for splits in (1, 16):
+        check_call(
+            kmod, q.half(), rows, idx, num_splits=splits, config=cfg, kv_scale=kv_scale,
+            precision=torch.bfloat16,
+        )  # fmt: skip
+    other = torch.empty(*q.shape[:2], 512, dtype=torch.float16, device=q.device)
+    with pytest.raises(ValueError, match=refused):
+        kmod.sparse_mla_decode(q, rows, idx, _SM_SCALE, out=other, config=cfg, kv_scale=kv_scale)
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize(("num_heads", "num_tokens", "topk"), _FP8_GRID)
 def test_fp8_e4m3_rows(kmod: ModuleType, num_heads: int, num_tokens: int, topk: int) -> None:
@@ -565,14 +587,7 @@ def test_fp8_e4m3_hopper_tile(kmod: ModuleType, num_heads: int, num_tokens: int,
             q_any, rows, idx, _SM_SCALE, config=planned, kv_scale=kv_scale
         )
         assert all(map(torch.equal, by_default, by_plan)), f"the plan must take {planned}"
-    for splits in (1, 16):
-        check_call(
-            kmod, q.half(), rows, idx, num_splits=splits, config=cfg, kv_scale=kv_scale,
-            precision=torch.bfloat16,
-        )  # fmt: skip
-    other = torch.empty(*q.shape[:2], 512, dtype=torch.float16, device=q.device)
-    with pytest.raises(ValueError, match="WGMMA needs"):
-        kmod.sparse_mla_decode(q, rows, idx, _SM_SCALE, out=other, config=cfg, kv_scale=kv_scale)
+    _fp16_q_in_bf16_bounds(kmod, q, rows, idx, cfg, kv_scale, refused="WGMMA needs")
 
 
 @pytest.mark.gpu
@@ -652,14 +667,7 @@ def test_fp8_e4m3_mma_tile(kmod: ModuleType, num_heads: int, num_tokens: int, to
         kmod.sparse_mla_decode(
             q, rows, idx, _SM_SCALE, config={**cfg, "BLOCK_H": 8, "num_warps": 8}
         )
-    for splits in (1, 16):
-        check_call(
-            kmod, q.half(), rows, idx, num_splits=splits, config=cfg, kv_scale=kv_scale,
-            precision=torch.bfloat16,
-        )  # fmt: skip
-    other = torch.empty(*q.shape[:2], 512, dtype=torch.float16, device=q.device)
-    with pytest.raises(ValueError, match="MMA_V2 needs"):
-        kmod.sparse_mla_decode(q, rows, idx, _SM_SCALE, out=other, config=cfg, kv_scale=kv_scale)
+    _fp16_q_in_bf16_bounds(kmod, q, rows, idx, cfg, kv_scale, refused="MMA_V2 needs")
 
 
 @pytest.mark.gpu
@@ -757,14 +765,7 @@ def test_fp8_e4m3_mma_tile_32_64_heads(
     with pytest.raises(ValueError, match=refused):
         bad = {**cfg, "num_stages": 2 if wide else 1}
         kmod.sparse_mla_decode(q, rows, idx, _SM_SCALE, config=bad, kv_scale=kv_scale)
-    for splits in (1, 16):
-        check_call(
-            kmod, q.half(), rows, idx, num_splits=splits, config=cfg, kv_scale=kv_scale,
-            precision=torch.bfloat16,
-        )  # fmt: skip
-    other = torch.empty(*q.shape[:2], 512, dtype=torch.float16, device=q.device)
-    with pytest.raises(ValueError, match=refused):
-        kmod.sparse_mla_decode(q, rows, idx, _SM_SCALE, out=other, config=cfg, kv_scale=kv_scale)
+    _fp16_q_in_bf16_bounds(kmod, q, rows, idx, cfg, kv_scale, refused=refused)
     with pytest.raises(ValueError, match=refused):  # q's two e4m3 parts: one group
         bad = {**cfg, "COL_WARPS": 2}
         kmod.sparse_mla_decode(q, rows, idx, _SM_SCALE, config=bad, kv_scale=kv_scale)
