@@ -37,12 +37,14 @@ Design, because the problem is a gather (H <= 64 is memory-bound on H200):
     on Hopper: their group scales on the scores and on V, 1.2-1.6x, round 19), and
     ``_sparse_mla_mma_kernel`` serves 33+ heads over 16-bit rows in 99 KB with q in registers
     (each row gathered once instead of once per 32-head block: 1.4x, NOTES.md round 17).
-Only torch and triton are imported, so this file can be embedded verbatim elsewhere.
+Only the standard library, torch and triton are imported, so this file can be embedded
+verbatim elsewhere.
 """
 
 from __future__ import annotations
 
 import functools
+import os
 from typing import NamedTuple
 
 import torch
@@ -50,7 +52,7 @@ import triton
 import triton.language as tl
 from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
 
-try:  # Gluon: explicit layouts, warpgroup MMA and mma.sync (the Gluon tiles need Triton 3.6)
+try:  # Gluon: explicit layouts, warpgroup MMA and mma.sync (Triton 3.6 to 3.8: _GLUON_API)
     from triton.experimental import gluon
     from triton.experimental.gluon import language as gl
     from triton.experimental.gluon.language.nvidia.ampere import mma_v2
@@ -61,7 +63,13 @@ try:  # Gluon: explicit layouts, warpgroup MMA and mma.sync (the Gluon tiles nee
         warpgroup_mma_wait,
     )
     from triton.runtime.jit import constexpr_function
-except ImportError:  # older Triton: the tl.dot kernel serves every GPU
+
+    # Triton 3.7 renamed the block-wide barrier (the same op) and made a reinterpreted
+    # shared-memory view span its whole buffer: the kernels' two uses of the 3.6 API that
+    # changed. Under 3.6 they compile as they always have.
+    _cta_barrier = getattr(gl, "thread_barrier", None) or gl.barrier
+    _WHOLE_VIEWS = gl.constexpr(not hasattr(gl, "thread_barrier"))
+except (ImportError, AttributeError):  # no Gluon, or another: tl.dot serves every GPU
     gluon = None
 
 _D_V = 512  # latent (V) width; K uses the whole 576-wide row
@@ -704,7 +712,7 @@ if gluon is not None:
         ordinary loads."""
         KV, idx_base, kv_tiles, pe_tiles, start, end, num_rows, stride_kv = pipe
         idx_next_n, idx_next_p = idx_next
-        gl.thread_barrier()
+        _cta_barrier()
         nxt = (i + NUM_STAGES - 1) % NUM_STAGES
         _wg_issue_gather(
             kv_tiles.index(nxt),
@@ -724,7 +732,7 @@ if gluon is not None:
         async_copy.wait_group(NUM_STAGES - 1)  # tile i has landed for this thread...
         if ASYNC_PROXY:
             fence_async_shared()  # ...is visible to the MMAs (async proxy)...
-        gl.thread_barrier()  # ...and has landed for every thread
+        _cta_barrier()  # ...and has landed for every thread
         stage = i % NUM_STAGES
         return (idx_next_n, idx_next_p), kv_tiles.index(stage), pe_tiles.index(stage)
 
@@ -822,9 +830,9 @@ if gluon is not None:
         pieces), and the heads' base-2 LSEs ``lse2``."""
         offs_hl = head0 + gl.arange(0, BLOCK_H, layout=lse2.type.layout)
         mask_hl = offs_hl < num_heads
-        gl.thread_barrier()  # every warp is done with what rows_smem held
+        _cta_barrier()  # every warp is done with what rows_smem held
         rows_smem.store(out_rows)
-        gl.thread_barrier()
+        _cta_barrier()
         out_rows = rows_smem.load(nope_layout)
         offs_h = head0 + gl.arange(0, BLOCK_H, layout=gl.SliceLayout(1, nope_layout))
         offs_v = gl.arange(0, 512, layout=gl.SliceLayout(0, nope_layout))
@@ -935,7 +943,7 @@ if gluon is not None:
             # Each warpgroup's P.V needs both halves of P: exchange them in shared memory.
             p_tile.store(p.to(dtype))
             fence_async_shared()
-            gl.thread_barrier()
+            _cta_barrier()
             acc = warpgroup_mma(p_tile, k_n, acc, is_async=True)
             acc = warpgroup_mma_wait(0, deps=(acc,))
         async_copy.wait_group(0)
@@ -1055,7 +1063,7 @@ if gluon is not None:
             acc = acc * alpha[None, :]
             p_tile.store(p.to(dtype))
             fence_async_shared()
-            gl.thread_barrier()
+            _cta_barrier()
             acc = warpgroup_mma(k_n.permute((1, 0)), p_tile, acc, is_async=True)
             acc = warpgroup_mma_wait(0, deps=(acc,))
         async_copy.wait_group(0)
@@ -1250,8 +1258,14 @@ if gluon is not None:
         out_ty: gl.constexpr = Out.dtype.element_ty
         denom, lse2 = _wg_row_sums(l_tile, m_i, 0)
         out = acc * v_scale / gl.convert_layout(denom, gl.SliceLayout(0, acc.type.layout))[None, :]
-        o_smem: gl.constexpr = gl.NVMMASharedLayout.get_default_for([O_ROWS, 512], out_ty)
-        o_rows = kv_tiles._reinterpret(out_ty, [O_ROWS, 512], o_smem)
+        if _WHOLE_VIEWS:  # every 16-bit row the stages hold
+            BITS: gl.constexpr = kv_tiles.dtype.primitive_bitwidth * kv_tiles.shape[2]
+            ROWS: gl.constexpr = kv_tiles.shape[0] * kv_tiles.shape[1] * BITS // (16 * 512)
+        else:
+            ROWS: gl.constexpr = O_ROWS
+        gl.static_assert(ROWS >= BLOCK_H, "the gather stages hold the output tile")
+        o_smem: gl.constexpr = gl.NVMMASharedLayout.get_default_for([ROWS, 512], out_ty)
+        o_rows = kv_tiles._reinterpret(out_ty, [ROWS, 512], o_smem)
         _wg_store_rows(
             o_rows.slice(0, BLOCK_H),
             gl.permute(_wg_rows_in_order(out, BLOCK_H, W).to(out_ty), (1, 0))
@@ -1314,7 +1328,7 @@ if gluon is not None:
         CW: gl.constexpr = s3.shape[0]
         ROWS: gl.constexpr = s3.shape[1]
         scratch.store(gl.reshape(s3, [CW * ROWS, s3.shape[2]]))
-        gl.thread_barrier()
+        _cta_barrier()
         s = scratch.slice(0, ROWS).load(layout)
         for g in gl.static_range(1, CW):
             s = s + scratch.slice(g * ROWS, ROWS).load(layout)
@@ -1450,7 +1464,7 @@ if gluon is not None:
                 q_tok, head0, num_heads, stride_qh, q_parts, BLOCK_H, qn_layout, qp_layout
             )
             qk_row = qk_scale / gl.convert_layout(scale, head_layout)
-            gl.thread_barrier()
+            _cta_barrier()
             q_lo = _mma_query_operands(qn_all.index(1), qp_all.index(1), KC, q_operand)
         else:
             _wg_issue_query(
@@ -1463,7 +1477,7 @@ if gluon is not None:
                 async_copy.wait_group(NUM_STAGES - 1)  # q's group, the oldest
             else:
                 async_copy.wait_group(0)
-            gl.thread_barrier()
+            _cta_barrier()
             qk_row = gl.full([BLOCK_H], qk_scale, gl.float32, layout=head_layout)
         if COL_WARPS > 1:
             q_hi = ()
@@ -1473,7 +1487,7 @@ if gluon is not None:
             q_hi = q_hi + (_mma_column_operand(qp_all.index(QB), COL_WARPS, q3_operand, True),)
         else:
             q_hi = _mma_query_operands(qn_all.index(QB), qp_all.index(QB), KC, q_operand)
-        gl.thread_barrier()  # every warp holds its q: its stage takes a gather
+        _cta_barrier()  # every warp holds its q: its stage takes a gather
 
         if not Q_LAST:
             idx_next = _wg_issue_first_tiles(pipe, BLOCK_N, NUM_STAGES, nope_layout, pe_layout)
@@ -1516,7 +1530,7 @@ if gluon is not None:
             p, alpha, m_i, l_tile = _wg_softmax_step(s, m_i, l_tile, 0)
             acc = acc * gl.convert_layout(alpha, gl.SliceLayout(0, mma_o))[None, :]
             p_tile.store(p.to(p_ty))
-            gl.thread_barrier()
+            _cta_barrier()
             for k in gl.static_range(BLOCK_N // 16):
                 if FP8:
                     v_k = _wg_v_operand(k_n.slice(16 * k, 16), v_operand, W)
@@ -1656,7 +1670,7 @@ if gluon is not None:
             acc = acc * gl.convert_layout(alpha, gl.SliceLayout(0, o_layout))[None, :]
             p_tile.store(p.to(gl.float16))
             fence_async_shared()
-            gl.thread_barrier()
+            _cta_barrier()
             if WG == 1:
                 acc = warpgroup_mma(v_first, p_tile.slice(0, 16), acc, is_async=True)
                 acc = warpgroup_mma_wait(1, deps=(acc,))
@@ -1867,7 +1881,7 @@ if gluon is not None:
                 for c in gl.static_range(4):
                     f_c = gl.expand_dims(sc[c] / tops[c], 1).to(gl.float16)
                     factors.slice(c, 1, dim=1).store(f_c)
-            gl.thread_barrier()
+            _cta_barrier()
             if DS:
                 pv = gl.zeros([D_V, BLOCK_H], gl.float32, layout=mma_o)
                 for k in gl.static_range(BLOCK_N // 16):
@@ -1898,9 +1912,32 @@ def _num_sms(device_index: int) -> int:
     return torch.cuda.get_device_properties(device_index).multi_processor_count
 
 
-# The Gluon kernels are written against Triton 3.6's Gluon API, which is experimental and
-# changes between releases: other Tritons run the tl.dot kernel.
-_GLUON_API = gluon is not None and triton.__version__.split(".")[:2] == ["3", "6"]
+# Gluon is experimental and its API changes between releases. The Gluon kernels compile under
+# Triton 3.6 to 3.8 (CI compiles them for every target under each), and run where the GPU suite
+# has passed under that Triton; under the others the tl.dot kernels serve every GPU.
+# GLMOPS_SPARSE_MLA_GLUON=1 runs them under any Triton they compile under: how a GPU suite run
+# verifies one before it is added here.
+_TRITON = tuple(int(part) for part in triton.__version__.split(".")[:2])
+_GLUON_COMPILES = gluon is not None and (3, 6) <= _TRITON <= (3, 8)
+_GLUON_VERIFIED = ((3, 6),)
+_GLUON_TRITONS = (
+    "a Triton that runs the Gluon kernels (3.6; 3.7 or 3.8 with GLMOPS_SPARSE_MLA_GLUON=1)"
+)
+_GLUON_API = _GLUON_COMPILES and (
+    _TRITON in _GLUON_VERIFIED or os.environ.get("GLMOPS_SPARSE_MLA_GLUON") == "1"
+)
+
+
+def _gluon_off_reason() -> str | None:
+    """Why this Triton runs the tl.dot kernels where a Gluon tile would serve, or None."""
+    if _GLUON_API:
+        return None
+    if not _GLUON_COMPILES:
+        return "needs Triton 3.6 to 3.8"
+    return (
+        f"is not yet verified on a GPU under Triton {triton.__version__}; "
+        "GLMOPS_SPARSE_MLA_GLUON=1 runs it"
+    )
 
 
 def _gluon_usable(capability: tuple[int, int], api: bool | None = None) -> bool:
@@ -1918,7 +1955,8 @@ def _gluon_mma_usable(
     capability: tuple[int, int], proxy: bool = False, api: bool | None = None
 ) -> bool:
     """The Gluon tiles with mma.sync: for SM80-89 and SM120/121, whose only MMA that is, under
-    Triton 3.6's Gluon (their e4m3 tile needs SM89+, as fp8 rows do: ``_unsupported``).
+    Triton's Gluon (``_GLUON_API``; their e4m3 tile needs SM89+, as fp8 rows do:
+    ``_unsupported``).
     ``proxy``: Hopper may run them too (the benchmark's stand-in for SM120); its plan takes
     the 32-head one and, for fp8_ds_mla rows, the e4m3 one (``_default_config``), its own
     tiles being faster elsewhere. ``api`` as for ``_gluon_usable``."""
@@ -2151,9 +2189,9 @@ def sparse_mla_kernel_summary(
     """The decode tile the plan gives ``num_heads`` heads over ``kv_format`` rows on ``device``
     under this Triton, with q of ``q_dtype`` (16-bit rows: of the rows' dtype), in words for a
     caller's start-up log, with why not a Gluon tile where one would serve otherwise: which
-    kernels run depends on the Triton the vLLM release brings (the Gluon ones need Triton 3.6,
-    vLLM 0.17 to 0.26) and on q's dtype (fp8_ds_mla rows: bf16 only, as the backend casts
-    it)."""
+    kernels run depends on the Triton the vLLM release brings (the Gluon ones run under Triton
+    3.6, vLLM 0.17 to 0.26: ``_gluon_off_reason``) and on q's dtype (fp8_ds_mla rows: bf16
+    only, as the backend casts it)."""
     limits = _device_limits(_device_index(device))
     kv_dtype = q_dtype if kv_format == "16bit" else torch.uint8
 
@@ -2173,8 +2211,10 @@ def sparse_mla_kernel_summary(
     if _gluon_tile(cfg) and kv_format != "16bit":
         text += " (the tl.dot tile for batches too small to fill the GPU with 64-row tiles)"
     text += f"; Triton {triton.__version__}"
+    if _gluon_tile(cfg) and _TRITON not in _GLUON_VERIFIED:
+        text += " (GLMOPS_SPARSE_MLA_GLUON=1: the Gluon tiles are not verified under it)"
     if _gluon_tile(best) and not _gluon_tile(cfg):
-        why = [] if _GLUON_API else ["needs Triton 3.6"]
+        why = [reason] if (reason := _gluon_off_reason()) else []
         q_name = str(q_dtype).removeprefix("torch.")
         why += [] if q_ok else [f"does not take a {q_name} q over {kv_format} rows"]
         text += f" (the {words(best)} {' and '.join(why)})"
@@ -2231,7 +2271,7 @@ def _default_config(
     (NOTES.md round 17; e4m3 rows too) and the 64-head tile for 33+ (NOTES.md round 6).
     With fp8 e4m3 rows it picks the swapped e4m3 tile for up to 16 heads
     and, with two warpgroups, for 33+ (NOTES.md rounds 12 and 14); other heads and formats
-    keep the tl.dot tiles. ``gluon_mma`` (SM8x, SM120: Triton 3.6's Gluon) picks the e4m3
+    keep the tl.dot tiles. ``gluon_mma`` (SM8x, SM120: ``_gluon_mma_usable``) picks the e4m3
     tile with mma.sync for fp8 e4m3 rows with up to 16 heads (NOTES.md round
     15), the mma.sync tiles with q in registers for 16-bit rows with up to 32 heads and e4m3
     rows with 17-32, and for 33+ heads (16-bit or e4m3 rows) where no 64-head tl.dot tile fits
@@ -2680,7 +2720,7 @@ def _launch_gluon(
                 "MMA_V2 with 64 heads needs 8 warps and BLOCK_N x stages = 64 rows (16-bit rows: "
                 "q, out and KV of one dtype) or 128 (fp8 e4m3 rows, q and out of one 16-bit "
                 f"dtype), {_COLUMN_GROUPS_RULE}, 16-byte-aligned buffers and strides that are "
-                "multiples of 16 elements, Triton 3.6's Gluon and an SM8x, SM90 or SM12x GPU"
+                f"multiples of 16 elements, {_GLUON_TRITONS} and an SM8x, SM90 or SM12x GPU"
             )
         _sparse_mla_mma_kernel[(programs,)](
             *args, float(kv_scale), BLOCK_H=64, BLOCK_N=block_n, **common, W=8,
@@ -2703,7 +2743,7 @@ def _launch_gluon(
                 "twice that for fp8 e4m3 rows), 16-bit rows (q, out and KV of one dtype) or "
                 "fp8 e4m3 rows (q and out of one 16-bit dtype), "
                 f"{_COLUMN_GROUPS_RULE}, 16-byte-aligned buffers and strides that are multiples "
-                "of 16 elements, Triton 3.6's Gluon and an SM8x, SM90 or SM12x GPU"
+                f"of 16 elements, {_GLUON_TRITONS} and an SM8x, SM90 or SM12x GPU"
             )
         _sparse_mla_mma_kernel[(programs,)](
             *args, float(kv_scale), BLOCK_H=block_h, BLOCK_N=block_n, **common, W=warps,
@@ -2721,7 +2761,7 @@ def _launch_gluon(
                 "MMA_V2 needs fp8 e4m3 rows (q and out of one 16-bit dtype) or fp8_ds_mla rows "
                 "(bf16 q and out), BLOCK_H 8 "
                 "(4 warps) or 16 (4 or 8 warps), BLOCK_N 64, 2 or 3 stages, 16-byte-aligned "
-                "buffers and strides that are multiples of 16 elements, Triton 3.6's Gluon and "
+                f"buffers and strides that are multiples of 16 elements, {_GLUON_TRITONS} and "
                 "an SM89, SM90 or SM12x GPU"
             )
         ds = kv_format == "fp8_ds_mla"
@@ -2757,7 +2797,7 @@ def _launch_gluon(
             "DV_SPLIT 1, q, out and 16-bit KV rows of one dtype (or fp8 e4m3 rows, BLOCK_H "
             "8/16 with 4 warps or 64 with 8, BLOCK_N 64, 2 or 3 stages, q and out of one "
             "16-bit dtype), 16-byte-aligned buffers "
-            "and strides that are multiples of 16 elements, Triton 3.6's Gluon and a "
+            f"and strides that are multiples of 16 elements, {_GLUON_TRITONS} and a "
             "Hopper GPU"
         )
     if kv_format == "fp8":

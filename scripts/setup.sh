@@ -3,9 +3,11 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-testbed_packages="debootstrap systemd-container iproute2 iptables openssh-client rsync git procps"
+# The testbed's hosts, and binutils' strip for the Triton packed for GPU runs
+# (tests/gpu/pack_triton.py).
+packages="debootstrap systemd-container iproute2 iptables openssh-client rsync git procps binutils"
 missing=""
-for package in $testbed_packages; do
+for package in $packages; do
   dpkg-query -W -f='${Status}' "$package" 2>/dev/null | grep -q "ok installed" || missing+=" $package"
 done
 if [ -n "$missing" ]; then

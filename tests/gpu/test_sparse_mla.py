@@ -140,7 +140,7 @@ def test_the_plan_fills_idle_sms(
     if tile == "99 KB" and not kmod._gluon_mma_usable(
         torch.cuda.get_device_capability(), proxy=True
     ):
-        pytest.skip("the mma.sync tiles need Triton 3.6's Gluon and an SM80+ GPU")
+        pytest.skip("the mma.sync tiles need the Gluon kernels under this Triton and an SM80+ GPU")
     gen = torch.Generator(device="cuda").manual_seed(zlib.crc32(f"fill-{num_tokens}".encode()))
     q, kv, idx = make_inputs(gen, num_tokens, num_heads, 2048, torch.bfloat16, "mixed")
     if rows == "fp8_ds_mla":
@@ -421,7 +421,7 @@ def test_fp8_ds_mla_mma_tile(kmod: ModuleType, num_heads: int, num_tokens: int, 
     selected, padded head blocks, several blocks (64 heads), group scales from 1e-6 to 1e2, a
     q 2^18 times larger; an 8-head block on 8 warps is refused."""
     if not kmod._gluon_mma_usable(torch.cuda.get_device_capability(), proxy=True):
-        pytest.skip("the mma.sync tiles need Triton 3.6's Gluon and an SM89+ GPU")
+        pytest.skip("the mma.sync tiles need the Gluon kernels under this Triton and an SM89+ GPU")
     gen = torch.Generator(device="cuda").manual_seed(zlib.crc32(f"ds-mma-{num_heads}".encode()))
     q, kv, idx = make_inputs(gen, num_tokens, num_heads, topk, torch.bfloat16, "mixed")
     rows = kmod.quantize_fp8_ds_mla(kv)
@@ -457,7 +457,7 @@ def test_fp8_ds_mla_mma_tile_keeps_a_small_group(kmod: ModuleType, num_heads: in
     largest scale, so none falls to fp16's subnormals. Checked per group of output columns,
     against that group's own magnitude (the whole output's error would hide it)."""
     if not kmod._gluon_mma_usable(torch.cuda.get_device_capability(), proxy=True):
-        pytest.skip("the mma.sync tiles need Triton 3.6's Gluon and an SM89+ GPU")
+        pytest.skip("the mma.sync tiles need the Gluon kernels under this Triton and an SM89+ GPU")
     gen = torch.Generator(device="cuda").manual_seed(zlib.crc32(f"ds-group-{num_heads}".encode()))
     q, kv, idx = make_inputs(gen, 4, num_heads, 1000, torch.bfloat16, "mixed")
     spread = torch.ones_like(kv)
@@ -649,7 +649,7 @@ def test_fp8_e4m3_mma_tile(kmod: ModuleType, num_heads: int, num_tokens: int, to
     an 8-head block on 8 warps and an out of another dtype than q are refused."""
     capability = torch.cuda.get_device_capability()
     if not kmod._gluon_mma_usable(capability, proxy=True):
-        pytest.skip("the e4m3 mma.sync tile needs Triton 3.6's Gluon and an SM89+ GPU")
+        pytest.skip("the e4m3 mma.sync tile needs Gluon under this Triton and an SM89+ GPU")
     gen = torch.Generator(device="cuda").manual_seed(zlib.crc32(f"e4m3-mma-{num_heads}".encode()))
     q, kv, idx = make_inputs(gen, num_tokens, num_heads, topk, torch.bfloat16, "mixed")
     kv_scale = 0.03125
@@ -698,7 +698,7 @@ def test_16bit_mma_tile(
     (fp16: 2^14) times larger; a q of another dtype than the rows, stages that cannot hold q
     and three groups of columns are refused."""
     if not kmod._gluon_mma_usable(torch.cuda.get_device_capability(), proxy=True):
-        pytest.skip("the mma.sync tiles need Triton 3.6's Gluon and an SM80+ GPU")
+        pytest.skip("the mma.sync tiles need the Gluon kernels under this Triton and an SM80+ GPU")
     gen = torch.Generator(device="cuda").manual_seed(zlib.crc32(f"mma16-{num_heads}".encode()))
     q, kv, idx = make_inputs(gen, num_tokens, num_heads, topk, dtype, "mixed")
     block_h = 16 if num_heads <= 16 else 32 if num_heads <= 32 else 64
@@ -744,7 +744,7 @@ def test_fp8_e4m3_mma_tile_32_64_heads(
     (within bf16's bounds); stages that cannot hold q and an out of another dtype than q are
     refused."""
     if not kmod._gluon_mma_usable(torch.cuda.get_device_capability(), proxy=True):
-        pytest.skip("the mma.sync tiles need Triton 3.6's Gluon and an SM80+ GPU")
+        pytest.skip("the mma.sync tiles need the Gluon kernels under this Triton and an SM80+ GPU")
     gen = torch.Generator(device="cuda").manual_seed(zlib.crc32(f"mma8-{num_heads}".encode()))
     q, kv, idx = make_inputs(gen, num_tokens, num_heads, topk, torch.bfloat16, "mixed")
     kv_scale = 0.03125

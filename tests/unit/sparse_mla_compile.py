@@ -3,7 +3,8 @@ targets, with Triton's own compiler, without a GPU and without a launch.
 
 Reads {"targets": [{"arch": 120, "capability": [12, 0], "smem": 101376}, ...]} on stdin and
 writes {"triton": version, "gluon": whether the module runs its Gluon kernels under it,
-"jobs": [job + result, ...]} to stdout. Run as a subprocess so that
+"gluon_compiles": whether they are written for it (compiled here either way), "jobs": [job +
+result, ...]} to stdout. Run as a subprocess so that
 the Triton under test can be another version than the installed one (PYTHONPATH first). A job
 names a kernel of the module, its target, pointer types, constexprs, warps and stages; its
 result is the compiled shared memory per block, registers and stack per thread, or the error.
@@ -191,11 +192,12 @@ def _merge_jobs(module, arch: int, gluon: bool) -> list[dict]:
 def plan_jobs(module, target: dict) -> list[dict]:
     """Every distinct configuration the plan chooses on this target: each row format the
     target serves, every head count from 1 to MAX_HEADS, with and without the Gluon kernels
-    where this Triton and target have them (Hopper's, or the e4m3 tile with mma.sync); then
-    the merges."""
+    where this Triton and target have them (Hopper's, or the mma.sync tiles), run under this
+    Triton or not yet (``_GLUON_COMPILES``); then the merges."""
     limits = module.DeviceLimits(tuple(target["capability"]), target["smem"])
-    wgmma = module._gluon_usable(limits.capability)
-    gluon_mma = module._gluon_mma_usable(limits.capability)
+    api = module._GLUON_COMPILES  # verified on a GPU or not: what runs once it is
+    wgmma = module._gluon_usable(limits.capability, api=api)
+    gluon_mma = module._gluon_mma_usable(limits.capability, api=api)
     jobs, seen = [], set()
     for kv_format in module.KV_FORMATS:
         for heads in range(1, module.MAX_HEADS + 1):
@@ -226,7 +228,12 @@ def main() -> None:
         except Exception as exc:  # reported per job: a config that does not compile is a finding
             last = traceback.format_exception_only(type(exc), exc)[-1].strip()
             job.update(shared=None, regs=None, stack=None, error=last[:2000])
-    report = {"triton": triton.__version__, "gluon": module._GLUON_API, "jobs": jobs}
+    report = {
+        "triton": triton.__version__,
+        "gluon": module._GLUON_API,
+        "gluon_compiles": module._GLUON_COMPILES,
+        "jobs": jobs,
+    }
     json.dump(report, sys.stdout)
 
 
