@@ -52,6 +52,8 @@ import triton
 import triton.language as tl
 from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
 
+_TRITON = tuple(int(part) for part in triton.__version__.split(".")[:2])
+
 try:  # Gluon: explicit layouts, warpgroup MMA and mma.sync (Triton 3.6 to 3.8: _GLUON_API)
     from triton.experimental import gluon
     from triton.experimental.gluon import language as gl
@@ -68,7 +70,7 @@ try:  # Gluon: explicit layouts, warpgroup MMA and mma.sync (Triton 3.6 to 3.8: 
     # shared-memory view span its whole buffer: the kernels' two uses of the 3.6 API that
     # changed. Under 3.6 they compile as they always have.
     _cta_barrier = getattr(gl, "thread_barrier", None) or gl.barrier
-    _WHOLE_VIEWS = gl.constexpr(not hasattr(gl, "thread_barrier"))
+    _WHOLE_VIEWS = gl.constexpr(_TRITON >= (3, 7))
 except (ImportError, AttributeError):  # no Gluon, or another: tl.dot serves every GPU
     gluon = None
 
@@ -1912,16 +1914,22 @@ def _num_sms(device_index: int) -> int:
     return torch.cuda.get_device_properties(device_index).multi_processor_count
 
 
+def _dotted(version: tuple[int, ...]) -> str:
+    return ".".join(map(str, version))
+
+
 # Gluon is experimental and its API changes between releases. The Gluon kernels compile under
 # Triton 3.6 to 3.8 (CI compiles them for every target under each), and run where the GPU suite
 # has passed under that Triton; under the others the tl.dot kernels serve every GPU.
 # GLMOPS_SPARSE_MLA_GLUON=1 runs them under any Triton they compile under: how a GPU suite run
 # verifies one before it is added here.
-_TRITON = tuple(int(part) for part in triton.__version__.split(".")[:2])
-_GLUON_COMPILES = gluon is not None and (3, 6) <= _TRITON <= (3, 8)
+_GLUON_FIRST, _GLUON_LAST = (3, 6), (3, 8)
+_GLUON_COMPILES = gluon is not None and _GLUON_FIRST <= _TRITON <= _GLUON_LAST
 _GLUON_VERIFIED = ((3, 6),)
-_GLUON_TRITONS = (
-    "a Triton that runs the Gluon kernels (3.6; 3.7 or 3.8 with GLMOPS_SPARSE_MLA_GLUON=1)"
+_GLUON_RANGE = f"Triton {_dotted(_GLUON_FIRST)} to {_dotted(_GLUON_LAST)}"
+_GLUON_TRITONS = (  # what the refusals say of the Triton
+    f"a Triton that runs the Gluon kernels ({', '.join(map(_dotted, _GLUON_VERIFIED))}, "
+    f"or any of {_GLUON_RANGE} with GLMOPS_SPARSE_MLA_GLUON=1)"
 )
 _GLUON_API = _GLUON_COMPILES and (
     _TRITON in _GLUON_VERIFIED or os.environ.get("GLMOPS_SPARSE_MLA_GLUON") == "1"
@@ -1933,7 +1941,7 @@ def _gluon_off_reason() -> str | None:
     if _GLUON_API:
         return None
     if not _GLUON_COMPILES:
-        return "needs Triton 3.6 to 3.8"
+        return f"needs {_GLUON_RANGE}"
     return (
         f"is not yet verified on a GPU under Triton {triton.__version__}; "
         "GLMOPS_SPARSE_MLA_GLUON=1 runs it"
