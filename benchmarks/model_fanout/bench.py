@@ -29,14 +29,14 @@ import tempfile
 import time
 from pathlib import Path
 
-from glmops.connection import ConnectionSettings
-from glmops.inventory import load_inventory
+from glmops.engine.connection import ConnectionSettings
+from glmops.engine.inventory import load_inventory
+from glmops.engine.output import Reporter
+from glmops.engine.runlog import Masker, RunLog
 from glmops.model.fetch import ModelCache
 from glmops.model.manifest import FileEntry, Manifest, sha256_file, write_atomic
 from glmops.model.phase import ModelOptions, run_model_phase
 from glmops.model.source import parse_source
-from glmops.output import Reporter
-from glmops.runlog import Masker, RunLog
 from glmops.testbed import Testbed
 
 ROOT = Path(__file__).resolve().parents[2]

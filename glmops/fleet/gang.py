@@ -21,7 +21,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from glmops.connection import quote
+from glmops.engine.connection import quote
 
 RECORD_SUFFIX = ".gang.json"
 

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from glmops.fleet.topology import Member, Replica, replica_from_data
-from glmops.serving.flags import systemd_quote
+from glmops.gpu.serving.flags import systemd_quote
 
 DEFAULT_MASTER_PORT = 29501  # vLLM's own default for --master-port
 RAY_PORT = 6379

@@ -20,12 +20,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from glmops import batches, paths
-from glmops.batches import SerialEntry
+from glmops import paths
+from glmops.engine import batches
+from glmops.engine.batches import SerialEntry
+from glmops.engine.inventory import Inventory
 from glmops.errors import ExitCode, InputError
 from glmops.fleet.router import listen_address, router_argv
 from glmops.fleet.topology import Fleet, Replica, fleet_from_inventory, serving_hosts
-from glmops.inventory import Inventory
 
 
 @dataclass
@@ -85,7 +86,7 @@ def router_vars(inventory: Inventory, fleet: Fleet, workers: Sequence[str]) -> d
         "router_port": fleet.router.port,
     }
     if "router_wheelhouse" not in host:
-        from glmops import wheelcache
+        from glmops.gpu import wheelcache
 
         out["router_wheelhouse"] = str(wheelcache.router_wheelhouse())
     return out
@@ -191,7 +192,7 @@ class FleetDeploy:
             "out_of_router": out_of_router,
         }
         if self.json_events:
-            from glmops.output import event_line
+            from glmops.engine.output import event_line
 
             print(event_line("fleet", **data), flush=True)
             return

@@ -21,9 +21,9 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from glmops.engine.inventory import Host, Inventory
+from glmops.engine.yamlsrc import SourceMap, load_yaml, where
 from glmops.errors import InputError
-from glmops.inventory import Host, Inventory
-from glmops.yamlsrc import SourceMap, load_yaml, where
 
 DEFAULT_VLLM_PORT = 8000
 DEFAULT_ROUTER_PORT = 30000

@@ -6,9 +6,9 @@ reply alone (whatever the handler or a library prints goes to stderr), and print
 one JSON line. An exception the helper names as expected becomes a failed reply; any other one
 is a crash (traceback on stderr, exit status 1), which the controller reports as such.
 
-On a host the launcher (glmops.context.helper_command) sends this file ahead of the helper, as
-the module `_envelope`; run from a checkout, `python3 helper.py < args.json` finds it beside the
-helper.
+On a host the launcher (glmops.engine.context.helper_command) sends this file ahead of the
+helper, as the module `_envelope`; run from a checkout, `python3 helper.py < args.json` finds
+it beside the helper.
 """
 
 from __future__ import annotations

@@ -50,7 +50,7 @@ class Manifest(TypedDict, total=False):
     """The record of an applied patch set, read by restore, status and verify."""
 
     files: dict  # {path relative to site-packages: ManifestEntry}
-    profile: str  # the patch set's layout name (glmops.patchset.profiles)
+    profile: str  # the patch set's layout name (glmops.gpu.patchset.profiles)
     template_version: str
     site_packages: str
     timestamp: str

@@ -18,8 +18,8 @@ from pathlib import Path
 
 import paramiko
 
-from glmops.connection import quote
-from glmops.inventory import Host
+from glmops.engine.connection import quote
+from glmops.engine.inventory import Host
 
 MARKER = "glmops-fanout"
 RUN_DIR = "/run/glmops-fanout"

@@ -4,14 +4,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from glmops.connection import ConnectionSettings
+from glmops.engine.connection import ConnectionSettings
+from glmops.engine.inventory import load_inventory, parse_extra_vars
+from glmops.engine.output import Reporter
+from glmops.engine.results import HostTally
+from glmops.engine.runlog import Masker, RunLog
 from glmops.errors import ExitCode
 from glmops.fleet.topology import serving_hosts
-from glmops.inventory import load_inventory, parse_extra_vars
 from glmops.model.phase import ModelOptions, run_model_phase
-from glmops.output import Reporter
-from glmops.results import HostTally
-from glmops.runlog import Masker, RunLog
 
 
 def model_command(
@@ -23,7 +23,7 @@ def model_command(
     json_events: bool = False,
     verbose: int = 0,
 ) -> ExitCode:
-    from glmops.executor import default_run_root
+    from glmops.engine.executor import default_run_root
 
     inventory = load_inventory(inventory_path, parse_extra_vars(list(extra_vars)))
     hosts = serving_hosts(inventory, pattern)  # a fleet's router host holds no model

@@ -23,8 +23,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from glmops.connection import quote
-from glmops.context import TaskContext
+from glmops.engine.connection import quote
+from glmops.engine.context import TaskContext
 from glmops.errors import GlmopsError
 from glmops.model.access import RUN_DIR, RunKey, ssh_command, ssh_target
 from glmops.model.manifest import Manifest

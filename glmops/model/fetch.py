@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from glmops import secretenv
+from glmops.engine import secretenv
 from glmops.errors import GlmopsError
 from glmops.model.manifest import (
     FileEntry,

@@ -10,23 +10,23 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from typing import Any
 
-from glmops import runlock
-from glmops.connection import open_connection, quote
-from glmops.context import RemoteInfo, TaskContext
+from glmops.engine import runlock
+from glmops.engine.connection import open_connection, quote
+from glmops.engine.context import RemoteInfo, TaskContext
+from glmops.engine.facts_gather import gather
+from glmops.engine.inventory import Host
+from glmops.engine.output import Reporter
+from glmops.engine.results import Status, TaskResult
+from glmops.engine.runlog import Masker, RunLog
 from glmops.errors import GlmopsError, HostUnreachable
-from glmops.facts import parse_facts
-from glmops.facts_gather import gather
-from glmops.inventory import Host
+from glmops.gpu.facts import parse_facts
+from glmops.gpu.serving import needs_single_file
 from glmops.model.access import RUN_DIR, RunKey, authorize_script, known_host_lines, revoke_script
 from glmops.model.fanout import Plan, Target, file_list
 from glmops.model.fetch import HubAccess
 from glmops.model.manifest import Manifest
 from glmops.model.progress import Meter
 from glmops.model.source import model_dir
-from glmops.output import Reporter
-from glmops.results import Status, TaskResult
-from glmops.runlog import Masker, RunLog
-from glmops.serving import needs_single_file
 
 TASK = "model files"
 #: Room left free beyond the files (and merged file): 2% of their size, at least 1 GiB.

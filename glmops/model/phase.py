@@ -17,10 +17,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from glmops.connection import ConnectionSettings
-from glmops.context import TaskContext
+from glmops.engine.connection import ConnectionSettings
+from glmops.engine.context import TaskContext
+from glmops.engine.inventory import Host
+from glmops.engine.output import Reporter
+from glmops.engine.results import Status, TaskResult
+from glmops.engine.runlog import Masker, RunLog
 from glmops.errors import GlmopsError, InputError
-from glmops.inventory import Host
 from glmops.model.access import RunKey
 from glmops.model.fanout import FanOut, Plan, Target
 from glmops.model.fetch import HubAccess, ModelCache, default_cache_root, download, resolve
@@ -39,9 +42,6 @@ from glmops.model.hostops import (
 from glmops.model.manifest import Manifest
 from glmops.model.progress import Meter, human_bytes
 from glmops.model.source import model_dir, parse_source
-from glmops.output import Reporter
-from glmops.results import Status, TaskResult
-from glmops.runlog import Masker, RunLog
 
 
 @dataclass

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import fnmatch
 
-from glmops.connection import quote
-from glmops.context import TaskContext
+from glmops.engine.connection import quote
+from glmops.engine.context import TaskContext
+from glmops.engine.results import Status, TaskResult
 from glmops.modules.base import Arg, Module, Plan, register
-from glmops.results import Status, TaskResult
 
 APT_ENV = "DEBIAN_FRONTEND=noninteractive NEEDRESTART_MODE=a"
 

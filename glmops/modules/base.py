@@ -15,8 +15,8 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from glmops.errors import ModuleError
 
 if TYPE_CHECKING:
-    from glmops.context import TaskContext
-    from glmops.results import TaskResult
+    from glmops.engine.context import TaskContext
+    from glmops.engine.results import TaskResult
 
 
 @dataclass(frozen=True)

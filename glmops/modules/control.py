@@ -8,10 +8,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from glmops.context import TaskContext
+from glmops.engine.context import TaskContext
+from glmops.engine.templating import evaluate, evaluate_condition
 from glmops.errors import ModuleError
 from glmops.modules.base import Arg, Module, Plan, register
-from glmops.templating import evaluate, evaluate_condition
 
 
 @register

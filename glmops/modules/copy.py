@@ -7,12 +7,12 @@ import hashlib
 
 import jinja2
 
-from glmops.context import FileState, TaskContext
+from glmops.engine.context import FileState, TaskContext
+from glmops.engine.results import Status, TaskResult
+from glmops.engine.templating import describe_template_error, make_environment
 from glmops.errors import ModuleError, TemplateError
 from glmops.modules.base import Arg, Module, Plan, mode_arg, register
 from glmops.modules.file import _attribute_commands, _attribute_fixes
-from glmops.results import Status, TaskResult
-from glmops.templating import describe_template_error, make_environment
 
 FILE_ARGS = {
     "dest": Arg(str, required=True, doc="absolute path on the host"),
@@ -70,7 +70,7 @@ class Copy(Module):
         if plan.data.get("conflict"):
             return TaskResult(Status.FAILED, plan.reason)
         if plan.data.get("attrs"):
-            from glmops.connection import quote
+            from glmops.engine.connection import quote
 
             ctx.run(
                 " && ".join(_attribute_commands(quote(dest), self.params)),

@@ -12,16 +12,16 @@ import json
 import os
 from typing import Any
 
-from glmops.connection import quote
-from glmops.context import TaskContext
+from glmops.engine.connection import quote
+from glmops.engine.context import TaskContext
+from glmops.engine.notifications import PENDING_FILE, pending_names
+from glmops.engine.results import TaskResult
 from glmops.fleet.gang import record_path
+from glmops.gpu.serving.flags import INPUTS, serving_device
+from glmops.gpu.serving.journal import STATUS_GREP, parse_backend, parse_kernel
+from glmops.gpu.serving.patches import manifest_files
 from glmops.modules.base import Arg, Module, Plan, register
 from glmops.modules.gguf_model import _default_output
-from glmops.notifications import PENDING_FILE, pending_names
-from glmops.results import TaskResult
-from glmops.serving.flags import INPUTS, serving_device
-from glmops.serving.journal import STATUS_GREP, parse_backend, parse_kernel
-from glmops.serving.patches import manifest_files
 
 
 def _deployed(name: str) -> Arg:

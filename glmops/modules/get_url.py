@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import json
 
-from glmops.connection import quote
-from glmops.context import TaskContext
+from glmops.engine.connection import quote
+from glmops.engine.context import TaskContext
+from glmops.engine.results import Status, TaskResult
 from glmops.errors import ModuleError
 from glmops.modules.base import Arg, Module, Plan, mode_arg, register
 from glmops.modules.file import _attribute_commands
-from glmops.results import Status, TaskResult
 
 # Run by the host's python3: arguments on stdin (a URL may carry a token); prints the sha256.
 FETCH = """

@@ -12,11 +12,11 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from glmops.context import TaskContext
+from glmops.engine.context import TaskContext
+from glmops.engine.results import Status, TaskResult
 from glmops.errors import ModuleError
+from glmops.gpu.serving import ServeError, needs_single_file
 from glmops.modules.base import Arg, Module, Plan, register
-from glmops.results import Status, TaskResult
-from glmops.serving import ServeError, needs_single_file
 
 
 @register

@@ -6,9 +6,9 @@ with a diff), then again to apply. Its reply is one JSON object with failed/chan
 
 from __future__ import annotations
 
-from glmops.context import TaskContext
+from glmops.engine.context import TaskContext
+from glmops.engine.results import Status, TaskResult
 from glmops.modules.base import Arg, Module, Plan, register
-from glmops.results import Status, TaskResult
 
 
 @register

@@ -10,10 +10,10 @@ from __future__ import annotations
 import difflib
 import re
 
-from glmops.context import TaskContext
+from glmops.engine.context import TaskContext
+from glmops.engine.results import Status, TaskResult
 from glmops.errors import ModuleError
 from glmops.modules.base import Arg, Module, Plan, mode_arg, register
-from glmops.results import Status, TaskResult
 
 EDIT_ARGS = {
     "path": Arg(str, required=True, doc="the file on the host"),

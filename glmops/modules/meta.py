@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from glmops.context import TaskContext
+from glmops.engine.context import TaskContext
+from glmops.engine.results import TaskResult
 from glmops.modules.base import Arg, Module, Plan, register
-from glmops.results import TaskResult
 
 
 @register

@@ -10,12 +10,12 @@ touched since its verification) fails, naming the host and the files. Observes o
 
 from __future__ import annotations
 
-from glmops.context import TaskContext
+from glmops.engine.context import TaskContext
+from glmops.engine.results import TaskResult
 from glmops.errors import ModuleError
 from glmops.model import held
 from glmops.model.source import model_dir
 from glmops.modules.base import Arg, Module, Plan, register
-from glmops.results import TaskResult
 
 
 @register

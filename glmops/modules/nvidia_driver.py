@@ -12,13 +12,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from glmops import driver_policy as policy
-from glmops.connection import quote
-from glmops.context import TaskContext
+from glmops.engine.connection import quote
+from glmops.engine.context import TaskContext
+from glmops.engine.results import Status, TaskResult
 from glmops.errors import ModuleError
-from glmops.facts import HostFacts, parse_cc, parse_facts
+from glmops.gpu import driver_policy as policy
+from glmops.gpu.facts import HostFacts, parse_cc, parse_facts
 from glmops.modules.base import Arg, Module, Plan, register
-from glmops.results import Status, TaskResult
 
 APT_ENV = "DEBIAN_FRONTEND=noninteractive NEEDRESTART_MODE=a"
 NOUVEAU_CONF = "/etc/modprobe.d/blacklist-nouveau.conf"
@@ -146,7 +146,7 @@ class NvidiaDriver(Module):
     def facts(self, ctx: TaskContext) -> HostFacts:
         facts = ctx.facts
         if not facts.raw:  # play without gather_facts: ask the host now (one round trip)
-            from glmops.facts_gather import gather
+            from glmops.engine.facts_gather import gather
 
             # GPU, driver and OS facts only: no venv or model folder to look at
             facts = parse_facts(gather(ctx, {}))

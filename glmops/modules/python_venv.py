@@ -9,10 +9,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from glmops.context import TaskContext
+from glmops.engine.context import TaskContext
+from glmops.engine.results import Status, TaskResult
 from glmops.errors import ModuleError
 from glmops.modules.base import Arg, Module, Plan, register
-from glmops.results import Status, TaskResult
 
 UV_DIR = "/opt/glmops/uv"
 

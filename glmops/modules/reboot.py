@@ -13,10 +13,10 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from glmops.context import TaskContext
+from glmops.engine.context import TaskContext
+from glmops.engine.results import Status, TaskResult
 from glmops.errors import CommandTimeout, GlmopsError, HostKeyChanged, ModuleError
 from glmops.modules.base import Arg, Module, Plan, register
-from glmops.results import Status, TaskResult
 
 BOOT_ID = "/proc/sys/kernel/random/boot_id"
 IDENTITY = f'printf \'%s\\n\' "$(cat /etc/machine-id 2>/dev/null)" "$(cat {BOOT_ID})"'

@@ -7,11 +7,11 @@ replica that never comes up fails this task instead of silently staying out of r
 
 from __future__ import annotations
 
-from glmops.context import TaskContext
+from glmops.engine.context import TaskContext
+from glmops.engine.results import Status, TaskResult
 from glmops.errors import ModuleError
 from glmops.fleet.router import RouterClient, RouterError, worker_changes
 from glmops.modules.base import Arg, Module, Plan, register
-from glmops.results import Status, TaskResult
 
 
 @register

@@ -9,13 +9,13 @@ from __future__ import annotations
 
 import hashlib
 
-from glmops.connection import quote
-from glmops.context import TaskContext
+from glmops.engine.connection import quote
+from glmops.engine.context import TaskContext
+from glmops.engine.results import Status, TaskResult
 from glmops.errors import ModuleError
 from glmops.modules.base import Arg, Module, Plan, mode_arg, register
 from glmops.modules.copy import Template
 from glmops.modules.file import _attribute_fixes
-from glmops.results import Status, TaskResult
 
 
 @register

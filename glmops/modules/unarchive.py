@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from glmops.connection import quote
-from glmops.context import TaskContext
+from glmops.engine.connection import quote
+from glmops.engine.context import TaskContext
+from glmops.engine.results import Status, TaskResult
 from glmops.errors import ModuleError
 from glmops.modules.base import Arg, Module, Plan, register
-from glmops.results import Status, TaskResult
 
 
 @register

@@ -10,10 +10,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from glmops.context import TaskContext
+from glmops.engine.context import TaskContext
+from glmops.engine.results import Status, TaskResult
 from glmops.modules.base import Arg, Module, Plan, register
 from glmops.modules.vllm_ready import UNIT_ARGS, collect_artifacts, dead, probe
-from glmops.results import Status, TaskResult
 
 
 @register

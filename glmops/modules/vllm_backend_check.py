@@ -11,11 +11,11 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from glmops.context import TaskContext
+from glmops.engine.context import TaskContext
+from glmops.engine.results import Status, TaskResult
+from glmops.gpu.serving.journal import SELECTION_GREP, parse_backend
 from glmops.modules.base import Arg, Module, Plan, register
 from glmops.modules.vllm_ready import UNIT_ARGS, collect_artifacts, dead, probe, stopped_why
-from glmops.results import Status, TaskResult
-from glmops.serving.journal import SELECTION_GREP, parse_backend
 
 
 @register

@@ -10,9 +10,9 @@ restarted.
 
 from __future__ import annotations
 
-from glmops.context import TaskContext
+from glmops.engine.context import TaskContext
+from glmops.engine.results import Status, TaskResult
 from glmops.modules.base import Arg, Module, Plan, register
-from glmops.results import Status, TaskResult
 
 
 @register

@@ -10,8 +10,9 @@ The gang's restarts: vllm_gang_state and vllm_gang_restart.
 
 from __future__ import annotations
 
-from glmops.connection import quote
-from glmops.context import TaskContext
+from glmops.engine.connection import quote
+from glmops.engine.context import TaskContext
+from glmops.engine.results import TaskResult
 from glmops.errors import ModuleError
 from glmops.fleet.multinode import (
     DEFAULT_MASTER_PORT,
@@ -22,7 +23,6 @@ from glmops.fleet.multinode import (
 )
 from glmops.fleet.topology import replica_from_data
 from glmops.modules.base import Arg, Module, Plan, register
-from glmops.results import TaskResult
 
 REPLICA = Arg(dict, required=True, doc="the host's replica (the inventory's `fleet_replica`)")
 

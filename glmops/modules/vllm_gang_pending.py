@@ -8,7 +8,7 @@ same observations (every member's, published by vllm_gang_state earlier in the r
 
 from __future__ import annotations
 
-from glmops.context import TaskContext
+from glmops.engine.context import TaskContext
 from glmops.fleet.gang import Board, verdict
 from glmops.modules.base import Module, Plan, register
 from glmops.modules.vllm_gang import REPLICA

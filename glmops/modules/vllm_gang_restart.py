@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import json
 
-from glmops.connection import quote
-from glmops.context import TaskContext
+from glmops.engine.connection import quote
+from glmops.engine.context import TaskContext
+from glmops.engine.results import Status, TaskResult
 from glmops.errors import ModuleError
 from glmops.fleet.gang import (
     Board,
@@ -22,7 +23,6 @@ from glmops.fleet.gang import (
 )
 from glmops.modules.base import Arg, Module, Plan, register
 from glmops.modules.vllm_gang_state import STATE_ARGS, observe
-from glmops.results import Status, TaskResult
 
 
 @register

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from glmops.context import TaskContext
+from glmops.engine.context import TaskContext
+from glmops.engine.results import TaskResult
 from glmops.fleet.gang import (
     Board,
     MemberState,
@@ -18,7 +19,6 @@ from glmops.fleet.gang import (
 )
 from glmops.modules.base import Arg, Module, Plan, register
 from glmops.modules.vllm_gang import REPLICA
-from glmops.results import TaskResult
 
 STATE_ARGS = {
     "replica": REPLICA,

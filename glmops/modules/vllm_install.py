@@ -13,15 +13,15 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from glmops import gpus
-from glmops.connection import quote
-from glmops.context import TaskContext
+from glmops.engine.connection import quote
+from glmops.engine.context import TaskContext
+from glmops.engine.results import Status, TaskResult
 from glmops.errors import ModuleError
-from glmops.facts import HostFacts
+from glmops.gpu import gpus
+from glmops.gpu.facts import HostFacts
+from glmops.gpu.versions import major_minor
 from glmops.modules.base import Arg, Module, Plan, register
 from glmops.modules.python_venv import UV_DIR
-from glmops.results import Status, TaskResult
-from glmops.versions import major_minor
 
 NIGHTLY_INDEX = "https://wheels.vllm.ai/nightly"
 COMMIT_INDEX = "https://wheels.vllm.ai"

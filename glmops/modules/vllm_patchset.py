@@ -1,7 +1,7 @@
 """vllm_patchset: the GLM-5 sparse MLA patch set, applied to (or removed from) a host's vLLM.
 
 Three steps, so all the thinking happens on the controller: READ the anchor files from the
-venv (host helper `vllm_patch`), PLAN with `glmops.patchset` (layout profile by features, one
+venv (host helper `vllm_patch`), PLAN with `glmops.gpu.patchset` (layout profile by features, one
 FileChange per item, each already-applied or already-upstream item ok with its reason), then
 APPLY: the helper writes each file atomically, backs the originals up once and keeps a manifest
 (profile, sha256 before/after, template version). `state: absent` restores the originals byte
@@ -13,11 +13,11 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from glmops.connection import quote
-from glmops.context import TaskContext
+from glmops.engine.connection import quote
+from glmops.engine.context import TaskContext
+from glmops.engine.results import Status, TaskResult
 from glmops.errors import ModuleError
-from glmops.modules.base import Arg, Module, Plan, register
-from glmops.patchset import (
+from glmops.gpu.patchset import (
     ANCHOR_FILES,
     PatchError,
     UnsupportedLayout,
@@ -25,7 +25,7 @@ from glmops.patchset import (
     payload,
     plan_patchset,
 )
-from glmops.results import Status, TaskResult
+from glmops.modules.base import Arg, Module, Plan, register
 
 HELPER = "vllm_patch"
 

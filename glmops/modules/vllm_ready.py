@@ -14,12 +14,12 @@ import time
 from pathlib import Path
 from typing import Any
 
-from glmops.connection import quote
-from glmops.context import TaskContext
+from glmops.engine.connection import quote
+from glmops.engine.context import TaskContext
+from glmops.engine.results import Status, TaskResult
 from glmops.errors import ModuleError
+from glmops.gpu.serving.journal import failure_summary, loading_phase, parse_backend, stop_cause
 from glmops.modules.base import Arg, Module, Plan, register
-from glmops.results import Status, TaskResult
-from glmops.serving.journal import failure_summary, loading_phase, parse_backend, stop_cause
 
 FREEZE = (
     "import importlib.metadata as m; print('\\n'.join(sorted("

@@ -10,11 +10,11 @@ vLLM's Python alone.
 
 from __future__ import annotations
 
-from glmops.context import TaskContext
+from glmops.engine.context import TaskContext
+from glmops.engine.results import TaskResult
 from glmops.errors import ModuleError
+from glmops.gpu.serving.preflight import parse_preflight
 from glmops.modules.base import Arg, Module, Plan, register
-from glmops.results import TaskResult
-from glmops.serving.preflight import parse_preflight
 
 HELPER = "vllm_preflight"
 

@@ -12,13 +12,13 @@ import hashlib
 import json
 from typing import Any
 
-from glmops.connection import quote
-from glmops.context import TaskContext
+from glmops.engine.connection import quote
+from glmops.engine.context import TaskContext
+from glmops.engine.results import TaskResult
 from glmops.errors import ModuleError
+from glmops.gpu.serving import ServeError, gguf_loader_problem, serve_flags
+from glmops.gpu.serving.flags import INPUTS
 from glmops.modules.base import Arg, Module, Plan, register
-from glmops.results import TaskResult
-from glmops.serving import ServeError, gguf_loader_problem, serve_flags
-from glmops.serving.flags import INPUTS
 
 #: Inputs without which no unit can be written.
 REQUIRED = ("vllm_venv", "glm5_hf_config_dir")

@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import time
 
-from glmops.context import TaskContext
+from glmops.engine.context import TaskContext
+from glmops.engine.results import Status, TaskResult
 from glmops.modules.base import Arg, Module, Plan, register
 from glmops.modules.vllm_ready import probe, serving_probe_args
-from glmops.results import Status, TaskResult
 
 
 @register

@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from glmops.knownhosts import default_known_hosts, replace_host_keys
+from glmops.engine.knownhosts import default_known_hosts, replace_host_keys
 from glmops.testbed import hosts, inventory, network, procs, rootfs
 from glmops.testbed.errors import TestbedError
 from glmops.testbed.hosts import HostDir, HostStatus

@@ -1,7 +1,7 @@
 """Facts fixtures per GPU family: the facts probe's answer against the simulated nvidia-smi.
 
 `python3 -m glmops.testbed.facts_fixtures BASE.json DIR` writes DIR/<family key>.json for every
-family in glmops.gpus that the testbed simulates. The GPU part is what the real facts probe
+family in glmops.gpu.gpus that the testbed simulates. The GPU part is what the real facts probe
 parses from the simulated nvidia-smi; the rest of the host (OS, kernel, venv, PCI and module
 state, which the machine running this lacks) comes from BASE, a real GPU host's probe output.
 """
@@ -15,8 +15,8 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from glmops import gpus
-from glmops.context import run_helper_here
+from glmops.engine.context import run_helper_here
+from glmops.gpu import gpus
 from glmops.testbed import simulated_nvidia_smi
 from glmops.testbed.profiles import GPU_PROFILES
 

@@ -1,7 +1,7 @@
 """Declared GPU profiles for testbed hosts (what the simulated nvidia-smi reports).
 
-The values come from glmops.gpus (each family's `simulated` host, which mirrors a real device) so
-GPU-dependent logic can be exercised on hosts without a GPU; real GPU behaviour is tested on real
+The values come from glmops.gpu.gpus (each family's `simulated` host, which mirrors a real device)
+so GPU-dependent logic can be exercised on hosts without a GPU; real GPU behaviour is tested on real
 GPUs only.
 """
 
@@ -11,7 +11,7 @@ import hashlib
 import json
 from dataclasses import asdict, dataclass
 
-from glmops import gpus
+from glmops.gpu import gpus
 from glmops.testbed.errors import TestbedError
 
 

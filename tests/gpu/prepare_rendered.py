@@ -4,8 +4,8 @@ The GPU machine has neither vLLM (nor its dependencies) nor glmops' renderer dep
 everything the test needs from them is produced here, at test-preparation time, and carried:
 
 * the backend file exactly as `glmops patch` would place it on a host, rendered by glmops' own
-  renderer (`glmops.patchset.backend.render_backend`) for each profile and kernel mode, and the
-  DSA indexer logits fallback (`glmops.patchset.indexer.render_fallback`, profile v0_16) for
+  renderer (`glmops.gpu.patchset.backend.render_backend`) for each profile and kernel mode, and the
+  DSA indexer logits fallback (`glmops.gpu.patchset.indexer.render_fallback`, profile v0_16) for
   tests/gpu/test_indexer_fallback.py;
 * from the real vLLM wheels on PyPI (tests/support/vllm_wheels.py, cached in ~/.cache/glmops), the
   code the rendered forward path calls, copied byte for byte:
@@ -35,10 +35,10 @@ import json
 import shutil
 from pathlib import Path
 
-from glmops.patchset.backend import KERNELS, render_backend
-from glmops.patchset.common import TEMPLATE_VERSION
-from glmops.patchset.indexer import render_fallback
-from glmops.patchset.profiles import PROFILES, profile_by_name
+from glmops.gpu.patchset.backend import KERNELS, render_backend
+from glmops.gpu.patchset.common import TEMPLATE_VERSION
+from glmops.gpu.patchset.indexer import render_fallback
+from glmops.gpu.patchset.profiles import PROFILES, profile_by_name
 from tests.support import vllm_wheels
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -13,10 +13,10 @@ from typing import Any
 
 import pytest
 
-from glmops.facts import HostFacts, parse_facts
+from glmops.cli.verify import HostVars, inventory_host, register_backend, run_helper
 from glmops.fleet.topology import Member, Replica, replica_from_data
-from glmops.serving.flags import setting
-from glmops.verify import HostVars, inventory_host, register_backend, run_helper
+from glmops.gpu.facts import HostFacts, parse_facts
+from glmops.gpu.serving.flags import setting
 
 register_backend()
 

@@ -10,15 +10,15 @@ from typing import Any
 
 import pytest
 
-from glmops import gpus
-from glmops.facts import HostFacts
+from glmops.cli.verify import patched_layout_problem, run_helper
 from glmops.fleet.gang import observe_command, parse_observation, record_path, verdict
 from glmops.fleet.multinode import DEFAULT_MASTER_PORT
 from glmops.fleet.topology import Member, Replica, replica_data
-from glmops.serving import expected_backends, parse_backend, vllm_profile
-from glmops.serving.flags import serving_device, setting
-from glmops.serving.patches import manifest_files, patch_state
-from glmops.verify import patched_layout_problem, run_helper
+from glmops.gpu import gpus
+from glmops.gpu.facts import HostFacts
+from glmops.gpu.serving import expected_backends, parse_backend, vllm_profile
+from glmops.gpu.serving.flags import serving_device, setting
+from glmops.gpu.serving.patches import manifest_files, patch_state
 
 
 def cpu_host(hostvars: dict[str, Any]) -> bool:

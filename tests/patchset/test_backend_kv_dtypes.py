@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from glmops.patchset import ANCHOR_FILES, detect_profile, payload, plan_patchset
+from glmops.gpu.patchset import ANCHOR_FILES, detect_profile, payload, plan_patchset
 from tests.support.patchset import run_helper
 
 pytestmark = pytest.mark.wheels

@@ -14,10 +14,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from glmops.patchset import ANCHOR_FILES, detect_profile, payload, plan_patchset
-from glmops.patchset.common import marker
-from glmops.patchset.gguf import IN_TREE_FILES, PLUGIN_ADAPTER, PLUGIN_FILES
-from glmops.patchset.render import render
+from glmops.gpu.patchset import ANCHOR_FILES, detect_profile, payload, plan_patchset
+from glmops.gpu.patchset.common import marker
+from glmops.gpu.patchset.gguf import IN_TREE_FILES, PLUGIN_ADAPTER, PLUGIN_FILES
+from glmops.gpu.patchset.render import render
 from tests.support import vllm_wheels
 from tests.support.patchset import ROOT, run_helper, tree_hashes
 

@@ -20,9 +20,9 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 
-from glmops.patchset import ANCHOR_FILES, UnsupportedLayout, detect_profile, plan_patchset
-from glmops.patchset.indexer import FILES, render_fallback
-from glmops.patchset.profiles import (
+from glmops.gpu.patchset import ANCHOR_FILES, UnsupportedLayout, detect_profile, plan_patchset
+from glmops.gpu.patchset.indexer import FILES, render_fallback
+from glmops.gpu.patchset.profiles import (
     INDEXER_BUILDER,
     INDEXER_FALLBACK,
     SPARSE_INDEXER,

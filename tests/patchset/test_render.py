@@ -6,11 +6,11 @@ from __future__ import annotations
 
 import pytest
 
-from glmops.patchset import PROFILES, TEMPLATE_VERSION
-from glmops.patchset.backend import render_backend
-from glmops.patchset.indexer import render_fallback
-from glmops.patchset.profiles import profile_by_name
-from glmops.patchset.render import kernel_source
+from glmops.gpu.patchset import PROFILES, TEMPLATE_VERSION
+from glmops.gpu.patchset.backend import render_backend
+from glmops.gpu.patchset.indexer import render_fallback
+from glmops.gpu.patchset.profiles import profile_by_name
+from glmops.gpu.patchset.render import kernel_source
 
 
 @pytest.mark.parametrize("kernel", ["sparse_mla", "dense_reuse"])

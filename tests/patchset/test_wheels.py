@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from glmops.patchset import (
+from glmops.gpu.patchset import (
     ANCHOR_FILES,
     UnsupportedLayout,
     detect_profile,

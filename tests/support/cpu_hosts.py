@@ -28,7 +28,7 @@ def cpu_env(
     """The CLI's environment: `work/hosts.yml` ($GLMOPS_INVENTORY), the bed's hosts with
     inventory/cpu's variables, the wheelhouse, `group_vars` over them and `host_vars[host]` on
     each named host; the tiny model built in `work/tiny` ($TINY); runs in `work/runs`."""
-    from glmops import tinymodel
+    from glmops.testbed import tinymodel
 
     doc = yaml.safe_load(bed.inventory_path.read_text())
     doc["all"].setdefault("vars", {}).update(

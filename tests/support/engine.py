@@ -45,12 +45,12 @@ def playbook_runner(tmp_path: Path) -> Runner:
     """Run playbook text against an inventory file; returns exit code, events and stderr."""
     # Imported here so that test tiers without glmops' dependencies (the GPU machine has no
     # fabric) can still collect with this conftest.
-    from glmops.connection import ConnectionSettings
-    from glmops.executor import Executor, RunOptions
-    from glmops.inventory import load_inventory, parse_extra_vars
-    from glmops.output import Reporter
-    from glmops.playbook import load_playbook
-    from glmops.runlog import Masker, RunLog
+    from glmops.engine.connection import ConnectionSettings
+    from glmops.engine.executor import Executor, RunOptions
+    from glmops.engine.inventory import load_inventory, parse_extra_vars
+    from glmops.engine.output import Reporter
+    from glmops.engine.playbook import load_playbook
+    from glmops.engine.runlog import Masker, RunLog
 
     def run(
         playbook_text: str,

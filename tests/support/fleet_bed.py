@@ -91,7 +91,7 @@ class FleetBed:
 
     def up(self) -> None:
         """Provision the replicas, put the tiny model on them, deploy the fleet."""
-        from glmops import tinymodel
+        from glmops.testbed import tinymodel
 
         tiny = self.work / "tiny"
         if not tiny.exists():
@@ -200,7 +200,7 @@ def changed(events: list[dict[str, Any]]) -> int:
 def main() -> int:
     """`python3 -m tests.support.fleet_bed DIR`: the fleet on the CLI's testbed (tb1..tb4),
     left running; prints the inventory to use with the CLI."""
-    from glmops import wheelcache
+    from glmops.gpu import wheelcache
 
     work = Path(sys.argv[1] if len(sys.argv) > 1 else "~/.cache/glmops/fleet-demo").expanduser()
     work.mkdir(parents=True, exist_ok=True)

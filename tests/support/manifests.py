@@ -11,9 +11,9 @@ import json
 from pathlib import Path
 from typing import Any
 
+from glmops.gpu.patchset import backend, payload
+from glmops.gpu.patchset.profiles import profile_by_name
 from glmops.hosthelpers import vllm_patch
-from glmops.patchset import backend, payload
-from glmops.patchset.profiles import profile_by_name
 
 
 def written_manifest(site_packages: Path, profile: str) -> dict[str, Any]:

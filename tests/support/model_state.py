@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from glmops.context import run_helper_here
+from glmops.engine.context import run_helper_here
 from glmops.model.manifest import FileEntry, Manifest, sha256_file
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from glmops.facts import HostFacts, parse_facts
+from glmops.gpu.facts import HostFacts, parse_facts
 
 BASE = {
     "vllm_venv": "/opt/venv",

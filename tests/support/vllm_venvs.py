@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from glmops import wheelcache
+from glmops.gpu import wheelcache
 from glmops.modules.python_venv import UV_DIR
 from tests.support.engine import Runner
 from tests.support.vllm_wheels import fetch_vllm_wheel

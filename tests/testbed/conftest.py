@@ -16,9 +16,9 @@ ENGINE_FIRST_INDEX = 11  # tb11..: clear of the CLI's tb1.. and the testbed's ow
 
 @pytest.fixture(scope="session")
 def cpu_wheelhouse() -> Path:
-    """vLLM's CPU build, its CPU torch and dependencies (glmops/wheelcache.py), downloaded from
+    """vLLM's CPU build, its CPU torch and dependencies (glmops/gpu/wheelcache.py), downloaded from
     PyPI once per machine; skips the tests that need it when it cannot be built here."""
-    from glmops import wheelcache
+    from glmops.gpu import wheelcache
 
     try:
         return wheelcache.cpu_wheelhouse()

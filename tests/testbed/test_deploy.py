@@ -231,7 +231,7 @@ def test_status_and_verify_report_truthfully(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """status and verify on a deployed host, then on the same host drifted by hand."""
-    from glmops.status import collect
+    from glmops.cli.status import collect
 
     monkeypatch.setenv("GLMOPS_HOME", str(tmp_path / "home"))
     monkeypatch.setenv("GLMOPS_RUN_DIR", str(tmp_path / "runs"))

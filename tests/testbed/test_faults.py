@@ -76,7 +76,16 @@ def _cli(inventory: Path, playbook: Path, *extra: str) -> subprocess.Popen[str]:
         "GLMOPS_HOME": str(inventory.parent / "home"),
     }
     return subprocess.Popen(
-        [sys.executable, "-m", "glmops.cli", "run", str(playbook), "-i", str(inventory), *extra],
+        [
+            sys.executable,
+            "-m",
+            "glmops.cli",
+            "run",
+            str(playbook),
+            "-i",
+            str(inventory),
+            *extra,
+        ],
         cwd=inventory.parent,
         env=env,
         stdout=subprocess.PIPE,

@@ -22,11 +22,11 @@ from typing import Any
 import pytest
 import yaml
 
-from glmops.connection import ConnectionSettings
-from glmops.inventory import load_inventory
+from glmops.engine.connection import ConnectionSettings
+from glmops.engine.inventory import load_inventory
+from glmops.engine.output import Reporter
+from glmops.engine.runlog import Masker, RunLog
 from glmops.model.phase import ModelOptions, run_model_phase
-from glmops.output import Reporter
-from glmops.runlog import Masker, RunLog
 from glmops.testbed import Testbed
 from tests.support.glmops_cli import run_cli, tasks_named
 from tests.support.hub_server import HubRepo, olah_server

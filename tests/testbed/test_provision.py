@@ -25,7 +25,7 @@ from pathlib import Path
 
 import pytest
 
-from glmops.facts import parse_facts
+from glmops.gpu.facts import parse_facts
 from glmops.testbed import Testbed
 from glmops.testbed.inventory import host_address
 from tests.support.glmops_cli import run_cli

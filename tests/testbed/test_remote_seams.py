@@ -16,9 +16,9 @@ from pathlib import Path
 
 import pytest
 
-from glmops.connection import ConnectionSettings, SSHConnection, open_connection
+from glmops.engine.connection import ConnectionSettings, SSHConnection, open_connection
+from glmops.engine.inventory import ConnectionSpec
 from glmops.errors import CommandTimeout
-from glmops.inventory import ConnectionSpec
 from glmops.testbed import Testbed
 from glmops.testbed.inventory import host_address
 from glmops.testbed.rootfs import DEPLOY_PASSWORD, DEPLOY_USER
@@ -26,7 +26,7 @@ from tests.support.argv_watch import argv_while, leaks
 from tests.support.testbed import booted
 
 testinfra = pytest.importorskip("testinfra")
-from glmops.verify import INVENTORY_ENV, run_helper  # noqa: E402
+from glmops.cli.verify import INVENTORY_ENV, run_helper  # noqa: E402
 
 pytestmark = pytest.mark.testbed
 FIRST = 241

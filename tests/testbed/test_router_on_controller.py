@@ -2,7 +2,7 @@
 
 The router host needs systemd, and this machine has none as PID 1, so the controller runs inside
 tb247, a testbed host: this checkout and a venv of glmops' dependencies (from the controller's
-wheelhouse, `python -m glmops.wheelcache glmops`; the hosts have no internet) go there, and
+wheelhouse, `python -m glmops.gpu.wheelcache glmops`; the hosts have no internet) go there, and
 glmops runs playbooks/router.yml on `localhost` over a local connection, with the variables
 `glmops deploy` gives it (glmops.fleet.roll.router_vars). The replica, tb248, serves the TEST
 STAND-IN for vLLM (tests/support/vllm_standin.py, NOT vLLM: /health, /v1/models, a one-token
@@ -23,10 +23,10 @@ from typing import Any
 import pytest
 import yaml
 
-from glmops import wheelcache
+from glmops.engine.inventory import load_inventory
 from glmops.fleet.roll import router_vars
 from glmops.fleet.topology import fleet_from_inventory
-from glmops.inventory import load_inventory
+from glmops.gpu import wheelcache
 from glmops.testbed import Testbed
 from glmops.testbed.inventory import host_address
 from tests.support.testbed import booted, host_read

@@ -1,4 +1,4 @@
-"""Serial batches and the stop rule (glmops/batches.py), case by case.
+"""Serial batches and the stop rule (glmops/engine/batches.py), case by case.
 
 The expected batch sizes were worked out by hand from Ansible's rules: a percentage is of the
 play's whole host count, rounded down, at least 1; the last ramp entry repeats; 0 takes the rest.
@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from glmops import batches
+from glmops.engine import batches
 
 SPLITS = [
     # (serial as written, host count, batch sizes)

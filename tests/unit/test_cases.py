@@ -13,11 +13,11 @@ from typing import Any
 
 import pytest
 
-from glmops import gpus
-from glmops.driver_policy import DriverSettings, decide
-from glmops.facts import HostFacts, parse_facts
-from glmops.patchset import PROFILES
-from glmops.serving import serve_flags
+from glmops.gpu import gpus
+from glmops.gpu.driver_policy import DriverSettings, decide
+from glmops.gpu.facts import HostFacts, parse_facts
+from glmops.gpu.patchset import PROFILES
+from glmops.gpu.serving import serve_flags
 
 TESTS = Path(__file__).resolve().parents[1]
 CASES = TESTS / "cases"

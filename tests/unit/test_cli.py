@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from glmops.cli import main
-from glmops.output import SCHEMA
+from glmops.cli.main import main
+from glmops.engine.output import SCHEMA
 
 
 @pytest.fixture

@@ -11,15 +11,15 @@ from pathlib import Path
 
 import pytest
 
-from glmops.connection import (
+from glmops.engine.connection import (
     ConnectionSettings,
     LocalConnection,
     announce_group,
     open_connection,
     quote,
 )
+from glmops.engine.inventory import ConnectionSpec
 from glmops.errors import CommandInterrupted, CommandTimeout
-from glmops.inventory import ConnectionSpec
 
 
 def alive(pid: int) -> bool:

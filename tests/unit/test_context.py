@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from glmops.connection import CommandResult, LocalConnection
-from glmops.context import (
+from glmops.engine.connection import CommandResult, LocalConnection
+from glmops.engine.context import (
     RemoteCommandError,
     RemoteInfo,
     TaskContext,
@@ -21,8 +21,8 @@ from glmops.context import (
     run_helper_here,
     sudo_wrap,
 )
-from glmops.inventory import ConnectionSpec, Host
-from glmops.runlog import Masker, RunLog
+from glmops.engine.inventory import ConnectionSpec, Host
+from glmops.engine.runlog import Masker, RunLog
 
 #: Stands in for sudo where this machine has none (tests only): records its options and the
 #: password line it reads with -S, then runs the command as it is.

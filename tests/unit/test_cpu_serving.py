@@ -8,11 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from glmops.facts import parse_facts
+from glmops.gpu.facts import parse_facts
+from glmops.gpu.serving import ServeError, serve_flags
 from glmops.hosthelpers.vllm_backend_probe import attention_shape
 from glmops.modules.vllm_install import commands
-from glmops.serving import ServeError, serve_flags
-from glmops.tinymodel import Shape, build, byte_alphabet, train_bpe
+from glmops.testbed.tinymodel import Shape, build, byte_alphabet, train_bpe
 
 CPU = {
     "vllm_venv": "/opt/vllm",

@@ -8,9 +8,9 @@ from typing import Any
 
 import pytest
 
-from glmops import gpus
-from glmops.driver_policy import DriverSettings, decide, errors, explain, get, to_json
-from glmops.facts import parse_facts
+from glmops.gpu import gpus
+from glmops.gpu.driver_policy import DriverSettings, decide, errors, explain, get, to_json
+from glmops.gpu.facts import parse_facts
 
 FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "facts" / "h200.json"
 

@@ -1,4 +1,4 @@
-"""The engine's parts made on their own, as the Executor makes them (glmops/executor.py): a
+"""The engine's parts made on their own, as the Executor makes them (glmops/engine/executor.py): a
 SessionPool and a TaskRunner over local-connection hosts, with no play loop around them. Each
 part gets only what its constructor names; these tests hold them to that."""
 
@@ -10,15 +10,15 @@ from pathlib import Path
 
 import pytest
 
-from glmops.delegation import Delegates
-from glmops.inventory import load_inventory
-from glmops.output import Reporter
-from glmops.playbook import load_playbook
-from glmops.run_state import RunOptions, RunState
-from glmops.runlock import HostLocked
-from glmops.runlog import Masker, RunLog
-from glmops.sessions import SessionPool
-from glmops.task_run import TaskRunner
+from glmops.engine.delegation import Delegates
+from glmops.engine.inventory import load_inventory
+from glmops.engine.output import Reporter
+from glmops.engine.playbook import load_playbook
+from glmops.engine.run_state import RunOptions, RunState
+from glmops.engine.runlock import HostLocked
+from glmops.engine.runlog import Masker, RunLog
+from glmops.engine.sessions import SessionPool
+from glmops.engine.task_run import TaskRunner
 from tests.support.local_hosts import local_hosts
 
 PLAYBOOK = """

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from glmops.context import helper_command, helper_stdin, sudo_wrap
+from glmops.engine.context import helper_command, helper_stdin, sudo_wrap
 
 HELPERS = sorted(
     p.name[:-3]

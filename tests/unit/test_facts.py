@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from glmops.context import helper_command, helper_stdin
-from glmops.facts import HostFacts, parse_cc, parse_facts
+from glmops.engine.context import helper_command, helper_stdin
+from glmops.gpu.facts import HostFacts, parse_cc, parse_facts
 from glmops.testbed import simulated_nvidia_smi
 from glmops.testbed.profiles import GPU_PROFILES
 

@@ -12,9 +12,9 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from glmops.connection import CommandResult
+from glmops.engine.connection import CommandResult
+from glmops.engine.inventory import Host, load_inventory
 from glmops.errors import HostUnreachable
-from glmops.inventory import Host, load_inventory
 from glmops.model.access import RunKey
 from glmops.model.fanout import FanOut, Plan, Target
 from glmops.model.manifest import FileEntry, Manifest

@@ -13,8 +13,9 @@ import jinja2
 import pytest
 
 from glmops import paths
+from glmops.engine.inventory import load_inventory
+from glmops.engine.templating import make_environment
 from glmops.errors import InputError
-from glmops.facts import parse_facts
 from glmops.fleet.multinode import (
     Route,
     data_parallel_args,
@@ -28,9 +29,8 @@ from glmops.fleet.multinode import (
 )
 from glmops.fleet.router import router_argv, worker_changes
 from glmops.fleet.topology import fleet_from_inventory, replica_data
-from glmops.inventory import load_inventory
-from glmops.serving import ServeError, serve_flags
-from glmops.templating import make_environment
+from glmops.gpu.facts import parse_facts
+from glmops.gpu.serving import ServeError, serve_flags
 
 FLEET = """
 all:
@@ -305,10 +305,10 @@ def test_the_router_host_serves_nothing(
 ) -> None:
     """The router host is no replica: deploy, up, model, verify and status leave it out
     (status and the model phase here for real, on this machine)."""
+    from glmops.cli.status import collect
     from glmops.fleet.topology import serving_hosts
     from glmops.model.command import model_command
     from glmops.model.phase import ModelOptions
-    from glmops.status import collect
 
     path = tmp_path / "hosts.yml"
     path.write_text(

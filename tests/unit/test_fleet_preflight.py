@@ -13,11 +13,11 @@ from pathlib import Path
 
 import pytest
 
-from glmops.cli import fleet_run
-from glmops.context import run_helper_here
+from glmops.cli.main import fleet_run
+from glmops.engine.context import run_helper_here
+from glmops.engine.inventory import load_inventory
 from glmops.errors import ExitCode
 from glmops.fleet.roll import FleetDeploy, RunOutcome
-from glmops.inventory import load_inventory
 from glmops.model.fetch import ModelCache
 from glmops.model.manifest import (
     FileEntry,

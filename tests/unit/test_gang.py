@@ -9,8 +9,9 @@ from types import SimpleNamespace
 
 import pytest
 
+from glmops.cli.status import GangSeen, gang_status
+from glmops.engine.inventory import load_inventory
 from glmops.errors import ModuleError
-from glmops.facts import parse_facts
 from glmops.fleet.gang import (
     Board,
     MemberState,
@@ -20,11 +21,10 @@ from glmops.fleet.gang import (
     verdict,
 )
 from glmops.fleet.multinode import member_plan
-from glmops.inventory import load_inventory
+from glmops.gpu.facts import parse_facts
+from glmops.gpu.serving import ServeError, serve_flags
+from glmops.gpu.serving.flags import CPU_CLI
 from glmops.modules.vllm_gang_restart import VllmGangRestart
-from glmops.serving import ServeError, serve_flags
-from glmops.serving.flags import CPU_CLI
-from glmops.status import GangSeen, gang_status
 
 INVENTORY = """
 all:

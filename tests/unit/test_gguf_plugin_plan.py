@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 
+from glmops.gpu.patchset import ANCHOR_FILES, PatchError, payload
+from glmops.gpu.patchset import gguf as item
+from glmops.gpu.patchset.profiles import profile_by_name
 from glmops.hosthelpers import vllm_patch
-from glmops.patchset import ANCHOR_FILES, PatchError, payload
-from glmops.patchset import gguf as item
-from glmops.patchset.profiles import profile_by_name
 
 # Only the lines of vllm-gguf-plugin 0.0.5 that the item anchors on or edits.
 PLUGIN = {

@@ -14,7 +14,7 @@ import pytest
 gguf = pytest.importorskip("gguf", reason="gguf is in the test extras (pip install -e .[test])")
 np = pytest.importorskip("numpy")
 
-from glmops.context import helper_command, helper_stdin  # noqa: E402
+from glmops.engine.context import helper_command, helper_stdin  # noqa: E402
 from glmops.hosthelpers import gguf_split  # noqa: E402
 from tests.support.gguf_models import glm_dsa_tensors as _tensors  # noqa: E402
 from tests.support.gguf_models import split_set, write_model  # noqa: E402
@@ -206,7 +206,7 @@ def test_shards_removed_only_after_a_verified_merge_and_the_model_files_accept_i
 ) -> None:
     """The seam between gguf_split (merge, remove_shards, merged_only) and model_files (verify
     against the manifest), each run as a host runs it, on one real split set."""
-    from glmops.context import run_helper_here
+    from glmops.engine.context import run_helper_here
     from tests.support.model_state import manifest_of, verify_args
 
     root = tmp_path / "m"

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from glmops import gpus
-from glmops.facts import parse_facts
-from glmops.patchset import PROFILES
+from glmops.gpu import gpus
+from glmops.gpu.facts import parse_facts
+from glmops.gpu.patchset import PROFILES
 from glmops.testbed import facts_fixtures
 from glmops.testbed.profiles import GPU_PROFILES
 

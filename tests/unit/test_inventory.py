@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
+from glmops.engine.inventory import load_inventory, parse_extra_vars
 from glmops.errors import InputError
-from glmops.inventory import load_inventory, parse_extra_vars
 
 
 def write(path: Path, text: str) -> Path:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from glmops.moddoc import module_list, readme_with_list
+from glmops.cli.moddoc import module_list, readme_with_list
 from glmops.modules import REGISTRY
 
 README = Path(__file__).resolve().parents[2] / "README.md"
@@ -13,14 +13,14 @@ README = Path(__file__).resolve().parents[2] / "README.md"
 def test_readme_module_list_matches_the_modules() -> None:
     text = README.read_text()
     assert readme_with_list(text) == text, (
-        "README's module list is stale: run python3 -m glmops.moddoc --write README.md"
+        "README's module list is stale: run python3 -m glmops.cli.moddoc --write README.md"
     )
     for name in REGISTRY:
         assert f"- `{name}`:" in module_list()
 
 
 def test_doc_says_each_sentence_once() -> None:
-    from glmops.moddoc import describe
+    from glmops.cli.moddoc import describe
 
     for name in REGISTRY:
         text = describe(name)
@@ -30,7 +30,7 @@ def test_doc_says_each_sentence_once() -> None:
 
 
 def test_template_doc_gives_the_src_lookup_order() -> None:
-    from glmops.moddoc import describe
+    from glmops.cli.moddoc import describe
 
     text = " ".join(describe("template").split())
     assert "beside the playbook, then in the playbook's parent folder, then in glmops' own" in text

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from glmops.context import run_helper_here
+from glmops.engine.context import run_helper_here
 from glmops.errors import ExitCode
 from glmops.model.fetch import FetchError, HubAccess, ModelCache, download, resolve
 from glmops.model.manifest import load_manifest

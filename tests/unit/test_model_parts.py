@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from glmops.context import run_helper_here
+from glmops.engine.context import run_helper_here
 from glmops.errors import InputError
 from glmops.model.access import RunKey, authorize_script, revoke_script
 from glmops.model.manifest import FileEntry, Manifest

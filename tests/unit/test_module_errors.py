@@ -60,9 +60,9 @@ def test_a_bug_is_reported_as_one_with_its_traceback(
 
 
 def test_minus_vv_shows_the_traceback(broken: None) -> None:
-    from glmops.output import Reporter
-    from glmops.results import Status, TaskResult
-    from glmops.runlog import Masker
+    from glmops.engine.output import Reporter
+    from glmops.engine.results import Status, TaskResult
+    from glmops.engine.runlog import Masker
 
     err = io.StringIO()
     reporter = Reporter(Masker(), verbosity=2, stdout=io.StringIO(), stderr=err)

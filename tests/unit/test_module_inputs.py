@@ -9,13 +9,13 @@ from pathlib import Path
 import pytest
 
 import glmops.modules
-from glmops.connection import LocalConnection
-from glmops.context import RemoteInfo, TaskContext
+from glmops.cli.moddoc import describe
+from glmops.engine.connection import LocalConnection
+from glmops.engine.context import RemoteInfo, TaskContext
+from glmops.engine.inventory import ConnectionSpec, Host
+from glmops.engine.runlog import Masker, RunLog
 from glmops.errors import ModuleError
-from glmops.inventory import ConnectionSpec, Host
-from glmops.moddoc import describe
 from glmops.modules import REGISTRY
-from glmops.runlog import Masker, RunLog
 
 MODULES = Path(glmops.modules.__file__).parent
 

@@ -110,8 +110,8 @@ def test_unquoted_octal_modes_mean_what_they_say(
 def test_a_mode_that_is_not_a_mode_fails_when_the_playbook_loads(tmp_path: Path) -> None:
     import pytest
 
+    from glmops.engine.playbook import load_playbook
     from glmops.errors import InputError
-    from glmops.playbook import load_playbook
 
     path = tmp_path / "bad.yml"
     path.write_text("- hosts: all\n  tasks:\n    - file: {path: /x, mode: u+rwq}\n")
@@ -153,10 +153,10 @@ def test_concurrent_writes_of_one_file_never_collide_on_the_temp_name(
 ) -> None:
     from concurrent.futures import ThreadPoolExecutor
 
-    from glmops.connection import LocalConnection
-    from glmops.context import RemoteInfo, TaskContext
-    from glmops.inventory import load_inventory
-    from glmops.runlog import Masker, RunLog
+    from glmops.engine.connection import LocalConnection
+    from glmops.engine.context import RemoteInfo, TaskContext
+    from glmops.engine.inventory import load_inventory
+    from glmops.engine.runlog import Masker, RunLog
 
     host = load_inventory(local_inventory).hosts["here"]
     masker = Masker()
@@ -342,9 +342,9 @@ def test_helper_runs_from_stdin_and_leaves_nothing(
 def test_heartbeat_names_the_busy_host(
     run_playbook: Runner, local_inventory: Path, monkeypatch
 ) -> None:
-    import glmops.executor
+    import glmops.engine.executor
 
-    monkeypatch.setattr(glmops.executor, "HEARTBEAT_SECONDS", 0.3)
+    monkeypatch.setattr(glmops.engine.executor, "HEARTBEAT_SECONDS", 0.3)
     outcome = run_playbook(
         """
     - hosts: all

@@ -10,10 +10,10 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from glmops.cli import main
-from glmops.output import SCHEMA, Reporter
-from glmops.results import HostTally
-from glmops.runlog import Masker
+from glmops.cli.main import main
+from glmops.engine.output import SCHEMA, Reporter
+from glmops.engine.results import HostTally
+from glmops.engine.runlog import Masker
 from tests.support.engine import Runner
 
 LONG_HOST = "gpu-node-rack12-slot07-very-long-hostname-for-the-datacenter.example.internal"
@@ -66,9 +66,9 @@ def test_json_events_share_one_versioned_schema(workdir: Path) -> None:
 def test_first_heartbeat_comes_after_one_interval(
     run_playbook: Runner, local_inventory: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import glmops.executor
+    import glmops.engine.executor
 
-    monkeypatch.setattr(glmops.executor, "HEARTBEAT_SECONDS", 0.8)
+    monkeypatch.setattr(glmops.engine.executor, "HEARTBEAT_SECONDS", 0.8)
     outcome = run_playbook(
         """
     - hosts: all
@@ -111,7 +111,7 @@ def test_a_secret_cut_short_by_a_long_repr_is_masked_on_both_sides_of_the_cut() 
     # pytest's own truncation of long reprs, as a failed host check's traceback shows them
     from _pytest._io.saferepr import saferepr
 
-    from glmops.runlog import CUT_SECRET
+    from glmops.engine.runlog import CUT_SECRET
 
     secret = "hf_CutShort0123456789abcdef"
     masker = Masker()
@@ -149,7 +149,7 @@ def test_a_secret_cut_short_by_a_long_repr_is_masked_on_both_sides_of_the_cut() 
 
 
 def test_old_run_directories_are_pruned(tmp_path: Path) -> None:
-    from glmops.runlog import RUNS_KEPT, RunLog
+    from glmops.engine.runlog import RUNS_KEPT, RunLog
 
     root = tmp_path / "runs"
     for i in range(RUNS_KEPT + 5):

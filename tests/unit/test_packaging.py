@@ -97,7 +97,7 @@ def test_the_wheel_runs_without_the_checkout(installed: Path, tmp_path: Path) ->
 def test_patch_templates_render_from_the_wheel(installed: Path, tmp_path: Path) -> None:
     """The patch set's Jinja templates and the kernel source it inlines come from the wheel."""
     code = (
-        "from glmops.patchset import render; "
+        "from glmops.gpu.patchset import render; "
         "print(render.TEMPLATE_DIR); print(sorted(p.name for p in render.TEMPLATE_DIR.iterdir()));"
         "print((render.KERNEL_DIR / 'sparse_mla.py').is_file())"
     )

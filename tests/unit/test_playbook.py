@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
+from glmops.engine.playbook import load_playbook
+from glmops.engine.templating import evaluate_condition, render_value
 from glmops.errors import InputError, TemplateError
-from glmops.playbook import load_playbook
-from glmops.templating import evaluate_condition, render_value
 
 
 def playbook(tmp_path: Path, text: str) -> Path:
@@ -115,7 +115,7 @@ def test_conditions() -> None:
 
 
 def test_variables_refer_to_variables_and_broken_ones_fail_only_when_used() -> None:
-    from glmops.templating import resolve_variables
+    from glmops.engine.templating import resolve_variables
 
     scope = resolve_variables(
         {
@@ -136,8 +136,8 @@ def test_variables_refer_to_variables_and_broken_ones_fail_only_when_used() -> N
 def test_a_misspelt_task_key_gets_a_suggestion(tmp_path) -> None:
     import pytest
 
+    from glmops.engine.playbook import load_playbook
     from glmops.errors import InputError
-    from glmops.playbook import load_playbook
 
     path = tmp_path / "p.yml"
     path.write_text("- hosts: all\n  tasks:\n    - command: 'true'\n      notfy: x\n")
@@ -149,8 +149,8 @@ def test_a_misspelt_task_key_gets_a_suggestion(tmp_path) -> None:
 def test_a_literal_argument_of_the_wrong_type_fails_at_load(tmp_path) -> None:
     import pytest
 
+    from glmops.engine.playbook import load_playbook
     from glmops.errors import InputError
-    from glmops.playbook import load_playbook
 
     path = tmp_path / "p.yml"
     path.write_text("- hosts: all\n  tasks:\n    - file: {path: [/tmp/a, /tmp/b]}\n")

@@ -16,16 +16,16 @@ from typing import Any
 
 import pytest
 
-from glmops.connection import CommandResult
-from glmops.context import TaskContext
+from glmops.engine.connection import CommandResult
+from glmops.engine.context import TaskContext
+from glmops.engine.inventory import ConnectionSpec, Host
+from glmops.engine.results import Status
 from glmops.errors import ModuleError
-from glmops.facts import parse_facts
-from glmops.inventory import ConnectionSpec, Host
+from glmops.gpu.facts import parse_facts
 from glmops.modules import nvidia_driver as nd
 from glmops.modules import reboot as rb
 from glmops.modules import vllm_install as vi
 from glmops.modules import wheelhouse as wh
-from glmops.results import Status
 
 H200 = Path(__file__).resolve().parents[1] / "fixtures" / "facts" / "h200.json"
 

@@ -19,9 +19,9 @@ from typing import Any
 
 import pytest
 
-from glmops.patchset.backend import render_backend
-from glmops.patchset.profiles import profile_by_name
-from glmops.serving.journal import STATUS_GREP, parse_kernel
+from glmops.gpu.patchset.backend import render_backend
+from glmops.gpu.patchset.profiles import profile_by_name
+from glmops.gpu.serving.journal import STATUS_GREP, parse_kernel
 from tests.support.module_file import load_module_file
 
 torch = pytest.importorskip("torch", reason="the rendered backend imports torch")

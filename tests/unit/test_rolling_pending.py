@@ -10,8 +10,8 @@ from pathlib import Path
 import yaml
 
 from glmops import paths
-from glmops.notifications import PENDING_FILE
-from glmops.playbook import load_playbook
+from glmops.engine.notifications import PENDING_FILE
+from glmops.engine.playbook import load_playbook
 from tests.support.engine import Runner
 from tests.support.local_hosts import local_hosts
 

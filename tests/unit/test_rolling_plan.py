@@ -15,10 +15,10 @@ from typing import Any
 
 import pytest
 
-from glmops.context import run_helper_here
+from glmops.engine.context import run_helper_here
+from glmops.engine.inventory import load_inventory
 from glmops.errors import ExitCode, InputError
 from glmops.fleet.roll import FleetDeploy, RunOutcome, parse_serial
-from glmops.inventory import load_inventory
 
 FLEET = """
 all:
@@ -251,7 +251,7 @@ def test_drain_of_a_server_that_is_gone() -> None:
 def test_the_engine_runs_the_deploy_in_batches_and_stops_past_max_fail(tmp_path: Path) -> None:
     """fleet_run sets `serial` on a real play and reads the engine's batches, its stop reason
     and each host's failed task (three local hosts; the second one fails)."""
-    from glmops.cli import fleet_run
+    from glmops.cli.main import fleet_run
 
     hosts = "".join(
         f"    {h}: {{connection: local, state_dir: '{tmp_path}/state-{h}'}}\n" for h in "abc"

@@ -9,11 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from glmops import runlock
-from glmops.connection import ConnectionSettings, open_connection
-from glmops.context import RemoteInfo, TaskContext
-from glmops.inventory import load_inventory
-from glmops.runlog import Masker, RunLog
+from glmops.engine import runlock
+from glmops.engine.connection import ConnectionSettings, open_connection
+from glmops.engine.context import RemoteInfo, TaskContext
+from glmops.engine.inventory import load_inventory
+from glmops.engine.runlog import Masker, RunLog
 
 RUN = {"pid": 4242, "controller": "ctl", "user": "ops", "started": "t0", "run": "/runs/a"}
 

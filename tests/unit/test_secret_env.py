@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from glmops.cli import main
-from glmops.secretenv import SECRET_ENV
+from glmops.cli.main import main
+from glmops.engine.secretenv import SECRET_ENV
 
 SECRET = "Sup3rSecretBecome-42"
 

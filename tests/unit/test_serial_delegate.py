@@ -328,7 +328,7 @@ def test_delegate_to_localhost_is_the_controller_and_loops_say_so(
 def test_list_hosts_shows_the_batches(fleet: Path, tmp_path: Path) -> None:
     from click.testing import CliRunner
 
-    from glmops.cli import main
+    from glmops.cli.main import main
 
     play = tmp_path / "roll.yml"
     play.write_text("- hosts: web\n  serial: [1, '50%']\n  tasks: [{command: 'true'}]\n")

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from glmops.errors import InputError
+from glmops.gpu.serving.flags import DEFAULTS, INPUTS
 from glmops.modules.base import REGISTRY
-from glmops.serving.flags import DEFAULTS, INPUTS
 from tests.support.engine import Runner
 
 PLAY = """

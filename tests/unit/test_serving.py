@@ -1,4 +1,4 @@
-"""glmops.serving: serve flags from facts, expected backends, journal parsing, quoting."""
+"""glmops.gpu.serving: serve flags from facts, expected backends, journal parsing, quoting."""
 
 from __future__ import annotations
 
@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from glmops.facts import parse_facts
-from glmops.patchset.profiles import PROFILES, profile_by_name
-from glmops.serving import (
+from glmops.gpu.facts import parse_facts
+from glmops.gpu.patchset.profiles import PROFILES, profile_by_name
+from glmops.gpu.serving import (
     ServeError,
     expected_backends,
     gguf_loader_problem,
@@ -20,8 +20,8 @@ from glmops.serving import (
     systemd_quote,
     vllm_profile,
 )
-from glmops.serving.journal import failure_summary, stop_cause
-from glmops.serving.preflight import parse_preflight
+from glmops.gpu.serving.journal import failure_summary, stop_cause
+from glmops.gpu.serving.preflight import parse_preflight
 from tests.support.manifests import written_manifest
 from tests.support.serving_inputs import BASE, facts
 

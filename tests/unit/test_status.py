@@ -1,4 +1,4 @@
-"""glmops.status.status_row and the patch manifest comparison (pure, no host)."""
+"""glmops.cli.status.status_row and the patch manifest comparison (pure, no host)."""
 
 from __future__ import annotations
 
@@ -6,11 +6,11 @@ import hashlib
 from pathlib import Path
 from typing import Any
 
-from glmops.notifications import format_pending, pending_names
-from glmops.patchset.profiles import BACKEND_TARGET
-from glmops.serving import serve_flags
-from glmops.serving.patches import manifest_files, patch_state
-from glmops.status import status_row
+from glmops.cli.status import status_row
+from glmops.engine.notifications import format_pending, pending_names
+from glmops.gpu.patchset.profiles import BACKEND_TARGET
+from glmops.gpu.serving import serve_flags
+from glmops.gpu.serving.patches import manifest_files, patch_state
 from tests.support.manifests import written_manifest
 from tests.support.serving_inputs import BASE, facts
 

@@ -10,9 +10,9 @@ import jinja2
 import pytest
 
 from glmops import paths
-from glmops.facts import HostFacts, parse_facts
-from glmops.serving import ServeError, serve_flags
-from glmops.templating import make_environment
+from glmops.engine.templating import make_environment
+from glmops.gpu.facts import HostFacts, parse_facts
+from glmops.gpu.serving import ServeError, serve_flags
 from tests.unit.test_fleet import systemd_verifies
 
 

@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 import yaml
 
+from glmops.engine.templating import render_value
+from glmops.engine.yamlsrc import load_yaml
 from glmops.errors import TemplateError
-from glmops.templating import render_value
-from glmops.yamlsrc import load_yaml
 from tests.support.engine import Runner
 
 

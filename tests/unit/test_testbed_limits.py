@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from glmops.cli import main
+from glmops.cli.main import main
 from glmops.testbed.core import INOTIFY, ensure_inotify, inotify_needs, raise_limits
 from glmops.testbed.errors import TestbedError
 

@@ -1,4 +1,4 @@
-"""glmops.up.converge: phases per host, a re-run continues where the last stopped."""
+"""glmops.cli.up.converge: phases per host, a re-run continues where the last stopped."""
 
 from __future__ import annotations
 
@@ -11,9 +11,9 @@ from typing import Any
 
 import pytest
 
-from glmops.context import run_helper_here
-from glmops.inventory import Host, load_inventory
-from glmops.up import PHASES, Outcome, Progress, Recheck, converge, exit_code
+from glmops.cli.up import PHASES, Outcome, Progress, Recheck, converge, exit_code
+from glmops.engine.context import run_helper_here
+from glmops.engine.inventory import Host, load_inventory
 from tests.support.local_hosts import local_hosts
 
 
@@ -146,7 +146,7 @@ def test_the_verify_phase_runs_the_host_checks_and_names_those_that_fail(
     nothing but events of the one schema; without it, no JSON at all."""
     import json
 
-    from glmops.output import SCHEMA
+    from glmops.engine.output import SCHEMA
 
     env = {**os.environ, "GLMOPS_HOME": str(tmp_path), "GLMOPS_RUN_DIR": str(tmp_path / "runs")}
     skip = "provision,patch,model,deploy"
@@ -175,9 +175,10 @@ def test_a_fleet_router_host_runs_no_phase_gangs_deploy_whole_and_the_router_fol
 ) -> None:
     """`glmops up` on a fleet: the phases' playbooks are recorded instead of run; what runs
     where is the subject (the playbooks themselves run on the testbed)."""
-    from glmops import cli, up_phases
+    from glmops.cli import main as cli
+    from glmops.cli import up_phases
+    from glmops.cli.up import run_up
     from glmops.fleet.roll import RunOutcome
-    from glmops.up import run_up
 
     monkeypatch.setenv("GLMOPS_RUN_DIR", str(tmp_path / "runs"))
     ran: list[tuple[str, list[str]]] = []
@@ -247,10 +248,10 @@ def model_host(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> ModelHost:
     state file by model_files' verify and the merged file and its sidecar by gguf_split's
     merge (both run on this machine as a host runs them)."""
     pytest.importorskip("gguf", reason="gguf is in the test extras")
+    from glmops.cli.up_phases import PhaseRunners
     from glmops.model.fetch import ModelCache
     from glmops.model.manifest import write_atomic
     from glmops.model.source import parse_source
-    from glmops.up_phases import PhaseRunners
     from tests.support.gguf_models import split_set
     from tests.support.model_state import manifest_of, verified
 
@@ -368,7 +369,7 @@ def one_host(folder: Path, **variables: str) -> Host:
 def test_the_fingerprint_follows_every_variable_secrets_by_digest(tmp_path: Path) -> None:
     """`glm5_tokenizer` is no secret (runlog's one rule): a new tokenizer deploys again; a
     rotated secret too, without its value in the progress file."""
-    from glmops.up import fingerprint
+    from glmops.cli.up import fingerprint
 
     base = fingerprint(one_host(tmp_path, glm5_tokenizer="a/b", hf_token="hf_one"), "deploy")
     assert base == fingerprint(
@@ -389,7 +390,8 @@ def test_the_fingerprint_follows_the_shipped_templates_and_glmops_version(
     found where paths finds them (a checkout, or an installed wheel's _shipped/)."""
     import shutil
 
-    from glmops import paths, up
+    from glmops import paths
+    from glmops.cli import up
 
     shipped = tmp_path / "shipped"
     for name in ("playbooks", "templates", "backend"):
@@ -406,8 +408,8 @@ def test_the_fingerprint_follows_the_shipped_templates_and_glmops_version(
 
 
 def test_a_pattern_that_selects_only_the_router_host_is_refused(tmp_path: Path) -> None:
+    from glmops.cli.up import run_up
     from glmops.errors import InputError
-    from glmops.up import run_up
 
     path = tmp_path / "hosts.yml"
     path.write_text(

@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from glmops.facts import parse_facts
-from glmops.patchset import payload
-from glmops.patchset.profiles import profile_by_name
-from glmops.verify import INVENTORY_ENV, GlmopsBackend, patched_layout_problem
+from glmops.cli.verify import INVENTORY_ENV, GlmopsBackend, patched_layout_problem
+from glmops.gpu.facts import parse_facts
+from glmops.gpu.patchset import payload
+from glmops.gpu.patchset.profiles import profile_by_name
 
 
 def facts(vllm: str | None, profile: str | None):

@@ -14,8 +14,8 @@ import pytest
 from tests.support.argv_watch import argv_while, leaks
 
 testinfra = pytest.importorskip("testinfra")
+from glmops.cli.verify import run_helper  # noqa: E402
 from glmops.errors import InputError  # noqa: E402
-from glmops.verify import run_helper  # noqa: E402
 
 
 def slow_python(folder: Path) -> str:

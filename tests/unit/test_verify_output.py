@@ -15,7 +15,7 @@ import pytest
 
 pytest.importorskip("testinfra")
 
-from glmops.output import SCHEMA  # noqa: E402
+from glmops.engine.output import SCHEMA  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[2]
 TOKEN = "hf_LeakCheck12345678"

@@ -1,0 +1,5 @@
+"""`python3 -m glmops.cli`: the same command line as `glmops`."""
+
+from glmops.cli.main import main
+
+main(prog_name="glmops")

@@ -1,0 +1,43 @@
+"""What `--syntax-check`, `--list-tasks` and `--list-hosts` print: a playbook, run nothing."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from glmops.engine import batches
+from glmops.engine.inventory import Inventory
+from glmops.engine.playbook import Play
+
+
+def syntax_ok(playbook: Path, plays: list[Play]) -> str:
+    tasks = sum(len(p.tasks) + len(p.handlers) for p in plays)
+    return f"playbook: {playbook}: syntax ok ({len(plays)} play(s), {tasks} task(s) and handlers)"
+
+
+def list_tasks(playbook: Path, plays: list[Play], tags: set[str], skip_tags: set[str]) -> str:
+    lines = [f"playbook: {playbook}"]
+    for play in plays:
+        lines.append(f"  play '{play.name}' (hosts: {play.hosts})")
+        for task in play.tasks:
+            if task.selected(tags, skip_tags):
+                shown_tags = f"  TAGS: [{', '.join(task.tags)}]" if task.tags else ""
+                lines.append(f"    {task.name}  ({task.module}, line {task.line}){shown_tags}")
+        for handler in play.handlers:
+            lines.append(f"    handler {handler.name}  ({handler.module}, line {handler.line})")
+    return "\n".join(lines)
+
+
+def list_hosts(inventory: Inventory, plays: list[Play], limit: str | None) -> str:
+    allowed = {h.name for h in inventory.select(limit)} if limit else None
+    lines = []
+    for play in plays:
+        hosts = [h.name for h in inventory.select(play.hosts)]
+        hosts = [h for h in hosts if allowed is None or h in allowed]
+        lines.append(f"play '{play.name}' ({len(hosts)} host(s)):")
+        split = batches.split(hosts, play.serial)
+        if len(split) > 1:  # `serial`: the batches the play will roll through, in order
+            for index, batch in enumerate(split, 1):
+                lines.append(f"  batch {index}/{len(split)}: {', '.join(batch)}")
+            continue
+        lines += [f"  {name}" for name in hosts]
+    return "\n".join(lines)

@@ -1,0 +1,166 @@
+"""Each host's state across a run (`HostSession`) and the pool that holds them
+(`SessionPool`): one session per host, shared by the plays that target it and the tasks
+delegated to it, connected and locked once. A play's hosts and a task's delegate get their
+connection, run lock, task context and facts the same way, from the pool."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import TYPE_CHECKING, Any
+
+from glmops.engine import runlock
+from glmops.engine.connection import KILL_GRACE_SECONDS, Connection, Release, open_connection
+from glmops.engine.context import RemoteInfo, TaskContext
+from glmops.engine.inventory import Host
+from glmops.engine.playbook import Play, Task
+from glmops.engine.results import HostTally
+from glmops.errors import HostUnreachable
+
+if TYPE_CHECKING:
+    from glmops.engine.run_state import RunState
+
+
+@dataclass
+class HostSession:
+    """One host's state across a run: its connection, what we know of it, and its tally. The
+    pool sets its connection, lock and facts; the task runner and the play loop the rest."""
+
+    host: Host
+    tally: HostTally = field(default_factory=HostTally)
+    conn: Connection | None = None
+    remote: RemoteInfo | None = None
+    facts: dict[str, Any] | None = None
+    registered: dict[str, Any] = field(default_factory=dict)
+    dead: bool = False  # unreachable or failed: no further tasks this run
+    interrupted: str | None = None  # the task the run was interrupted in, or before
+    release_lock: Release | None = None
+    lock_play: Play | None = None  # the play whose context took the lock (for its state dir)
+    targeted: bool = False  # a play ran on it (not only tasks delegated to it)
+    pending: set[str] = field(default_factory=set)  # the current play's notified handlers
+    #: Held while connecting and locking: its own play and delegated tasks may race there.
+    guard: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+
+class SessionPool:
+    """The run's host sessions: each made once, on first use, then connected and locked once,
+    whether for its own play or for a task delegated to it."""
+
+    def __init__(self, state: RunState):
+        self._state = state
+        self._sessions: dict[str, HostSession] = {}
+        self._guard = threading.Lock()  # the dict: plays' threads and delegated tasks add to it
+
+    @property
+    def sessions(self) -> Mapping[str, HostSession]:
+        """Every host's session so far, by name (read-only: `session` adds them)."""
+        return MappingProxyType(self._sessions)
+
+    def session(self, host: Host) -> HostSession:
+        """The run's one session per host, shared by its plays and by tasks delegated to it."""
+        with self._guard:
+            return self._sessions.setdefault(host.name, HostSession(host))
+
+    def targets(self) -> dict[str, HostSession]:
+        """The hosts the plays ran on (not those only delegated to)."""
+        return {n: s for n, s in self._sessions.items() if s.targeted}
+
+    def connect(self, play: Play, session: HostSession) -> None:
+        """Connect to the host, and take its run lock when this run changes hosts; once per
+        run, whether for its own tasks or for tasks delegated to it."""
+        options = self._state.options
+        with session.guard:
+            self._ensure_connected(session)
+            if options.lock and not options.check and session.release_lock is None:
+                self._lock(play, session)
+
+    def context(self, play: Play, session: HostSession, task: Task | None) -> TaskContext:
+        """What a task (or the engine's own step, when `task` is None) acts on the host with."""
+        host, state = session.host, self._state
+        become = next(
+            v
+            for v in (task and task.become, play.become, host.connection.become, False)
+            if v is not None
+        )
+        assert session.conn is not None and session.remote is not None
+        return TaskContext(
+            host=host,
+            conn=session.conn,
+            remote=session.remote,
+            log=state.runlog,
+            masker=state.masker,
+            check=state.options.check,
+            diff=state.options.diff,
+            become=bool(become),
+            sudo_password=state.options.sudo_password,
+            timeout=task.timeout if task else None,
+            task_name=task.name if task else "",
+            # glmops' own state (notifications, the lock) is always kept as root
+            become_user=(task.become_user or play.become_user) if task else None,
+            no_log=bool(task and task.no_log),
+            reconnect=lambda: self._reconnect(session),
+            notify_progress=lambda text: state.reporter.note(text, host.name),
+        )
+
+    def gather_facts(self, play: Play, session: HostSession) -> None:
+        from glmops.engine.facts_gather import gather
+
+        ctx = self.context(play, session, None)
+        variables = {**play.defaults, **session.host.vars, **play.vars}
+        session.facts = gather(ctx, {**variables, **self._state.options.extra_vars})
+
+    def cancel_all(self, grace: float = KILL_GRACE_SECONDS) -> None:
+        """Cancel every host's connection at once (each may wait out the grace). No lock:
+        a signal handler calls this, maybe while its own thread holds the pool's."""
+        cancels = [
+            threading.Thread(target=session.conn.cancel, args=(grace,), daemon=True)
+            for session in list(self._sessions.values())
+            if session.conn is not None
+        ]
+        for thread in cancels:
+            thread.start()
+        for thread in cancels:
+            thread.join(grace + 30)
+
+    def close(self) -> None:
+        """Release every run lock taken and close every connection (the run is over)."""
+        for session in self._sessions.values():
+            if session.release_lock is not None:
+                session.release_lock()
+                session.release_lock = None
+            if session.conn is not None:
+                session.conn.close()
+
+    def _ensure_connected(self, session: HostSession) -> None:
+        if session.conn is not None:
+            return
+        host = session.host
+        session.conn = open_connection(host.name, host.connection, self._state.options.connection)
+        probe = session.conn.run('id -u; printf "%s\\n" "$HOME"', timeout=30)
+        lines = probe.stdout.splitlines()
+        if probe.rc != 0 or len(lines) < 2:
+            raise HostUnreachable(f"cannot run commands on {host.name}: {probe.stderr.strip()}")
+        session.remote = RemoteInfo(uid=int(lines[0]), home=lines[1], python=None)
+        self._state.runlog.write(host.name, f"connected as uid {lines[0]}")
+
+    def _lock(self, play: Play, session: HostSession) -> None:
+        session.lock_play = play
+        holder = runlock.holder_info(str(self._state.runlog.path))
+        session.release_lock = runlock.acquire(self.context(play, session, None), holder)
+
+    def _reconnect(self, session: HostSession) -> Connection:
+        """A fresh connection to the same host (after a reboot); the old one is closed first,
+        and the run lock, which lived with it, is taken again. Under the session's guard, as
+        `connect`: a task delegated to this host meanwhile waits for the one new connection."""
+        with session.guard:
+            if session.conn is not None:
+                session.conn.close()
+            session.conn = None
+            session.release_lock = None
+            self._ensure_connected(session)
+            if session.lock_play is not None:
+                self._lock(session.lock_play, session)
+            assert session.conn is not None
+            return session.conn

@@ -1,0 +1,8 @@
+"""The GPU path's policy: what glmops knows about GPUs, drivers, vLLM layouts and serving.
+
+`gpus` (one table per GPU family), `facts` (typed host facts), `driver_policy`, `versions`,
+`wheelcache`, `patchset/` (the vLLM patch set and attention backend, rendered from templates)
+and `serving/` (vLLM's flags, backends and journal). Pure decisions from facts and settings:
+it may import `glmops.errors`, `glmops.paths` and `glmops.hosthelpers` (reply types), never the
+engine's runner or the CLI.
+"""
