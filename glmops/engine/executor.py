@@ -38,6 +38,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from glmops.engine import templating
 from glmops.engine.delegation import Delegates, check_delegates
 from glmops.engine.inventory import Host, Inventory
 from glmops.engine.output import Reporter
@@ -117,6 +118,7 @@ class Executor:
         heartbeat = threading.Thread(target=self._heartbeat, daemon=True, name="heartbeat")
         heartbeat.start()
         previous = self._catch_signals()
+        templating.STOP.clear()
         try:
             for play in plays:
                 if self.interrupted:
@@ -167,6 +169,7 @@ class Executor:
         name = signal.Signals(signum).name
         if self._state.interrupted is None:
             self._state.interrupted = signum
+            templating.STOP.set()  # a long rendering stops too, not only commands
             self.reporter.note(
                 f"{name}: stopping; running commands are being ended, no new task starts"
                 " (again to exit at once)"

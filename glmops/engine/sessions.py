@@ -17,6 +17,7 @@ from glmops.engine.context import RemoteInfo, TaskContext
 from glmops.engine.inventory import Host
 from glmops.engine.playbook import Play, Task
 from glmops.engine.results import HostTally
+from glmops.engine.unsafe import mark_unsafe
 from glmops.errors import HostUnreachable
 
 if TYPE_CHECKING:
@@ -109,7 +110,8 @@ class SessionPool:
 
         ctx = self.context(play, session, None)
         variables = {**play.defaults, **session.host.vars, **play.vars}
-        session.facts = gather(ctx, {**variables, **self._state.options.extra_vars})
+        facts = gather(ctx, {**variables, **self._state.options.extra_vars})
+        session.facts = mark_unsafe(facts)  # what the host said: data, never a template
 
     def cancel_all(self, grace: float = KILL_GRACE_SECONDS) -> None:
         """Cancel every host's connection at once (each may wait out the grace). No lock:

@@ -22,6 +22,7 @@ from glmops.engine.results import Status, TaskResult
 from glmops.engine.run_state import RunState
 from glmops.engine.sessions import HostSession, SessionPool
 from glmops.engine.templating import evaluate_condition, render_value, resolve_variables
+from glmops.engine.unsafe import mark_unsafe
 from glmops.errors import (
     CommandInterrupted,
     CommandTimeout,
@@ -114,10 +115,12 @@ class TaskRunner:
         if result.failed and task.ignore_errors:
             result.ignored = True
         session.tally.count(result)
+        # What a task registered came from the host; what set_fact stored was rendered once
+        # already: both are data from now on, never rendered again.
         if task.register:
-            session.registered[task.register] = result.registered()
+            session.registered[task.register] = mark_unsafe(result.registered())
         if not result.failed:  # set_fact
-            session.registered.update(result.data.get("set_vars") or {})
+            session.registered.update(mark_unsafe(result.data.get("set_vars") or {}))
         shown = _censored(result) if task.no_log else result
         self._state.runlog.write(
             session.host.name,
@@ -232,10 +235,11 @@ class TaskRunner:
             if task.until is None and not result.failed:
                 break
             if task.until is not None:
+                registered = mark_unsafe(result.registered())
                 scope = {
                     **variables,
-                    "result": result.registered(),
-                    **({task.register: result.registered()} if task.register else {}),
+                    "result": registered,
+                    **({task.register: registered} if task.register else {}),
                 }
                 if evaluate_condition(task.until, scope, where=where):
                     break
@@ -283,9 +287,10 @@ class TaskRunner:
             or result.status in (Status.SKIPPED, Status.UNREACHABLE)
         ):
             return result
-        scope = {**variables, "result": result.registered()}
+        registered = mark_unsafe(result.registered())
+        scope = {**variables, "result": registered}
         if task.register:
-            scope[task.register] = result.registered()
+            scope[task.register] = registered
         if task.failed_when is not None and evaluate_condition(
             task.failed_when, scope, where=where
         ):
