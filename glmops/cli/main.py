@@ -42,20 +42,24 @@ def run_playbook(
     *,
     limit: str | None = None,
     extra: tuple[str, ...] = (),
+    data_vars: dict[str, Any] | None = None,
     prepare: Callable[[Any], None] | None = None,
     play_settings: dict[str, Any] | None = None,
     **opts: Any,
 ) -> int:
     """Run a playbook with the verbs' options; `prepare(executor)` may watch the run;
-    `play_settings` (e.g. `serial`) are set on every play, as if its file said so."""
+    `play_settings` (e.g. `serial`) are set on every play, as if its file said so;
+    `data_vars` are extra variables that are data (another phase's findings), never rendered."""
     from glmops.engine.connection import ConnectionSettings
     from glmops.engine.executor import Executor, RunOptions
     from glmops.engine.inventory import load_inventory, parse_extra_vars
     from glmops.engine.output import Reporter
     from glmops.engine.playbook import load_playbook
     from glmops.engine.runlog import Masker, RunLog
+    from glmops.engine.unsafe import mark_unsafe
 
     extra_vars = parse_extra_vars(list(opts.get("extra_vars") or ()) + list(extra))
+    extra_vars.update(mark_unsafe(data_vars or {}))
     plays = load_playbook(playbook)
     for play in plays:
         for key, value in (play_settings or {}).items():
