@@ -14,7 +14,7 @@ from typing import Any
 import yaml
 
 from glmops.engine.unsafe import mark_unsafe
-from glmops.errors import InputError
+from glmops.errors import InputError, TemplateError
 
 #: How many values aliases may add to one document: far above any real inventory or
 #: playbook, far below what makes walking the values slow.
@@ -139,6 +139,8 @@ def load_yaml_text(text: str) -> Any:
     loader = _PlainLoader(text)
     try:
         return _load(loader, "<from_yaml>")
+    except (InputError, yaml.YAMLError) as error:
+        raise TemplateError(f"from_yaml: {error}") from None
     finally:
         loader.dispose()
 
