@@ -64,7 +64,7 @@ class TaskRunner:
             inventory_hostname=host.name,
             group_names=host.groups,
             check_mode=self._state.options.check,
-            playbook_dir=str(playbook.parent),
+            playbook_dir=mark_unsafe(str(playbook.parent)),  # a path, not a template
             facts=session.facts or {},
             # What the play's handlers will run on this host: notified so far in this run, or
             # kept on the host by an earlier run that stopped before its handlers.

@@ -243,7 +243,7 @@ def render_string(text: str, variables: dict[str, Any], *, where: str) -> str:
         return text
     try:
         result, tainted = _rendering(lambda: _template(text).render(variables))
-    except jinja2.TemplateError as error:
+    except (jinja2.TemplateError, OverflowError) as error:  # Overflow: the sandbox's range
         raise TemplateError(f"{where}: {_describe(error)}") from None
     return UnsafeText(result) if tainted else result
 
@@ -258,7 +258,7 @@ def evaluate(expression: str, variables: dict[str, Any], *, where: str) -> Any:
         )
     try:
         result, tainted = _rendering(lambda: _expression(expression)(variables))
-    except jinja2.TemplateError as error:
+    except (jinja2.TemplateError, OverflowError) as error:
         raise TemplateError(
             f"{where}: {_describe(error)} in expression {expression.strip()!r}"
         ) from None
@@ -386,7 +386,7 @@ def describe_template_error(error: jinja2.TemplateError, path: Path) -> str:
     return f"{where}: {_describe(error)}"
 
 
-def _describe(error: jinja2.TemplateError) -> str:
+def _describe(error: jinja2.TemplateError | OverflowError) -> str:
     if isinstance(error, jinja2.UndefinedError):
         return f"undefined variable: {error.message}"
     if isinstance(error, jinja2.TemplateSyntaxError):
