@@ -117,8 +117,8 @@ class Executor:
         )
         heartbeat = threading.Thread(target=self._heartbeat, daemon=True, name="heartbeat")
         heartbeat.start()
-        previous = self._catch_signals()
         templating.STOP.clear()
+        previous = self._catch_signals()
         try:
             for play in plays:
                 if self.interrupted:
@@ -136,6 +136,7 @@ class Executor:
                 if recap.stopped:
                     break  # as in Ansible, a play stopped by its failures ends the run
         finally:
+            templating.STOP.clear()  # renderings after this run (another run's) go on
             self._pool.close()
             self._done.set()
             for signum, handler in previous.items():
