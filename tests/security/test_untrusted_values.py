@@ -296,3 +296,32 @@ def test_hub_file_names_pass_from_the_model_phase_to_deploy_as_data(
             f"deploy {outcomes['here']}",
         )
     check_outputs(hostile, here, {"hub_name": f"{here}/models/{listed}"})
+
+
+def test_templates_loops_and_conditions_see_host_output_as_data(
+    run_playbook: Runner, local_inventory: Path, here: Path, hostile: Any
+) -> None:
+    """A template file, a looped task's registered `results`, and the `result` that `until`
+    and `changed_when` see: host output in each is the text it was."""
+    (here / "page.j2").write_text("[{{ out.stdout }}]")
+    outcome = run_playbook(
+        f"""
+        - hosts: here
+          gather_facts: false
+          tasks:
+            - command: cat payload.txt
+              register: out
+              until: result.stdout | length > 0
+              retries: 1
+              delay: 0
+              changed_when: result.stdout != 'x'
+            - template: {{src: {here}/page.j2, dest: out/template}}
+            - command: cat {{{{ item }}}}
+              loop: [payload.txt]
+              register: looped
+            - copy: {{content: "{{{{ looped.results[0].stdout }}}}", dest: out/loop_results}}
+        """,
+        local_inventory,
+    )
+    assert outcome.exit_code == 0, outcome.events
+    check_outputs(hostile, here, {"template": f"[{PAYLOAD}]", "loop_results": PAYLOAD})
