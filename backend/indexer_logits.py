@@ -10,15 +10,25 @@ What DeepGEMM's fp8_paged_mqa_logits computes, for GPUs it does not run on (SM12
        sum_h weights[h] * relu(scale[p] * q[b, j, h] . k[p]) for p <= context_lens[b] - next_n + j,
        -inf elsewhere (every element is written).
 
-One program owns (request, query row, cache block): it loads the block's keys and scales once,
-[block, D] x [D, H] with heads as the small MMA dimension, then the weighted ReLU head sum.
-fp8 values are widened to fp16 by moving their bits (exact, and no fp8 hardware needed: SM80
-runs it too), products are exact in fp16 and summed in fp32. No host synchronisation, so the
-launch could be captured in a CUDA graph. Only torch and triton are imported, so this file can
-be embedded verbatim elsewhere.
+One program owns (request, query row, a run of cache blocks): q and the weights are loaded
+once, then each block's keys and scales, [block, D] x [D, H] with heads as the small MMA
+dimension, then the weighted ReLU head sum; the loop has no branches, so the compiler keeps the
+next blocks' loads in flight. On SM89+ the MMA takes the e4m3 bytes as they are (Hopper's fp8
+MMA adds in reduced precision, about 2e-4 of the largest logit on random data: the selection
+the logits feed is what matters, and DeepGEMM's kernel does the same); elsewhere (SM80, the
+interpreter) fp8 values are widened to fp16 by moving their bits (exact), products exact in
+fp16, summed in fp32.
+
+topk_per_row: each decode row's top-k positions from those logits (what vLLM's
+top_k_per_row_decode computes), by radix select over the floats' order, one program a row.
+
+No host synchronisation, so both launches can be captured in a CUDA graph. Only torch, triton
+and os are imported, so this file can be embedded verbatim elsewhere.
 """
 
 from __future__ import annotations
+
+import os
 
 import torch
 import triton
@@ -54,38 +64,69 @@ def _paged_logits_kernel(
     BLOCK: tl.constexpr,  # cache block size (positions per block)
     D: tl.constexpr,
     BLOCK_H: tl.constexpr,
+    BLOCKS_PER_PROGRAM: tl.constexpr,  # cache blocks one program scores, in a pipelined loop
+    FP8_DOT: tl.constexpr,  # SM89+: the MMA takes the e4m3 bytes as they are
 ):
     row = tl.program_id(0)  # b * next_n + j
-    col = tl.program_id(1)  # logical cache block
+    group = tl.program_id(1)  # BLOCKS_PER_PROGRAM logical cache blocks
     b = row // next_n
     j = row % next_n
-    pos = col * BLOCK + tl.arange(0, BLOCK)
     ctx = tl.load(CTX + b)
     last = ctx - next_n + j  # the query's own position: it sees every p <= last
-    out_ptr = OUT + row.to(tl.int64) * stride_out + pos
-    in_row = pos < max_model_len
-    if (col >= max_blocks) | (col * BLOCK > last):
-        tl.store(out_ptr, tl.full([BLOCK], float("-inf"), tl.float32), mask=in_row)
-        return
-
-    block = tl.load(TABLE + b.to(tl.int64) * stride_table + col)
-    block = tl.minimum(tl.maximum(block, 0), num_blocks - 1).to(tl.int64)
-    base = block * (BLOCK * (D + 4))
-    offs_d = tl.arange(0, D)
-    keys = tl.load(KV + base + tl.arange(0, BLOCK)[:, None] * D + offs_d[None, :])
-    scale = tl.load(KV_F32 + (base + BLOCK * D) // 4 + tl.arange(0, BLOCK))
 
     offs_h = tl.arange(0, BLOCK_H)
+    offs_d = tl.arange(0, D)
     mask_h = offs_h < num_heads
     q_ptr = Q + (row.to(tl.int64) * num_heads + offs_h[:, None]) * D + offs_d[None, :]
-    q = tl.load(q_ptr, mask=mask_h[:, None], other=0)
+    q_bits = tl.load(q_ptr, mask=mask_h[:, None], other=0)
+    if FP8_DOT:
+        q = tl.trans(q_bits.to(tl.float8e4nv, bitcast=True))
+    else:
+        q = tl.trans(_e4m3_to_f16(q_bits))
     w = tl.load(W + row.to(tl.int64) * num_heads + offs_h, mask=mask_h, other=0.0)
 
-    s = tl.dot(_e4m3_to_f16(keys), tl.trans(_e4m3_to_f16(q)))  # [BLOCK, BLOCK_H], fp32
-    s = tl.maximum(s * scale[:, None], 0.0)
-    logits = tl.sum(s * w[None, :], axis=1)
-    visible = (pos <= last) & (pos < ctx)
-    tl.store(out_ptr, tl.where(visible, logits, float("-inf")), mask=in_row)
+    # Branch-free body (masked loads read nothing for blocks past the context), so the
+    # compiler can prefetch the next blocks' table entry, keys and scales under this one's MMA.
+    for i in range(BLOCKS_PER_PROGRAM):
+        col = group * BLOCKS_PER_PROGRAM + i
+        pos = col * BLOCK + tl.arange(0, BLOCK)
+        live = (col < max_blocks) & (col * BLOCK <= last)
+        block = tl.load(TABLE + b.to(tl.int64) * stride_table + col, mask=live, other=0)
+        block = tl.minimum(tl.maximum(block, 0), num_blocks - 1).to(tl.int64)
+        base = block * (BLOCK * (D + 4))
+        key_ptr = KV + base + tl.arange(0, BLOCK)[:, None] * D + offs_d[None, :]
+        keys = tl.load(key_ptr, mask=live, other=0)
+        scale = tl.load(KV_F32 + (base + BLOCK * D) // 4 + tl.arange(0, BLOCK), mask=live, other=0)
+        if FP8_DOT:
+            s = tl.dot(keys.to(tl.float8e4nv, bitcast=True), q)  # [BLOCK, BLOCK_H], fp32
+        else:
+            s = tl.dot(_e4m3_to_f16(keys), q)
+        s = tl.maximum(s * scale[:, None], 0.0)
+        logits = tl.sum(s * w[None, :], axis=1)
+        visible = (pos <= last) & (pos < ctx) & live
+        out_ptr = OUT + row.to(tl.int64) * stride_out + pos
+        tl.store(out_ptr, tl.where(visible, logits, float("-inf")), mask=pos < max_model_len)
+
+
+def _fp8_mma(device: torch.device) -> bool:
+    """Whether the GPU's MMA takes e4m3 operands (SM89 on); never under the interpreter."""
+    if device.type != "cuda" or os.environ.get("TRITON_INTERPRET") == "1":
+        return False
+    return torch.cuda.get_device_capability(device) >= (8, 9)
+
+
+def _blocks_per_program(rows: int, blocks: int, device: torch.device) -> int:
+    """Cache blocks per program: as many as keep about four programs per SM (fewer programs
+    load q and the weights fewer times and keep more keys in flight each), 1 to 16."""
+    sms = (
+        torch.cuda.get_device_properties(device).multi_processor_count
+        if device.type == "cuda"
+        else 1
+    )
+    per_program = 1
+    while per_program < 16 and rows * triton.cdiv(blocks, per_program * 2) >= 4 * sms:
+        per_program *= 2
+    return per_program
 
 
 def paged_mqa_logits(
@@ -113,7 +154,8 @@ def paged_mqa_logits(
     if block_tables.stride(-1) != 1:
         block_tables = block_tables.contiguous()
     cache = kv_cache.contiguous().view(-1)
-    grid = (batch * next_n, triton.cdiv(max_model_len, block))
+    per_program = _blocks_per_program(batch * next_n, triton.cdiv(max_model_len, block), q.device)
+    grid = (batch * next_n, triton.cdiv(max_model_len, block * per_program))
     _paged_logits_kernel[grid](
         q.contiguous().view(torch.uint8),
         cache,
@@ -132,6 +174,104 @@ def paged_mqa_logits(
         BLOCK=block,
         D=dim,
         BLOCK_H=max(16, triton.next_power_of_2(heads)),
+        BLOCKS_PER_PROGRAM=per_program,
+        FP8_DOT=_fp8_mma(q.device),
         num_warps=4,
+        num_stages=3,
     )
+    return out
+
+
+@triton.jit
+def _orderable(x):
+    """fp32 -> uint32 keys in the floats' order (negatives flipped whole, positives' sign set)."""
+    bits = x.to(tl.uint32, bitcast=True)
+    flip = tl.where((bits >> 31) != 0, 0xFFFFFFFF, 0x80000000).to(tl.uint32)
+    return bits ^ flip
+
+
+@triton.jit
+def _topk_per_row_kernel(
+    LOGITS,  # fp32 [rows, stride_logits]
+    CTX,  # int32 [B]
+    OUT,  # int32 [rows, stride_out]
+    next_n,
+    max_model_len,
+    stride_logits,
+    stride_out,
+    K: tl.constexpr,
+    CHUNK: tl.constexpr,
+):
+    """Row (b, j)'s K largest logits among its visible positions [0, ctx - next_n + j], as
+    positions in any order (what vLLM's top_k_per_row_decode writes); a row with at most K
+    positions gets 0..n-1 and -1 after. Radix select on the floats' order: eight passes of 4
+    bits find the K-th largest key and how many of its ties to take, a fifth writes the
+    positions above it, then the ties in position order."""
+    row = tl.program_id(0)
+    b = row // next_n
+    n = tl.minimum(tl.load(CTX + b) - next_n + row % next_n + 1, max_model_len)
+    src = LOGITS + row.to(tl.int64) * stride_logits
+    dst = OUT + row.to(tl.int64) * stride_out
+    offs = tl.arange(0, CHUNK)
+    if n <= K:
+        for start in range(0, K, CHUNK):
+            at = start + offs
+            tl.store(dst + at, tl.where(at < n, at, -1), mask=at < K)
+        return
+    prefix = tl.zeros([], dtype=tl.uint32)
+    known = tl.zeros([], dtype=tl.uint32)  # the bits of the prefix found so far
+    left = tl.full([], K, tl.int32)  # how many of the keys matching the prefix to take
+    bins = tl.arange(0, 16)
+    for p in tl.static_range(8):  # 4-bit digits: Triton's histogram costs grow with its bins
+        shift = 28 - 4 * p
+        hist = tl.zeros([16], dtype=tl.int32)
+        for start in range(0, n, CHUNK):
+            at = start + offs
+            key = _orderable(tl.load(src + at, mask=at < n, other=0.0))
+            match = (at < n) & ((key & known) == prefix)
+            hist += tl.histogram(((key >> shift) & 0xF).to(tl.int32), 16, mask=match)
+        at_or_above = tl.sum(hist) - tl.cumsum(hist, 0) + hist  # keys with digit >= bin
+        digit = tl.max(tl.where(at_or_above >= left, bins, -1), 0)
+        above = tl.sum(tl.where(bins > digit, hist, 0))
+        left -= above
+        prefix |= digit.to(tl.uint32) << shift
+        known |= tl.full([], 0xF, tl.uint32) << shift
+    # prefix is the K-th largest key; ``left`` of its ties are taken, after the K - left above.
+    written = tl.zeros([], dtype=tl.int32)
+    ties = tl.zeros([], dtype=tl.int32)
+    for start in range(0, n, CHUNK):
+        at = start + offs
+        key = _orderable(tl.load(src + at, mask=at < n, other=0.0))
+        over = (at < n) & (key > prefix)
+        tie = (at < n) & (key == prefix)
+        over_rank = written + tl.cumsum(over.to(tl.int32), 0) - 1
+        tl.store(dst + over_rank, at, mask=over)
+        tie_rank = ties + tl.cumsum(tie.to(tl.int32), 0) - 1
+        take = tie & (tie_rank < left)
+        tl.store(dst + (K - left) + tie_rank, at, mask=take)
+        written += tl.sum(over.to(tl.int32))
+        ties += tl.sum(tie.to(tl.int32))
+
+
+def topk_per_row(
+    logits: torch.Tensor,
+    context_lens: torch.Tensor,
+    next_n: int,
+    k: int,
+    out: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """int32 [rows, k]: each decode row's k highest-scoring positions (``_topk_per_row_kernel``),
+    into ``out`` (e.g. the indexer's top-k buffer) when given. No host synchronisation."""
+    rows, max_model_len = logits.shape
+    if out is None:
+        out = torch.empty((rows, k), dtype=torch.int32, device=logits.device)
+    if out.dtype != torch.int32 or out.shape[0] < rows or out.shape[1] < k or out.stride(1) != 1:
+        raise ValueError(f"out must be int32 [>= {rows}, >= {k}], unit column stride")
+    if logits.dtype != torch.float32 or logits.stride(1) != 1:
+        raise ValueError("logits must be fp32 with unit column stride")
+    if rows:
+        _topk_per_row_kernel[(rows,)](
+            logits, context_lens.to(torch.int32), out, next_n, max_model_len,
+            logits.stride(0), out.stride(0), K=k, CHUNK=4096, num_warps=8,
+        )  # fmt: skip
     return out
