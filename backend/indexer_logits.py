@@ -20,7 +20,8 @@ interpreter) fp8 values are widened to fp16 by moving their bits (exact), produc
 fp16, summed in fp32.
 
 topk_per_row: each decode row's top-k positions from those logits (what vLLM's
-top_k_per_row_decode computes), by radix select over the floats' order, one program a row.
+top_k_per_row_decode computes), by radix select over the floats' order, each row split into
+chunks across the GPU (five launches: four histogram passes, one writing pass).
 
 No host synchronisation, so both launches can be captured in a CUDA graph. Only torch, triton
 and os are imported, so this file can be embedded verbatim elsewhere.
@@ -191,66 +192,77 @@ def _orderable(x):
 
 
 @triton.jit
-def _topk_per_row_kernel(
-    LOGITS,  # fp32 [rows, stride_logits]
-    CTX,  # int32 [B]
-    OUT,  # int32 [rows, stride_out]
-    next_n,
-    max_model_len,
-    stride_logits,
-    stride_out,
-    K: tl.constexpr,
-    CHUNK: tl.constexpr,
-):
-    """Row (b, j)'s K largest logits among its visible positions [0, ctx - next_n + j], as
-    positions in any order (what vLLM's top_k_per_row_decode writes); a row with at most K
-    positions gets 0..n-1 and -1 after. Radix select on the floats' order: eight passes of 4
-    bits find the K-th largest key and how many of its ties to take, a fifth writes the
-    positions above it, then the ties in position order."""
-    row = tl.program_id(0)
-    b = row // next_n
-    n = tl.minimum(tl.load(CTX + b) - next_n + row % next_n + 1, max_model_len)
-    src = LOGITS + row.to(tl.int64) * stride_logits
-    dst = OUT + row.to(tl.int64) * stride_out
-    offs = tl.arange(0, CHUNK)
-    if n <= K:
-        for start in range(0, K, CHUNK):
-            at = start + offs
-            tl.store(dst + at, tl.where(at < n, at, -1), mask=at < K)
-        return
+def _visible(CTX, row, next_n, max_model_len):
+    """How many positions decode row (b, j) sees: ctx - next_n + j + 1, within the logits."""
+    return tl.minimum(tl.load(CTX + row // next_n) - next_n + row % next_n + 1, max_model_len)
+
+
+@triton.jit
+def _radix_prefix(HIST, row, rows, K: tl.constexpr, PASSES: tl.constexpr):
+    """From the first PASSES 8-bit histograms of a row: the key prefix the K-th largest key
+    has, its bits, and how many keys with that prefix are still to be taken."""
+    bins = tl.arange(0, 256)
     prefix = tl.zeros([], dtype=tl.uint32)
-    known = tl.zeros([], dtype=tl.uint32)  # the bits of the prefix found so far
-    left = tl.full([], K, tl.int32)  # how many of the keys matching the prefix to take
-    bins = tl.arange(0, 16)
-    for p in tl.static_range(8):  # 4-bit digits: Triton's histogram costs grow with its bins
-        shift = 28 - 4 * p
-        hist = tl.zeros([16], dtype=tl.int32)
-        for start in range(0, n, CHUNK):
-            at = start + offs
-            key = _orderable(tl.load(src + at, mask=at < n, other=0.0))
-            match = (at < n) & ((key & known) == prefix)
-            hist += tl.histogram(((key >> shift) & 0xF).to(tl.int32), 16, mask=match)
+    known = tl.zeros([], dtype=tl.uint32)
+    left = tl.full([], K, tl.int32)
+    for p in tl.static_range(PASSES):
+        hist = tl.load(HIST + (p * rows + row).to(tl.int64) * 256 + bins)
         at_or_above = tl.sum(hist) - tl.cumsum(hist, 0) + hist  # keys with digit >= bin
         digit = tl.max(tl.where(at_or_above >= left, bins, -1), 0)
-        above = tl.sum(tl.where(bins > digit, hist, 0))
-        left -= above
-        prefix |= digit.to(tl.uint32) << shift
-        known |= tl.full([], 0xF, tl.uint32) << shift
-    # prefix is the K-th largest key; ``left`` of its ties are taken, after the K - left above.
-    written = tl.zeros([], dtype=tl.int32)
-    ties = tl.zeros([], dtype=tl.int32)
-    for start in range(0, n, CHUNK):
-        at = start + offs
+        left -= tl.sum(tl.where(bins > digit, hist, 0))
+        prefix |= digit.to(tl.uint32) << (24 - 8 * p)
+        known |= tl.full([], 0xFF, tl.uint32) << (24 - 8 * p)
+    return prefix, known, left
+
+
+@triton.jit
+def _topk_hist_kernel(
+    LOGITS, CTX, HIST, rows, next_n, max_model_len, stride_logits,
+    K: tl.constexpr, PASS: tl.constexpr, CHUNK: tl.constexpr,
+):  # fmt: skip
+    """Pass PASS of the radix select: one chunk of a row adds the histogram of its keys' next
+    8 bits, among the keys with the prefix the earlier passes found, to the row's."""
+    row = tl.program_id(0)
+    at = tl.program_id(1) * CHUNK + tl.arange(0, CHUNK)
+    n = _visible(CTX, row, next_n, max_model_len)
+    if n > K:
+        prefix, known, _ = _radix_prefix(HIST, row, rows, K, PASS)
+        src = LOGITS + row.to(tl.int64) * stride_logits
         key = _orderable(tl.load(src + at, mask=at < n, other=0.0))
-        over = (at < n) & (key > prefix)
-        tie = (at < n) & (key == prefix)
-        over_rank = written + tl.cumsum(over.to(tl.int32), 0) - 1
-        tl.store(dst + over_rank, at, mask=over)
-        tie_rank = ties + tl.cumsum(tie.to(tl.int32), 0) - 1
-        take = tie & (tie_rank < left)
-        tl.store(dst + (K - left) + tie_rank, at, mask=take)
-        written += tl.sum(over.to(tl.int32))
-        ties += tl.sum(tie.to(tl.int32))
+        match = (at < n) & ((key & known) == prefix)
+        digits = ((key >> (24 - 8 * PASS)) & 0xFF).to(tl.int32)
+        hist = tl.histogram(digits, 256, mask=match)
+        bins = tl.arange(0, 256)
+        tl.atomic_add(HIST + (PASS * rows + row).to(tl.int64) * 256 + bins, hist, mask=hist > 0)
+
+
+@triton.jit
+def _topk_write_kernel(
+    LOGITS, CTX, HIST, COUNT, OUT, rows, next_n, max_model_len, stride_logits, stride_out,
+    K: tl.constexpr, CHUNK: tl.constexpr,
+):  # fmt: skip
+    """One chunk of a row writes its positions above the K-th largest key, then as many of its
+    ties as are still wanted, at slots claimed with atomics (so in no fixed order); a row that
+    sees at most K positions gets 0..n-1 and -1 after."""
+    row = tl.program_id(0)
+    at = tl.program_id(1) * CHUNK + tl.arange(0, CHUNK)
+    n = _visible(CTX, row, next_n, max_model_len)
+    dst = OUT + row.to(tl.int64) * stride_out
+    if n <= K:
+        tl.store(dst + at, tl.where(at < n, at, -1), mask=at < K)
+    else:
+        prefix, _, left = _radix_prefix(HIST, row, rows, K, 4)
+        src = LOGITS + row.to(tl.int64) * stride_logits
+        key = _orderable(tl.load(src + at, mask=at < n, other=0.0))
+        over = ((at < n) & (key > prefix)).to(tl.int32)
+        tie = ((at < n) & (key == prefix)).to(tl.int32)
+        base = tl.atomic_add(COUNT + row * 2, tl.sum(over))
+        tl.store(dst + base + tl.cumsum(over, 0) - 1, at, mask=over > 0)
+        rank = tl.atomic_add(COUNT + row * 2 + 1, tl.sum(tie)) + tl.cumsum(tie, 0) - 1
+        tl.store(dst + (K - left) + rank, at, mask=(tie > 0) & (rank < left))
+
+
+_TOPK_CHUNK = 4096
 
 
 def topk_per_row(
@@ -260,8 +272,11 @@ def topk_per_row(
     k: int,
     out: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    """int32 [rows, k]: each decode row's k highest-scoring positions (``_topk_per_row_kernel``),
-    into ``out`` (e.g. the indexer's top-k buffer) when given. No host synchronisation."""
+    """int32 [rows, k]: each decode row's k highest-scoring visible positions, in no fixed
+    order (what vLLM's top_k_per_row_decode computes), into ``out`` (e.g. the indexer's top-k
+    buffer) when given. Radix select over the floats' order, every row split into chunks so
+    the whole GPU works on it: four histogram passes of 8 bits, then one writing pass; no host
+    synchronisation, so it can be captured in a CUDA graph."""
     rows, max_model_len = logits.shape
     if out is None:
         out = torch.empty((rows, k), dtype=torch.int32, device=logits.device)
@@ -269,9 +284,19 @@ def topk_per_row(
         raise ValueError(f"out must be int32 [>= {rows}, >= {k}], unit column stride")
     if logits.dtype != torch.float32 or logits.stride(1) != 1:
         raise ValueError("logits must be fp32 with unit column stride")
-    if rows:
-        _topk_per_row_kernel[(rows,)](
-            logits, context_lens.to(torch.int32), out, next_n, max_model_len,
-            logits.stride(0), out.stride(0), K=k, CHUNK=4096, num_warps=8,
+    if rows == 0:
+        return out
+    lens = context_lens.to(torch.int32)
+    hist = torch.zeros((4, rows, 256), dtype=torch.int32, device=logits.device)
+    count = torch.zeros((rows, 2), dtype=torch.int32, device=logits.device)
+    chunks = triton.cdiv(max_model_len, _TOPK_CHUNK)
+    for p in range(4):
+        _topk_hist_kernel[(rows, chunks)](
+            logits, lens, hist, rows, next_n, max_model_len, logits.stride(0),
+            K=k, PASS=p, CHUNK=_TOPK_CHUNK, num_warps=8,
         )  # fmt: skip
+    _topk_write_kernel[(rows, triton.cdiv(max(max_model_len, k), _TOPK_CHUNK))](
+        logits, lens, hist, count, out, rows, next_n, max_model_len, logits.stride(0),
+        out.stride(0), K=k, CHUNK=_TOPK_CHUNK, num_warps=8,
+    )  # fmt: skip
     return out
