@@ -9,7 +9,9 @@ takes the top 2048, then attends over those rows. Ours, each part the code a pat
    cache, GLM-5's indexer (32 heads, dim 128, 64-token blocks);
 2. top-k: vLLM's sparse_attn_indexer calls ``torch.ops._C.top_k_per_row_decode``, a compiled
    vLLM op that cannot run on the GPU machine (no vLLM there): ``torch.topk`` (unsorted) into
-   the indexer's int32 buffer stands in, on both paths, and the column says so;
+   the indexer's int32 buffer stands in, on both paths, and the column says so; a second step
+   graph runs the rendered fallback's own Triton ``topk_per_row`` instead (which the rendered
+   path does not call yet), its selection checked against torch.topk's values;
 3. sparse MLA: the rendered v0_16 backend's real ``TritonMLASparseImpl.forward_mqa`` (vLLM 0.16's
    own index conversion, then glmops' kernel) on a bf16 cache, with the tile the plan picks for
    a 99 KB SM120 (the kernel's ``_plan`` under SM120's limits, as an override: this GPU is not
@@ -23,10 +25,10 @@ its Triton MLA (``decode_attention_fwd``) fed the top-k as a page_size=1 table: 
 dense_reuse backend, which is that call.
 
 Timing: one CUDA graph per part and one for the whole step (ours), each replaying every
-rotating input set once (touched bytes > 4x L2), median per step over replays. Floors: the
-bytes a step must move (indexer keys + scales, q and weights, the 2048 cache rows, q and out;
-the logits are an intermediate a fused kernel never writes) at the copy probe's bandwidth
-(benchmarks/gpu_device.py).
+rotating input set once (touched bytes > 4x L2, at most 16 sets), median per step over
+replays. Floors: the bytes a step must move (indexer keys + scales, q and weights, the 2048
+cache rows, q and out; the logits are an intermediate a fused kernel never writes) at the copy
+probe's bandwidth (benchmarks/gpu_device.py).
 
     python3 -m tests.gpu.prepare_rendered                  (here, once)
     python3 -m benchmarks.dsa_step.bench [--batches 1,8,32,128] [--contexts 4096,...] [--heads 8,16]
