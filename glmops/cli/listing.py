@@ -5,12 +5,13 @@ from __future__ import annotations
 from pathlib import Path
 
 from glmops.engine import batches
+from glmops.engine.blocks import walk_tasks
 from glmops.engine.inventory import Inventory
 from glmops.engine.playbook import Play
 
 
 def syntax_ok(playbook: Path, plays: list[Play]) -> str:
-    tasks = sum(len(p.tasks) + len(p.handlers) for p in plays)
+    tasks = sum(len(p.all_tasks()) for p in plays)
     return f"playbook: {playbook}: syntax ok ({len(plays)} play(s), {tasks} task(s) and handlers)"
 
 
@@ -18,8 +19,8 @@ def list_tasks(playbook: Path, plays: list[Play], tags: set[str], skip_tags: set
     lines = [f"playbook: {playbook}"]
     for play in plays:
         lines.append(f"  play '{play.name}' (hosts: {play.hosts})")
-        for task in play.tasks:
-            if task.selected(tags, skip_tags):
+        for task in walk_tasks(play.tasks):
+            if not task.implicit and task.selected(tags, skip_tags):
                 shown_tags = f"  TAGS: [{', '.join(task.tags)}]" if task.tags else ""
                 lines.append(f"    {task.name}  ({task.module}, line {task.line}){shown_tags}")
         for handler in play.handlers:

@@ -87,6 +87,8 @@ def run_playbook(
         extra_vars=extra_vars,
         sudo_password=password,
         connection=ConnectionSettings(strict_host_keys=opts.get("strict_host_keys", False)),
+        start_at_task=opts.get("start_at_task") or None,
+        force_handlers=bool(opts.get("force_handlers")),
     )
     reporter = Reporter(
         masker,

@@ -223,7 +223,7 @@ class TaskRunner:
         )
         if task.check_mode is False:
             ctx.check = False
-        ctx.vars, ctx.search_paths = variables, _search_paths(playbook)
+        ctx.vars, ctx.search_paths = variables, _search_paths(playbook, task)
         attempts = task.retries + 1 if (task.retries or task.until) else 1
         for attempt in range(1, attempts + 1):
             result = self._once(module_cls(params), ctx)
@@ -342,6 +342,9 @@ def _censored(result: TaskResult) -> TaskResult:
     )
 
 
-def _search_paths(playbook: Path) -> list[Path]:
-    """Where `src:` of copy/template is looked up: beside the playbook, then the project's."""
-    return [playbook.parent, playbook.parent.parent, paths.root()]
+def _search_paths(playbook: Path, task: Task) -> list[Path]:
+    """Where `src:` of copy/template is looked up: the task's role, the task's own file's
+    folder, beside the playbook, then the project's."""
+    first = [task.role.path] if task.role is not None else []
+    first.append(Path(task.source).parent)
+    return list(dict.fromkeys([*first, playbook.parent, playbook.parent.parent, paths.root()]))
