@@ -161,8 +161,9 @@ def _vars(folder: Path) -> dict[str, Any]:
 
 
 def _register(folder: Path, name: str, scope: Scope, build: PlayBuild) -> None:
-    """The role's defaults under the play's (earlier roles' first), its handlers after the
-    play's, each also answering to its own name without the role's prefix."""
+    """The role's defaults under the play's (earlier roles' first), its handlers before the
+    play's own (as Ansible orders them: roles' first, in load order), each also answering to
+    its own name without the role's prefix."""
     for key, value in _vars(folder / "defaults").items():
         build.play.defaults.setdefault(key, value)
     path = _main_file(folder / "handlers")
@@ -183,4 +184,5 @@ def _register(folder: Path, name: str, scope: Scope, build: PlayBuild) -> None:
         if handler.name in known:
             continue
         handler.listen = [*handler.listen, plain]
-        build.play.handlers.append(handler)
+        build.play.handlers.insert(build.role_handlers, handler)
+        build.role_handlers += 1

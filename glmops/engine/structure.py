@@ -40,6 +40,8 @@ class PlayBuild:
     play_tags: list[str]
     roles_seen: set[str] = field(default_factory=set)
     depth: int = 0
+    #: How many role handlers lead the play's handler list (roles' come first).
+    role_handlers: int = 0
     #: Run-time expansion: handlers and defaults were registered when the playbook loaded.
     register: bool = True
 
