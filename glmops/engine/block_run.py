@@ -11,13 +11,12 @@ it. An include counts `ok` per item on each host (`skipped` when its `when` is f
 
 from __future__ import annotations
 
-import fnmatch
 import json
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from glmops.engine.blocks import Block, Include
+from glmops.engine.blocks import Block, Include, names_task
 from glmops.engine.playbook import Play, Task
 from glmops.engine.results import Status, TaskResult
 from glmops.engine.run_state import RunState
@@ -45,10 +44,7 @@ class BlockRunner:
         """Whether --start-at-task skips this task (it has not yet reached the one named)."""
         if self._seeking is None:
             return False
-        plain = task.name.split(" : ", 1)[-1]
-        if task.implicit or not (
-            self._seeking in (task.name, plain) or fnmatch.fnmatchcase(task.name, self._seeking)
-        ):
+        if task.implicit or not names_task(self._seeking, task):
             return True
         self._seeking = None
         return False

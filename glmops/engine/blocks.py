@@ -10,6 +10,7 @@ as Ansible's inheritance does: a block's `when` is evaluated again for every tas
 
 from __future__ import annotations
 
+import fnmatch
 from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -160,6 +161,13 @@ class Include:
 
 
 Node = Any  # Task | Block | Include (Task lives in playbook.py, which imports this module)
+
+
+def names_task(pattern: str, task: Task) -> bool:
+    """Whether --start-at-task's `pattern` names this task: its name, its name without the
+    role's prefix (`role : name`), or a shell-style pattern of its name."""
+    plain = task.name.split(" : ", 1)[-1]
+    return pattern in (task.name, plain) or fnmatch.fnmatchcase(task.name, pattern)
 
 
 def walk_tasks(nodes: list[Node]) -> Iterator[Task]:

@@ -217,8 +217,11 @@ def _play(raw: Any, parent: SourceList, index: int) -> Play:
 
 def _play_structure(raw: SourceMap, play: Play) -> None:
     """The play's handlers, body (pre_tasks, roles, tasks, post_tasks) and connection."""
-    from glmops.engine.structure import check_notify, play_body
+    from glmops.engine.structure import STRUCTURE_KEYS, check_notify, play_body, unsupported
 
+    for handler in _list(raw, "handlers"):
+        for key in STRUCTURE_KEYS & set(handler if isinstance(handler, dict) else ()):
+            raise unsupported(f"'{key}' in handlers", handler, key)
     play.handlers = [
         _task(item, "handlers", raw, i, []) for i, item in enumerate(_list(raw, "handlers"))
     ]

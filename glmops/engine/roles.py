@@ -21,6 +21,7 @@ from glmops.engine.inventory import load_vars_file
 from glmops.engine.structure import (
     IMPORT_KEYS,
     ROLE_ARGS,
+    STRUCTURE_KEYS,
     PlayBuild,
     _deeper,
     _inherited,
@@ -70,16 +71,20 @@ def _entry(
     """One dependency or `roles:` entry."""
     if isinstance(entry, str):
         return role_nodes(entry, {}, scope, build, parent, once=True)
-    if not isinstance(entry, SourceMap) or not isinstance(entry.get("role"), str):
+    name = entry.get("role", entry.get("name")) if isinstance(entry, SourceMap) else None
+    if not isinstance(name, str):
         raise InputError(
             "a role entry must be a name or a mapping with 'role:'", **where(parent, index)
         )
+    for key in entry:
+        if key in pb.TASK_KEYS and key not in ENTRY_KEYS:
+            raise unsupported(f"'{key}' on a role entry", entry, key)
     params = {k: v for k, v in entry.items() if k not in ENTRY_KEYS}
     params.update(pb._mapping(entry, "vars"))
     inherited = {
         k: v for k, v in _inherited(entry).items() if k in ("when", "tags", "become", "become_user")
     }
-    return role_nodes(entry["role"], params, scope.child(**inherited), build, entry, once=True)
+    return role_nodes(name, params, scope.child(**inherited), build, entry, once=True)
 
 
 def role_args(raw: SourceMap, key: str) -> tuple[str, str]:
@@ -176,8 +181,8 @@ def _register(folder: Path, name: str, scope: Scope, build: PlayBuild) -> None:
     for index, item in enumerate(data):
         if not isinstance(item, SourceMap):
             raise InputError("each handler must be a mapping", **where(data, index))
-        if any(k in item for k in ("block", "import_tasks", "include_tasks")):
-            raise unsupported("blocks and includes in handlers", item)
+        for key in STRUCTURE_KEYS & set(item):
+            raise unsupported(f"'{key}' in handlers", item, key)
         handler = pb._task(item, "handlers", {"handlers": data}, index, [])
         plain = handler.name
         handler = scope.apply(handler)

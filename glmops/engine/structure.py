@@ -18,7 +18,12 @@ from glmops.engine.templating import syntax_problem
 from glmops.engine.yamlsrc import SourceList, SourceMap, load_yaml, where
 from glmops.errors import InputError
 
-#: Keys a task holding one of these is structure, not a module call.
+#: A task holding one of these keys is structure, not a module call.
+STRUCTURE_KEYS = frozenset(
+    {"block", "rescue", "always", "include", "import_tasks", "include_tasks"}
+    | {"import_role", "include_role"}
+)
+#: What an include_tasks/include_role may carry besides its own key.
 INCLUDE_KEYS = frozenset({"name", "when", "vars", "tags", "loop", "loop_var", "loop_control"})
 IMPORT_KEYS = frozenset({"name", "when", "vars", "tags", "become", "become_user"})
 ROLE_ARGS = frozenset({"name", "tasks_from", "allow_duplicates"})
@@ -166,6 +171,9 @@ class _deeper:
 def _file_arg(raw: SourceMap, key: str) -> str:
     value = raw[key]
     if isinstance(value, dict):
+        for arg in value:
+            if arg != "file":
+                raise unsupported(f"'{arg}' of {key}", raw, key)
         value = value.get("file")
     if not isinstance(value, str) or not value.strip():
         raise InputError(f"'{key}' needs a file name", **where(raw, key))
