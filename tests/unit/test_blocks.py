@@ -14,6 +14,7 @@ from glmops.cli.main import check_start_at_task
 from glmops.engine.playbook import load_playbook
 from glmops.errors import InputError
 from tests.support.engine import Runner
+from tests.support.local_hosts import local_hosts
 
 
 def write(path: str, text: str = "x") -> str:
@@ -228,3 +229,38 @@ def test_a_block_in_handlers_is_refused_at_load(tmp_path: Path) -> None:
     playbook.write_text("- hosts: all\n  handlers:\n    - block: [{debug: {msg: x}}]\n")
     with pytest.raises(InputError, match="not supported by glmops: 'block' in handlers"):
         load_playbook(playbook)
+
+
+def test_hosts_go_their_own_ways_through_a_block_and_an_include(
+    run_playbook: Runner, tmp_path: Path
+) -> None:
+    for name in ("a", "b"):
+        (tmp_path / name).mkdir()
+        (tmp_path / f"{name}.yml").write_text(
+            f'- name: only {name}\n  shell: echo include-{name} >> "{{{{ out }}}}/log"\n'
+        )
+    inventory = local_hosts(
+        tmp_path, {"all": ["a", "b"]}, host_vars=lambda name: {"out": f"{tmp_path}/{name}"}
+    )
+    outcome = run_playbook(
+        """
+        - hosts: all
+          gather_facts: false
+          tasks:
+            - block:
+                - name: fails on a
+                  fail: {msg: a fails}
+                  when: inventory_hostname == "a"
+                - shell: echo block >> "{{ out }}/log"
+              rescue:
+                - shell: echo rescue >> "{{ out }}/log"
+              always:
+                - shell: echo always >> "{{ out }}/log"
+            - include_tasks: "{{ inventory_hostname }}.yml"
+        """,
+        inventory,
+    )
+    assert outcome.exit_code == 0, outcome.stderr
+    assert (tmp_path / "a" / "log").read_text().split() == ["rescue", "always", "include-a"]
+    assert (tmp_path / "b" / "log").read_text().split() == ["block", "always", "include-b"]
+    assert outcome.recap()["a"]["rescued"] == 1 and outcome.recap()["b"]["rescued"] == 0
