@@ -7,7 +7,7 @@ from pathlib import Path
 from glmops.engine import batches
 from glmops.engine.blocks import walk_tasks
 from glmops.engine.inventory import Inventory
-from glmops.engine.playbook import Play
+from glmops.engine.playbook import Play, Task
 
 
 def syntax_ok(playbook: Path, plays: list[Play]) -> str:
@@ -22,10 +22,24 @@ def list_tasks(playbook: Path, plays: list[Play], tags: set[str], skip_tags: set
         for task in walk_tasks(play.tasks):
             if not task.implicit and task.selected(tags, skip_tags):
                 shown_tags = f"  TAGS: [{', '.join(task.tags)}]" if task.tags else ""
-                lines.append(f"    {task.name}  ({task.module}, line {task.line}){shown_tags}")
+                lines.append(f"    {task.name}  ({task.module}, {_at(playbook, task)}){shown_tags}")
         for handler in play.handlers:
-            lines.append(f"    handler {handler.name}  ({handler.module}, line {handler.line})")
+            lines.append(
+                f"    handler {handler.name}  ({handler.module}, {_at(playbook, handler)})"
+            )
     return "\n".join(lines)
+
+
+def _at(playbook: Path, task: Task) -> str:
+    """Where a task is written: its line, and its file when not the playbook (a role's, an
+    imported file's)."""
+    if Path(task.source) == playbook:
+        return f"line {task.line}"
+    source = Path(task.source)
+    shown = (
+        source.relative_to(playbook.parent) if source.is_relative_to(playbook.parent) else source
+    )
+    return f"{shown}:{task.line}"
 
 
 def list_hosts(inventory: Inventory, plays: list[Play], limit: str | None) -> str:

@@ -62,7 +62,7 @@ class BlockRunner:
             session.failure = None
         run = self._loop._run_nodes
         reason = run(play, playbook, block.block, sessions, pool)
-        if reason:
+        if reason or self._state.interrupted:  # an interrupted run starts nothing more
             return reason
         failed = [s for s in sessions if s.dead and s.failure is not None]
         if block.rescue and failed:
