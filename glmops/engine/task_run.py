@@ -54,8 +54,9 @@ class TaskRunner:
     ) -> dict[str, Any]:
         """What a task on this host sees: play defaults < inventory < play vars < -e, the
         run's own (inventory_hostname, facts, pending_handlers, hostvars, groups, ...),
-        registered results and set_fact, then the task's vars; templates resolved, secrets
-        noted for masking."""
+        registered results and set_fact, then the task's vars (with its blocks' and role's),
+        and -e once more on top (it wins over everything, as in Ansible); templates resolved,
+        secrets noted for masking."""
         host = session.host
         merged = {**play.defaults, **host.vars, **play.vars, **self._state.options.extra_vars}
         self._state.masker.add_secret_vars(merged)
@@ -73,7 +74,8 @@ class TaskRunner:
         )
         merged.update(session.registered)
         if task:
-            merged.update(task.vars)
+            merged.update(task.vars)  # block, role and task vars, role parameters
+        merged.update(self._state.options.extra_vars)  # -e wins over everything, as in Ansible
         where = f"{task.where} on host '{host.name}'" if task else f"play '{play.name}'"
         resolved = resolve_variables(merged, where=where)
         self._state.masker.add_secret_vars(resolved)

@@ -212,3 +212,23 @@ def test_a_plays_connection_overrides_the_inventorys(run_playbook: Runner, tmp_p
     )
     assert outcome.exit_code == 0, outcome.stderr
     assert (tmp_path / "out").read_text() == "here\n"
+
+
+def test_extra_vars_win_over_role_vars_and_parameters(
+    run_playbook: Runner, local_inventory: Path, tmp_path: Path
+) -> None:
+    make_role(
+        tmp_path,
+        "r",
+        {
+            "tasks/main.yml": "- copy: {content: '{{ who }} {{ what }}', dest: '{{ root }}/o'}\n",
+            "vars/main.yml": "who: role\nwhat: role\n",
+        },
+    )
+    outcome = run_playbook(
+        "- hosts: all\n  gather_facts: false\n  roles: [{role: r, what: param}]\n",
+        local_inventory,
+        extra=["who=extra"],
+    )
+    assert outcome.exit_code == 0, outcome.stderr
+    assert (tmp_path / "root" / "o").read_text() == "extra param"
