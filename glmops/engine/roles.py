@@ -1,4 +1,5 @@
-"""Ansible roles: a folder under `roles/` beside the playbook (or on $ANSIBLE_ROLES_PATH) with
+"""Ansible roles: a folder under `roles/` beside the playbook (or on the roles path:
+$ANSIBLE_ROLES_PATH, or ansible.cfg's `roles_path`) with
 tasks/, handlers/, defaults/, vars/, meta/, templates/ and files/.
 
 A role becomes a block of its tasks under a scope holding its vars (vars/main.yml, then the
@@ -10,6 +11,7 @@ its meta says `allow_duplicates: true`.
 
 from __future__ import annotations
 
+import configparser
 import json
 import os
 from pathlib import Path
@@ -35,11 +37,28 @@ from glmops.errors import InputError
 ENTRY_KEYS = frozenset({"role", "name", "vars", "when", "tags", "become", "become_user"})
 
 
+def roles_path(playbook_dir: Path) -> list[Path]:
+    """Where roles are looked for besides roles/: $ANSIBLE_ROLES_PATH, else `roles_path` of
+    the ansible.cfg beside the playbook ($ANSIBLE_CONFIG first); relative entries are the
+    config file's."""
+    if os.environ.get("ANSIBLE_ROLES_PATH"):
+        return [Path(p).expanduser() for p in os.environ["ANSIBLE_ROLES_PATH"].split(":") if p]
+    config = Path(os.environ.get("ANSIBLE_CONFIG") or playbook_dir / "ansible.cfg")
+    if not config.is_file():
+        return []
+    parser = configparser.ConfigParser(interpolation=None)
+    try:
+        parser.read(config)
+    except configparser.Error as error:
+        raise InputError(f"cannot read {config}: {error}") from None
+    entries = parser.get("defaults", "roles_path", fallback="")
+    return [config.parent / Path(p).expanduser() for p in entries.split(":") if p.strip()]
+
+
 def role_dir(name: str, scope: Scope) -> Path | None:
-    """Where role `name` lives: roles/ beside the playbook, $ANSIBLE_ROLES_PATH, the
-    playbook's folder."""
-    bases = [scope.playbook_dir / "roles"]
-    bases += [Path(p) for p in os.environ.get("ANSIBLE_ROLES_PATH", "").split(":") if p]
+    """Where role `name` lives: roles/ beside the playbook, the roles path, the playbook's
+    folder."""
+    bases = [scope.playbook_dir / "roles", *roles_path(scope.playbook_dir)]
     bases.append(scope.playbook_dir)
     for base in bases:
         if (base / name).is_dir():
@@ -128,7 +147,8 @@ def role_nodes(
     defaults added to the play (when the playbook loads)."""
     folder = role_dir(name, scope)
     if folder is None:
-        searched = f"{scope.playbook_dir / 'roles'}, $ANSIBLE_ROLES_PATH, {scope.playbook_dir}"
+        bases = [scope.playbook_dir / "roles", *roles_path(scope.playbook_dir)]
+        searched = ", ".join(str(b) for b in [*bases, scope.playbook_dir])
         raise InputError(f"role '{name}' not found (searched: {searched})", **where(raw))
     meta = _meta(folder)
     key = json.dumps([str(folder), tasks_from, params], sort_keys=True, default=str)

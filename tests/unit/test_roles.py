@@ -173,7 +173,9 @@ def test_pre_tasks_roles_tasks_post_tasks_and_their_handler_flushes(
     assert order == ["pre", "h-pre", "role", "task", "h-role", "h-task", "post", "h-post"]
 
 
-def test_roles_path_and_a_missing_role(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_roles_path_from_ansible_cfg_or_the_environment(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     elsewhere = tmp_path / "shared"
     (elsewhere / "far" / "tasks").mkdir(parents=True)
     (elsewhere / "far" / "tasks" / "main.yml").write_text("- debug: {msg: far}\n")
@@ -181,9 +183,12 @@ def test_roles_path_and_a_missing_role(tmp_path: Path, monkeypatch: pytest.Monke
     playbook.write_text("- hosts: all\n  roles: [far]\n")
     with pytest.raises(InputError, match="role 'far' not found"):
         load_playbook(playbook)
-    monkeypatch.setenv("ANSIBLE_ROLES_PATH", str(elsewhere))
+    (tmp_path / "ansible.cfg").write_text("[defaults]\nroles_path = shared\n")
     tasks = load_playbook(playbook)[0].all_tasks()
     assert [t.name for t in tasks] == ["far : debug"]
+    (tmp_path / "ansible.cfg").unlink()
+    monkeypatch.setenv("ANSIBLE_ROLES_PATH", str(elsewhere))
+    assert [t.name for t in load_playbook(playbook)[0].all_tasks()] == ["far : debug"]
 
 
 def test_task_keywords_a_role_entry_cannot_carry_are_refused(tmp_path: Path) -> None:
