@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from glmops.engine import batches
-from glmops.engine.blocks import walk_tasks
+from glmops.engine.blocks import Include, walk_nodes
 from glmops.engine.inventory import Inventory
 from glmops.engine.playbook import Play, Task
 
@@ -19,7 +19,12 @@ def list_tasks(playbook: Path, plays: list[Play], tags: set[str], skip_tags: set
     lines = [f"playbook: {playbook}"]
     for play in plays:
         lines.append(f"  play '{play.name}' (hosts: {play.hosts})")
-        for task in walk_tasks(play.tasks):
+        for task in walk_nodes(play.tasks):
+            if isinstance(task, Include):
+                if task.selected(tags, skip_tags):
+                    what = f"{task.kind} {task.target}, at run time"
+                    lines.append(f"    {task.name}  ({what}, {_at(playbook, task)})")
+                continue
             if not task.implicit and task.selected(tags, skip_tags):
                 shown_tags = f"  TAGS: [{', '.join(task.tags)}]" if task.tags else ""
                 lines.append(f"    {task.name}  ({task.module}, {_at(playbook, task)}){shown_tags}")
@@ -30,7 +35,7 @@ def list_tasks(playbook: Path, plays: list[Play], tags: set[str], skip_tags: set
     return "\n".join(lines)
 
 
-def _at(playbook: Path, task: Task) -> str:
+def _at(playbook: Path, task: Task | Include) -> str:
     """Where a task is written: its line, and its file when not the playbook (a role's, an
     imported file's)."""
     if Path(task.source) == playbook:

@@ -170,12 +170,20 @@ def names_task(pattern: str, task: Task) -> bool:
     return pattern in (task.name, plain) or fnmatch.fnmatchcase(task.name, pattern)
 
 
-def walk_tasks(nodes: list[Node]) -> Iterator[Task]:
-    """Every task known when the playbook loads, in order (blocks' sections included)."""
+def walk_nodes(nodes: list[Node]) -> Iterator[Task | Include]:
+    """Every task and include known when the playbook loads, in order (blocks' sections
+    included)."""
     for node in nodes:
         if isinstance(node, Block):
-            yield from walk_tasks(node.block)
-            yield from walk_tasks(node.rescue)
-            yield from walk_tasks(node.always)
-        elif not isinstance(node, Include):
+            yield from walk_nodes(node.block)
+            yield from walk_nodes(node.rescue)
+            yield from walk_nodes(node.always)
+        else:
+            yield node
+
+
+def walk_tasks(nodes: list[Node]) -> Iterator[Task]:
+    """Every task known when the playbook loads, in order (not those includes bring in)."""
+    for node in walk_nodes(nodes):
+        if not isinstance(node, Include):
             yield node

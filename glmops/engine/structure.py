@@ -26,7 +26,7 @@ STRUCTURE_KEYS = frozenset(
 #: What an include_tasks/include_role may carry besides its own key.
 INCLUDE_KEYS = frozenset({"name", "when", "vars", "tags", "loop", "loop_var", "loop_control"})
 IMPORT_KEYS = frozenset({"name", "when", "vars", "tags", "become", "become_user"})
-ROLE_ARGS = frozenset({"name", "tasks_from", "allow_duplicates"})
+ROLE_ARGS = frozenset({"name", "tasks_from"})
 #: Nesting deeper than this is an include cycle.
 MAX_DEPTH = 40
 

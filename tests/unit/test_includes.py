@@ -179,3 +179,19 @@ def test_a_playbook_importing_itself_is_refused(tmp_path: Path) -> None:
     playbook.write_text("- import_playbook: play.yml\n")
     with pytest.raises(InputError, match="imports itself"):
         load_playbook(playbook)
+
+
+def test_list_tasks_shows_imported_tasks_where_written_and_includes_as_such(
+    tmp_path: Path,
+) -> None:
+    from glmops.cli.listing import list_tasks
+
+    (tmp_path / "steps.yml").write_text("- name: imported\n  debug: {msg: x}\n")
+    playbook = tmp_path / "play.yml"
+    playbook.write_text(
+        "- hosts: all\n  tasks:\n    - import_tasks: steps.yml\n"
+        "    - name: later\n      include_tasks: steps.yml\n"
+    )
+    text = list_tasks(playbook, load_playbook(playbook), set(), set())
+    assert "imported  (debug, steps.yml:1)" in text
+    assert "later  (include_tasks steps.yml, at run time, line 4)" in text
