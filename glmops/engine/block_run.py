@@ -39,6 +39,9 @@ class BlockRunner:
         self._loop = loop
         #: --start-at-task: the task name still looked for (tasks before it are skipped).
         self._seeking = state.options.start_at_task
+        #: How many blocks with a rescue the play is inside now: a failure there is not
+        #: fatal (any_errors_fatal) until its rescue fails too.
+        self.rescuable = 0
 
     def seeking(self, task: Task) -> bool:
         """Whether --start-at-task skips this task (it has not yet reached the one named)."""
@@ -61,7 +64,11 @@ class BlockRunner:
         for session in sessions:
             session.failure = None
         run = self._loop._run_nodes
-        reason = run(play, playbook, block.block, sessions, pool)
+        self.rescuable += bool(block.rescue)
+        try:
+            reason = run(play, playbook, block.block, sessions, pool)
+        finally:
+            self.rescuable -= bool(block.rescue)
         if reason or self._state.interrupted:  # an interrupted run starts nothing more
             return reason
         failed = [s for s in sessions if s.dead and s.failure is not None]

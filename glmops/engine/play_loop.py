@@ -142,7 +142,7 @@ class PlayLoop:
         else:
             self._each(pool, live, functools.partial(self._step, play, playbook, task=task))
         failed = [s.host.name for s in live if s.dead]
-        if failed and task.errors_fatal(play.any_errors_fatal):
+        if failed and task.errors_fatal(play.any_errors_fatal) and not self._blocks.rescuable:
             return f"any_errors_fatal: '{task.name}' failed on {', '.join(failed)}"
         return None
 

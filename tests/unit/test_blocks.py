@@ -264,3 +264,34 @@ def test_hosts_go_their_own_ways_through_a_block_and_an_include(
     assert (tmp_path / "a" / "log").read_text().split() == ["rescue", "always", "include-a"]
     assert (tmp_path / "b" / "log").read_text().split() == ["block", "always", "include-b"]
     assert outcome.recap()["a"]["rescued"] == 1 and outcome.recap()["b"]["rescued"] == 0
+
+
+def test_any_errors_fatal_waits_for_the_rescue(
+    run_playbook: Runner, local_inventory: Path, tmp_path: Path
+) -> None:
+    outcome = run_playbook(
+        f"""
+        - hosts: all
+          gather_facts: false
+          any_errors_fatal: true
+          tasks:
+            - block:
+                - fail: {{msg: boom}}
+              rescue:
+                - debug: {{msg: rescued}}
+            - name: after
+              copy: {write("after")}
+            - block:
+                - fail: {{msg: again}}
+              rescue:
+                - name: rescue fails
+                  fail: {{msg: fatal now}}
+            - name: never
+              copy: {write("never")}
+        """,
+        local_inventory,
+    )
+    assert outcome.exit_code == 2
+    assert (tmp_path / "root" / "after").exists()
+    assert not (tmp_path / "root" / "never").exists()
+    assert outcome.recap()["here"]["rescued"] == 2
