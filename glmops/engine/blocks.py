@@ -95,9 +95,9 @@ class Scope:
 
     def apply(self, task: Task) -> Task:
         """The task as its scope makes it: conditions before its own, vars under its own."""
-        own_when = [] if task.when is None else _as_list(task.when)
-        conditions = [*self.when, *own_when]
-        task.when = conditions or None
+        if self.when:  # a task's own `when` stays as written when nothing encloses it
+            own_when = [] if task.when is None else _as_list(task.when)
+            task.when = [*self.when, *own_when]
         task.vars = {**self.vars, **task.vars}
         task.tags = list(dict.fromkeys([*task.tags, *self.tags]))
         task.environment = {**self.environment, **task.environment}
