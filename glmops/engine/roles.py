@@ -161,7 +161,8 @@ def role_nodes(
         for index, dep in enumerate(deps if isinstance(deps, list) else []):
             nodes += _entry(dep, deps, index, scope, build)
         role_vars = _vars(folder / "vars")
-        inner = scope.child(vars={**role_vars, **params}, role=RoleRef(name, folder))
+        magic = {"role_name": name, "role_path": str(folder)}  # Ansible's names for them
+        inner = scope.child(vars={**magic, **role_vars, **params}, role=RoleRef(name, folder))
         if build.register:
             _register(folder, name, inner, build)
         tasks = _main_file(folder / "tasks", tasks_from)

@@ -219,14 +219,18 @@ def test_a_plays_connection_overrides_the_inventorys(run_playbook: Runner, tmp_p
     assert (tmp_path / "out").read_text() == "here\n"
 
 
-def test_extra_vars_win_over_role_vars_and_parameters(
+def test_extra_vars_win_over_role_vars_and_parameters_and_role_path_is_set(
     run_playbook: Runner, local_inventory: Path, tmp_path: Path
 ) -> None:
     make_role(
         tmp_path,
         "r",
         {
-            "tasks/main.yml": "- copy: {content: '{{ who }} {{ what }}', dest: '{{ root }}/o'}\n",
+            "tasks/main.yml": (
+                "- copy: {content: '{{ who }} {{ what }}', dest: '{{ root }}/o'}\n"
+                "- copy: {src: '{{ role_path }}/vars/main.yml',"
+                " dest: '{{ root }}/{{ role_name }}'}\n"
+            ),
             "vars/main.yml": "who: role\nwhat: role\n",
         },
     )
@@ -237,3 +241,4 @@ def test_extra_vars_win_over_role_vars_and_parameters(
     )
     assert outcome.exit_code == 0, outcome.stderr
     assert (tmp_path / "root" / "o").read_text() == "extra param"
+    assert (tmp_path / "root" / "r").read_text() == "who: role\nwhat: role\n"  # role_path
