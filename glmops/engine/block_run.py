@@ -160,7 +160,7 @@ class BlockRunner:
                     continue
                 target = include.target
                 if include.kind == "include_tasks":
-                    target = str(render_value(target, scope, where=where))
+                    target = _rendered_name(target, scope, where)
                 self._record(session, task, TaskResult(Status.OK, f"included: {target}{shown}"))
                 found.append((target, item_vars))
             return found
@@ -176,6 +176,18 @@ class BlockRunner:
         result = TaskResult(Status.FAILED, message)
         self._record(session, task, result)
         session.dead, session.failure = True, (task, result)
+
+
+def _rendered_name(template: str, variables: dict[str, Any], where: str) -> str:
+    """A templated include file name, rendered: it may come from a host's output, so it must
+    stay a relative path below the folders it is looked up in."""
+    name = str(render_value(template, variables, where=where))
+    if "{{" in template and (Path(name).is_absolute() or ".." in Path(name).parts):
+        raise TemplateError(
+            f"{where}: the file name rendered to {name!r}; a templated name must be a relative "
+            "path without '..'"
+        )
+    return name
 
 
 def _as_task(include: Include) -> Task:

@@ -195,3 +195,26 @@ def test_list_tasks_shows_imported_tasks_where_written_and_includes_as_such(
     text = list_tasks(playbook, load_playbook(playbook), set(), set())
     assert "imported  (debug, steps.yml:1)" in text
     assert "later  (include_tasks steps.yml, at run time, line 4)" in text
+
+
+def test_a_templated_include_name_cannot_leave_the_playbooks_folders(
+    run_playbook: Runner, local_inventory: Path, tmp_path: Path
+) -> None:
+    (tmp_path / "outside.yml").write_text("- debug: {msg: outside}\n")
+    (tmp_path / "inner").mkdir()
+    outcome = run_playbook(
+        """
+        - hosts: all
+          gather_facts: false
+          tasks:
+            - shell: echo ../outside
+              register: answer
+            - name: from output
+              include_tasks: "{{ answer.stdout }}.yml"
+        """,
+        local_inventory,
+        name="inner/playbook.yml",
+    )
+    assert outcome.exit_code == 2
+    assert outcome.status("from output") == "failed"
+    assert "without '..'" in outcome.results()[-1]["msg"]
