@@ -162,7 +162,10 @@ def role_nodes(
             nodes += _entry(dep, deps, index, scope, build)
         role_vars = _vars(folder / "vars")
         magic = {"role_name": name, "role_path": str(folder)}  # Ansible's names for them
-        inner = scope.child(vars={**magic, **role_vars, **params}, role=RoleRef(name, folder))
+        # Role vars sit under the vars of the blocks, imports and includes around the role,
+        # and under its parameters (Ansible's precedence).
+        layered = {**magic, **role_vars, **scope.vars, **params}
+        inner = scope.child(vars=layered, role=RoleRef(name, folder))
         if build.register:
             _register(folder, name, inner, build)
         tasks = _main_file(folder / "tasks", tasks_from)

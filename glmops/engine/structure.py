@@ -238,8 +238,9 @@ def _include(raw: SourceMap, scope: Scope, build: PlayBuild) -> Include:
     when = raw.get("when")
     if isinstance(when, str) and (problem := syntax_problem(when, expression=True)):
         raise InputError(f"'when': {problem}", **where(raw, "when"))
+    unnamed = kind if kind == "include_tasks" else f"{kind} : {target}"  # Ansible's names
     include = Include(
-        name=str(raw.get("name") or f"{kind} {target}"),
+        name=str(raw.get("name") or unnamed),
         kind=kind,
         source=raw.source,
         line=raw.line,

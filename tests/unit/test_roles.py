@@ -242,3 +242,35 @@ def test_extra_vars_win_over_role_vars_and_parameters_and_role_path_is_set(
     assert outcome.exit_code == 0, outcome.stderr
     assert (tmp_path / "root" / "o").read_text() == "extra param"
     assert (tmp_path / "root" / "r").read_text() == "who: role\nwhat: role\n"  # role_path
+
+
+def test_vars_around_a_role_win_over_its_vars_file(
+    run_playbook: Runner, local_inventory: Path, tmp_path: Path
+) -> None:
+    make_role(
+        tmp_path,
+        "r",
+        {
+            "tasks/main.yml": "- copy: {content: '{{ v }}', dest: '{{ root }}/{{ f }}'}\n",
+            "vars/main.yml": "v: role\n",
+        },
+    )
+    outcome = run_playbook(
+        """
+        - hosts: all
+          gather_facts: false
+          tasks:
+            - import_role: {name: r}
+              vars: {v: imported, f: a}
+            - include_role: {name: r}
+              vars: {v: included, f: b}
+            - block:
+                - import_role: {name: r}
+              vars: {v: block, f: c}
+        """,
+        local_inventory,
+    )
+    assert outcome.exit_code == 0, outcome.stderr
+    root = tmp_path / "root"
+    assert [(root / f).read_text() for f in "abc"] == ["imported", "included", "block"]
+    assert outcome.status("include_role : r") == "ok"
