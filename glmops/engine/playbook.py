@@ -160,8 +160,9 @@ class Play:
     force_handlers: bool = False
 
     def all_tasks(self) -> list[Task]:
-        """Every task known at load (blocks' sections, imports, roles), then the handlers."""
-        return [*walk_tasks(self.tasks), *self.handlers]
+        """Every task written in the play and known at load (blocks' sections, imports,
+        roles; not the implicit handler flushes), then the handlers."""
+        return [*(t for t in walk_tasks(self.tasks) if not t.implicit), *self.handlers]
 
     @property
     def stops_on_failure(self) -> bool:
