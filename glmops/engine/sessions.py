@@ -76,7 +76,7 @@ class SessionPool:
         run, whether for its own tasks or for tasks delegated to it."""
         options = self._state.options
         with session.guard:
-            wanted = play.connection or session.host.connection.connection
+            wanted = _connection_kind(play, session.host)
             if session.conn is not None and session.conn_kind != wanted:
                 # The play asks for another way to reach the host: the lock, held over the
                 # old connection, is taken again over the new one.
@@ -181,3 +181,9 @@ class SessionPool:
                 self._lock(session.lock_play, session)
             assert session.conn is not None
             return session.conn
+
+
+def _connection_kind(play: Play, host: Host) -> str:
+    """How to reach the host in this play, by Ansible's precedence: the inventory's
+    `connection` for the host, then the play's `connection:`, then ssh."""
+    return host.vars.get("connection") or play.connection or host.connection.connection

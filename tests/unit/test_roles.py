@@ -217,6 +217,18 @@ def test_a_plays_connection_overrides_the_inventorys(run_playbook: Runner, tmp_p
     )
     assert outcome.exit_code == 0, outcome.stderr
     assert (tmp_path / "out").read_text() == "here\n"
+    # The inventory's own `connection` for a host wins over the play's, as in Ansible.
+    inventory.write_text(
+        f"all:\n  hosts:\n    near: {{connection: local, state_dir: '{tmp_path}/state', "
+        f"out: '{tmp_path}/out'}}\n"
+    )
+    again = run_playbook(
+        "- hosts: all\n  gather_facts: false\n  connection: ssh\n"
+        "  tasks:\n    - shell: echo local > '{{ out }}'\n",
+        inventory,
+    )
+    assert again.exit_code == 0, again.stderr
+    assert (tmp_path / "out").read_text() == "local\n"
 
 
 def test_extra_vars_win_over_role_vars_and_parameters_and_role_path_is_set(
