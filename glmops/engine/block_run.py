@@ -21,7 +21,7 @@ from glmops.engine.playbook import Play, Task
 from glmops.engine.results import Status, TaskResult
 from glmops.engine.run_state import RunState
 from glmops.engine.sessions import HostSession
-from glmops.engine.structure import expand_include
+from glmops.engine.structure import MAX_DEPTH, expand_include
 from glmops.engine.task_run import TaskRunner
 from glmops.engine.templating import evaluate_condition, render_value
 from glmops.errors import InputError, TemplateError
@@ -42,6 +42,8 @@ class BlockRunner:
         #: How many blocks with a rescue the play is inside now: a failure there is not
         #: fatal (any_errors_fatal) until its rescue fails too.
         self.rescuable = 0
+        #: Dynamic includes inside each other now (an include of itself would never end).
+        self._include_depth = 0
 
     def seeking(self, task: Task) -> bool:
         """Whether --start-at-task skips this task (it has not yet reached the one named)."""
@@ -126,12 +128,18 @@ class BlockRunner:
                 groups.setdefault(key, (target, item_vars, []))[2].append(session)
         for target, item_vars, hosts in groups.values():
             try:
+                if self._include_depth >= MAX_DEPTH:
+                    raise InputError(f"includes nested over {MAX_DEPTH} deep (an include cycle?)")
                 nodes = expand_include(include, play, target, item_vars)
             except InputError as error:
                 for session in hosts:
                     self._fail(session, include, str(error))
                 continue
-            reason = self._loop._run_nodes(play, playbook, nodes, hosts, pool)
+            self._include_depth += 1
+            try:
+                reason = self._loop._run_nodes(play, playbook, nodes, hosts, pool)
+            finally:
+                self._include_depth -= 1
             if reason:
                 return reason
         return None

@@ -25,9 +25,9 @@ from glmops.engine.structure import (
     ROLE_ARGS,
     STRUCTURE_KEYS,
     PlayBuild,
-    _deeper,
-    _inherited,
+    inherited,
     load_task_file,
+    nested,
     unsupported,
 )
 from glmops.engine.yamlsrc import SourceList, SourceMap, load_yaml, where
@@ -100,10 +100,10 @@ def _entry(
             raise unsupported(f"'{key}' on a role entry", entry, key)
     params = {k: v for k, v in entry.items() if k not in ENTRY_KEYS}
     params.update(pb._mapping(entry, "vars"))
-    inherited = {
-        k: v for k, v in _inherited(entry).items() if k in ("when", "tags", "become", "become_user")
+    given = {
+        k: v for k, v in inherited(entry).items() if k in ("when", "tags", "become", "become_user")
     }
-    return role_nodes(name, params, scope.child(**inherited), build, entry, once=True)
+    return role_nodes(name, params, scope.child(**given), build, entry, once=True)
 
 
 def role_args(raw: SourceMap, key: str) -> tuple[str, str]:
@@ -127,7 +127,7 @@ def import_role(raw: SourceMap, scope: Scope, build: PlayBuild) -> Block:
         if key not in IMPORT_KEYS | {"import_role"}:
             raise unsupported(f"'{key}' on import_role", raw, key)
     name, tasks_from = role_args(raw, "import_role")
-    inner = scope.child(**_inherited(raw))
+    inner = scope.child(**inherited(raw))
     block = Block(name=f"import_role {name}", source=raw.source, line=raw.line)
     block.block = role_nodes(name, {}, inner, build, raw, tasks_from, once=False)
     return block
@@ -156,7 +156,7 @@ def role_nodes(
         return []
     build.roles_seen.add(key)
     nodes: list[Node] = []
-    with _deeper(build, raw):
+    with nested(build, raw):
         deps = meta.get("dependencies") or []
         for index, dep in enumerate(deps if isinstance(deps, list) else []):
             nodes += _entry(dep, deps, index, scope, build)

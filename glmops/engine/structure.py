@@ -8,6 +8,8 @@ folder first (a role's tasks/ folder for a role's tasks), then the playbook's.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -120,16 +122,16 @@ def _block(raw: SourceMap, scope: Scope, build: PlayBuild) -> Block:
     for key in raw:
         if key not in BLOCK_KEYS:
             raise unsupported(f"'{key}' on a block", raw, key)
-    inner = scope.child(**_inherited(raw))
+    inner = scope.child(**inherited(raw))
     block = Block(name=str(raw.get("name") or "block"), source=raw.source, line=raw.line)
-    with _deeper(build, raw):
+    with nested(build, raw):
         block.block = parse_nodes(raw, "block", inner, build)
         block.rescue = parse_nodes(raw, "rescue", inner, build)
         block.always = parse_nodes(raw, "always", inner, build)
     return block
 
 
-def _inherited(raw: SourceMap) -> dict[str, Any]:
+def inherited(raw: SourceMap) -> dict[str, Any]:
     """What a block or an import gives the tasks below it."""
     when = raw.get("when")
     for item in when if isinstance(when, list) else [when]:
@@ -150,22 +152,19 @@ def _inherited(raw: SourceMap) -> dict[str, Any]:
     }
 
 
-class _deeper:
+@contextmanager
+def nested(build: PlayBuild, raw: Any) -> Iterator[None]:
     """Count nesting while loading; too deep is an include cycle."""
-
-    def __init__(self, build: PlayBuild, raw: SourceMap):
-        self.build, self.raw = build, raw
-
-    def __enter__(self) -> None:
-        self.build.depth += 1
-        if self.build.depth > MAX_DEPTH:
+    build.depth += 1
+    try:
+        if build.depth > MAX_DEPTH:
             raise InputError(
                 f"blocks, imports and roles nested over {MAX_DEPTH} deep (an include cycle?)",
-                **where(self.raw),
+                **where(raw),
             )
-
-    def __exit__(self, *exc: object) -> None:
-        self.build.depth -= 1
+        yield
+    finally:
+        build.depth -= 1
 
 
 def _file_arg(raw: SourceMap, key: str) -> str:
@@ -199,7 +198,7 @@ def load_task_file(path: Path, scope: Scope, build: PlayBuild, raw: Any) -> list
     if not isinstance(data, SourceList):
         raise InputError("a tasks file must be a list of tasks", source=str(path))
     inner = scope.child(base_dir=path.parent)
-    with _deeper(build, raw):
+    with nested(build, raw):
         return parse_nodes(data, str(path.name), inner, build)
 
 
@@ -211,7 +210,7 @@ def _import_tasks(raw: SourceMap, scope: Scope, build: PlayBuild) -> Block:
     if "{{" in name:
         raise unsupported("a templated import_tasks file name (use include_tasks)", raw)
     path = find_file(name, scope, raw, "import_tasks")
-    inner = scope.child(**_inherited(raw))
+    inner = scope.child(**inherited(raw))
     block = Block(name=f"import_tasks {name}", source=raw.source, line=raw.line)
     block.block = load_task_file(path, inner, build, raw)
     return block

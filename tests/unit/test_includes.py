@@ -218,3 +218,15 @@ def test_a_templated_include_name_cannot_leave_the_playbooks_folders(
     assert outcome.exit_code == 2
     assert outcome.status("from output") == "failed"
     assert "without '..'" in outcome.results()[-1]["msg"]
+
+
+def test_an_include_of_itself_fails_the_host_instead_of_running_forever(
+    run_playbook: Runner, local_inventory: Path, tmp_path: Path
+) -> None:
+    (tmp_path / "again.yml").write_text("- name: again\n  include_tasks: again.yml\n")
+    outcome = run_playbook(
+        "- hosts: all\n  gather_facts: false\n  tasks:\n    - include_tasks: again.yml\n",
+        local_inventory,
+    )
+    assert outcome.exit_code == 2
+    assert "an include cycle?" in outcome.results()[-1]["msg"]
