@@ -55,8 +55,9 @@ class TaskRunner:
     ) -> dict[str, Any]:
         """What a task on this host sees: play defaults < inventory < play vars < -e, the
         run's own (inventory_hostname, facts, pending_handlers, hostvars, groups, ...),
-        registered results and set_fact, then the task's vars; templates resolved, secrets
-        noted for masking."""
+        registered results and set_fact, then the task's vars (with its blocks' and role's),
+        and -e once more on top (it wins over everything, as in Ansible); templates resolved,
+        secrets noted for masking."""
         host = session.host
         merged = {**play.defaults, **host.vars, **play.vars, **self._state.options.extra_vars}
         self._state.masker.add_secret_vars(merged)
@@ -74,7 +75,8 @@ class TaskRunner:
         )
         merged.update(session.registered)
         if task:
-            merged.update(task.vars)
+            merged.update(task.vars)  # block, role and task vars, role parameters
+        merged.update(self._state.options.extra_vars)  # -e wins over everything, as in Ansible
         where = f"{task.where} on host '{host.name}'" if task else f"play '{play.name}'"
         resolved = resolve_variables(merged, where=where)
         self._state.masker.add_secret_vars(resolved)
@@ -226,7 +228,7 @@ class TaskRunner:
         )
         if task.check_mode is False:
             ctx.check = False
-        ctx.vars, ctx.search_paths = variables, _search_paths(playbook)
+        ctx.vars, ctx.search_paths = variables, _search_paths(playbook, task)
         attempts = task.retries + 1 if (task.retries or task.until) else 1
         for attempt in range(1, attempts + 1):
             result = self._once(module_cls(params), ctx)
@@ -347,6 +349,9 @@ def _censored(result: TaskResult) -> TaskResult:
     )
 
 
-def _search_paths(playbook: Path) -> list[Path]:
-    """Where `src:` of copy/template is looked up: beside the playbook, then the project's."""
-    return [playbook.parent, playbook.parent.parent, paths.root()]
+def _search_paths(playbook: Path, task: Task) -> list[Path]:
+    """Where `src:` of copy/template is looked up: the task's role, the task's own file's
+    folder, beside the playbook, then the project's."""
+    first = [task.role.path] if task.role is not None else []
+    first.append(Path(task.source).parent)
+    return list(dict.fromkeys([*first, playbook.parent, playbook.parent.parent, paths.root()]))
