@@ -61,6 +61,8 @@ class HostTally:
             self.ignored += 1
             return
         setattr(self, result.status.value, getattr(self, result.status.value) + 1)
+        if result.status is Status.CHANGED:  # Ansible's recap: ok counts changed tasks too
+            self.ok += 1
 
 
 @dataclass

@@ -6,89 +6,14 @@ error names the playbook file, the task and the host.
 
 from __future__ import annotations
 
-import base64
-import json
-import os
-import re
 from pathlib import Path
 from typing import Any
 
 import jinja2
 import jinja2.nodes
-import yaml
 
+from glmops.engine.filters import FILTERS, GLOBALS, TESTS
 from glmops.errors import TemplateError
-
-
-def _to_json(value: Any, indent: int | None = None) -> str:
-    return json.dumps(value, indent=indent, sort_keys=True)
-
-
-def _shell_quote(value: Any) -> str:
-    import shlex
-
-    return shlex.quote(str(value))
-
-
-def _bool(value: Any) -> bool:
-    """Ansible's `bool`: yes/on/true/1 (any case) are true."""
-    if isinstance(value, bool):
-        return value
-    return str(value).strip().lower() in ("yes", "on", "true", "1", "y")
-
-
-def _ternary(value: Any, true_value: Any, false_value: Any, none_value: Any = None) -> Any:
-    if value is None and none_value is not None:
-        return none_value
-    return true_value if value else false_value
-
-
-def _regex_replace(value: Any, pattern: str, replacement: str = "", ignorecase: bool = False):
-    return re.sub(pattern, replacement, str(value), flags=re.I if ignorecase else 0)
-
-
-def _regex_search(value: Any, pattern: str) -> str | None:
-    match = re.search(pattern, str(value))
-    return match.group(0) if match else None
-
-
-def _combine(*dicts: dict[str, Any], recursive: bool = False) -> dict[str, Any]:
-    result: dict[str, Any] = {}
-    for item in dicts:
-        for key, value in item.items():
-            if recursive and isinstance(value, dict) and isinstance(result.get(key), dict):
-                value = _combine(result[key], value, recursive=True)
-            result[key] = value
-    return result
-
-
-def _extract(key: Any, container: Any, morekeys: Any = None) -> Any:
-    """Ansible's `extract`: `container[key]`, then each of `morekeys` in turn
-    (`groups['web'] | map('extract', hostvars, 'port')`)."""
-    value = container[key]
-    for more in [] if morekeys is None else morekeys if isinstance(morekeys, list) else [morekeys]:
-        value = value[more]
-    return value
-
-
-#: Filters beyond Jinja's own; the names and meanings are Ansible's.
-FILTERS = {
-    "to_json": _to_json,
-    "from_json": json.loads,
-    "to_yaml": lambda value: yaml.safe_dump(value, default_flow_style=False, sort_keys=False),
-    "from_yaml": yaml.safe_load,
-    "quote": _shell_quote,
-    "bool": _bool,
-    "ternary": _ternary,
-    "regex_replace": _regex_replace,
-    "regex_search": _regex_search,
-    "b64encode": lambda value: base64.b64encode(str(value).encode()).decode(),
-    "b64decode": lambda value: base64.b64decode(str(value)).decode(),
-    "combine": _combine,
-    "extract": _extract,
-    "basename": lambda value: os.path.basename(str(value)),
-    "dirname": lambda value: os.path.dirname(str(value)),
-}
 
 
 class _Undefined(jinja2.StrictUndefined):
@@ -113,10 +38,13 @@ def make_environment(loader: jinja2.BaseLoader | None = None) -> jinja2.Environm
     env = jinja2.Environment(
         undefined=_Undefined,
         keep_trailing_newline=True,
+        trim_blocks=True,  # as Ansible's template module: no blank line per {% %}
         loader=loader,
         autoescape=False,
     )
     env.filters.update(FILTERS)
+    env.tests.update(TESTS)
+    env.globals.update(GLOBALS)
     return env
 
 
