@@ -19,6 +19,7 @@ from glmops.cli.options import (
     LIMIT,
     STRICT_HOST_KEYS,
     VERBOSE,
+    connection_defaults,
     default_inventory,
     fail,
     host_options,
@@ -69,7 +70,9 @@ def run_playbook(
             else syntax_ok(playbook, plays)
         )
         return ExitCode.OK
-    inventory = load_inventory(opts.get("inventory") or default_inventory(), extra_vars)
+    inventory = load_inventory(
+        opts.get("inventory") or default_inventory(), extra_vars, connection_defaults(opts)
+    )
     if opts.get("list_hosts"):
         from glmops.cli.listing import list_hosts
 
@@ -204,7 +207,9 @@ def deploy(
     if opts.get("syntax_check") or opts.get("list_tasks"):  # the playbook alone, no inventory
         return run_playbook(playbook, limit=pattern, **opts)
     extra_vars = parse_extra_vars(list(opts.get("extra_vars") or ()))
-    inventory = load_inventory(opts.get("inventory") or default_inventory(), extra_vars)
+    inventory = load_inventory(
+        opts.get("inventory") or default_inventory(), extra_vars, connection_defaults(opts)
+    )
     if opts.get("list_hosts") or (
         not rolling and fleet_from_inventory(inventory, []).router is None
     ):

@@ -15,7 +15,7 @@ from glmops.engine import batches
 from glmops.engine.ansible_args import WITH_LOOPS, module_name, parse_kv
 from glmops.engine.ansible_support import refuse_play_key, refuse_task_keys
 from glmops.engine.batches import SerialEntry
-from glmops.engine.templating import syntax_problem
+from glmops.engine.templating import syntax_problem, template_file_problem
 from glmops.engine.yamlsrc import SourceList, SourceMap, load_yaml, where
 from glmops.errors import InputError
 from glmops.modules import REGISTRY, validate_params
@@ -254,6 +254,8 @@ def _task(raw: Any, section: str, play: SourceMap, index: int, play_tags: list[s
         raise InputError(problems[0], **where(raw, module))
     name = str(raw.get("name") or f"{module}")
     _check_templates(raw, modules[0])
+    if module == "template":
+        _check_template_file(raw, modules[0], params.get("src"))
     if section == "handlers" and raw.get("run_once"):
         raise InputError("'run_once' is for tasks, not handlers", **where(raw, "run_once"))
     return Task(
@@ -333,6 +335,23 @@ def _check_templates(raw: SourceMap, module: str) -> None:
     for text in _strings(raw[module]):
         if ("{{" in text or "{%" in text) and (problem := syntax_problem(text, expression=False)):
             raise InputError(f"arguments of '{module}': {problem}", **where(raw, module))
+
+
+def _check_template_file(raw: SourceMap, key: str, src: Any) -> None:
+    """A template file's syntax and filter/test names, checked at load like the playbook's
+    expressions (a file found later, or a templated `src`, is checked when it renders)."""
+    if not isinstance(src, str) or "{" in src:
+        return
+    base = Path(raw.source).parent
+    for path in (base / "templates" / src, base / src, base.parent / "templates" / src):
+        if path.is_file():
+            try:
+                text = path.read_text()
+            except (OSError, UnicodeDecodeError):
+                return
+            if problem := template_file_problem(text):
+                raise InputError(f"template {path}:{problem}", **where(raw, key))
+            return
 
 
 def _strings(value: Any) -> list[str]:

@@ -155,6 +155,19 @@ def syntax_problem(text: str, *, expression: bool) -> str | None:
     return None
 
 
+def template_file_problem(text: str) -> str | None:
+    """`LINE: why` a template file cannot render (syntax, unknown filter or test), or None."""
+    try:
+        tree = _ENV.parse(text)
+    except jinja2.TemplateSyntaxError as error:
+        return f"{error.lineno}: template syntax error: {error.message}"
+    for node in tree.find_all((jinja2.nodes.Filter, jinja2.nodes.Test)):
+        is_filter = isinstance(node, jinja2.nodes.Filter)
+        if node.name not in (_ENV.filters if is_filter else _ENV.tests):
+            return f"{node.lineno}: unknown {'filter' if is_filter else 'test'} '{node.name}'"
+    return None
+
+
 def describe_template_error(error: jinja2.TemplateError, path: Path) -> str:
     """`FILE:LINE: why` for an error rendering the template file `path`: the line of the
     template (or of a template it includes) where it happened, as jinja2 records it."""
