@@ -440,13 +440,20 @@ def verify(
 
 @main.command()
 @click.argument("module", required=False)
+@click.option(
+    "--ansible", "ansible", is_flag=True, help="what of Ansible's language glmops runs, and how"
+)
 @reports_errors
-def doc(module: str | None) -> ExitCode:
+def doc(module: str | None, ansible: bool) -> ExitCode:
     """Print MODULE's arguments (from its own argument table), or list every module."""
     from glmops.cli.moddoc import describe, module_list
     from glmops.modules import REGISTRY
 
-    if module is None:
+    if ansible:
+        from glmops.engine.ansible_support import support_table
+
+        click.echo(support_table(), nl=False)
+    elif module is None:
         click.echo(module_list())
     elif module not in REGISTRY:
         raise InputError(f"no module '{module}' (modules: {', '.join(sorted(REGISTRY))})")

@@ -22,7 +22,9 @@ _KINDS = {
 
 @register
 class Stat(Module):
-    """Look at `path` on the host without changing it: `register:` holds `stat.exists`,
+    """Look at `path` on the host without changing it, as Ansible's stat.
+
+    `register:` holds `stat.exists`,
     `isdir`, `isreg`, `islnk`, `mode` ("0644"), `size`, `uid`, `gid`, `pw_name`, `gr_name`,
     `mtime` and, for a regular file, `checksum` (sha1, as Ansible's)."""
 
