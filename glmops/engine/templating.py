@@ -72,9 +72,22 @@ def render_value(value: Any, variables: dict[str, Any], *, where: str) -> Any:
 
 def render_string(text: str, variables: dict[str, Any], *, where: str) -> str:
     try:
-        return _ENV.from_string(text).render(variables)
+        rendered = _ENV.from_string(_strip_newline(text)).render(variables)
     except jinja2.TemplateError as error:
         raise TemplateError(f"{where}: {_describe(error)}") from None
+    return trailing_newlines(text, rendered)
+
+
+def _strip_newline(text: str) -> str:
+    return text[:-2] if text.endswith("\r\n") else text[:-1] if text.endswith("\n") else text
+
+
+def trailing_newlines(source: str, rendered: str) -> str:
+    """Ansible's rule for a template's last newlines: Jinja drops the source's final one, then
+    the result gets as many as the source ended with, unless it already ends with more."""
+    wanted = len(source) - len(source.rstrip("\n"))
+    have = len(rendered) - len(rendered.rstrip("\n"))
+    return rendered + "\n" * (wanted - have) if wanted > have else rendered
 
 
 def evaluate(expression: str, variables: dict[str, Any], *, where: str) -> Any:

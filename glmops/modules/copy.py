@@ -10,7 +10,11 @@ import jinja2
 
 from glmops.engine.context import FileState, TaskContext
 from glmops.engine.results import Status, TaskResult
-from glmops.engine.templating import describe_template_error, make_environment
+from glmops.engine.templating import (
+    describe_template_error,
+    make_environment,
+    trailing_newlines,
+)
 from glmops.errors import ModuleError, TemplateError
 from glmops.modules.base import Arg, Module, Plan, mode_arg, register
 from glmops.modules.file import _attribute_commands, _attribute_fixes
@@ -131,8 +135,10 @@ class Template(Copy):
         env = make_environment(
             jinja2.FileSystemLoader([str(path.parent), *map(str, ctx.search_paths)])
         )
+        env.keep_trailing_newline = False  # then Ansible's rule for the last newlines
         try:
-            return env.get_template(path.name).render(self.scope(ctx)).encode()
+            rendered = env.get_template(path.name).render(self.scope(ctx))
+            return trailing_newlines(path.read_text(), rendered).encode()
         except jinja2.TemplateError as error:
             raise TemplateError(f"template {describe_template_error(error, path)}") from None
 
@@ -186,7 +192,12 @@ def _apply_tree(ctx: TaskContext, plan: Plan, params: dict) -> TaskResult:
             ctx.run(f"mkdir -p -- {quote(remote)}", check=True, what=f"create {remote}")
         else:
             ctx.write_file(
-                remote, data, mode=params["mode"], owner=params["owner"], group=params["group"]
+                remote,
+                data,
+                mode=params["mode"],
+                owner=params["owner"],
+                group=params["group"],
+                backup=False,
             )
     return TaskResult(Status.CHANGED, plan.reason.removeprefix("would "))
 

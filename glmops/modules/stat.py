@@ -39,7 +39,7 @@ class Stat(Module):
     def plan(self, ctx: TaskContext) -> Plan:
         path = self.params["path"]
         follow = "-L " if self.params["follow"] else ""
-        probe = ctx.run(f"stat {follow}-c {quote(_FORMAT)} -- {quote(path)}")
+        probe = ctx.run(f"stat {follow}--printf {quote(_FORMAT)} -- {quote(path)}")
         if not probe.ok:
             return Plan(False, f"{path} does not exist", data={"stat": {"exists": False}})
         kind, mode, size, uid, gid, owner, group, mtime, inode, links = probe.stdout.splitlines()

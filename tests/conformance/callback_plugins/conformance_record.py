@@ -46,7 +46,7 @@ class CallbackModule(CallbackBase):
         self._add(result, "changed" if result._result.get("changed") else "ok")
 
     def v2_runner_on_failed(self, result, ignore_errors=False) -> None:
-        self._add(result, "failed", ignored=ignore_errors)
+        self._add(result, "failed", ignored=bool(ignore_errors))
 
     def v2_runner_on_skipped(self, result) -> None:
         self._add(result, "skipped")
