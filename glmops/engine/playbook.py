@@ -88,7 +88,8 @@ class Task:
     until: Any = None
     delay: float = 5
     timeout: float | None = None
-    become: bool | None = None
+    #: true/false, or a template rendered when the task runs.
+    become: bool | str | None = None
     ignore_errors: bool = False
     vars: dict[str, Any] = field(default_factory=dict)
     listen: list[str] = field(default_factory=list)
@@ -146,7 +147,7 @@ class Play:
     defaults: dict[str, Any] = field(default_factory=dict)
     tasks: list[Task] = field(default_factory=list)
     handlers: list[Task] = field(default_factory=list)
-    become: bool | None = None
+    become: bool | str | None = None
     become_user: str | None = None
     environment: dict[str, Any] = field(default_factory=dict)
     gather_facts: bool = True
@@ -196,7 +197,7 @@ def _play(raw: Any, parent: SourceList, index: int) -> Play:
         line=raw.line,
         vars={**_mapping(raw, "vars"), **_vars_files(raw)},
         defaults=_mapping(raw, "defaults"),
-        become=_optional_bool(raw, "become"),
+        become=_become(raw),
         become_user=_optional_str(raw, "become_user"),
         environment=_mapping(raw, "environment"),
         gather_facts=bool(raw.get("gather_facts", True)),
@@ -272,7 +273,7 @@ def _task(raw: Any, section: str, play: SourceMap, index: int, play_tags: list[s
         until=raw.get("until"),
         delay=_number(raw, "delay", 5),
         timeout=_number(raw, "timeout", None),
-        become=_optional_bool(raw, "become"),
+        become=_become(raw),
         ignore_errors=bool(raw.get("ignore_errors", False)),
         vars=_mapping(raw, "vars"),
         listen=_string_list(raw, "listen"),
@@ -426,6 +427,16 @@ def _vars_files(raw: SourceMap) -> dict[str, Any]:
         path = Path(raw.source).parent / name
         merged.update(load_vars_file(path, f"vars_files of play at {raw.source}:{raw.line}"))
     return merged
+
+
+def _become(raw: SourceMap) -> bool | str | None:
+    """true/false, or a template rendered per host when the task runs (`"{{ use_sudo }}"`)."""
+    value = raw.get("become")
+    if isinstance(value, str) and "{{" in value:
+        if problem := syntax_problem(value, expression=False):
+            raise InputError(f"'become': {problem}", **where(raw, "become"))
+        return value
+    return _optional_bool(raw, "become")
 
 
 def _optional_str(raw: SourceMap, key: str) -> str | None:

@@ -17,7 +17,7 @@ from glmops import paths
 from glmops.engine.ansible_args import ansible_facts, expand_with
 from glmops.engine.context import RemoteCommandError, TaskContext
 from glmops.engine.delegation import Delegates
-from glmops.engine.filters import OMIT
+from glmops.engine.filters import OMIT, to_bool
 from glmops.engine.hostvars import HostVars, groups_of
 from glmops.engine.inventory import Inventory
 from glmops.engine.playbook import Play, Task
@@ -248,6 +248,9 @@ class TaskRunner:
         ctx = self._pool.context(play, delegate or session, task)
         if ctx.become_user and ("{{" in ctx.become_user or "{%" in ctx.become_user):
             ctx.become_user = str(render_value(ctx.become_user, variables, where=where))
+        chosen = next((v for v in (task.become, play.become) if v is not None), None)
+        if isinstance(chosen, str):  # a templated `become:`
+            ctx.become = to_bool(render_value(chosen, variables, where=where))
         ctx.environment = _environment(
             render_value({**play.environment, **task.environment}, variables, where=where), where
         )

@@ -13,6 +13,7 @@ from glmops.engine.inventory import load_inventory
 from glmops.engine.playbook import load_playbook
 from glmops.engine.templating import render_value
 from glmops.errors import InputError
+from tests.support.engine import Runner
 
 DOCS = Path(__file__).resolve().parents[2] / "docs" / "ansible.md"
 
@@ -172,3 +173,32 @@ def test_docs_table_is_generated_from_the_support_table() -> None:
     assert ansible_doc_with_table(text) == text, (
         "docs/ansible.md is stale: run python3 -m glmops.cli.moddoc --ansible"
     )
+
+
+def test_templated_become_user_is_rendered_and_items_shown_by_label(
+    run_playbook: Runner, local_inventory: Path, tmp_path: Path
+) -> None:
+    outcome = run_playbook(
+        f"""
+        - hosts: all
+          gather_facts: false
+          vars: {{runner: nobody, use_become: "{{{{ 1 == 1 }}}}"}}
+          tasks:
+            - name: who
+              command: id -un
+              become: "{{{{ use_become }}}}"
+              become_user: "{{{{ runner }}}}"
+              register: who
+            - name: record
+              copy: {{content: "{{{{ who.stdout }}}}", dest: "{tmp_path}/who"}}
+            - name: items
+              debug: msg={{{{ item }}}}
+              loop: [a, b]
+              loop_control: {{label: "L-{{{{ item }}}}"}}
+        """,
+        local_inventory,
+    )
+    assert outcome.exit_code == 0, outcome.stderr
+    assert (tmp_path / "who").read_text() == "nobody"
+    shown = [(e["item"], e["status"]) for e in outcome.events if e["event"] == "item"]
+    assert shown == [("L-a", "ok"), ("L-b", "ok")]
