@@ -17,6 +17,8 @@ import shutil
 import stat
 import subprocess
 import sys
+from collections.abc import Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -60,16 +62,12 @@ def _run_ansible(case: Path, target: Path, args: list[str], cwd: Path) -> subpro
 
 
 def _run_glmops(case: Path, target: Path, args: list[str], cwd: Path) -> subprocess.Popen:
-    inventory = cwd / "inventory.yml"
-    state = cwd / "glmops-state"
-    inventory.write_text(
-        yaml.safe_dump(
-            {"all": {"hosts": {"localhost": {"connection": "local", "state_dir": str(state)}}}}
-        )
-    )
+    """The same command line as Ansible's (`-i localhost, -c local`); glmops' state (run lock,
+    pending notifications) kept per case, so cases can run side by side."""
     env = {**os.environ, **CASE_ENV, "PYTHONPATH": str(HERE.parent.parent)}
     command = [sys.executable, "-m", "glmops.cli", "run", str(case / "play.yml")]
-    command += ["-i", str(inventory), "-e", f"target={target}", "--json", *args]
+    command += ["-i", "localhost,", "-c", "local", "-e", f"target={target}"]
+    command += ["-e", f"state_dir={cwd / 'glmops-state'}", "--json", *args]
     out = open(cwd / "glmops.jsonl", "w")  # noqa: SIM115 - closed with the process
     return subprocess.Popen(command, cwd=cwd, env=env, stdout=out, stderr=subprocess.DEVNULL)
 
@@ -148,9 +146,8 @@ def _differences(ansible: dict, glmops: dict, a_tree: dict, g_tree: dict) -> lis
     return diffs
 
 
-@pytest.mark.parametrize("name", CASES)
-def test_case(name: str, tmp_path: Path, conformance: Any) -> None:
-    assert ANSIBLE_PLAYBOOK.exists(), "ansible-core is missing: pip install -e '.[test]'"
+def _run_case(name: str, tmp_path: Path) -> list[str]:
+    """Run one case with both tools at once; the differences found."""
     case = HERE / "cases" / name
     settings = (
         yaml.safe_load((case / "case.yml").read_text()) if (case / "case.yml").exists() else {}
@@ -167,15 +164,39 @@ def test_case(name: str, tmp_path: Path, conformance: Any) -> None:
             target.mkdir()
         starter = _run_ansible if tool == "ansible" else _run_glmops
         runs[tool] = (starter(case, target, args, cwd), cwd, target)
-    codes = {tool: process.wait(timeout=120) for tool, (process, _, _) in runs.items()}
+    codes = {tool: process.wait(timeout=300) for tool, (process, _, _) in runs.items()}
     ansible_cwd, glmops_cwd = runs["ansible"][1], runs["glmops"][1]
     if not (ansible_cwd / "ansible.json").exists():
-        pytest.fail(
+        raise AssertionError(
             f"ansible-core did not run {name}:\n{(ansible_cwd / 'ansible.log').read_text()}"
         )
     ansible = _ansible_record(ansible_cwd, codes["ansible"])
     glmops = _glmops_record(glmops_cwd, codes["glmops"])
-    diffs = _differences(ansible, glmops, _tree(runs["ansible"][2]), _tree(runs["glmops"][2]))
+    return _differences(ansible, glmops, _tree(runs["ansible"][2]), _tree(runs["glmops"][2]))
+
+
+@pytest.fixture(scope="session")
+def case_runs(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[dict[str, Future]]:
+    """Every selected case started at once on a pool as wide as the machine (each case is two
+    processes that mostly wait on their own children), so the suite takes a fraction of the
+    time of running them one after the other."""
+    assert ANSIBLE_PLAYBOOK.exists(), "ansible-core is missing: pip install -e '.[test]'"
+    selected = [
+        item.callspec.params["name"]
+        for item in request.session.items
+        if getattr(item, "originalname", None) == "test_case" and hasattr(item, "callspec")
+    ]
+    with ThreadPoolExecutor(max_workers=max(2, os.cpu_count() or 2)) as pool:
+        yield {
+            name: pool.submit(_run_case, name, tmp_path_factory.mktemp(name)) for name in selected
+        }
+
+
+@pytest.mark.parametrize("name", CASES)
+def test_case(name: str, case_runs: dict[str, Future], conformance: Any) -> None:
+    diffs = case_runs[name].result()
     expected = EXPECTED_DIFFERENCES.get(name, [])
     conformance.record(name, diffs)
     assert diffs == expected, "\n".join(diffs) or "identical, but a difference was expected"
