@@ -202,3 +202,14 @@ def test_templated_become_user_is_rendered_and_items_shown_by_label(
     assert (tmp_path / "who").read_text() == "nobody"
     shown = [(e["item"], e["status"]) for e in outcome.events if e["event"] == "item"]
     assert shown == [("L-a", "ok"), ("L-b", "ok")]
+
+
+def test_doc_ansible_prints_the_support_table() -> None:
+    from click.testing import CliRunner
+
+    from glmops.cli.main import main
+    from glmops.engine.ansible_support import support_table
+
+    result = CliRunner().invoke(main, ["doc", "--ansible"], standalone_mode=False)
+    assert result.output == support_table()
+    assert "### Not supported (refused when the playbook loads)" in result.output
