@@ -39,6 +39,14 @@ EXPECTED_DIFFERENCES: dict[str, list[str]] = {
     # --check that finds changes exits 3 (ExitCode.CHECK_FOUND_CHANGES), so a script can tell
     # "would change" from "nothing to do"; ansible-playbook exits 0 either way.
     "check_mode": ["exit code: ansible 0 glmops 3"],
+    # blockinfile's default marker names glmops, so the blocks earlier glmops runs wrote stay
+    # theirs; `marker: "# {mark} ANSIBLE MANAGED BLOCK"` shares a block with Ansible.
+    "blockinfile": [
+        "file conf: ansible ('file', 'first\\nlast\\n# BEGIN ANSIBLE MANAGED BLOCK\\nmanaged one"
+        "\\nmanaged two\\n# END ANSIBLE MANAGED BLOCK\\n', '0o644', '0:0') glmops ('file', "
+        "'first\\nlast\\n# BEGIN GLMOPS MANAGED BLOCK\\nmanaged one\\nmanaged two\\n"
+        "# END GLMOPS MANAGED BLOCK\\n', '0o644', '0:0')"
+    ],
 }
 
 
@@ -200,3 +208,11 @@ def test_case(name: str, case_runs: dict[str, Future], conformance: Any) -> None
     expected = EXPECTED_DIFFERENCES.get(name, [])
     conformance.record(name, diffs)
     assert diffs == expected, "\n".join(diffs) or "identical, but a difference was expected"
+
+
+def test_every_expected_difference_is_documented() -> None:
+    docs = (HERE.parent.parent / "docs" / "ansible.md").read_text()
+    section = docs[docs.index("## Deliberate differences") :]
+    for name in EXPECTED_DIFFERENCES:
+        assert name in CASES, f"EXPECTED_DIFFERENCES names no case: {name}"
+        assert f"conformance case `{name}`" in section, f"docs/ansible.md does not explain {name}"
