@@ -232,11 +232,11 @@ def _task(raw: Any, section: str, play: SourceMap, index: int, play_tags: list[s
     modules = [key for key in raw if key not in TASK_KEYS]
     unknown = [key for key in modules if module_name(key) not in REGISTRY]
     if unknown:
-        close = difflib.get_close_matches(str(unknown[0]), [*TASK_KEYS, *REGISTRY], n=1)
+        close = difflib.get_close_matches(str(unknown[0]), [*TASK_KEYS, *REGISTRY], n=1, cutoff=0.8)
         hint = f"did you mean '{close[0]}'? " if close else ""
         raise InputError(
-            f"unknown module or task key '{unknown[0]}' ({hint}modules: "
-            f"{', '.join(sorted(REGISTRY))})",
+            f"unknown module or task key '{unknown[0]}' ({hint}`glmops doc` lists the modules, "
+            "`glmops doc --ansible` what of Ansible glmops runs)",
             **where(raw, unknown[0]),
         )
     if len(modules) != 1:
