@@ -213,3 +213,21 @@ def test_doc_ansible_prints_the_support_table() -> None:
     result = CliRunner().invoke(main, ["doc", "--ansible"], standalone_mode=False)
     assert result.output == support_table()
     assert "### Not supported (refused when the playbook loads)" in result.output
+
+
+def test_password_hash_is_sha512_crypt() -> None:
+    hashed = render_value("{{ 'pw' | password_hash('sha512', 'saltsalt') }}", {}, where="t")
+    assert hashed == (
+        "$6$saltsalt$pauPrmdmG4BTE9h2HPmywiw152IFch6BJCEsaY6D.PLTfpV8sqvXwWdyfsgVgozkYH9B80bAip"
+        "/08R2BPH2xk/"
+    )
+
+
+def test_invalid_yaml_names_line_column_and_shows_the_line(tmp_path: Path) -> None:
+    path = tmp_path / "play.yml"
+    path.write_text("- hosts: all\n  tasks:\n    - name: x\n      debug: {msg: 1}\n     bad: 2\n")
+    with pytest.raises(InputError) as error:
+        load_playbook(path)
+    message = str(error.value)
+    assert message.startswith(f"{path}:5: invalid YAML:")
+    assert "column 6:\n         bad: 2\n         ^ here" in message
