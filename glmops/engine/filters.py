@@ -21,7 +21,6 @@ from typing import Any
 
 import jinja2
 import yaml
-from packaging.version import InvalidVersion, Version
 
 #: What `omit` renders to; a module argument equal to it is left unset (Ansible's placeholder).
 OMIT = "__omit_place_holder__glmops"
@@ -260,18 +259,41 @@ def _status(result: Any, key: str) -> bool:
     return bool(result.get(key))
 
 
-def version_test(value: Any, other: Any, operator: str = "eq", strict: bool = False) -> bool:
-    """Ansible's `version` test: PEP 440-ish comparison of two version strings."""
+def _loose_version(text: str) -> list[Any]:
+    """distutils' LooseVersion, which Ansible's `version` test uses by default: numbers compare
+    as numbers, letters as text (`1.10 > 1.9`, `2.19.4-ubuntu1` is valid)."""
+    parts = re.split(r"(\d+|[a-z]+|\.)", str(text).lower())
+    return [int(p) if p.isdigit() else p for p in parts if p and p != "."]
+
+
+def version_test(
+    value: Any, other: Any, operator: str = "eq", strict: bool = False, version_type: str = "loose"
+) -> bool:
+    """Ansible's `version` test (loose comparison; `version_type='pep440'` for PEP 440)."""
     ops = dict.fromkeys(("lt", "<"), "lt") | dict.fromkeys(("le", "<="), "le")
     ops |= dict.fromkeys(("gt", ">"), "gt") | dict.fromkeys(("ge", ">="), "ge")
     ops |= dict.fromkeys(("eq", "==", "="), "eq") | dict.fromkeys(("ne", "!=", "<>"), "ne")
     if operator not in ops:
         raise jinja2.exceptions.TemplateRuntimeError(f"version: invalid operator {operator!r}")
+    if version_type == "pep440":
+        from packaging.version import InvalidVersion, Version
+
+        try:
+            left, right = Version(str(value)), Version(str(other))
+        except InvalidVersion as error:
+            raise jinja2.exceptions.TemplateRuntimeError(f"version: {error}") from None
+    elif version_type == "loose" and not strict:
+        left, right = _loose_version(value), _loose_version(other)  # type: ignore[assignment]
+    else:
+        raise jinja2.exceptions.TemplateRuntimeError(
+            f"version: not supported by glmops: version_type {version_type!r} (loose, pep440)"
+        )
     try:
-        left, right = Version(str(value)), Version(str(other))
-    except InvalidVersion as error:
-        raise jinja2.exceptions.TemplateRuntimeError(f"version: {error}") from None
-    return getattr(left, f"__{ops[operator]}__")(right)
+        return getattr(left, f"__{ops[operator]}__")(right)
+    except TypeError:
+        raise jinja2.exceptions.TemplateRuntimeError(
+            f"version: cannot compare {value!r} with {other!r}"
+        ) from None
 
 
 TESTS = {
