@@ -3,6 +3,7 @@ support table. (Whole playbooks against ansible-core itself: tests/conformance.)
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -231,3 +232,27 @@ def test_invalid_yaml_names_line_column_and_shows_the_line(tmp_path: Path) -> No
     message = str(error.value)
     assert message.startswith(f"{path}:5: invalid YAML:")
     assert "column 6:\n         bad: 2\n         ^ here" in message
+
+
+def test_ansible_fact_names_from_the_probe_here(tmp_path: Path) -> None:
+    import platform
+    import subprocess
+    import sys
+
+    from glmops.engine.ansible_args import ansible_facts
+    from glmops.engine.context import helper_command, helper_stdin
+
+    reply = subprocess.run(
+        ["sh", "-c", helper_command("facts_probe", sys.executable)],
+        input=helper_stdin("facts_probe", {"model_dir": str(tmp_path), "venv": None}),
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )
+    named = ansible_facts(json.loads(reply.stdout))
+    assert named["ansible_hostname"] == platform.node().split(".")[0]
+    assert named["ansible_facts"]["architecture"] == platform.machine()
+    assert named["ansible_kernel"] == platform.release()
+    assert named["ansible_memtotal_mb"] > 0
+    assert "ansible_default_ipv4" not in named  # not gathered: undefined, never guessed
