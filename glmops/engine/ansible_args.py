@@ -126,7 +126,6 @@ def ansible_facts(facts: dict[str, Any] | None) -> dict[str, Any]:
     named = {
         "hostname": str(facts.get("hostname") or "").split(".")[0] or None,
         "nodename": facts.get("hostname"),
-        "fqdn": facts.get("hostname"),
         "kernel": kernel.get("release"),
         "architecture": kernel.get("machine"),
         "machine": kernel.get("machine"),

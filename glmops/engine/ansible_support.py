@@ -44,7 +44,7 @@ FEATURES: tuple[Feature, ...] = (
     Feature("become, become_user (templated too)", "supported", "through sudo or runuser"),
     Feature("become_method, become_flags, become_exe", "unsupported", "glmops uses sudo"),
     Feature("async, poll", "unsupported", "use a systemd unit for long work"),
-    Feature("local_action, delegate_facts, throttle, debugger, timeout on plays", "unsupported"),
+    Feature("local_action, delegate_facts, throttle, debugger, action", "unsupported"),
     Feature("module_defaults, collections", "unsupported"),
     Feature("k=v arguments (`file: path=/x state=directory`)", "supported"),
     Feature("ansible.builtin.X and ansible.legacy.X module names", "supported"),
@@ -95,7 +95,7 @@ FEATURES: tuple[Feature, ...] = (
     ),
     Feature("ansible_password, ansible_become_password, ansible_python_interpreter", "unsupported"),
     Feature(
-        "facts: ansible_hostname, ansible_fqdn, ansible_facts[...]",
+        "facts: ansible_hostname, ansible_kernel, ansible_facts[...] and a few more",
         "partly",
         "only the facts glmops gathers (`glmops facts`); the others are undefined",
     ),
