@@ -59,6 +59,7 @@ def _run_ansible(case: Path, target: Path, args: list[str], cwd: Path) -> subpro
         "CONFORMANCE_RECORD": str(cwd / "ansible.json"),
         "ANSIBLE_PYTHON_INTERPRETER": sys.executable,
         "ANSIBLE_LOCAL_TEMP": str(cwd / "ansible-tmp"),
+        "ANSIBLE_REMOTE_TEMP": str(cwd / "ansible-remote-tmp"),
         "ANSIBLE_HOME": str(cwd / "ansible-home"),
         "ANSIBLE_NOCOLOR": "1",
         "ANSIBLE_RETRY_FILES_ENABLED": "0",
