@@ -19,6 +19,7 @@ from glmops.cli.options import (
     LIMIT,
     STRICT_HOST_KEYS,
     VERBOSE,
+    connection_defaults,
     default_inventory,
     fail,
     host_options,
@@ -74,7 +75,9 @@ def run_playbook(
             else syntax_ok(playbook, plays)
         )
         return ExitCode.OK
-    inventory = load_inventory(opts.get("inventory") or default_inventory(), extra_vars)
+    inventory = load_inventory(
+        opts.get("inventory") or default_inventory(), extra_vars, connection_defaults(opts)
+    )
     if opts.get("list_hosts"):
         from glmops.cli.listing import list_hosts
 
@@ -228,7 +231,9 @@ def deploy(
     if opts.get("syntax_check") or opts.get("list_tasks"):  # the playbook alone, no inventory
         return run_playbook(playbook, limit=pattern, **opts)
     extra_vars = parse_extra_vars(list(opts.get("extra_vars") or ()))
-    inventory = load_inventory(opts.get("inventory") or default_inventory(), extra_vars)
+    inventory = load_inventory(
+        opts.get("inventory") or default_inventory(), extra_vars, connection_defaults(opts)
+    )
     if opts.get("list_hosts") or (
         not rolling and fleet_from_inventory(inventory, []).router is None
     ):
@@ -459,13 +464,20 @@ def verify(
 
 @main.command()
 @click.argument("module", required=False)
+@click.option(
+    "--ansible", "ansible", is_flag=True, help="what of Ansible's language glmops runs, and how"
+)
 @reports_errors
-def doc(module: str | None) -> ExitCode:
+def doc(module: str | None, ansible: bool) -> ExitCode:
     """Print MODULE's arguments (from its own argument table), or list every module."""
     from glmops.cli.moddoc import describe, module_list
     from glmops.modules import REGISTRY
 
-    if module is None:
+    if ansible:
+        from glmops.engine.ansible_support import support_table
+
+        click.echo(support_table(), nl=False)
+    elif module is None:
         click.echo(module_list())
     elif module not in REGISTRY:
         raise InputError(f"no module '{module}' (modules: {', '.join(sorted(REGISTRY))})")

@@ -84,9 +84,37 @@ host_options = option_set(
     INVENTORY, LIMIT, EXTRA_VARS, FORKS, JSON_EVENTS, VERBOSE, ASK_BECOME_PASS, STRICT_HOST_KEYS
 )
 
+#: Ansible's connection options: defaults for the hosts whose inventory entry sets none.
+CONNECTION_OPTIONS = (
+    click.option("-u", "--user", "remote_user", default=None, help="SSH user (Ansible's -u)"),
+    click.option(
+        "-c",
+        "--connection",
+        "connection",
+        type=click.Choice(["ssh", "local", "smart", "paramiko"]),
+        default=None,
+        help="ssh or local (smart and paramiko: ssh)",
+    ),
+    click.option("-b", "--become", "become", is_flag=True, help="run tasks through sudo"),
+)
+
+
+def connection_defaults(opts: dict[str, Any]) -> dict[str, Any]:
+    """-u, -c and -b as inventory connection keys."""
+    defaults: dict[str, Any] = {}
+    if opts.get("remote_user"):
+        defaults["user"] = opts["remote_user"]
+    if opts.get("connection"):
+        defaults["connection"] = "local" if opts["connection"] == "local" else "ssh"
+    if opts.get("become"):
+        defaults["become"] = True
+    return defaults
+
+
 #: The playbook-running verbs add Ansible's run options.
 run_options = option_set(
     host_options,
+    *CONNECTION_OPTIONS,
     CHECK,
     click.option("-D", "--diff", is_flag=True, help="show unified diffs of files that change"),
     click.option("--tags", "-t", default="", help="run only tasks with these tags (a,b)"),

@@ -213,9 +213,83 @@ def load_vars_file(path: Path, what: str) -> dict[str, Any]:
     return dict(data)
 
 
-def load_inventory(path: Path, extra_vars: dict[str, Any] | None = None) -> Inventory:
-    """Load and validate an inventory file and the group_vars/ and host_vars/ beside it."""
-    data = load_yaml(path)
+def _inventory_data(path: Path) -> Any:
+    """The inventory's groups: a YAML file, an INI file, or a comma list (`web1,web2,`)."""
+    from glmops.engine import inventory_ini
+
+    if "," in str(path) and not path.exists():
+        return inventory_ini.parse_host_list(str(path))
+    if path.suffix not in (".yml", ".yaml", ".json") and path.is_file():
+        text = path.read_text()
+        if inventory_ini.looks_like_ini(text):
+            return inventory_ini.parse_ini(text, str(path))
+    return load_yaml(path)
+
+
+#: Ansible's inventory connection variables and glmops' own names for them.
+ANSIBLE_ALIASES = {
+    "ansible_host": "address",
+    "ansible_ssh_host": "address",
+    "ansible_port": "port",
+    "ansible_ssh_port": "port",
+    "ansible_user": "user",
+    "ansible_ssh_user": "user",
+    "ansible_connection": "connection",
+    "ansible_ssh_private_key_file": "key_file",
+    "ansible_private_key_file": "key_file",
+    "ansible_become": "become",
+}
+#: Ansible connection variables with no glmops meaning: refused, never silently ignored.
+ANSIBLE_REFUSED = (
+    "ansible_password",
+    "ansible_ssh_pass",
+    "ansible_become_password",
+    "ansible_become_pass",
+    "ansible_become_user",
+    "ansible_become_method",
+    "ansible_become_exe",
+    "ansible_become_flags",
+    "ansible_python_interpreter",
+    "ansible_shell_type",
+    "ansible_ssh_common_args",
+    "ansible_ssh_extra_args",
+)
+
+
+def _ansible_aliases(host: str, merged: dict[str, Any], inline: SourceMap) -> None:
+    """Map `ansible_host` & co. onto glmops' keys (both spellings at once must agree)."""
+    located = {"source": inline.source, "line": inline.line}
+    for key in ANSIBLE_REFUSED:
+        if key in merged:
+            raise InputError(
+                f"host '{host}': not supported by glmops: the inventory variable '{key}' "
+                "(see docs/ansible.md or `glmops doc --ansible`)",
+                **where(inline, key) if key in inline else located,
+            )
+    for alias, own in ANSIBLE_ALIASES.items():
+        if alias not in merged:
+            continue
+        value = merged[alias]
+        if own == "connection" and value in ("smart", "paramiko", "ssh"):
+            value = "ssh"
+        if own == "become" and isinstance(value, str):
+            value = value.strip().lower() in ("yes", "true", "1", "on")
+        if own in merged and merged[own] != value:
+            raise InputError(
+                f"host '{host}': '{alias}' ({value!r}) and '{own}' ({merged[own]!r}) disagree",
+                **where(inline, alias) if alias in inline else located,
+            )
+        merged[own] = value
+
+
+def load_inventory(
+    path: Path,
+    extra_vars: dict[str, Any] | None = None,
+    connection_defaults: dict[str, Any] | None = None,
+) -> Inventory:
+    """Load and validate an inventory (file, INI file or comma list) and the group_vars/ and
+    host_vars/ beside it; `connection_defaults` (-u, -c, -b) apply where a host sets none."""
+    data = _inventory_data(path)
     if not isinstance(data, SourceMap):
         raise InputError(
             "an inventory must be a mapping of groups (start with 'all:')", source=str(path)
@@ -228,7 +302,7 @@ def load_inventory(path: Path, extra_vars: dict[str, Any] | None = None) -> Inve
             groups["all"].children.append(str(name))
     depth = _depths(groups)
     for name in list(groups):
-        groups[name].vars.update(_vars_file(path.parent / "group_vars", name))
+        groups[name].vars.update(_vars_file(_folder(path) / "group_vars", name))
     hosts: dict[str, Host] = {}
     membership = _membership(groups)
     for host_name in host_inline:
@@ -237,15 +311,18 @@ def load_inventory(path: Path, extra_vars: dict[str, Any] | None = None) -> Inve
         for group in host_groups:
             merged.update(groups[group].vars)
         merged.update(host_inline[host_name])
-        merged.update(_vars_file(path.parent / "host_vars", host_name))
+        merged.update(_vars_file(_folder(path) / "host_vars", host_name))
         merged.update(extra_vars or {})
+        _ansible_aliases(host_name, merged, host_inline[host_name])
+        for key, value in (connection_defaults or {}).items():
+            merged.setdefault(key, value)
         spec = _connection_spec(host_name, merged, host_inline[host_name])
         hosts[host_name] = Host(host_name, [g for g in host_groups if g != "all"], merged, spec)
     members = {g: [h for h in host_inline if g in membership.get(h, set())] for g in groups}
     members["all"] = list(host_inline)
     localhost_vars = {
         **groups["all"].vars,
-        **_vars_file(path.parent / "host_vars", LOCALHOST),
+        **_vars_file(_folder(path) / "host_vars", LOCALHOST),
         **(extra_vars or {}),
     }
     inventory = Inventory(path=path, hosts=hosts, groups=members, localhost_vars=localhost_vars)
@@ -253,6 +330,11 @@ def load_inventory(path: Path, extra_vars: dict[str, Any] | None = None) -> Inve
 
     add_replica_vars(inventory)
     return inventory
+
+
+def _folder(path: Path) -> Path:
+    """Where group_vars/ and host_vars/ are: beside the file (a comma list: the current one)."""
+    return path.parent if path.exists() else Path(".")
 
 
 def _read_group(

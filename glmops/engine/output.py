@@ -150,6 +150,29 @@ class Reporter:
                     )
                     self.out.print(_escape(line), style=style)
 
+    def item(self, host: str, task: str, label: str, result: TaskResult) -> None:
+        """One loop item's line (`loop_control.label` or the item), as Ansible shows each."""
+        msg = self.masker.mask(result.msg)
+        shown_label = self.masker.mask(label)
+        self._event(
+            "item",
+            host=host,
+            task=task,
+            item=shown_label,
+            status=result.status.value,
+            msg=msg,
+            rc=result.data.get("rc"),
+        )
+        status = "would change" if self.check and result.status is Status.CHANGED else None
+        with self._lock:
+            self.err.print(
+                f"[{STYLE[result.status]}]{status or result.status.value:>12}[/] [bold]"
+                f"{_escape(host)}[/] {_escape(task)} [dim](item={_escape(shown_label)}) — "
+                f"{_escape(msg)}[/]"
+            )
+            if self.verbosity >= 2:
+                self._details(result.data)
+
     def _details(self, data: dict[str, Any]) -> None:
         """-vv: the command a task ran, its rc, stdout and stderr (and a bug's traceback)."""
         if data.get("cmd"):

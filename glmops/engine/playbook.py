@@ -12,9 +12,11 @@ from pathlib import Path
 from typing import Any
 
 from glmops.engine import batches
+from glmops.engine.ansible_args import WITH_LOOPS, module_name, parse_kv
+from glmops.engine.ansible_support import refuse_play_key, refuse_task_keys
 from glmops.engine.batches import SerialEntry
 from glmops.engine.blocks import Node, RoleRef, walk_tasks
-from glmops.engine.templating import syntax_problem
+from glmops.engine.templating import syntax_problem, template_file_problem
 from glmops.engine.yamlsrc import SourceList, SourceMap, where
 from glmops.errors import InputError
 from glmops.modules import REGISTRY, validate_params
@@ -46,6 +48,9 @@ TASK_KEYS = frozenset(
         "run_once",
         "delegate_to",
         "any_errors_fatal",
+        "args",
+        "loop_control",
+        *(f"with_{kind}" for kind in WITH_LOOPS),
     }
 )
 PLAY_KEYS = frozenset(
@@ -90,7 +95,8 @@ class Task:
     until: Any = None
     delay: float = 5
     timeout: float | None = None
-    become: bool | None = None
+    #: true/false, or a template rendered when the task runs.
+    become: bool | str | None = None
     ignore_errors: bool = False
     vars: dict[str, Any] = field(default_factory=dict)
     listen: list[str] = field(default_factory=list)
@@ -101,6 +107,11 @@ class Task:
     #: Run once per item (a list, or a template that renders to one), as `loop_var`.
     loop: Any = None
     loop_var: str = "item"
+    #: `with_<kind>:` the loop came from (its value becomes the items as Ansible's lookup does).
+    loop_with: str | None = None
+    #: `loop_control`: the item's index as this variable, and what an item's line shows.
+    index_var: str | None = None
+    loop_label: str | None = None
     environment: dict[str, Any] = field(default_factory=dict)
     #: Hide the task's output, diff and commands from the screen, events and run log.
     no_log: bool = False
@@ -126,7 +137,10 @@ class Task:
         return play_default if self.any_errors_fatal is None else self.any_errors_fatal
 
     def selected(self, tags: set[str], skip_tags: set[str]) -> bool:
-        """Whether --tags/--skip-tags let this task run (`always` runs unless skipped)."""
+        """Whether --tags/--skip-tags let this task run (`always` runs unless skipped; `never`
+        only when --tags names it or another of its tags)."""
+        if "never" in self.tags and not (set(self.tags) & tags):
+            return False
         names = set(self.tags) | {"all"}
         if tags and not (names & tags) and "always" not in names:
             return False
@@ -145,7 +159,7 @@ class Play:
     #: The play's body: tasks, blocks and includes (glmops/engine/blocks.py), in order.
     tasks: list[Node] = field(default_factory=list)
     handlers: list[Task] = field(default_factory=list)
-    become: bool | None = None
+    become: bool | str | None = None
     become_user: str | None = None
     environment: dict[str, Any] = field(default_factory=dict)
     gather_facts: bool = True
@@ -189,6 +203,7 @@ def _play(raw: Any, parent: SourceList, index: int) -> Play:
         raise InputError("each play must be a mapping", **where(parent, index))
     for key in raw:
         if key not in PLAY_KEYS:
+            refuse_play_key(raw, key)
             raise InputError(
                 f"unknown play key '{key}' (allowed: {', '.join(sorted(PLAY_KEYS))})",
                 **where(raw, key),
@@ -203,7 +218,7 @@ def _play(raw: Any, parent: SourceList, index: int) -> Play:
         line=raw.line,
         vars={**_mapping(raw, "vars"), **_vars_files(raw)},
         defaults=_mapping(raw, "defaults"),
-        become=_optional_bool(raw, "become"),
+        become=_become(raw),
         become_user=_optional_str(raw, "become_user"),
         environment=_mapping(raw, "environment"),
         gather_facts=bool(raw.get("gather_facts", True)),
@@ -243,22 +258,24 @@ def _task(raw: Any, section: str, play: SourceMap, index: int, play_tags: list[s
         raise InputError(
             f"each item of '{section}' must be a mapping", **where(play[section], index)
         )
+    refuse_task_keys(raw, TASK_KEYS | {k for k in raw if module_name(str(k)) in REGISTRY})
     modules = [key for key in raw if key not in TASK_KEYS]
-    unknown = [key for key in modules if key not in REGISTRY]
+    unknown = [key for key in modules if module_name(key) not in REGISTRY]
     if unknown:
-        close = difflib.get_close_matches(str(unknown[0]), [*TASK_KEYS, *REGISTRY], n=1)
+        close = difflib.get_close_matches(str(unknown[0]), [*TASK_KEYS, *REGISTRY], n=1, cutoff=0.8)
         hint = f"did you mean '{close[0]}'? " if close else ""
         raise InputError(
-            f"unknown module or task key '{unknown[0]}' ({hint}modules: "
-            f"{', '.join(sorted(REGISTRY))})",
+            f"unknown module or task key '{unknown[0]}' ({hint}`glmops doc` lists the modules, "
+            "`glmops doc --ansible` what of Ansible glmops runs)",
             **where(raw, unknown[0]),
         )
     if len(modules) != 1:
         found = ", ".join(modules) or "none"
         raise InputError(f"a task needs exactly one module (found: {found})", **where(raw))
-    module = modules[0]
+    module = module_name(modules[0])
+    raw_args = _module_arguments(raw, modules[0], module)
     try:
-        params, problems = validate_params(REGISTRY[module], raw[module])
+        params, problems = validate_params(REGISTRY[module], raw_args)
     except ValueError as error:  # a module's normalize() refusing the raw arguments
         raise InputError(str(error), **where(raw, module)) from None
     if problems:
@@ -267,7 +284,9 @@ def _task(raw: Any, section: str, play: SourceMap, index: int, play_tags: list[s
     if problems := check_types(REGISTRY[module], literal):  # templated ones: once rendered
         raise InputError(problems[0], **where(raw, module))
     name = str(raw.get("name") or f"{module}")
-    _check_templates(raw, module)
+    _check_templates(raw, modules[0])
+    if module == "template":
+        _check_template_file(raw, modules[0], params.get("src"))
     if section == "handlers" and raw.get("run_once"):
         raise InputError("'run_once' is for tasks, not handlers", **where(raw, "run_once"))
     return Task(
@@ -284,7 +303,7 @@ def _task(raw: Any, section: str, play: SourceMap, index: int, play_tags: list[s
         until=raw.get("until"),
         delay=_number(raw, "delay", 5),
         timeout=_number(raw, "timeout", None),
-        become=_optional_bool(raw, "become"),
+        become=_become(raw),
         ignore_errors=bool(raw.get("ignore_errors", False)),
         vars=_mapping(raw, "vars"),
         listen=_string_list(raw, "listen"),
@@ -292,7 +311,10 @@ def _task(raw: Any, section: str, play: SourceMap, index: int, play_tags: list[s
         failed_when=raw.get("failed_when"),
         check_mode=_optional_bool(raw, "check_mode"),
         loop=_loop(raw),
-        loop_var=_optional_str(raw, "loop_var") or "item",
+        loop_with=next((k[5:] for k in raw if k.startswith("with_")), None),
+        loop_var=_loop_control(raw).get("loop_var") or _optional_str(raw, "loop_var") or "item",
+        index_var=_loop_control(raw).get("index_var"),
+        loop_label=_loop_control(raw).get("label"),
         environment=_mapping(raw, "environment"),
         no_log=bool(_optional_bool(raw, "no_log")),
         become_user=_optional_str(raw, "become_user"),
@@ -346,6 +368,23 @@ def _check_templates(raw: SourceMap, module: str) -> None:
             raise InputError(f"arguments of '{module}': {problem}", **where(raw, module))
 
 
+def _check_template_file(raw: SourceMap, key: str, src: Any) -> None:
+    """A template file's syntax and filter/test names, checked at load like the playbook's
+    expressions (a file found later, or a templated `src`, is checked when it renders)."""
+    if not isinstance(src, str) or "{" in src:
+        return
+    base = Path(raw.source).parent
+    for path in (base / "templates" / src, base / src, base.parent / "templates" / src):
+        if path.is_file():
+            try:
+                text = path.read_text()
+            except (OSError, UnicodeDecodeError):
+                return
+            if problem := template_file_problem(text):
+                raise InputError(f"template {path}:{problem}", **where(raw, key))
+            return
+
+
 def _strings(value: Any) -> list[str]:
     if isinstance(value, str):
         return [value]
@@ -356,17 +395,57 @@ def _strings(value: Any) -> list[str]:
     return []
 
 
-def _loop(raw: SourceMap) -> Any:
-    value = raw.get("loop")
-    if value is None or isinstance(value, list):
+def _module_arguments(raw: SourceMap, key: str, module: str) -> Any:
+    """The module's arguments: a `k=v` string parsed as Ansible parses it, merged with the
+    task's `args:` mapping (which the inline ones override)."""
+    value = raw[key]
+    if isinstance(value, str):
+        try:
+            value = parse_kv(value, module, REGISTRY[module].free_form)
+        except ValueError as error:
+            raise InputError(str(error), **where(raw, key)) from None
+    extra = _mapping(raw, "args")
+    if not extra:
         return value
+    if isinstance(value, str):
+        value = {REGISTRY[module].free_form: value} if REGISTRY[module].free_form else {}
+    return {**extra, **(value or {})}
+
+
+LOOP_CONTROL_KEYS = ("loop_var", "index_var", "label")
+
+
+def _loop_control(raw: SourceMap) -> dict[str, str]:
+    control = _mapping(raw, "loop_control")
+    for key, value in control.items():
+        if key not in LOOP_CONTROL_KEYS:
+            raise InputError(
+                f"loop_control: '{key}' is not supported by glmops (supported: "
+                f"{', '.join(LOOP_CONTROL_KEYS)}; see `glmops doc --ansible`)",
+                **where(raw, "loop_control"),
+            )
+        if not isinstance(value, str):
+            raise InputError(
+                f"loop_control: '{key}' must be a string", **where(raw, "loop_control")
+            )
+    return control
+
+
+def _loop(raw: SourceMap) -> Any:
+    withs = [key for key in raw if str(key).startswith("with_")]
+    if (withs and "loop" in raw) or len(withs) > 1:
+        raise InputError("a task takes one of 'loop' and 'with_*'", **where(raw, withs[0]))
+    key = withs[0] if withs else "loop"
+    value = raw.get(key)
+    if withs and isinstance(value, str) and "{{" not in value:
+        value = [value]  # `with_items: name` is a one-item list, as in Ansible
+    if value is None or isinstance(value, list) or (withs and isinstance(value, dict)):
+        return dict(value) if isinstance(value, dict) else value
     if isinstance(value, str) and "{{" in value:
         if problem := syntax_problem(value, expression=False):
-            raise InputError(f"'loop': {problem}", **where(raw, "loop"))
+            raise InputError(f"'{key}': {problem}", **where(raw, key))
         return value
-    raise InputError(
-        "'loop' must be a list or a template that renders to one", **where(raw, "loop")
-    )
+    raise InputError(f"'{key}' must be a list or a template that renders to one", **where(raw, key))
 
 
 def _vars_files(raw: SourceMap) -> dict[str, Any]:
@@ -378,6 +457,16 @@ def _vars_files(raw: SourceMap) -> dict[str, Any]:
         path = Path(raw.source).parent / name
         merged.update(load_vars_file(path, f"vars_files of play at {raw.source}:{raw.line}"))
     return merged
+
+
+def _become(raw: SourceMap) -> bool | str | None:
+    """true/false, or a template rendered per host when the task runs (`"{{ use_sudo }}"`)."""
+    value = raw.get("become")
+    if isinstance(value, str) and "{{" in value:
+        if problem := syntax_problem(value, expression=False):
+            raise InputError(f"'become': {problem}", **where(raw, "become"))
+        return value
+    return _optional_bool(raw, "become")
 
 
 def _optional_str(raw: SourceMap, key: str) -> str | None:

@@ -59,10 +59,15 @@ class HostTally:
     rescued: int = 0
 
     def count(self, result: TaskResult) -> None:
-        if result.ignored:
+        if result.ignored:  # Ansible's recap: an ignored failure counts as ok too
             self.ignored += 1
+            self.ok += 1
+            if result.data.get("rc") is not None:  # a command that ran: changed, as in Ansible
+                self.changed += 1
             return
         setattr(self, result.status.value, getattr(self, result.status.value) + 1)
+        if result.status is Status.CHANGED:  # Ansible's recap: ok counts changed tasks too
+            self.ok += 1
 
 
 @dataclass

@@ -6,6 +6,7 @@ result here, so the play loop only sees results and the host-level troubles it m
 
 from __future__ import annotations
 
+import copy
 import re
 import time
 import traceback
@@ -13,8 +14,10 @@ from pathlib import Path
 from typing import Any
 
 from glmops import paths
+from glmops.engine.ansible_args import ansible_facts, expand_with
 from glmops.engine.context import RemoteCommandError, TaskContext
 from glmops.engine.delegation import Delegates
+from glmops.engine.filters import OMIT, to_bool
 from glmops.engine.hostvars import HostVars, groups_of
 from glmops.engine.inventory import Inventory
 from glmops.engine.playbook import Play, Task
@@ -67,6 +70,7 @@ class TaskRunner:
             check_mode=self._state.options.check,
             playbook_dir=mark_unsafe(str(playbook.parent)),  # a path, not a template
             facts=session.facts or {},
+            **ansible_facts(session.facts),
             # What the play's handlers will run on this host: notified so far in this run, or
             # kept on the host by an earlier run that stopped before its handlers.
             pending_handlers=sorted(session.pending),
@@ -179,24 +183,48 @@ class TaskRunner:
     def _looped(self, play: Play, playbook: Path, session: HostSession, task: Task) -> TaskResult:
         """`loop:` the task once per item (as `loop_var`); the result holds every item's."""
         where = f"{task.where} on host '{session.host.name}'"
+        variables = self.variables(play, playbook, session, task)
         try:
-            items = render_value(
-                task.loop, self.variables(play, playbook, session, task), where=where
-            )
+            items = render_value(task.loop, variables, where=where)
+            if task.loop_with:
+                items = expand_with(task.loop_with, items, variables)
         except TemplateError as error:
             return TaskResult(Status.FAILED, str(error))
+        except ValueError as error:
+            return TaskResult(Status.FAILED, f"{where}: {error}")
         if not isinstance(items, list):
             return TaskResult(Status.FAILED, f"{where}: 'loop' rendered to {items!r}, not a list")
         results, delegates = [], set()
-        for item in items:
+        for index, item in enumerate(items):
             if self._state.interrupted:
                 break
-            one = self._guarded(play, playbook, session, task, {task.loop_var: item})
+            item_vars = {task.loop_var: item}
+            if task.index_var:
+                item_vars[task.index_var] = index
+            one = self._guarded(play, playbook, session, task, item_vars)
             results.append({**one.registered(), task.loop_var: item})
             delegates |= {one.delegate} if one.delegate else set()
+            self._state.reporter.item(
+                session.host.name,
+                task.name,
+                self._label(task, {**variables, **item_vars}, item, where),
+                _censored(one) if task.no_log else one,
+            )
         result = _loop_result(results, task.loop_var)
         result.delegate = ", ".join(sorted(delegates)) or None
         return result
+
+    @staticmethod
+    def _label(task: Task, variables: dict[str, Any], item: Any, where: str) -> str:
+        """What an item's line shows: `loop_control.label` rendered, else the item."""
+        if task.no_log:
+            return "(hidden: no_log)"
+        if task.loop_label is None:
+            return str(item)
+        try:
+            return str(render_value(task.loop_label, variables, where=where))
+        except TemplateError as error:
+            return f"(label: {error})"
 
     def _attempts(
         self,
@@ -215,7 +243,7 @@ class TaskRunner:
                 f"condition false: {task.when}",
                 data=dict(module_cls.result_defaults),
             )
-        params = render_value(task.args, variables, where=where)
+        params = _without_omitted(module_cls, render_value(task.args, variables, where=where))
         problems = check_types(module_cls, params)
         if problems:
             raise ModuleError(f"{where}: {problems[0]}")
@@ -223,6 +251,11 @@ class TaskRunner:
             self._delegates.session(play, task, variables, where) if task.delegate_to else None
         )
         ctx = self._pool.context(play, delegate or session, task)
+        if ctx.become_user and ("{{" in ctx.become_user or "{%" in ctx.become_user):
+            ctx.become_user = str(render_value(ctx.become_user, variables, where=where))
+        chosen = next((v for v in (task.become, play.become) if v is not None), None)
+        if isinstance(chosen, str):  # a templated `become:`
+            ctx.become = to_bool(render_value(chosen, variables, where=where))
         ctx.environment = _environment(
             render_value({**play.environment, **task.environment}, variables, where=where), where
         )
@@ -307,6 +340,17 @@ class TaskRunner:
         return result
 
 
+def _without_omitted(module_cls: type, params: dict[str, Any]) -> dict[str, Any]:
+    """Arguments that rendered to `omit` are left unset (their default), as in Ansible."""
+    return {
+        key: copy.deepcopy(module_cls.args[key].default)
+        if value == OMIT and key in module_cls.args
+        else value
+        for key, value in params.items()
+        if not (value == OMIT and key not in module_cls.args)
+    }
+
+
 def _environment(values: Any, where: str) -> dict[str, str]:
     if not isinstance(values, dict):
         raise ModuleError(f"{where}: 'environment' must be a mapping")
@@ -354,4 +398,5 @@ def _search_paths(playbook: Path, task: Task) -> list[Path]:
     folder, beside the playbook, then the project's."""
     first = [task.role.path] if task.role is not None else []
     first.append(Path(task.source).parent)
-    return list(dict.fromkeys([*first, playbook.parent, playbook.parent.parent, paths.root()]))
+    found = [*first, playbook.parent, playbook.parent.parent, paths.root()]
+    return list(dict.fromkeys(path.resolve() for path in found))

@@ -11,12 +11,8 @@ code. Rendering runs in Jinja's immutable sandbox, and stops when the run is int
 
 from __future__ import annotations
 
-import base64
 import contextvars
 import functools
-import json
-import os
-import re
 import threading
 from collections.abc import Callable
 from pathlib import Path
@@ -26,83 +22,11 @@ import jinja2
 import jinja2.meta
 import jinja2.nodes
 import jinja2.runtime
-import yaml
 from jinja2.sandbox import ImmutableSandboxedEnvironment, safe_range
 
+from glmops.engine.filters import FILTERS, GLOBALS, TESTS
 from glmops.engine.unsafe import UnsafeText, is_unsafe, mark_unsafe
-from glmops.engine.yamlsrc import load_yaml_text
 from glmops.errors import TemplateError
-
-
-def _to_json(value: Any, indent: int | None = None) -> str:
-    return json.dumps(value, indent=indent, sort_keys=True)
-
-
-def _shell_quote(value: Any) -> str:
-    import shlex
-
-    return shlex.quote(str(value))
-
-
-def _bool(value: Any) -> bool:
-    """Ansible's `bool`: yes/on/true/1 (any case) are true."""
-    if isinstance(value, bool):
-        return value
-    return str(value).strip().lower() in ("yes", "on", "true", "1", "y")
-
-
-def _ternary(value: Any, true_value: Any, false_value: Any, none_value: Any = None) -> Any:
-    if value is None and none_value is not None:
-        return none_value
-    return true_value if value else false_value
-
-
-def _regex_replace(value: Any, pattern: str, replacement: str = "", ignorecase: bool = False):
-    return re.sub(pattern, replacement, str(value), flags=re.I if ignorecase else 0)
-
-
-def _regex_search(value: Any, pattern: str) -> str | None:
-    match = re.search(pattern, str(value))
-    return match.group(0) if match else None
-
-
-def _combine(*dicts: dict[str, Any], recursive: bool = False) -> dict[str, Any]:
-    result: dict[str, Any] = {}
-    for item in dicts:
-        for key, value in item.items():
-            if recursive and isinstance(value, dict) and isinstance(result.get(key), dict):
-                value = _combine(result[key], value, recursive=True)
-            result[key] = value
-    return result
-
-
-def _extract(key: Any, container: Any, morekeys: Any = None) -> Any:
-    """Ansible's `extract`: `container[key]`, then each of `morekeys` in turn
-    (`groups['web'] | map('extract', hostvars, 'port')`)."""
-    value = container[key]
-    for more in [] if morekeys is None else morekeys if isinstance(morekeys, list) else [morekeys]:
-        value = value[more]
-    return value
-
-
-#: Filters beyond Jinja's own; the names and meanings are Ansible's.
-FILTERS = {
-    "to_json": _to_json,
-    "from_json": json.loads,
-    "to_yaml": lambda value: yaml.safe_dump(value, default_flow_style=False, sort_keys=False),
-    "from_yaml": load_yaml_text,  # aliases bounded: host output may be a bomb
-    "quote": _shell_quote,
-    "bool": _bool,
-    "ternary": _ternary,
-    "regex_replace": _regex_replace,
-    "regex_search": _regex_search,
-    "b64encode": lambda value: base64.b64encode(str(value).encode()).decode(),
-    "b64decode": lambda value: base64.b64decode(str(value)).decode(),
-    "combine": _combine,
-    "extract": _extract,
-    "basename": lambda value: os.path.basename(str(value)),
-    "dirname": lambda value: os.path.dirname(str(value)),
-}
 
 
 class _Undefined(jinja2.StrictUndefined):
@@ -184,10 +108,13 @@ def make_environment(loader: jinja2.BaseLoader | None = None) -> jinja2.Environm
     env = _Environment(
         undefined=_Undefined,
         keep_trailing_newline=True,
+        trim_blocks=True,  # as Ansible's template module: no blank line per {% %}
         loader=loader,
         autoescape=False,
     )
     env.filters = {name: _stoppable(f) for name, f in {**env.filters, **FILTERS}.items()}
+    env.tests.update(TESTS)
+    env.globals.update({k: _stoppable(v) if callable(v) else v for k, v in GLOBALS.items()})
     env.globals["range"] = _stoppable(safe_range)
     return env
 
@@ -242,10 +169,23 @@ def render_string(text: str, variables: dict[str, Any], *, where: str) -> str:
     if is_unsafe(text):
         return text
     try:
-        result, tainted = _rendering(lambda: _template(text).render(variables))
+        result, tainted = _rendering(lambda: _template(_strip_newline(text)).render(variables))
     except (jinja2.TemplateError, OverflowError) as error:  # Overflow: the sandbox's range
         raise TemplateError(f"{where}: {_describe(error)}") from None
+    result = trailing_newlines(text, result)
     return UnsafeText(result) if tainted else result
+
+
+def _strip_newline(text: str) -> str:
+    return text[:-2] if text.endswith("\r\n") else text[:-1] if text.endswith("\n") else text
+
+
+def trailing_newlines(source: str, rendered: str) -> str:
+    """Ansible's rule for a template's last newlines: Jinja drops the source's final one, then
+    the result gets as many as the source ended with, unless it already ends with more."""
+    wanted = len(source) - len(source.rstrip("\n"))
+    have = len(rendered) - len(rendered.rstrip("\n"))
+    return rendered + "\n" * (wanted - have) if wanted > have else rendered
 
 
 def evaluate(expression: str, variables: dict[str, Any], *, where: str) -> Any:
@@ -368,6 +308,19 @@ def syntax_problem(text: str, *, expression: bool) -> str | None:
         if node.name not in known:
             kind = "filter" if isinstance(node, jinja2.nodes.Filter) else "test"
             return f"unknown {kind} '{node.name}' in {text.strip()!r}"
+    return None
+
+
+def template_file_problem(text: str) -> str | None:
+    """`LINE: why` a template file cannot render (syntax, unknown filter or test), or None."""
+    try:
+        tree = _ENV.parse(text)
+    except jinja2.TemplateSyntaxError as error:
+        return f"{error.lineno}: template syntax error: {error.message}"
+    for node in tree.find_all((jinja2.nodes.Filter, jinja2.nodes.Test)):
+        is_filter = isinstance(node, jinja2.nodes.Filter)
+        if node.name not in (_ENV.filters if is_filter else _ENV.tests):
+            return f"{node.lineno}: unknown {'filter' if is_filter else 'test'} '{node.name}'"
     return None
 
 

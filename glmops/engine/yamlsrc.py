@@ -163,9 +163,20 @@ def load_yaml(path: Path) -> Any:
     except yaml.MarkedYAMLError as error:
         mark = error.problem_mark or error.context_mark
         line = mark.line + 1 if mark else None
-        raise InputError(f"invalid YAML: {error.problem}", source=str(path), line=line) from None
+        raise InputError(
+            f"invalid YAML: {error.problem}{_excerpt(text, mark)}", source=str(path), line=line
+        ) from None
     finally:
         loader.dispose()
+
+
+def _excerpt(text: str, mark: yaml.Mark | None) -> str:
+    """`, column C:` and the offending line with a caret under the column (as Ansible shows)."""
+    if mark is None:
+        return ""
+    lines = text.splitlines()
+    shown = lines[mark.line] if mark.line < len(lines) else ""
+    return f", column {mark.column + 1}:\n    {shown}\n    {' ' * mark.column}^ here"
 
 
 def where(value: Any, key: Any = None) -> dict[str, Any]:

@@ -39,6 +39,10 @@ class Command(Module):
     @classmethod
     def normalize(cls, raw: dict) -> dict:
         if raw.get("cmd") is not None and raw.get("argv") is None:
+            if not isinstance(raw["cmd"], str):
+                raise ValueError(
+                    f"argument 'cmd' of 'command' must be a string, got {raw['cmd']!r}"
+                )
             raw = {**raw, "argv": split_template_words(raw["cmd"])}
         return raw
 

@@ -4,12 +4,17 @@ from __future__ import annotations
 
 import difflib
 import hashlib
+from pathlib import Path
 
 import jinja2
 
 from glmops.engine.context import FileState, TaskContext
 from glmops.engine.results import Status, TaskResult
-from glmops.engine.templating import describe_template_error, make_environment
+from glmops.engine.templating import (
+    describe_template_error,
+    make_environment,
+    trailing_newlines,
+)
 from glmops.errors import ModuleError, TemplateError
 from glmops.modules.base import Arg, Module, Plan, mode_arg, register
 from glmops.modules.file import _attribute_commands, _attribute_fixes
@@ -42,6 +47,14 @@ class Copy(Module):
         return ctx.find_file(self.params["src"], "files").read_bytes()
 
     def plan(self, ctx: TaskContext) -> Plan:
+        src = self.params.get("src")
+        if self.name == "copy" and src and self.params["content"] is None:
+            if (folder := _find_dir(ctx, src)) is not None:
+                return _plan_tree(ctx, folder, self._tree_dest(folder, src))
+            dest = self.params["dest"]
+            if dest.endswith("/") or ((found := ctx.stat(dest)) and found.kind == "directory"):
+                # Ansible's: a file copied to a directory keeps its name there
+                self.params = {**self.params, "dest": dest.rstrip("/") + "/" + Path(src).name}
         wanted = self.content(ctx)
         dest = self.params["dest"]
         current = ctx.stat(dest)
@@ -65,8 +78,15 @@ class Copy(Module):
             )
         return Plan(False, f"{dest} has the same sha256 ({new_sha[:12]}), mode and owner")
 
+    def _tree_dest(self, folder: Path, src: str) -> str:
+        """`src: dir/` copies the folder's contents into dest; `src: dir`, the folder itself."""
+        dest = self.params["dest"].rstrip("/") or "/"
+        return dest if src.endswith("/") else f"{dest}/{folder.name}"
+
     def apply(self, ctx: TaskContext, plan: Plan) -> TaskResult:
         dest = self.params["dest"]
+        if "_tree" in plan.data:
+            return _apply_tree(ctx, plan, self.params)
         if plan.data.get("conflict"):
             return TaskResult(Status.FAILED, plan.reason)
         if plan.data.get("attrs"):
@@ -115,10 +135,71 @@ class Template(Copy):
         env = make_environment(
             jinja2.FileSystemLoader([str(path.parent), *map(str, ctx.search_paths)])
         )
+        env.keep_trailing_newline = False  # then Ansible's rule for the last newlines
         try:
-            return env.get_template(path.name).render(self.scope(ctx)).encode()
+            rendered = env.get_template(path.name).render(self.scope(ctx))
+            return trailing_newlines(path.read_text(), rendered).encode()
         except jinja2.TemplateError as error:
             raise TemplateError(f"template {describe_template_error(error, path)}") from None
+
+
+def _find_dir(ctx: TaskContext, name: str) -> Path | None:
+    """A controller folder named by `src:`, searched as files are (files/ first)."""
+    candidate = Path(name)
+    if candidate.is_absolute():
+        return candidate if candidate.is_dir() else None
+    for base in ctx.search_paths:
+        for path in (base / "files" / name, base / name):
+            if name.strip("/") and path.is_dir():
+                return path
+    return None
+
+
+def _plan_tree(ctx: TaskContext, folder: Path, dest: str) -> Plan:
+    """What copying a controller folder to `dest` would create or replace: the folders
+    missing on the host, the files whose sha256 differs."""
+    steps: list[tuple[str, bytes | None]] = []
+    locals_ = [folder, *sorted(folder.rglob("*"))]
+    for path in locals_:
+        remote = dest if path == folder else f"{dest}/{path.relative_to(folder)}"
+        current = ctx.stat(remote)
+        if path.is_dir():
+            if current is None:
+                steps.append((remote, None))
+            elif current.kind != "directory":
+                return Plan(
+                    True, f"{remote} is a {current.kind}, not a directory", data={"conflict": True}
+                )
+        else:
+            data = path.read_bytes()
+            if current is None or current.sha256 != hashlib.sha256(data).hexdigest():
+                steps.append((remote, data))
+    if not steps:
+        return Plan(False, f"{dest} has the folder's {len(locals_) - 1} entries")
+    shown = ", ".join(remote for remote, _ in steps[:5]) + (" ..." if len(steps) > 5 else "")
+    return Plan(
+        True, f"would copy {len(steps)} path(s) under {dest}: {shown}", data={"_tree": steps}
+    )
+
+
+def _apply_tree(ctx: TaskContext, plan: Plan, params: dict) -> TaskResult:
+    if "_tree" not in plan.data or not plan.data["_tree"]:
+        return TaskResult(Status.FAILED, plan.reason)
+    from glmops.engine.connection import quote
+
+    for remote, data in plan.data["_tree"]:
+        if data is None:
+            ctx.run(f"mkdir -p -- {quote(remote)}", check=True, what=f"create {remote}")
+        else:
+            ctx.write_file(
+                remote,
+                data,
+                mode=params["mode"],
+                owner=params["owner"],
+                group=params["group"],
+                backup=False,
+            )
+    return TaskResult(Status.CHANGED, plan.reason.removeprefix("would "))
 
 
 def _diff(ctx: TaskContext, dest: str, current: FileState | None, wanted: bytes) -> str | None:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import posixpath
+
 from glmops.engine.connection import quote
 from glmops.engine.context import TaskContext
 from glmops.engine.results import Status, TaskResult
@@ -31,6 +33,10 @@ class File(Module):
         "group": Arg(str),
     }
 
+    @classmethod
+    def normalize(cls, raw: dict) -> dict:
+        return path_aliases(raw, ("dest", "name"))
+
     def plan(self, ctx: TaskContext) -> Plan:
         """What the run will do; a path that cannot become what is asked fails here, so
         `--check` fails exactly where the run would."""
@@ -50,7 +56,10 @@ class File(Module):
                     "state: touch makes an empty file, state: directory a directory)"
                 )
             made = "empty file" if state == "touch" else "directory"
-            return Plan(True, f"would create {made} {path}", data={"create": state})
+            data = {"create": state}
+            if state == "directory":  # Ansible gives each folder it creates the mode and owner
+                data["_parents"] = _missing_parents(ctx, path)
+            return Plan(True, f"would create {made} {path}", data=data)
         if state == "directory" and current.kind != "directory":
             raise ModuleError(f"{path} is a {current.kind}; cannot make it a directory")
         if state == "file" and current.kind == "directory":
@@ -85,10 +94,22 @@ class File(Module):
             return TaskResult(Status.CHANGED, plan.reason.removeprefix("would "))
         create = {"directory": f"mkdir -p -- {path}", "touch": f"touch -- {path}"}
         steps = [create[plan.data["create"]]] if "create" in plan.data else []
+        for parent in plan.data.get("_parents", []):
+            steps += _attribute_commands(quote(parent), self.params)
         steps += _attribute_commands(path, self.params)
         ctx.run(" && ".join(steps), check=True, what=f"set up {self.params['path']}")
         done = plan.reason.removeprefix("would ")
         return TaskResult(Status.CHANGED, done[:1].upper() + done[1:])  # paths keep their case
+
+
+def _missing_parents(ctx: TaskContext, path: str) -> list[str]:
+    """The folders above `path` that do not exist yet, outermost first."""
+    missing: list[str] = []
+    parent = posixpath.dirname(path.rstrip("/"))
+    while parent not in ("", "/") and ctx.stat(parent, checksum=False) is None:
+        missing.insert(0, parent)
+        parent = posixpath.dirname(parent)
+    return missing
 
 
 def _kept_state(current) -> str:
@@ -127,3 +148,14 @@ def _attribute_commands(path: str, params) -> list[str]:
         spec = (params["owner"] or "") + (f":{params['group']}" if params["group"] else "")
         commands.append(f"chown {quote(spec)} -- {path}")
     return commands
+
+
+def path_aliases(raw: dict, aliases: tuple[str, ...]) -> dict:
+    """Ansible's other names for `path` (file: dest, name; lineinfile: dest, destfile, name)."""
+    given = [key for key in ("path", *aliases) if key in raw]
+    if len(given) > 1:
+        raise ValueError(f"give one of {', '.join(given)} (they are the same argument)")
+    if given and given[0] != "path":
+        raw = {**raw, "path": raw[given[0]]}
+        del raw[given[0]]
+    return raw

@@ -14,6 +14,7 @@ from glmops.engine.context import TaskContext
 from glmops.engine.results import Status, TaskResult
 from glmops.errors import ModuleError
 from glmops.modules.base import Arg, Module, Plan, mode_arg, register
+from glmops.modules.file import path_aliases
 
 EDIT_ARGS = {
     "path": Arg(str, required=True, doc="the file on the host"),
@@ -30,6 +31,10 @@ EDIT_ARGS = {
 
 class _TextEdit(Module):
     """Shared plan/apply: read the file, let `edit` compute the new text, write it back."""
+
+    @classmethod
+    def normalize(cls, raw: dict) -> dict:
+        return path_aliases(raw, ("dest", "destfile", "name"))
 
     def edit(self, lines: list[str]) -> list[str]:
         raise NotImplementedError
