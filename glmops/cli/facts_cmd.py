@@ -10,9 +10,9 @@ from rich.table import Table
 from glmops.engine.executor import RunOptions
 from glmops.engine.output import console, event_line
 from glmops.engine.playbook import Play
-from glmops.engine.reports import run_read_only
 from glmops.errors import ExitCode
 from glmops.gpu.facts import parse_facts
+from glmops.run import run_read_only
 
 
 def print_facts(

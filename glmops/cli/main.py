@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import functools
 import sys
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -29,83 +27,14 @@ from glmops.cli.options import (
     reports_errors,
     resolve_limit,
     run_options,
+    run_request,
     sudo_password,
     tag_set,
 )
 from glmops.cli.up import PHASES
+from glmops.cli.verb import run_playbook
 from glmops.errors import ExitCode, InputError
 from glmops.gpu import gpus
-
-
-def run_playbook(
-    playbook: Path,
-    *,
-    limit: str | None = None,
-    extra: tuple[str, ...] = (),
-    prepare: Callable[[Any], None] | None = None,
-    play_settings: dict[str, Any] | None = None,
-    **opts: Any,
-) -> int:
-    """Run a playbook with the verbs' options; `prepare(executor)` may watch the run;
-    `play_settings` (e.g. `serial`) are set on every play, as if its file said so."""
-    from glmops.engine.connection import ConnectionSettings
-    from glmops.engine.executor import Executor, RunOptions
-    from glmops.engine.inventory import load_inventory, parse_extra_vars
-    from glmops.engine.output import Reporter
-    from glmops.engine.playbook import load_playbook
-    from glmops.engine.runlog import Masker, RunLog
-
-    extra_vars = parse_extra_vars(list(opts.get("extra_vars") or ()) + list(extra))
-    plays = load_playbook(playbook)
-    for play in plays:
-        for key, value in (play_settings or {}).items():
-            setattr(play, key, value)
-    if opts.get("syntax_check") or opts.get("list_tasks"):
-        from glmops.cli.listing import list_tasks, syntax_ok
-
-        click.echo(
-            list_tasks(playbook, plays, tag_set(opts.get("tags")), tag_set(opts.get("skip_tags")))
-            if opts.get("list_tasks")
-            else syntax_ok(playbook, plays)
-        )
-        return ExitCode.OK
-    inventory = load_inventory(opts.get("inventory") or default_inventory(), extra_vars)
-    if opts.get("list_hosts"):
-        from glmops.cli.listing import list_hosts
-
-        click.echo(list_hosts(inventory, plays, resolve_limit(limit)))
-        return ExitCode.OK
-    password = sudo_password(opts)
-    masker = Masker({password} if password else set())
-    options = RunOptions(
-        check=opts.get("check", False),
-        diff=opts.get("diff", False),
-        forks=opts.get("forks"),
-        limit=resolve_limit(limit),
-        tags=tag_set(opts.get("tags")),
-        skip_tags=tag_set(opts.get("skip_tags")),
-        extra_vars=extra_vars,
-        sudo_password=password,
-        connection=ConnectionSettings(strict_host_keys=opts.get("strict_host_keys", False)),
-    )
-    reporter = Reporter(
-        masker,
-        verbosity=opts.get("verbose", 0),
-        json_events=opts.get("json_events", False),
-        check=options.check,
-        explain=opts.get("explain", False),
-    )
-    runlog = RunLog(options.run_root, masker)
-    executor = Executor(inventory, options, reporter, masker, runlog)
-    if prepare is not None:
-        prepare(executor)
-    code = executor.run(plays, playbook)
-    failed = [n for n, s in executor.sessions.items() if s.tally.failed or s.tally.unreachable]
-    retry_file = options.run_root.parent / "last-failed"
-    retry_file.write_text("".join(f"{name}\n" for name in failed))
-    if failed:
-        click.echo(f"retry the failed hosts with: --limit @{retry_file}", err=True)
-    return code
 
 
 def _asks_for_json(error: click.ClickException, argv: list[str]) -> bool:
@@ -196,8 +125,9 @@ def deploy(
 ) -> ExitCode:
     """Model files, the vllm serve unit, readiness and the backend check; with a router_host in
     the inventory, the router in front of the replicas too."""
-    from glmops.engine.inventory import load_inventory, parse_extra_vars
+    from glmops.engine.inventory import parse_extra_vars
     from glmops.fleet.topology import fleet_from_inventory
+    from glmops.run import load_inventory
 
     pattern = resolve_limit(hosts_limit(hosts, limit))
     playbook = paths.playbooks() / "deploy.yml"
@@ -215,52 +145,16 @@ def deploy(
 def _fleet_runner(
     inventory: Any, pattern: str, rolling: bool, serial: str, max_fail: float, opts: Any
 ) -> int:
-    """The fleet deploy, each of its playbooks run by fleet_run."""
+    """The fleet deploy, each of its playbooks run through the run facade."""
     from glmops.fleet.roll import FleetDeploy, parse_serial
+    from glmops.run import fleet_runner
 
     entries = parse_serial(serial)
-    run = functools.partial(fleet_run, opts=opts)
-    fleet = FleetDeploy(inventory, pattern, run, json_events=bool(opts.get("json_events")))
+    runner = fleet_runner(run_request(paths.playbooks() / "deploy.yml", pattern, opts))
+    fleet = FleetDeploy(inventory, pattern, runner, json_events=bool(opts.get("json_events")))
     if rolling:
         return fleet.rolling(entries, max_fail)
     return fleet.at_once()
-
-
-def fleet_run(
-    playbook: Path, limit: str, extra: dict[str, Any], settings: dict[str, Any], *, opts: Any
-) -> Any:
-    """One playbook through run_playbook, as the fleet needs it: `settings` (serial,
-    max_fail_percentage) set on its plays; returns a fleet.roll.RunOutcome (what failed on
-    which host, the engine's batches, why it stopped the play)."""
-    import json
-
-    from glmops.engine.results import Status
-    from glmops.fleet.roll import RunOutcome
-
-    outcome = RunOutcome(ExitCode.OK)
-    seen: list[Any] = []
-
-    def prepare(executor: Any) -> None:
-        report = executor.reporter.task
-        seen.append(executor)
-
-        def task(host: str, name: str, result: Any, **kw: Any) -> None:
-            if result.status in (Status.FAILED, Status.UNREACHABLE) and not result.ignored:
-                outcome.failed.setdefault(host, f"{name}: {result.msg}")
-            report(host, name, result, **kw)
-
-        executor.reporter.task = task
-
-    extra_arg = (json.dumps(extra),) if extra else ()
-    outcome.code = run_playbook(
-        playbook, limit=limit, extra=extra_arg, prepare=prepare, play_settings=settings, **opts
-    )
-    plays = seen[0].plays if seen else []
-    if plays:  # the replicas' play; later plays of the playbook (gangs) batch the same hosts
-        outcome.batches = list(plays[0].batches)
-    for play in plays:
-        outcome.stopped = outcome.stopped or play.stopped
-    return outcome
 
 
 _playbook_verb(
@@ -316,26 +210,30 @@ def model(
     hosts: tuple[str, ...], inventory: Path | None, limit: str | None, **opts: Any
 ) -> ExitCode:
     """Fetch the model from the Hub once and copy it to HOSTS as a tree, verified."""
-    from glmops.model.command import model_command, options_from_cli
+    from glmops.engine.connection import ConnectionSettings
+    from glmops.engine.inventory import parse_extra_vars
+    from glmops.model.phase import ModelOptions
+    from glmops.run import ModelRequest, run_model
 
-    options = options_from_cli(
-        opts["check"],
-        opts["per_source"],
-        not opts["no_tree"],
-        opts["verify_all"],
-        opts["refresh"],
-        opts["strict_host_keys"],
-        opts["seed"],
+    options = ModelOptions(
+        check=opts["check"],
+        per_source=opts["per_source"],
+        tree=not opts["no_tree"],
+        full_verify=opts["verify_all"],
+        refresh=opts["refresh"],
+        seed=opts["seed"],
         sudo_password=sudo_password(opts),
+        connection=ConnectionSettings(strict_host_keys=opts["strict_host_keys"]),
     )
-    return model_command(
+    request = ModelRequest(
         inventory or default_inventory(),
         host_pattern(hosts, limit),
         options,
-        extra_vars=opts["extra_vars"],
+        extra_vars=parse_extra_vars(list(opts["extra_vars"])),
+        verbosity=opts["verbose"],
         json_events=opts["json_events"],
-        verbose=opts["verbose"],
     )
+    return ExitCode(run_model(request).code)
 
 
 @main.command()

@@ -18,10 +18,8 @@ from typing import Any
 from rich.table import Table
 
 from glmops.engine.executor import RunOptions
-from glmops.engine.inventory import load_inventory
 from glmops.engine.output import console, event_line
 from glmops.engine.playbook import Play, Task
-from glmops.engine.reports import run_read_only
 from glmops.errors import ExitCode, InputError
 from glmops.fleet.gang import MemberState, verdict
 from glmops.fleet.multinode import DEFAULT_MASTER_PORT, member_plan
@@ -29,6 +27,7 @@ from glmops.fleet.topology import serving_hosts
 from glmops.gpu.facts import HostFacts, parse_facts
 from glmops.gpu.serving import ServeError, needs_single_file, serve_flags, vllm_profile
 from glmops.gpu.serving.patches import patch_state
+from glmops.run import load_inventory, run_read_only
 
 COLUMNS = (
     "host",

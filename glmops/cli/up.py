@@ -33,8 +33,10 @@ from typing import Any
 import click
 
 from glmops import __version__, paths
-from glmops.engine.inventory import Host, load_inventory, parse_extra_vars
+from glmops.engine import results
+from glmops.engine.inventory import Host, parse_extra_vars
 from glmops.engine.output import event_line
+from glmops.engine.results import HostTally
 from glmops.engine.runlog import is_secret_name
 from glmops.errors import ExitCode, InputError
 
@@ -154,7 +156,7 @@ def _files_digest(folder: Path, stats: tuple[tuple[str, int, int], ...]) -> str:
 
 
 def progress_path(inventory: Path) -> Path:
-    from glmops.engine.executor import default_run_root
+    from glmops.engine.run_state import default_run_root
 
     key = hashlib.sha256(str(inventory.resolve()).encode()).hexdigest()[:12]
     return default_run_root().parent / "up" / f"{inventory.stem}-{key}.json"
@@ -244,16 +246,18 @@ def print_summary(
                 click.echo(f"{name}: {phase} {outcome.status}: {outcome.msg}")
 
 
-def exit_code(summary: dict[str, dict[str, Outcome]], *, check: bool = False) -> ExitCode:
-    """The verbs' exit codes, over every phase and host."""
-    outcomes = [o for row in summary.values() for o in row.values()]
-    if any(o.status == "unreachable" for o in outcomes):
-        return ExitCode.HOST_UNREACHABLE
-    if any(o.status == "failed" for o in outcomes):
-        return ExitCode.HOST_FAILED
-    if check and any(o.status == "changed" for o in outcomes):
-        return ExitCode.CHECK_FOUND_CHANGES
-    return ExitCode.OK
+def exit_code(summary: dict[str, dict[str, Outcome]], *, check: bool = False) -> int:
+    """The verbs' exit-code rule (engine.results.exit_code), over every phase and host."""
+    tallies = [
+        HostTally(
+            changed=int(o.status == "changed"),
+            failed=int(o.status == "failed"),
+            unreachable=int(o.status == "unreachable"),
+        )
+        for row in summary.values()
+        for o in row.values()
+    ]
+    return results.exit_code(tallies, check=check)
 
 
 def run_up(
@@ -270,6 +274,7 @@ def run_up(
         raise InputError(f"--skip {','.join(unknown)}: phases are {', '.join(PHASES)}")
     from glmops.cli.up_phases import PhaseRunners
     from glmops.fleet.topology import fleet_from_inventory, serving_hosts
+    from glmops.run import load_inventory
 
     extra_vars = parse_extra_vars(list(opts.get("extra_vars") or ()))
     inventory = load_inventory(inventory_path, extra_vars)
@@ -309,7 +314,7 @@ def run_up(
         partial=partial,
     )
     print_summary(summary, hosts, as_json=bool(opts.get("json_events")))
-    code: int = exit_code(summary, check=bool(opts.get("check")))
+    code = exit_code(summary, check=bool(opts.get("check")))
     if router is not None and "deploy" in phases and not partial:
         routed = runners.route(inventory, pattern, summary)
         code = routed if routed >= 128 else max(code, routed)  # 128+signal: interrupted
@@ -322,7 +327,7 @@ def list_phases(
     """`up` with --syntax-check, --list-hosts or --list-tasks: each playbook phase answers for
     the hosts `up` selected, as its verb would; the other phases say what they are. Nothing
     runs, and the progress file is left as it was."""
-    from glmops.cli.main import run_playbook
+    from glmops.cli.verb import run_playbook
 
     code = ExitCode.OK
     for phase in phases:

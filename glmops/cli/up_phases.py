@@ -4,19 +4,19 @@ answers an Outcome per host."""
 
 from __future__ import annotations
 
-import functools
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import click
 
 from glmops import paths
+from glmops.cli.options import run_request
 from glmops.cli.up import MODEL_PATHS, PHASES, PLAYBOOKS, Outcome, Progress
 from glmops.engine.connection import ConnectionSettings
-from glmops.engine.inventory import Host
+from glmops.engine.inventory import Host, parse_extra_vars
 from glmops.engine.secretenv import become_password
 from glmops.errors import ExitCode, GlmopsError
+from glmops.run import ModelRequest, RunRequest, fleet_runner, run, run_model
 
 
 class PhaseRunners:
@@ -33,11 +33,10 @@ class PhaseRunners:
         self.opts = opts
         self.progress = progress
         self.hosts = {h.name: h for h in hosts or ()}  # the run's hosts (gang peers among them)
-        from glmops.cli.main import fleet_run
 
-        self.fleet_run: Callable[..., Any] = functools.partial(
-            fleet_run, opts={**opts, "inventory": inventory}
-        )
+    def request(self, playbook: Path, limit: str, extra: tuple[str, ...] = ()) -> RunRequest:
+        """The run facade's request for one playbook of a phase, with `up`'s run options."""
+        return run_request(playbook, limit, {**self.opts, "inventory": self.inventory}, extra)
 
     @property
     def sudo_password(self) -> str | None:
@@ -100,84 +99,56 @@ class PhaseRunners:
             for host, outcome in row.items()
             if outcome.stops
         }
+        runner = fleet_runner(self.request(paths.playbooks() / "router.yml", pattern))
         deploy = FleetDeploy(
-            inventory, pattern, self.fleet_run, json_events=bool(self.opts.get("json_events"))
+            inventory, pattern, runner, json_events=bool(self.opts.get("json_events"))
         )
         return int(deploy.route(failed))
 
     def playbook(
         self, path: Path, hosts: list[Host], extra: tuple[str, ...] = ()
     ) -> dict[str, Outcome]:
-        from glmops.cli.main import run_playbook
-
-        failures: dict[str, str] = {}
-        seen: dict[str, Any] = {}
-
-        def watch(executor: Any) -> None:
-            seen["executor"] = executor
-            report = executor.reporter.task
-
-            def task(host: str, name: str, result: Any, **kwargs: Any) -> None:
-                if result.failed and not result.ignored and host not in failures:
-                    failures[host] = f"task '{name}': {executor.reporter.masker.mask(result.msg)}"
-                report(host, name, result, **kwargs)
-
-            executor.reporter.task = task
-
-        names = ",".join(h.name for h in hosts)
-        opts = {**self.opts, "inventory": self.inventory}
-        run_playbook(path, limit=names, extra=extra, prepare=watch, **opts)
-        sessions = seen["executor"].sessions if "executor" in seen else {}
+        result = run(self.request(path, ",".join(h.name for h in hosts), extra))
         outcomes = {}
         for host in hosts:
-            tally = sessions[host.name].tally if host.name in sessions else None
-            if tally is None:
+            found = result.hosts.get(host.name)
+            if found is None:
                 outcomes[host.name] = Outcome("failed", "the playbook did not reach this host")
-            elif tally.unreachable:
-                outcomes[host.name] = Outcome("unreachable", failures.get(host.name, ""))
-            elif tally.failed:
-                outcomes[host.name] = Outcome("failed", failures.get(host.name, ""))
-            elif tally.changed:
-                outcomes[host.name] = Outcome("changed", "", tally.changed)
+            elif found.stops:
+                why = f"task '{found.failed_task}': {found.why}" if found.failed_task else ""
+                outcomes[host.name] = Outcome(found.status, why)
             else:
-                outcomes[host.name] = Outcome("ok")
+                outcomes[host.name] = Outcome(found.status, "", found.changed)
         return outcomes
 
     def model(self, hosts: list[Host]) -> dict[str, Outcome]:
         """The model files from the Hub, fetched once and fanned out (glmops.model)."""
-        from glmops.engine.connection import ConnectionSettings
-        from glmops.engine.executor import default_run_root
-        from glmops.engine.output import Reporter
-        from glmops.engine.runlog import Masker, RunLog
-        from glmops.model.phase import ModelOptions, run_model_phase
+        from glmops.model.phase import ModelOptions
 
-        password = self.sudo_password
-        masker = Masker({password} if password else set())
         options = ModelOptions(
             check=bool(self.opts.get("check")),
-            sudo_password=password,
+            sudo_password=self.sudo_password,
             connection=ConnectionSettings(strict_host_keys=bool(self.opts.get("strict_host_keys"))),
         )
-        reporter = Reporter(
-            masker,
+        request = ModelRequest(
+            self.inventory,
+            ",".join(h.name for h in hosts),
+            options,
+            extra_vars=parse_extra_vars(list(self.opts.get("extra_vars") or ())),
             verbosity=self.opts.get("verbose", 0),
-            json_events=self.opts.get("json_events", False),
-            check=options.check,
+            json_events=bool(self.opts.get("json_events")),
+            recap=False,
         )
-        reporter.play("model files", [h.name for h in hosts])
-        results = run_model_phase(
-            hosts, reporter, RunLog(default_run_root(), masker), masker, options
-        )
+        results = run_model(request).hosts
         outcomes = {}
         for host in hosts:
             result = results.get(host.name)
             if result is None:
                 outcomes[host.name] = Outcome("failed", "the model phase gave no result")
                 continue
-            status = result.status.value
             values = {k: result.data[k] for k in MODEL_PATHS if result.data.get(k)}
             outcomes[host.name] = Outcome(
-                status, result.msg, int(status == "changed"), values if not result.failed else {}
+                result.status, result.why, result.changed, values if not result.stops else {}
             )
         return outcomes
 

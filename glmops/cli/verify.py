@@ -27,7 +27,7 @@ from glmops import paths
 from glmops.engine.connection import CommandResult as ConnectionResult
 from glmops.engine.connection import Connection, ConnectionSettings, open_connection
 from glmops.engine.context import helper_command, helper_reply, helper_stdin, sudo_wrap
-from glmops.engine.inventory import Host, load_inventory
+from glmops.engine.inventory import Host
 from glmops.engine.output import event_line
 from glmops.engine.runlog import MASK, Masker, is_secret_name
 from glmops.engine.secretenv import become_password, child_environment, secret_values
@@ -35,6 +35,7 @@ from glmops.errors import ExitCode, InputError
 from glmops.gpu.facts import HostFacts
 from glmops.gpu.patchset.profiles import PROFILES, profile_by_name
 from glmops.gpu.serving import vllm_profile
+from glmops.run import load_inventory
 
 PROJECT = paths.root()  # holds tests/host/, in a checkout or an installed wheel
 HOST_TESTS = paths.host_checks()

@@ -214,7 +214,9 @@ def load_vars_file(path: Path, what: str) -> dict[str, Any]:
 
 
 def load_inventory(path: Path, extra_vars: dict[str, Any] | None = None) -> Inventory:
-    """Load and validate an inventory file and the group_vars/ and host_vars/ beside it."""
+    """Load and validate an inventory file and the group_vars/ and host_vars/ beside it. The
+    variables the fleet derives from it (`fleet_replica`) come with glmops.run.load_inventory,
+    the loader every verb uses."""
     data = load_yaml(path)
     if not isinstance(data, SourceMap):
         raise InputError(
@@ -248,11 +250,7 @@ def load_inventory(path: Path, extra_vars: dict[str, Any] | None = None) -> Inve
         **_vars_file(path.parent / "host_vars", LOCALHOST),
         **(extra_vars or {}),
     }
-    inventory = Inventory(path=path, hosts=hosts, groups=members, localhost_vars=localhost_vars)
-    from glmops.fleet.topology import add_replica_vars  # the fleet reads the loaded hosts
-
-    add_replica_vars(inventory)
-    return inventory
+    return Inventory(path=path, hosts=hosts, groups=members, localhost_vars=localhost_vars)
 
 
 def _read_group(

@@ -251,8 +251,8 @@ def snapshot(folder: Path) -> dict[str, tuple[bytes | None, int]]:
 
 def model_check(hub: dict, folder: Path, cache_root: Path, refresh: bool) -> int:
     """`glmops model --check [--refresh]` on a local-connection host, as the CLI runs it."""
-    from glmops.model.command import model_command
     from glmops.model.phase import ModelOptions
+    from glmops.run import ModelRequest, run_model
     from tests.support.local_hosts import local_hosts
 
     variables = {
@@ -267,7 +267,7 @@ def model_check(hub: dict, folder: Path, cache_root: Path, refresh: bool) -> int
     folder.mkdir()
     inventory = local_hosts(folder, {"all": ["m1"]}, host_vars=lambda _: variables)
     options = ModelOptions(check=True, refresh=refresh, cache_root=cache_root)
-    return int(model_command(inventory, "all", options, json_events=True))
+    return run_model(ModelRequest(inventory, "all", options, json_events=True)).code
 
 
 def notes(capsys: pytest.CaptureFixture[str]) -> str:
