@@ -200,14 +200,15 @@ class PhaseRunners:
 def model_files_changed(hosts: list[Host], options: Any) -> dict[str, str]:
     """Per host whose model files are not as the model phase left them: why (model_files'
     stat-only look against the manifest kept in the controller's cache)."""
-    from glmops.engine.executor import default_run_root
-    from glmops.engine.runlog import Masker, RunLog
+    from glmops.engine.hostvars import rendered_host
     from glmops.model import held
     from glmops.model.hostops import connect, parallel
     from glmops.model.manifest import Manifest
+    from glmops.run import open_output
 
     reasons: dict[str, str] = {}
     manifests: dict[str, Manifest] = {}
+    hosts = [rendered_host(h) for h in hosts]
     for host in hosts:
         if host.vars.get("model_source"):
             found = held.cached_manifest(host.name, host.vars, options.cache_root)
@@ -215,12 +216,14 @@ def model_files_changed(hosts: list[Host], options: Any) -> dict[str, str]:
                 reasons[host.name] = found
             else:
                 manifests[host.name] = found
-    masker = Masker({options.sudo_password} if options.sudo_password else set())
-    unreachable: dict[str, Any] = {}
     targets = [h for h in hosts if h.name in manifests]
     if not targets:
         return reasons
-    ctxs = connect(targets, RunLog(default_run_root(), masker), masker, options, unreachable)
+    output = open_output(sudo_password=options.sudo_password, check=True)
+    unreachable: dict[str, Any] = {}
+    pool, ctxs = connect(
+        targets, output.reporter, output.runlog, output.masker, options, unreachable
+    )
     reasons.update({n: f"cannot look: {r.msg}" for n, r in unreachable.items()})
 
     def look(ctx: Any) -> dict[str, Any]:
@@ -233,8 +236,7 @@ def model_files_changed(hosts: list[Host], options: Any) -> dict[str, str]:
     try:
         replies = parallel(ctxs, look)
     finally:
-        for ctx in ctxs.values():
-            ctx.conn.close()
+        pool.close()
     for name, reply in replies.items():
         found = held.findings(reply)
         if found:
