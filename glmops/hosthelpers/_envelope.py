@@ -23,6 +23,10 @@ try:
 except ImportError:  # pragma: no cover - python 3.7 hosts: the schema is documentation only
     TypedDict = dict  # type: ignore[assignment,misc]
 
+#: Each helper declares its reply as a TypedDict subclass of `Reply` (import TypedDict from
+#: here: one python 3.7 fallback); the controller reads the reply through the same class.
+__all__ = ["Reply", "TypedDict", "failure", "file_sha256", "main", "read_args"]
+
 
 class Reply(TypedDict):
     """What every reply carries; each helper's own schema adds its keys."""

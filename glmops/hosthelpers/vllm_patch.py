@@ -27,12 +27,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from _envelope import failure, main
-
-try:
-    from typing import TypedDict
-except ImportError:  # pragma: no cover - python 3.7: the schema is documentation only
-    TypedDict = dict  # type: ignore[assignment,misc]
+from _envelope import TypedDict, failure, main
 
 
 class ManifestEntry(TypedDict, total=False):

@@ -24,12 +24,7 @@ import time
 import types
 from pathlib import Path
 
-from _envelope import Reply, main
-
-try:
-    from typing import TypedDict
-except ImportError:  # pragma: no cover - python 3.7: the schema is documentation only
-    TypedDict = dict  # type: ignore[assignment,misc]
+from _envelope import Reply, TypedDict, main
 
 
 class Candidate(TypedDict):

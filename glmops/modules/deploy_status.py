@@ -20,6 +20,7 @@ from glmops.fleet.gang import record_path
 from glmops.gpu.serving.flags import INPUTS, serving_device
 from glmops.gpu.serving.journal import STATUS_GREP, parse_backend, parse_kernel
 from glmops.gpu.serving.patches import manifest_files
+from glmops.hosthelpers.vllm_probe import ProbeReply
 from glmops.modules.base import Arg, Module, Plan, register
 from glmops.modules.gguf_model import _default_output
 
@@ -66,7 +67,7 @@ class DeployStatus(Module):
         unit = str(v["vllm_unit"])
         facts = ctx.facts
         out: dict[str, Any] = {"unit_name": unit}
-        probe = ctx.run_helper(
+        probe: ProbeReply = ctx.run_helper(  # type: ignore[assignment]  # its reply schema
             "vllm_probe",
             {
                 "unit": unit,

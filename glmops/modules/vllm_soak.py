@@ -11,8 +11,8 @@ import time
 
 from glmops.engine.context import TaskContext
 from glmops.engine.results import Status, TaskResult
+from glmops.modules._serving import probe, serving_probe_args
 from glmops.modules.base import Arg, Module, Plan, register
-from glmops.modules.vllm_ready import probe, serving_probe_args
 
 
 @register
