@@ -176,7 +176,7 @@ def up(hosts: tuple[str, ...], limit: str | None, skip: str, restart: bool, **op
 
     A re-run continues where the last one stopped on each host.
     """
-    from glmops.cli.up import run_up
+    from glmops.cli.up_phases import run_up
 
     pattern = hosts_limit(hosts, limit) or "all"
     inventory = opts.pop("inventory") or default_inventory()

@@ -1,6 +1,7 @@
-"""How each phase of `glmops up` runs on a list of hosts: a playbook through the engine, the
-model phase (glmops.model), or the host checks (glmops.cli.verify); each
-answers an Outcome per host."""
+"""`glmops up` run: `run_up` converges the selected hosts phase by phase (glmops.cli.up keeps
+the phases, the progress file and the rules), and `PhaseRunners` runs each phase on a list of
+hosts: a playbook or the model phase through the run facade (glmops.run), or the host checks
+(glmops.cli.verify); each answers an Outcome per host."""
 
 from __future__ import annotations
 
@@ -11,12 +12,25 @@ import click
 
 from glmops import paths
 from glmops.cli.options import run_request
-from glmops.cli.up import MODEL_PATHS, PHASES, PLAYBOOKS, Outcome, Progress
+from glmops.cli.up import (
+    LISTINGS,
+    MODEL_PATHS,
+    NOT_PLAYBOOKS,
+    PHASES,
+    PLAYBOOKS,
+    Outcome,
+    Progress,
+    converge,
+    exit_code,
+    print_summary,
+    progress_path,
+)
 from glmops.engine.connection import ConnectionSettings
 from glmops.engine.inventory import Host, parse_extra_vars
 from glmops.engine.secretenv import become_password
-from glmops.errors import ExitCode, GlmopsError
-from glmops.run import ModelRequest, RunRequest, fleet_runner, run, run_model
+from glmops.errors import ExitCode, GlmopsError, InputError
+from glmops.fleet.topology import fleet_from_inventory, serving_hosts
+from glmops.run import ModelRequest, RunRequest, fleet_runner, load_inventory, run, run_model
 
 
 class PhaseRunners:
@@ -242,3 +256,82 @@ def model_files_changed(hosts: list[Host], options: Any) -> dict[str, str]:
         if found:
             reasons[name] = found
     return reasons
+
+
+def run_up(
+    inventory_path: Path,
+    pattern: str,
+    *,
+    skip: tuple[str, ...] = (),
+    restart: bool = False,
+    opts: dict[str, Any],
+) -> int:
+    """`glmops up`: every phase not skipped, on the hosts `pattern` selects."""
+    unknown = [p for p in skip if p not in PHASES]
+    if unknown:
+        raise InputError(f"--skip {','.join(unknown)}: phases are {', '.join(PHASES)}")
+
+    extra_vars = parse_extra_vars(list(opts.get("extra_vars") or ()))
+    inventory = load_inventory(inventory_path, extra_vars)
+    router = fleet_from_inventory(inventory, []).router
+    hosts = serving_hosts(inventory, pattern)  # the router host serves no model: no phase
+    if router is not None and not hosts:  # select() refuses a pattern that matches nothing
+        raise InputError(
+            f"'{pattern}' selects only the router host ({router.host}), "
+            "which runs no phase of `glmops up`: name the replicas' hosts (the router "
+            "follows their deploy phase)",
+            source=str(inventory_path),
+        )
+    phases = tuple(p for p in PHASES if p not in skip)
+    if any(opts.get(flag) for flag in LISTINGS):
+        return list_phases(inventory_path, hosts, phases, opts)
+    partial = bool(opts.get("tags") or opts.get("skip_tags"))
+    if partial:
+        left_out = [p for p in phases if p not in PLAYBOOKS]
+        phases = tuple(p for p in phases if p in PLAYBOOKS)
+        click.secho(
+            "glmops up: --tags/--skip-tags select playbook tasks: "
+            + (f"the {', '.join(left_out)} phases and " if left_out else "")
+            + "the router are left out, and no phase is recorded as finished",
+            err=True,
+        )
+    progress = Progress(progress_path(inventory_path))
+    if not restart:
+        progress = Progress.load(progress.path)
+    runners = PhaseRunners(inventory_path, opts, progress, hosts)
+    summary = converge(
+        hosts,
+        phases,
+        runners,
+        progress,
+        record=not opts.get("check"),
+        recheck=runners.recheck,
+        partial=partial,
+    )
+    print_summary(summary, hosts, as_json=bool(opts.get("json_events")))
+    code = exit_code(summary, check=bool(opts.get("check")))
+    if router is not None and "deploy" in phases and not partial:
+        routed = runners.route(inventory, pattern, summary)
+        code = routed if routed >= 128 else max(code, routed)  # 128+signal: interrupted
+    return code
+
+
+def list_phases(
+    inventory_path: Path, hosts: list[Host], phases: tuple[str, ...], opts: dict[str, Any]
+) -> int:
+    """`up` with --syntax-check, --list-hosts or --list-tasks: each playbook phase answers for
+    the hosts `up` selected, as its verb would; the other phases say what they are. Nothing
+    runs, and the progress file is left as it was."""
+    from glmops.cli.verb import run_playbook
+
+    code = ExitCode.OK
+    for phase in phases:
+        click.echo(f"== glmops up: {phase} (hosts: {', '.join(h.name for h in hosts)})")
+        if phase in PLAYBOOKS:
+            path = paths.playbooks() / PLAYBOOKS[phase]
+            limit = ",".join(h.name for h in hosts)
+            opts_here = {**opts, "inventory": inventory_path}
+            code = max(code, run_playbook(path, limit=limit, **opts_here))
+        else:
+            click.echo(f"  {NOT_PLAYBOOKS[phase]}: not a playbook, nothing to list")
+    return code

@@ -177,7 +177,7 @@ def test_a_fleet_router_host_runs_no_phase_gangs_deploy_whole_and_the_router_fol
     """`glmops up` on a fleet: the phases' playbooks are recorded instead of run; what runs
     where is the subject (the playbooks themselves run on the testbed)."""
     from glmops.cli import up_phases
-    from glmops.cli.up import run_up
+    from glmops.cli.up_phases import run_up
     from glmops.errors import ExitCode
     from glmops.fleet.roll import RunOutcome
 
@@ -412,7 +412,7 @@ def test_the_fingerprint_follows_the_shipped_templates_and_glmops_version(
 
 
 def test_a_pattern_that_selects_only_the_router_host_is_refused(tmp_path: Path) -> None:
-    from glmops.cli.up import run_up
+    from glmops.cli.up_phases import run_up
     from glmops.errors import InputError
 
     path = tmp_path / "hosts.yml"
