@@ -52,9 +52,9 @@ class _Group(click.Group):
 
     def main(self, *args: Any, standalone_mode: bool = True, **kwargs: Any) -> Any:
         if not standalone_mode:
-            return super().main(*args, standalone_mode=False, **kwargs)
+            return super().main(*args, standalone_mode=False, **kwargs)  # type: ignore[call-overload]
         try:
-            code = super().main(*args, standalone_mode=False, **kwargs)
+            code = super().main(*args, standalone_mode=False, **kwargs)  # type: ignore[call-overload]
         except click.ClickException as error:
             argv = kwargs.get("args") if "args" in kwargs else (args[0] if args else None)
             if _asks_for_json(error, sys.argv[1:] if argv is None else list(argv)):
@@ -81,7 +81,7 @@ def main() -> None:
 @click.argument("playbook", type=click.Path(path_type=Path, exists=True, dir_okay=False))
 @run_options
 @reports_errors
-def run(playbook: Path, limit: str | None, **opts: Any) -> ExitCode:
+def run(playbook: Path, limit: str | None, **opts: Any) -> int:
     """Run PLAYBOOK against the inventory."""
     return run_playbook(playbook, limit=limit, **opts)
 
@@ -91,7 +91,7 @@ def _playbook_verb(name: str, playbook: str, summary: str, *, needs_hosts: bool 
     @click.argument("hosts", nargs=-1, required=needs_hosts)
     @run_options
     @reports_errors
-    def verb(hosts: tuple[str, ...], limit: str | None, **opts: Any) -> ExitCode:
+    def verb(hosts: tuple[str, ...], limit: str | None, **opts: Any) -> int:
         return run_playbook(paths.playbooks() / playbook, limit=hosts_limit(hosts, limit), **opts)
 
 
@@ -122,7 +122,7 @@ def deploy(
     serial: str,
     max_fail_percentage: float,
     **opts: Any,
-) -> ExitCode:
+) -> int:
     """Model files, the vllm serve unit, readiness and the backend check; with a router_host in
     the inventory, the router in front of the replicas too."""
     from glmops.engine.inventory import parse_extra_vars
@@ -244,7 +244,7 @@ def model(
 @reports_errors
 def preflight(
     hosts: tuple[str, ...], limit: str | None, capability: str, dtype: str, **opts: Any
-) -> ExitCode:
+) -> int:
     """Which attention backend HOSTS' vLLM would pick for GLM-5, and why not the others."""
     if not hosts and not limit:
         raise click.UsageError("give HOSTS or --limit")
@@ -270,9 +270,7 @@ _playbook_verb(
 @click.argument("hosts", nargs=-1)
 @host_options
 @reports_errors
-def facts(
-    hosts: tuple[str, ...], inventory: Path | None, limit: str | None, **opts: Any
-) -> ExitCode:
+def facts(hosts: tuple[str, ...], inventory: Path | None, limit: str | None, **opts: Any) -> int:
     """Gather and print HOSTS' facts (one round trip per host)."""
     from glmops.cli.facts_cmd import print_facts
 
@@ -289,9 +287,7 @@ def facts(
 @click.argument("hosts", nargs=-1)
 @host_options
 @reports_errors
-def status(
-    hosts: tuple[str, ...], inventory: Path | None, limit: str | None, **opts: Any
-) -> ExitCode:
+def status(hosts: tuple[str, ...], inventory: Path | None, limit: str | None, **opts: Any) -> int:
     """A row per host: GPUs, driver, vLLM, patches, model, unit, health, backend."""
     from glmops.cli.status import print_status
 

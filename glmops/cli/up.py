@@ -191,8 +191,8 @@ def converge(
             and progress.done(h.name, phase, fingerprint(h, phase))
         ]
         undone = recheck(phase, done) if recheck and done else {}
-        for host in undone:
-            progress.forget(host, (phase, *later))
+        for name in undone:
+            progress.forget(name, (phase, *later))
         todo = []
         for host in alive:
             if host in done and host.name not in undone:

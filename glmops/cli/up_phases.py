@@ -252,9 +252,9 @@ def model_files_changed(hosts: list[Host], options: Any) -> dict[str, str]:
     finally:
         pool.close()
     for name, reply in replies.items():
-        found = held.findings(reply)
-        if found:
-            reasons[name] = found
+        problem = held.findings(reply)
+        if problem:
+            reasons[name] = problem
     return reasons
 
 
@@ -324,7 +324,7 @@ def list_phases(
     runs, and the progress file is left as it was."""
     from glmops.cli.verb import run_playbook
 
-    code = ExitCode.OK
+    code: int = ExitCode.OK
     for phase in phases:
         click.echo(f"== glmops up: {phase} (hosts: {', '.join(h.name for h in hosts)})")
         if phase in PLAYBOOKS:

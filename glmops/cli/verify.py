@@ -155,7 +155,8 @@ def run_helper(host: Any, name: str, args: dict[str, Any], python: str | None = 
     backend = host.backend
     if isinstance(backend, GlmopsBackend):
         return backend.run_helper(name, args, python)
-    line, stdin = helper_command(name, python), helper_stdin(name, args)
+    line = helper_command(name, python)
+    stdin: str | None = helper_stdin(name, args)
     if isinstance(backend, SshBackend | LocalBackend):
         if backend.sudo:
             line, stdin = _become(line, stdin, backend.sudo_user)

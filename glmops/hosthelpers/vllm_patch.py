@@ -170,10 +170,12 @@ def mode_apply(args: dict) -> dict:
         entries[ch["path"]]["sha256_after"] = _sha(data)
     if plan:
         manifest.update(
-            profile=payload["profile"],
-            template_version=payload["template_version"],
-            site_packages=str(sp),
-            timestamp=time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+            {
+                "profile": payload["profile"],
+                "template_version": payload["template_version"],
+                "site_packages": str(sp),
+                "timestamp": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+            }
         )
         state.mkdir(parents=True, exist_ok=True)
         write_atomic(state / "manifest.json", json.dumps(manifest, indent=1).encode(), 0o600)

@@ -118,10 +118,10 @@ def preflight(
     )
     if reply["ok"]:
         return None
-    merged = f" + {extra} for the merged file ({why})" if extra else ""
+    merge_note = f" + {extra} for the merged file ({why})" if extra else ""
     return (
         f"not enough disk on {ctx.host.name} for {model_dir(variables)}: {reply['path']} needs "
-        f"{reply['needed']} bytes (the missing files{merged} + a margin of {margin}), "
+        f"{reply['needed']} bytes (the missing files{merge_note} + a margin of {margin}), "
         f"{reply['free']} free; nothing was copied"
     )
 

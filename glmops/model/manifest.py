@@ -61,7 +61,7 @@ class Manifest:
         """The weights' first GGUF file (relative), what deploy's gguf_shards names."""
         gguf = sorted(f.path for f in self.files if f.path.endswith(".gguf"))
         first = [p for p in gguf if "-00001-of-" in p]
-        return (first or gguf or [None])[0]
+        return (first or gguf)[0] if first or gguf else None
 
 
 def load_manifest(path: Path) -> Manifest:

@@ -95,9 +95,9 @@ class VllmBackendCheck(Module):
                     f"vLLM selected {selection.backend} ({how}), as expected: {p['why']}",
                     data=data,
                 )
-            why = dead(unit, restarts)
-            if why:
-                why = f"{why} before it logged a backend selection"
+            gone = dead(unit, restarts)
+            if gone:
+                why = f"{gone} before it logged a backend selection"
                 return self._fail(ctx, stopped_why(ctx, p["unit"], why), data)
             if elapsed >= float(p["timeout"]):
                 return self._fail(

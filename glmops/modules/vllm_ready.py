@@ -11,11 +11,11 @@ directory and the message says where.
 from __future__ import annotations
 
 import time
-from typing import Any
 
 from glmops.engine.context import TaskContext
 from glmops.engine.results import Status, TaskResult
 from glmops.gpu.serving.journal import failure_summary, loading_phase, parse_backend
+from glmops.hosthelpers.vllm_probe import ProbeReply
 from glmops.modules._serving import (
     UNIT_ARGS,
     collect_artifacts,
@@ -65,7 +65,7 @@ class VllmReady(Module):
         restarts_before: int | None = None
         last_note = 0.0
         step = "waiting for /health"
-        reply: dict[str, Any] = {}
+        reply = ProbeReply(failed=False, changed=False, msg="")
         while True:
             reply = probe(ctx, args)
             unit = reply.get("unit", {})
