@@ -103,9 +103,10 @@ class _Door:
     _masker: Masker | None = None
 
     @classmethod
-    def open(cls, host: Host) -> TaskContext:
-        """The host's context; what its commands print is logged masked (the run's secrets,
-        the host's secret-named variables)."""
+    def start(cls, hosts: list[Host]) -> Masker:
+        """The run's output, wired once (glmops.run.open_output): its masker knows the
+        secrets glmops reads from its environment (the sudo password, the Hub token) and the
+        hosts' secret-named variables; the checks' own output is masked by it too."""
         if cls._pool is None:
             password = sudo_password()
             output = open_output(sudo_password=password, check=True)
@@ -115,7 +116,15 @@ class _Door:
             state = RunState(options, output.reporter, output.masker, output.runlog)
             cls._pool, cls._masker = SessionPool(state), output.masker
         assert cls._masker is not None
-        cls._masker.add_secret_vars(host.vars)
+        for host in hosts:
+            cls._masker.add_secret_vars(host.vars)
+        return cls._masker
+
+    @classmethod
+    def open(cls, host: Host) -> TaskContext:
+        """The host's context; what its commands print is logged masked."""
+        cls.start([host])
+        assert cls._pool is not None
         return cls._pool.open(host, "host checks")
 
     @classmethod
@@ -220,15 +229,6 @@ class HostVars(dict[str, Any]):
         return repr({k: MASK if is_secret_name(k) else v for k, v in self.items()})
 
 
-def checks_masker(hosts: list[Host]) -> Masker:
-    """The masker of a verify run: the hosts' secret variables and the secrets glmops reads
-    from its environment (the sudo password, the Hub token)."""
-    masker = Masker({v for v in (*secret_values(), sudo_password()) if v})
-    for host in hosts:
-        masker.add_secret_vars(host.vars)
-    return masker
-
-
 class _MaskedLines(io.TextIOBase):
     """A text stream that passes what pytest prints on to `target`, masked: whole lines as
     they complete, and the rest of a line when pytest flushes (its progress marks)."""
@@ -305,7 +305,7 @@ def run_verify(
     hosts = serving_hosts(load_inventory(inventory), pattern)
     _HandedPassword.value = password
     _Door.close()  # this run's password and run log
-    masker = checks_masker(hosts)
+    masker = _Door.start(hosts)
     os.environ[INVENTORY_ENV] = str(inventory.resolve())
     args = [
         str(HOST_TESTS),
