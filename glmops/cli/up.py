@@ -24,7 +24,6 @@ from __future__ import annotations
 import functools
 import hashlib
 import json
-import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -39,6 +38,7 @@ from glmops.engine.output import event_line
 from glmops.engine.results import HostTally
 from glmops.engine.runlog import is_secret_name
 from glmops.errors import InputError
+from glmops.model.manifest import write_atomic
 
 PHASES = ("provision", "patch", "model", "deploy", "verify")
 PLAYBOOKS = {"provision": "provision.yml", "patch": "patch.yml", "deploy": "deploy.yml"}
@@ -110,11 +110,8 @@ class Progress:
             self.hosts.get(host, {}).pop(phase, None)
 
     def save(self) -> None:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        temp = self.path.with_suffix(f".tmp{os.getpid()}")
         state = {"hosts": self.hosts, "values": self.values}
-        temp.write_text(json.dumps(state, indent=1, sort_keys=True) + "\n")
-        os.replace(temp, self.path)
+        write_atomic(self.path, json.dumps(state, indent=1, sort_keys=True) + "\n")
 
 
 def fingerprint(host: Host, phase: str) -> str:
