@@ -45,16 +45,25 @@ def connect(
     results: dict[str, TaskResult],
 ) -> tuple[SessionPool, dict[str, TaskContext]]:
     """A TaskContext per reachable host through the engine's sessions (options: check,
-    sudo_password, connection): one changing run per host, its run lock held until the pool
-    closes. The unreachable ones get their result in `results`; the caller closes the pool."""
+    sudo_password, connection). A host another run is changing is refused (its run lock is
+    tried), but the phase does not hold the lock: holding it would keep a host whose link was
+    cut locked until its sshd drops the dead session. The unreachable ones get their result
+    in `results`; the caller closes the pool."""
     run_options = RunOptions(
-        check=options.check, sudo_password=options.sudo_password, connection=options.connection
+        check=options.check,
+        sudo_password=options.sudo_password,
+        connection=options.connection,
+        lock=False,
     )
     pool = SessionPool(RunState(run_options, reporter, masker, runlog))
+    holder = runlock.holder_info(str(runlog.path))
 
     def one(host: Host) -> TaskContext | TaskResult:
         try:
-            return pool.open(host, TASK)
+            ctx = pool.open(host, TASK)
+            if not options.check:
+                runlock.acquire(ctx, holder)()  # refused when another run holds it
+            return ctx
         except (HostUnreachable, ValueError) as error:
             return TaskResult(Status.UNREACHABLE, str(error) or "cannot run commands")
         except runlock.HostLocked as error:
