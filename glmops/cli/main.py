@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import functools
 import sys
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -30,109 +28,14 @@ from glmops.cli.options import (
     reports_errors,
     resolve_limit,
     run_options,
+    run_request,
     sudo_password,
     tag_set,
 )
 from glmops.cli.up import PHASES
+from glmops.cli.verb import run_playbook
 from glmops.errors import ExitCode, InputError
 from glmops.gpu import gpus
-
-
-def run_playbook(
-    playbook: Path,
-    *,
-    limit: str | None = None,
-    extra: tuple[str, ...] = (),
-    data_vars: dict[str, Any] | None = None,
-    prepare: Callable[[Any], None] | None = None,
-    play_settings: dict[str, Any] | None = None,
-    **opts: Any,
-) -> int:
-    """Run a playbook with the verbs' options; `prepare(executor)` may watch the run;
-    `play_settings` (e.g. `serial`) are set on every play, as if its file said so;
-    `data_vars` are extra variables that are data (another phase's findings), never rendered."""
-    from glmops.engine.connection import ConnectionSettings
-    from glmops.engine.executor import Executor, RunOptions
-    from glmops.engine.inventory import load_inventory, parse_extra_vars
-    from glmops.engine.output import Reporter
-    from glmops.engine.playbook import load_playbook
-    from glmops.engine.runlog import Masker, RunLog
-    from glmops.engine.unsafe import mark_unsafe
-
-    extra_vars = parse_extra_vars(list(opts.get("extra_vars") or ()) + list(extra))
-    extra_vars.update(mark_unsafe(data_vars or {}))
-    plays = load_playbook(playbook)
-    check_start_at_task(plays, opts.get("start_at_task"))
-    for play in plays:
-        for key, value in (play_settings or {}).items():
-            setattr(play, key, value)
-    if opts.get("syntax_check") or opts.get("list_tasks"):
-        from glmops.cli.listing import list_tasks, syntax_ok
-
-        click.echo(
-            list_tasks(playbook, plays, tag_set(opts.get("tags")), tag_set(opts.get("skip_tags")))
-            if opts.get("list_tasks")
-            else syntax_ok(playbook, plays)
-        )
-        return ExitCode.OK
-    inventory = load_inventory(
-        opts.get("inventory") or default_inventory(), extra_vars, connection_defaults(opts)
-    )
-    if opts.get("list_hosts"):
-        from glmops.cli.listing import list_hosts
-
-        click.echo(list_hosts(inventory, plays, resolve_limit(limit)))
-        return ExitCode.OK
-    password = sudo_password(opts)
-    masker = Masker({password} if password else set())
-    options = RunOptions(
-        check=opts.get("check", False),
-        diff=opts.get("diff", False),
-        forks=opts.get("forks"),
-        limit=resolve_limit(limit),
-        tags=tag_set(opts.get("tags")),
-        skip_tags=tag_set(opts.get("skip_tags")),
-        extra_vars=extra_vars,
-        sudo_password=password,
-        connection=ConnectionSettings(strict_host_keys=opts.get("strict_host_keys", False)),
-        start_at_task=opts.get("start_at_task") or None,
-        force_handlers=bool(opts.get("force_handlers")),
-    )
-    reporter = Reporter(
-        masker,
-        verbosity=opts.get("verbose", 0),
-        json_events=opts.get("json_events", False),
-        check=options.check,
-        explain=opts.get("explain", False),
-    )
-    runlog = RunLog(options.run_root, masker)
-    executor = Executor(inventory, options, reporter, masker, runlog)
-    if prepare is not None:
-        prepare(executor)
-    code = executor.run(plays, playbook)
-    failed = [n for n, s in executor.sessions.items() if s.tally.failed or s.tally.unreachable]
-    retry_file = options.run_root.parent / "last-failed"
-    retry_file.write_text("".join(f"{name}\n" for name in failed))
-    if failed:
-        click.echo(f"retry the failed hosts with: --limit @{retry_file}", err=True)
-    return code
-
-
-def check_start_at_task(plays: list[Any], pattern: str | None) -> None:
-    """--start-at-task must name a task known when the playbook loads (a typo would
-    otherwise run nothing)."""
-    from glmops.engine.blocks import names_task, walk_tasks
-
-    if pattern and not any(
-        names_task(pattern, task)
-        for play in plays
-        for task in walk_tasks(play.tasks)
-        if not task.implicit
-    ):
-        raise InputError(
-            f"--start-at-task: no task named '{pattern}' (it can start only at tasks known "
-            "when the playbook loads: not inside include_tasks or include_role)"
-        )
 
 
 def _asks_for_json(error: click.ClickException, argv: list[str]) -> bool:
@@ -150,9 +53,9 @@ class _Group(click.Group):
 
     def main(self, *args: Any, standalone_mode: bool = True, **kwargs: Any) -> Any:
         if not standalone_mode:
-            return super().main(*args, standalone_mode=False, **kwargs)
+            return super().main(*args, standalone_mode=False, **kwargs)  # type: ignore[call-overload]
         try:
-            code = super().main(*args, standalone_mode=False, **kwargs)
+            code = super().main(*args, standalone_mode=False, **kwargs)  # type: ignore[call-overload]
         except click.ClickException as error:
             argv = kwargs.get("args") if "args" in kwargs else (args[0] if args else None)
             if _asks_for_json(error, sys.argv[1:] if argv is None else list(argv)):
@@ -179,7 +82,7 @@ def main() -> None:
 @click.argument("playbook", type=click.Path(path_type=Path, exists=True, dir_okay=False))
 @run_options
 @reports_errors
-def run(playbook: Path, limit: str | None, **opts: Any) -> ExitCode:
+def run(playbook: Path, limit: str | None, **opts: Any) -> int:
     """Run PLAYBOOK against the inventory."""
     return run_playbook(playbook, limit=limit, **opts)
 
@@ -189,7 +92,7 @@ def _playbook_verb(name: str, playbook: str, summary: str, *, needs_hosts: bool 
     @click.argument("hosts", nargs=-1, required=needs_hosts)
     @run_options
     @reports_errors
-    def verb(hosts: tuple[str, ...], limit: str | None, **opts: Any) -> ExitCode:
+    def verb(hosts: tuple[str, ...], limit: str | None, **opts: Any) -> int:
         return run_playbook(paths.playbooks() / playbook, limit=hosts_limit(hosts, limit), **opts)
 
 
@@ -220,11 +123,12 @@ def deploy(
     serial: str,
     max_fail_percentage: float,
     **opts: Any,
-) -> ExitCode:
+) -> int:
     """Model files, the vllm serve unit, readiness and the backend check; with a router_host in
     the inventory, the router in front of the replicas too."""
-    from glmops.engine.inventory import load_inventory, parse_extra_vars
+    from glmops.engine.inventory import parse_extra_vars
     from glmops.fleet.topology import fleet_from_inventory
+    from glmops.run import load_inventory
 
     pattern = resolve_limit(hosts_limit(hosts, limit))
     playbook = paths.playbooks() / "deploy.yml"
@@ -244,52 +148,16 @@ def deploy(
 def _fleet_runner(
     inventory: Any, pattern: str, rolling: bool, serial: str, max_fail: float, opts: Any
 ) -> int:
-    """The fleet deploy, each of its playbooks run by fleet_run."""
+    """The fleet deploy, each of its playbooks run through the run facade."""
     from glmops.fleet.roll import FleetDeploy, parse_serial
+    from glmops.run import fleet_runner
 
     entries = parse_serial(serial)
-    run = functools.partial(fleet_run, opts=opts)
-    fleet = FleetDeploy(inventory, pattern, run, json_events=bool(opts.get("json_events")))
+    runner = fleet_runner(run_request(paths.playbooks() / "deploy.yml", pattern, opts))
+    fleet = FleetDeploy(inventory, pattern, runner, json_events=bool(opts.get("json_events")))
     if rolling:
         return fleet.rolling(entries, max_fail)
     return fleet.at_once()
-
-
-def fleet_run(
-    playbook: Path, limit: str, extra: dict[str, Any], settings: dict[str, Any], *, opts: Any
-) -> Any:
-    """One playbook through run_playbook, as the fleet needs it: `settings` (serial,
-    max_fail_percentage) set on its plays; returns a fleet.roll.RunOutcome (what failed on
-    which host, the engine's batches, why it stopped the play)."""
-    import json
-
-    from glmops.engine.results import Status
-    from glmops.fleet.roll import RunOutcome
-
-    outcome = RunOutcome(ExitCode.OK)
-    seen: list[Any] = []
-
-    def prepare(executor: Any) -> None:
-        report = executor.reporter.task
-        seen.append(executor)
-
-        def task(host: str, name: str, result: Any, **kw: Any) -> None:
-            if result.status in (Status.FAILED, Status.UNREACHABLE) and not result.ignored:
-                outcome.failed.setdefault(host, f"{name}: {result.msg}")
-            report(host, name, result, **kw)
-
-        executor.reporter.task = task
-
-    extra_arg = (json.dumps(extra),) if extra else ()
-    outcome.code = run_playbook(
-        playbook, limit=limit, extra=extra_arg, prepare=prepare, play_settings=settings, **opts
-    )
-    plays = seen[0].plays if seen else []
-    if plays:  # the replicas' play; later plays of the playbook (gangs) batch the same hosts
-        outcome.batches = list(plays[0].batches)
-    for play in plays:
-        outcome.stopped = outcome.stopped or play.stopped
-    return outcome
 
 
 _playbook_verb(
@@ -311,7 +179,7 @@ def up(hosts: tuple[str, ...], limit: str | None, skip: str, restart: bool, **op
 
     A re-run continues where the last one stopped on each host.
     """
-    from glmops.cli.up import run_up
+    from glmops.cli.up_phases import run_up
 
     pattern = hosts_limit(hosts, limit) or "all"
     inventory = opts.pop("inventory") or default_inventory()
@@ -345,26 +213,30 @@ def model(
     hosts: tuple[str, ...], inventory: Path | None, limit: str | None, **opts: Any
 ) -> ExitCode:
     """Fetch the model from the Hub once and copy it to HOSTS as a tree, verified."""
-    from glmops.model.command import model_command, options_from_cli
+    from glmops.engine.connection import ConnectionSettings
+    from glmops.engine.inventory import parse_extra_vars
+    from glmops.model.phase import ModelOptions
+    from glmops.run import ModelRequest, run_model
 
-    options = options_from_cli(
-        opts["check"],
-        opts["per_source"],
-        not opts["no_tree"],
-        opts["verify_all"],
-        opts["refresh"],
-        opts["strict_host_keys"],
-        opts["seed"],
+    options = ModelOptions(
+        check=opts["check"],
+        per_source=opts["per_source"],
+        tree=not opts["no_tree"],
+        full_verify=opts["verify_all"],
+        refresh=opts["refresh"],
+        seed=opts["seed"],
         sudo_password=sudo_password(opts),
+        connection=ConnectionSettings(strict_host_keys=opts["strict_host_keys"]),
     )
-    return model_command(
+    request = ModelRequest(
         inventory or default_inventory(),
         host_pattern(hosts, limit),
         options,
-        extra_vars=opts["extra_vars"],
+        extra_vars=parse_extra_vars(list(opts["extra_vars"])),
+        verbosity=opts["verbose"],
         json_events=opts["json_events"],
-        verbose=opts["verbose"],
     )
+    return ExitCode(run_model(request).code)
 
 
 @main.command()
@@ -375,7 +247,7 @@ def model(
 @reports_errors
 def preflight(
     hosts: tuple[str, ...], limit: str | None, capability: str, dtype: str, **opts: Any
-) -> ExitCode:
+) -> int:
     """Which attention backend HOSTS' vLLM would pick for GLM-5, and why not the others."""
     if not hosts and not limit:
         raise click.UsageError("give HOSTS or --limit")
@@ -401,9 +273,7 @@ _playbook_verb(
 @click.argument("hosts", nargs=-1)
 @host_options
 @reports_errors
-def facts(
-    hosts: tuple[str, ...], inventory: Path | None, limit: str | None, **opts: Any
-) -> ExitCode:
+def facts(hosts: tuple[str, ...], inventory: Path | None, limit: str | None, **opts: Any) -> int:
     """Gather and print HOSTS' facts (one round trip per host)."""
     from glmops.cli.facts_cmd import print_facts
 
@@ -420,9 +290,7 @@ def facts(
 @click.argument("hosts", nargs=-1)
 @host_options
 @reports_errors
-def status(
-    hosts: tuple[str, ...], inventory: Path | None, limit: str | None, **opts: Any
-) -> ExitCode:
+def status(hosts: tuple[str, ...], inventory: Path | None, limit: str | None, **opts: Any) -> int:
     """A row per host: GPUs, driver, vLLM, patches, model, unit, health, backend."""
     from glmops.cli.status import print_status
 

@@ -12,12 +12,15 @@ import sys
 import traceback
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import click
 
 from glmops.engine.secretenv import become_password
 from glmops.errors import ExitCode, GlmopsError, InputError
+
+if TYPE_CHECKING:
+    from glmops.run import RunRequest
 
 
 def default_inventory() -> Path:
@@ -197,6 +200,41 @@ def report_options(opts: dict[str, Any]) -> Any:
         extra_vars=parse_extra_vars(list(opts.get("extra_vars") or ())),
         sudo_password=sudo_password(opts),
         connection=ConnectionSettings(strict_host_keys=opts.get("strict_host_keys", False)),
+    )
+
+
+def run_request(
+    playbook: Path,
+    limit: str | None,
+    opts: dict[str, Any],
+    extra: tuple[str, ...] = (),
+    data_vars: dict[str, Any] | None = None,
+) -> RunRequest:
+    """The run facade's request from a verb's run options; asks for
+    the sudo password (-K) when nothing gave it. `data_vars` are typed values another phase
+    found: they reach the run as data, never as templates."""
+    from glmops.engine.inventory import parse_extra_vars
+    from glmops.run import RunRequest
+
+    return RunRequest(
+        playbook=playbook,
+        inventory=opts.get("inventory") or default_inventory(),
+        limit=resolve_limit(limit),
+        extra_vars=parse_extra_vars(list(opts.get("extra_vars") or ()) + list(extra)),
+        check=bool(opts.get("check")),
+        diff=bool(opts.get("diff")),
+        forks=opts.get("forks"),
+        tags=frozenset(tag_set(opts.get("tags"))),
+        skip_tags=frozenset(tag_set(opts.get("skip_tags"))),
+        sudo_password=sudo_password(opts),
+        strict_host_keys=bool(opts.get("strict_host_keys")),
+        verbosity=opts.get("verbose", 0),
+        json_events=bool(opts.get("json_events")),
+        explain=bool(opts.get("explain")),
+        data_vars=data_vars or {},
+        connection_defaults=connection_defaults(opts),
+        start_at_task=opts.get("start_at_task") or None,
+        force_handlers=bool(opts.get("force_handlers")),
     )
 
 

@@ -18,17 +18,16 @@ from typing import Any
 from rich.table import Table
 
 from glmops.engine.executor import RunOptions
-from glmops.engine.inventory import load_inventory
 from glmops.engine.output import console, event_line
 from glmops.engine.playbook import Play, Task
-from glmops.engine.reports import run_read_only
-from glmops.errors import ExitCode, InputError
+from glmops.errors import InputError
 from glmops.fleet.gang import MemberState, verdict
 from glmops.fleet.multinode import DEFAULT_MASTER_PORT, member_plan
 from glmops.fleet.topology import serving_hosts
 from glmops.gpu.facts import HostFacts, parse_facts
 from glmops.gpu.serving import ServeError, needs_single_file, serve_flags, vllm_profile
 from glmops.gpu.serving.patches import patch_state
+from glmops.run import load_inventory, run_read_only
 
 COLUMNS = (
     "host",
@@ -257,7 +256,7 @@ def _flag_diff(on_host: str, wanted: str) -> str:
 
 def collect(
     inventory_path: Path, pattern: str, options: RunOptions | None = None, verbosity: int = 0
-) -> tuple[ExitCode, list[dict[str, Any]]]:
+) -> tuple[int, list[dict[str, Any]]]:
     """Run the read-only status play and build the rows."""
     task = Task(
         name="deploy status",
@@ -289,7 +288,7 @@ def collect(
         healthy = session.facts is not None and observed and not observed.get("failed")
         if len(replica.get("members") or ()) > 1:
             gangs[name] = GangSeen(replica, observed if healthy else None)
-        if not healthy:
+        if not healthy or session.facts is None or not observed:
             rows.append(
                 {"host": name, "error": (observed or {}).get("msg", "unreachable"), "drift": []}
             )
@@ -306,7 +305,7 @@ def print_status(
     as_json: bool,
     options: RunOptions | None = None,
     verbosity: int = 0,
-) -> ExitCode:
+) -> int:
     code, rows = collect(inventory_path, pattern, options, verbosity)
     if as_json:
         for row in rows:

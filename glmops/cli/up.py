@@ -24,7 +24,6 @@ from __future__ import annotations
 import functools
 import hashlib
 import json
-import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -33,10 +32,13 @@ from typing import Any
 import click
 
 from glmops import __version__, paths
-from glmops.engine.inventory import Host, load_inventory, parse_extra_vars
+from glmops.engine import results
+from glmops.engine.inventory import Host
 from glmops.engine.output import event_line
+from glmops.engine.results import HostTally
 from glmops.engine.runlog import is_secret_name
-from glmops.errors import ExitCode, InputError
+from glmops.errors import InputError
+from glmops.model.manifest import write_atomic
 
 PHASES = ("provision", "patch", "model", "deploy", "verify")
 PLAYBOOKS = {"provision": "provision.yml", "patch": "patch.yml", "deploy": "deploy.yml"}
@@ -108,11 +110,8 @@ class Progress:
             self.hosts.get(host, {}).pop(phase, None)
 
     def save(self) -> None:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        temp = self.path.with_suffix(f".tmp{os.getpid()}")
         state = {"hosts": self.hosts, "values": self.values}
-        temp.write_text(json.dumps(state, indent=1, sort_keys=True) + "\n")
-        os.replace(temp, self.path)
+        write_atomic(self.path, json.dumps(state, indent=1, sort_keys=True) + "\n")
 
 
 def fingerprint(host: Host, phase: str) -> str:
@@ -154,7 +153,7 @@ def _files_digest(folder: Path, stats: tuple[tuple[str, int, int], ...]) -> str:
 
 
 def progress_path(inventory: Path) -> Path:
-    from glmops.engine.executor import default_run_root
+    from glmops.engine.run_state import default_run_root
 
     key = hashlib.sha256(str(inventory.resolve()).encode()).hexdigest()[:12]
     return default_run_root().parent / "up" / f"{inventory.stem}-{key}.json"
@@ -189,8 +188,8 @@ def converge(
             and progress.done(h.name, phase, fingerprint(h, phase))
         ]
         undone = recheck(phase, done) if recheck and done else {}
-        for host in undone:
-            progress.forget(host, (phase, *later))
+        for name in undone:
+            progress.forget(name, (phase, *later))
         todo = []
         for host in alive:
             if host in done and host.name not in undone:
@@ -244,94 +243,15 @@ def print_summary(
                 click.echo(f"{name}: {phase} {outcome.status}: {outcome.msg}")
 
 
-def exit_code(summary: dict[str, dict[str, Outcome]], *, check: bool = False) -> ExitCode:
-    """The verbs' exit codes, over every phase and host."""
-    outcomes = [o for row in summary.values() for o in row.values()]
-    if any(o.status == "unreachable" for o in outcomes):
-        return ExitCode.HOST_UNREACHABLE
-    if any(o.status == "failed" for o in outcomes):
-        return ExitCode.HOST_FAILED
-    if check and any(o.status == "changed" for o in outcomes):
-        return ExitCode.CHECK_FOUND_CHANGES
-    return ExitCode.OK
-
-
-def run_up(
-    inventory_path: Path,
-    pattern: str,
-    *,
-    skip: tuple[str, ...] = (),
-    restart: bool = False,
-    opts: dict[str, Any],
-) -> int:
-    """`glmops up`: every phase not skipped, on the hosts `pattern` selects."""
-    unknown = [p for p in skip if p not in PHASES]
-    if unknown:
-        raise InputError(f"--skip {','.join(unknown)}: phases are {', '.join(PHASES)}")
-    from glmops.cli.up_phases import PhaseRunners
-    from glmops.fleet.topology import fleet_from_inventory, serving_hosts
-
-    extra_vars = parse_extra_vars(list(opts.get("extra_vars") or ()))
-    inventory = load_inventory(inventory_path, extra_vars)
-    router = fleet_from_inventory(inventory, []).router
-    hosts = serving_hosts(inventory, pattern)  # the router host serves no model: no phase
-    if router is not None and not hosts:  # select() refuses a pattern that matches nothing
-        raise InputError(
-            f"'{pattern}' selects only the router host ({router.host}), "
-            "which runs no phase of `glmops up`: name the replicas' hosts (the router "
-            "follows their deploy phase)",
-            source=str(inventory_path),
+def exit_code(summary: dict[str, dict[str, Outcome]], *, check: bool = False) -> int:
+    """The verbs' exit-code rule (engine.results.exit_code), over every phase and host."""
+    tallies = [
+        HostTally(
+            changed=int(o.status == "changed"),
+            failed=int(o.status == "failed"),
+            unreachable=int(o.status == "unreachable"),
         )
-    phases = tuple(p for p in PHASES if p not in skip)
-    if any(opts.get(flag) for flag in LISTINGS):
-        return list_phases(inventory_path, hosts, phases, opts)
-    partial = bool(opts.get("tags") or opts.get("skip_tags"))
-    if partial:
-        left_out = [p for p in phases if p not in PLAYBOOKS]
-        phases = tuple(p for p in phases if p in PLAYBOOKS)
-        click.secho(
-            "glmops up: --tags/--skip-tags select playbook tasks: "
-            + (f"the {', '.join(left_out)} phases and " if left_out else "")
-            + "the router are left out, and no phase is recorded as finished",
-            err=True,
-        )
-    progress = Progress(progress_path(inventory_path))
-    if not restart:
-        progress = Progress.load(progress.path)
-    runners = PhaseRunners(inventory_path, opts, progress, hosts)
-    summary = converge(
-        hosts,
-        phases,
-        runners,
-        progress,
-        record=not opts.get("check"),
-        recheck=runners.recheck,
-        partial=partial,
-    )
-    print_summary(summary, hosts, as_json=bool(opts.get("json_events")))
-    code: int = exit_code(summary, check=bool(opts.get("check")))
-    if router is not None and "deploy" in phases and not partial:
-        routed = runners.route(inventory, pattern, summary)
-        code = routed if routed >= 128 else max(code, routed)  # 128+signal: interrupted
-    return code
-
-
-def list_phases(
-    inventory_path: Path, hosts: list[Host], phases: tuple[str, ...], opts: dict[str, Any]
-) -> int:
-    """`up` with --syntax-check, --list-hosts or --list-tasks: each playbook phase answers for
-    the hosts `up` selected, as its verb would; the other phases say what they are. Nothing
-    runs, and the progress file is left as it was."""
-    from glmops.cli.main import run_playbook
-
-    code = ExitCode.OK
-    for phase in phases:
-        click.echo(f"== glmops up: {phase} (hosts: {', '.join(h.name for h in hosts)})")
-        if phase in PLAYBOOKS:
-            path = paths.playbooks() / PLAYBOOKS[phase]
-            limit = ",".join(h.name for h in hosts)
-            opts_here = {**opts, "inventory": inventory_path}
-            code = max(code, run_playbook(path, limit=limit, **opts_here))
-        else:
-            click.echo(f"  {NOT_PLAYBOOKS[phase]}: not a playbook, nothing to list")
-    return code
+        for row in summary.values()
+        for o in row.values()
+    ]
+    return results.exit_code(tallies, check=check)

@@ -1,23 +1,37 @@
-"""How each phase of `glmops up` runs on a list of hosts: a playbook through the engine, the
-model phase (glmops.model), or the host checks (glmops.cli.verify); each
-answers an Outcome per host."""
+"""`glmops up` run: `run_up` converges the selected hosts phase by phase (glmops.cli.up keeps
+the phases, the progress file and the rules), and `PhaseRunners` runs each phase on a list of
+hosts: a playbook or the model phase through the run facade (glmops.run), or the host checks
+(glmops.cli.verify); each answers an Outcome per host."""
 
 from __future__ import annotations
 
-import functools
 import json
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import click
 
 from glmops import paths
-from glmops.cli.up import MODEL_PATHS, PHASES, PLAYBOOKS, Outcome, Progress
+from glmops.cli.options import run_request
+from glmops.cli.up import (
+    LISTINGS,
+    MODEL_PATHS,
+    NOT_PLAYBOOKS,
+    PHASES,
+    PLAYBOOKS,
+    Outcome,
+    Progress,
+    converge,
+    exit_code,
+    print_summary,
+    progress_path,
+)
 from glmops.engine.connection import ConnectionSettings
-from glmops.engine.inventory import Host
+from glmops.engine.inventory import Host, parse_extra_vars
 from glmops.engine.secretenv import become_password
-from glmops.errors import ExitCode, GlmopsError
+from glmops.errors import ExitCode, GlmopsError, InputError
+from glmops.fleet.topology import fleet_from_inventory, serving_hosts
+from glmops.run import ModelRequest, RunRequest, fleet_runner, load_inventory, run, run_model
 
 
 class PhaseRunners:
@@ -34,11 +48,14 @@ class PhaseRunners:
         self.opts = opts
         self.progress = progress
         self.hosts = {h.name: h for h in hosts or ()}  # the run's hosts (gang peers among them)
-        from glmops.cli.main import fleet_run
 
-        self.fleet_run: Callable[..., Any] = functools.partial(
-            fleet_run, opts={**opts, "inventory": inventory}
-        )
+    def request(
+        self, playbook: Path, limit: str, values: dict[str, Any] | None = None
+    ) -> RunRequest:
+        """The run facade's request for one playbook of a phase, with `up`'s run options;
+        `values` (what an earlier phase found) go in as typed data, never as templates."""
+        opts = {**self.opts, "inventory": self.inventory}
+        return run_request(playbook, limit, opts, data_vars=values)
 
     @property
     def sudo_password(self) -> str | None:
@@ -102,8 +119,9 @@ class PhaseRunners:
             for host, outcome in row.items()
             if outcome.stops
         }
+        runner = fleet_runner(self.request(paths.playbooks() / "router.yml", pattern))
         deploy = FleetDeploy(
-            inventory, pattern, self.fleet_run, json_events=bool(self.opts.get("json_events"))
+            inventory, pattern, runner, json_events=bool(self.opts.get("json_events"))
         )
         return int(deploy.route(failed))
 
@@ -112,76 +130,47 @@ class PhaseRunners:
     ) -> dict[str, Outcome]:
         """Run a phase's playbook on `hosts`; `values` (what an earlier phase found, such as
         the model files' paths from the Hub) go in as typed data, never as templates."""
-        from glmops.cli.main import run_playbook
-
-        failures: dict[str, str] = {}
-        seen: dict[str, Any] = {}
-
-        def watch(executor: Any) -> None:
-            seen["executor"] = executor
-            report = executor.reporter.task
-
-            def task(host: str, name: str, result: Any, **kwargs: Any) -> None:
-                if result.failed and not result.ignored and host not in failures:
-                    failures[host] = f"task '{name}': {executor.reporter.masker.mask(result.msg)}"
-                report(host, name, result, **kwargs)
-
-            executor.reporter.task = task
-
-        names = ",".join(h.name for h in hosts)
-        opts = {**self.opts, "inventory": self.inventory}
-        run_playbook(path, limit=names, data_vars=values, prepare=watch, **opts)
-        sessions = seen["executor"].sessions if "executor" in seen else {}
+        result = run(self.request(path, ",".join(h.name for h in hosts), values))
         outcomes = {}
         for host in hosts:
-            tally = sessions[host.name].tally if host.name in sessions else None
-            if tally is None:
+            found = result.hosts.get(host.name)
+            if found is None:
                 outcomes[host.name] = Outcome("failed", "the playbook did not reach this host")
-            elif tally.unreachable:
-                outcomes[host.name] = Outcome("unreachable", failures.get(host.name, ""))
-            elif tally.failed:
-                outcomes[host.name] = Outcome("failed", failures.get(host.name, ""))
-            elif tally.changed:
-                outcomes[host.name] = Outcome("changed", "", tally.changed)
+            elif found.stops:
+                why = f"task '{found.failed_task}': {found.why}" if found.failed_task else ""
+                outcomes[host.name] = Outcome(found.status, why)
             else:
-                outcomes[host.name] = Outcome("ok")
+                outcomes[host.name] = Outcome(found.status, "", found.changed)
         return outcomes
 
     def model(self, hosts: list[Host]) -> dict[str, Outcome]:
         """The model files from the Hub, fetched once and fanned out (glmops.model)."""
-        from glmops.engine.connection import ConnectionSettings
-        from glmops.engine.executor import default_run_root
-        from glmops.engine.output import Reporter
-        from glmops.engine.runlog import Masker, RunLog
-        from glmops.model.phase import ModelOptions, run_model_phase
+        from glmops.model.phase import ModelOptions
 
-        password = self.sudo_password
-        masker = Masker({password} if password else set())
         options = ModelOptions(
             check=bool(self.opts.get("check")),
-            sudo_password=password,
+            sudo_password=self.sudo_password,
             connection=ConnectionSettings(strict_host_keys=bool(self.opts.get("strict_host_keys"))),
         )
-        reporter = Reporter(
-            masker,
+        request = ModelRequest(
+            self.inventory,
+            ",".join(h.name for h in hosts),
+            options,
+            extra_vars=parse_extra_vars(list(self.opts.get("extra_vars") or ())),
             verbosity=self.opts.get("verbose", 0),
-            json_events=self.opts.get("json_events", False),
-            check=options.check,
+            json_events=bool(self.opts.get("json_events")),
+            recap=False,
         )
-        reporter.play("model files", [h.name for h in hosts])
-        results = run_model_phase(
-            hosts, reporter, RunLog(default_run_root(), masker), masker, options
-        )
+        results = run_model(request).hosts
         outcomes = {}
         for host in hosts:
             result = results.get(host.name)
             if result is None:
                 outcomes[host.name] = Outcome("failed", "the model phase gave no result")
                 continue
-            status = result.status.value
             values = {k: result.data[k] for k in MODEL_PATHS if result.data.get(k)}
             outcomes[host.name] = Outcome(
-                status, result.msg, int(status == "changed"), values if not result.failed else {}
+                result.status, result.why, result.changed, values if not result.stops else {}
             )
         return outcomes
 
@@ -233,14 +222,15 @@ class PhaseRunners:
 def model_files_changed(hosts: list[Host], options: Any) -> dict[str, str]:
     """Per host whose model files are not as the model phase left them: why (model_files'
     stat-only look against the manifest kept in the controller's cache)."""
-    from glmops.engine.executor import default_run_root
-    from glmops.engine.runlog import Masker, RunLog
+    from glmops.engine.hostvars import rendered_host
     from glmops.model import held
     from glmops.model.hostops import connect, parallel
     from glmops.model.manifest import Manifest
+    from glmops.run import open_output
 
     reasons: dict[str, str] = {}
     manifests: dict[str, Manifest] = {}
+    hosts = [rendered_host(h) for h in hosts]
     for host in hosts:
         if host.vars.get("model_source"):
             found = held.cached_manifest(host.name, host.vars, options.cache_root)
@@ -248,12 +238,14 @@ def model_files_changed(hosts: list[Host], options: Any) -> dict[str, str]:
                 reasons[host.name] = found
             else:
                 manifests[host.name] = found
-    masker = Masker({options.sudo_password} if options.sudo_password else set())
-    unreachable: dict[str, Any] = {}
     targets = [h for h in hosts if h.name in manifests]
     if not targets:
         return reasons
-    ctxs = connect(targets, RunLog(default_run_root(), masker), masker, options, unreachable)
+    output = open_output(sudo_password=options.sudo_password, check=True)
+    unreachable: dict[str, Any] = {}
+    pool, ctxs = connect(
+        targets, output.reporter, output.runlog, output.masker, options, unreachable
+    )
     reasons.update({n: f"cannot look: {r.msg}" for n, r in unreachable.items()})
 
     def look(ctx: Any) -> dict[str, Any]:
@@ -266,10 +258,88 @@ def model_files_changed(hosts: list[Host], options: Any) -> dict[str, str]:
     try:
         replies = parallel(ctxs, look)
     finally:
-        for ctx in ctxs.values():
-            ctx.conn.close()
+        pool.close()
     for name, reply in replies.items():
-        found = held.findings(reply)
-        if found:
-            reasons[name] = found
+        problem = held.findings(reply)
+        if problem:
+            reasons[name] = problem
     return reasons
+
+
+def run_up(
+    inventory_path: Path,
+    pattern: str,
+    *,
+    skip: tuple[str, ...] = (),
+    restart: bool = False,
+    opts: dict[str, Any],
+) -> int:
+    """`glmops up`: every phase not skipped, on the hosts `pattern` selects."""
+    unknown = [p for p in skip if p not in PHASES]
+    if unknown:
+        raise InputError(f"--skip {','.join(unknown)}: phases are {', '.join(PHASES)}")
+
+    extra_vars = parse_extra_vars(list(opts.get("extra_vars") or ()))
+    inventory = load_inventory(inventory_path, extra_vars)
+    router = fleet_from_inventory(inventory, []).router
+    hosts = serving_hosts(inventory, pattern)  # the router host serves no model: no phase
+    if router is not None and not hosts:  # select() refuses a pattern that matches nothing
+        raise InputError(
+            f"'{pattern}' selects only the router host ({router.host}), "
+            "which runs no phase of `glmops up`: name the replicas' hosts (the router "
+            "follows their deploy phase)",
+            source=str(inventory_path),
+        )
+    phases = tuple(p for p in PHASES if p not in skip)
+    if any(opts.get(flag) for flag in LISTINGS):
+        return list_phases(inventory_path, hosts, phases, opts)
+    partial = bool(opts.get("tags") or opts.get("skip_tags"))
+    if partial:
+        left_out = [p for p in phases if p not in PLAYBOOKS]
+        phases = tuple(p for p in phases if p in PLAYBOOKS)
+        click.secho(
+            "glmops up: --tags/--skip-tags select playbook tasks: "
+            + (f"the {', '.join(left_out)} phases and " if left_out else "")
+            + "the router are left out, and no phase is recorded as finished",
+            err=True,
+        )
+    progress = Progress(progress_path(inventory_path))
+    if not restart:
+        progress = Progress.load(progress.path)
+    runners = PhaseRunners(inventory_path, opts, progress, hosts)
+    summary = converge(
+        hosts,
+        phases,
+        runners,
+        progress,
+        record=not opts.get("check"),
+        recheck=runners.recheck,
+        partial=partial,
+    )
+    print_summary(summary, hosts, as_json=bool(opts.get("json_events")))
+    code = exit_code(summary, check=bool(opts.get("check")))
+    if router is not None and "deploy" in phases and not partial:
+        routed = runners.route(inventory, pattern, summary)
+        code = routed if routed >= 128 else max(code, routed)  # 128+signal: interrupted
+    return code
+
+
+def list_phases(
+    inventory_path: Path, hosts: list[Host], phases: tuple[str, ...], opts: dict[str, Any]
+) -> int:
+    """`up` with --syntax-check, --list-hosts or --list-tasks: each playbook phase answers for
+    the hosts `up` selected, as its verb would; the other phases say what they are. Nothing
+    runs, and the progress file is left as it was."""
+    from glmops.cli.verb import run_playbook
+
+    code: int = ExitCode.OK
+    for phase in phases:
+        click.echo(f"== glmops up: {phase} (hosts: {', '.join(h.name for h in hosts)})")
+        if phase in PLAYBOOKS:
+            path = paths.playbooks() / PLAYBOOKS[phase]
+            limit = ",".join(h.name for h in hosts)
+            opts_here = {**opts, "inventory": inventory_path}
+            code = max(code, run_playbook(path, limit=limit, **opts_here))
+        else:
+            click.echo(f"  {NOT_PLAYBOOKS[phase]}: not a playbook, nothing to list")
+    return code

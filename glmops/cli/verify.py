@@ -25,16 +25,24 @@ from testinfra.backend.ssh import SshBackend
 
 from glmops import paths
 from glmops.engine.connection import CommandResult as ConnectionResult
-from glmops.engine.connection import Connection, ConnectionSettings, open_connection
-from glmops.engine.context import helper_command, helper_reply, helper_stdin, sudo_wrap
-from glmops.engine.inventory import Host, load_inventory
+from glmops.engine.context import (
+    TaskContext,
+    helper_command,
+    helper_reply,
+    helper_stdin,
+    sudo_wrap,
+)
+from glmops.engine.inventory import Host
 from glmops.engine.output import event_line
+from glmops.engine.run_state import RunOptions, RunState
 from glmops.engine.runlog import MASK, Masker, is_secret_name
 from glmops.engine.secretenv import become_password, child_environment, secret_values
+from glmops.engine.sessions import SessionPool
 from glmops.errors import ExitCode, InputError
 from glmops.gpu.facts import HostFacts
 from glmops.gpu.patchset.profiles import PROFILES, profile_by_name
 from glmops.gpu.serving import vllm_profile
+from glmops.run import load_inventory, open_output
 
 PROJECT = paths.root()  # holds tests/host/, in a checkout or an installed wheel
 HOST_TESTS = paths.host_checks()
@@ -64,40 +72,66 @@ class GlmopsBackend(BaseBackend):
 
     def __init__(self, hostname: str, *args: Any, **kwargs: Any) -> None:
         super().__init__(hostname, *args, **kwargs)
-        self._conn: Connection | None = None
-        self._uid: int | None = None  # the SSH user's uid on the host, asked once
+        self._ctx: TaskContext | None = None
         self._inv_host = inventory_host(hostname)
         if self._inv_host is None:
             raise InputError(f"glmops://{hostname}: no such host in {inventory_path()}")
 
-    def _connection(self) -> Connection:
-        if self._conn is None:
+    def _context(self) -> TaskContext:
+        """The engine's context for the host, opened once through the verify run's sessions:
+        the connection, the uid probe and become as every task has them."""
+        if self._ctx is None:
             assert self._inv_host is not None
-            settings = ConnectionSettings()
-            self._conn = open_connection(self._inv_host.name, self._inv_host.connection, settings)
-        return self._conn
+            self._ctx = _Door.open(self._inv_host)
+        return self._ctx
 
     def run(self, command: str, *args: str, **kwargs: Any) -> CommandResult:
         line = self.get_command(command, *args)
-        result = self._run(line, None, timeout=300)
+        result = self._context().run(line, timeout=300)
         return self.result(result.rc, self.encode(line), result.stdout, result.stderr)
 
     def run_helper(self, name: str, args: dict[str, Any], python: str | None = None) -> dict:
         """A glmops host helper's reply, through the engine's own launcher (all on stdin)."""
-        result = self._run(helper_command(name, python), helper_stdin(name, args), timeout=300)
-        return helper_reply(name, result)
+        return self._context().run_helper(name, args, python=python, timeout=300)
 
-    def _run(self, line: str, stdin: str | None, timeout: float) -> ConnectionResult:
-        """Run a shell line, as root through the engine's sudo wrapper when the host says
-        become and its SSH user is not root already."""
-        assert self._inv_host is not None
-        conn = self._connection()
-        if self._inv_host.connection.become:
-            if self._uid is None:
-                self._uid = int(conn.run("id -u", timeout=60).stdout.strip() or -1)
-            if self._uid != 0:
-                line, stdin = _become(line, stdin, None)
-        return conn.run(line, stdin=stdin, timeout=timeout)
+
+class _Door:
+    """The engine's sessions of one verify run, shared by its glmops:// hosts: read-only
+    (check mode, no run lock), with the verify run's sudo password and one run log."""
+
+    _pool: SessionPool | None = None
+    _masker: Masker | None = None
+
+    @classmethod
+    def start(cls, hosts: list[Host]) -> Masker:
+        """The run's output, wired once (glmops.run.open_output): its masker knows the
+        secrets glmops reads from its environment (the sudo password, the Hub token) and the
+        hosts' secret-named variables; the checks' own output is masked by it too."""
+        if cls._pool is None:
+            password = sudo_password()
+            output = open_output(sudo_password=password, check=True)
+            for value in secret_values():
+                output.masker.add(value)
+            options = RunOptions(check=True, lock=False, sudo_password=password)
+            state = RunState(options, output.reporter, output.masker, output.runlog)
+            cls._pool, cls._masker = SessionPool(state), output.masker
+        assert cls._masker is not None
+        for host in hosts:
+            cls._masker.add_secret_vars(host.vars)
+        return cls._masker
+
+    @classmethod
+    def open(cls, host: Host) -> TaskContext:
+        """The host's context; what its commands print is logged masked."""
+        cls.start([host])
+        assert cls._pool is not None
+        return cls._pool.open(host, "host checks")
+
+    @classmethod
+    def close(cls) -> None:
+        if cls._pool is not None:
+            cls._pool.close()
+        cls._pool = cls._masker = None
 
 
 class _HandedPassword:
@@ -130,7 +164,8 @@ def run_helper(host: Any, name: str, args: dict[str, Any], python: str | None = 
     backend = host.backend
     if isinstance(backend, GlmopsBackend):
         return backend.run_helper(name, args, python)
-    line, stdin = helper_command(name, python), helper_stdin(name, args)
+    line = helper_command(name, python)
+    stdin: str | None = helper_stdin(name, args)
     if isinstance(backend, SshBackend | LocalBackend):
         if backend.sudo:
             line, stdin = _become(line, stdin, backend.sudo_user)
@@ -192,15 +227,6 @@ class HostVars(dict[str, Any]):
 
     def __repr__(self) -> str:
         return repr({k: MASK if is_secret_name(k) else v for k, v in self.items()})
-
-
-def checks_masker(hosts: list[Host]) -> Masker:
-    """The masker of a verify run: the hosts' secret variables and the secrets glmops reads
-    from its environment (the sudo password, the Hub token)."""
-    masker = Masker({v for v in (*secret_values(), sudo_password()) if v})
-    for host in hosts:
-        masker.add_secret_vars(host.vars)
-    return masker
 
 
 class _MaskedLines(io.TextIOBase):
@@ -278,7 +304,8 @@ def run_verify(
     # the router host serves no model: nothing of these checks applies to it
     hosts = serving_hosts(load_inventory(inventory), pattern)
     _HandedPassword.value = password
-    masker = checks_masker(hosts)
+    _Door.close()  # this run's password and run log
+    masker = _Door.start(hosts)
     os.environ[INVENTORY_ENV] = str(inventory.resolve())
     args = [
         str(HOST_TESTS),
@@ -303,6 +330,7 @@ def run_verify(
             code = pytest.main(args, plugins=[report])
     finally:
         shown.flush()
+        _Door.close()
         _HandedPassword.value = None
     if results is not None:
         results.extend(report.results)

@@ -44,12 +44,12 @@ from glmops.engine.inventory import Host, Inventory
 from glmops.engine.output import Reporter
 from glmops.engine.play_loop import PlayLoop
 from glmops.engine.playbook import Play, Task
-from glmops.engine.results import PlayRecap
+from glmops.engine.results import PlayRecap, exit_code
 from glmops.engine.run_state import RunOptions, RunState, default_run_root
 from glmops.engine.runlog import Masker, RunLog
 from glmops.engine.sessions import HostSession, SessionPool
 from glmops.engine.task_run import TaskRunner
-from glmops.errors import ExitCode, InputError
+from glmops.errors import InputError
 
 #: A run is started from here: the options and their run directory come with the executor.
 __all__ = ["Executor", "RunOptions", "default_run_root"]
@@ -198,16 +198,8 @@ class Executor:
                 self.reporter.note("still running: " + ", ".join(busy))
 
     def exit_code(self) -> int:
-        if self.interrupted:
-            return 128 + self.interrupted  # 130 for SIGINT, 143 for SIGTERM, as shells do
         tallies = [s.tally for s in self._pool.targets().values()]
-        if any(t.unreachable for t in tallies):
-            return ExitCode.HOST_UNREACHABLE
-        if any(t.failed for t in tallies):
-            return ExitCode.HOST_FAILED
-        if self.options.check and any(t.changed for t in tallies):
-            return ExitCode.CHECK_FOUND_CHANGES
-        return ExitCode.OK
+        return exit_code(tallies, check=self.options.check, interrupted=self.interrupted)
 
     def check_targets(self, plays: list[Play]) -> None:
         """Every play's `hosts:` must match a host of the inventory (a typo is an error), and

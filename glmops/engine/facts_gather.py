@@ -5,8 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from glmops.engine.context import TaskContext
-
-DEFAULT_MODEL_DIR = "/var/lib/glmops/models"
+from glmops.pins import DEFAULT_MODEL_DIR
 
 
 def probe_args(variables: dict[str, Any]) -> dict[str, Any]:

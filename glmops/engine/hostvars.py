@@ -16,12 +16,22 @@ another host are masked in output like the task host's own.
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
+from dataclasses import replace
 from typing import Any
 
-from glmops.engine.inventory import Inventory
+from glmops.engine.inventory import Host, Inventory
 from glmops.engine.run_state import RunState
 from glmops.engine.sessions import SessionPool
 from glmops.engine.templating import resolve_variables
+
+
+def rendered_host(host: Host) -> Host:
+    """`host` with its variables as a task sees them before facts: inventory and -e, its name
+    and groups, templates rendered in its own scope. Work outside a playbook (the model
+    phase) reads these, so a templated `model_dir` means there what it means in deploy."""
+    merged = {**host.vars, "inventory_hostname": host.name, "group_names": host.groups}
+    resolved = resolve_variables(merged, where=f"host '{host.name}'")
+    return replace(host, vars=resolved)
 
 
 class HostVars(Mapping[str, dict[str, Any]]):

@@ -288,7 +288,9 @@ def load_inventory(
     connection_defaults: dict[str, Any] | None = None,
 ) -> Inventory:
     """Load and validate an inventory (file, INI file or comma list) and the group_vars/ and
-    host_vars/ beside it; `connection_defaults` (-u, -c, -b) apply where a host sets none."""
+    host_vars/ beside it; `connection_defaults` (-u, -c, -b) apply where a host sets none. The
+    variables the fleet derives from it (`fleet_replica`) come with glmops.run.load_inventory,
+    the loader every verb uses."""
     data = _inventory_data(path)
     if not isinstance(data, SourceMap):
         raise InputError(
@@ -325,11 +327,7 @@ def load_inventory(
         **_vars_file(_folder(path) / "host_vars", LOCALHOST),
         **(extra_vars or {}),
     }
-    inventory = Inventory(path=path, hosts=hosts, groups=members, localhost_vars=localhost_vars)
-    from glmops.fleet.topology import add_replica_vars  # the fleet reads the loaded hosts
-
-    add_replica_vars(inventory)
-    return inventory
+    return Inventory(path=path, hosts=hosts, groups=members, localhost_vars=localhost_vars)
 
 
 def _folder(path: Path) -> Path:

@@ -69,6 +69,9 @@ class Reporter:
         self.out = console(stdout or sys.stdout)
         self.err = console(stderr or sys.stderr)
         self._lock = threading.Lock()
+        #: host -> (task, masked message) of the first task that failed there and was not
+        #: ignored: what a RunResult tells callers (the fleet, `glmops up`) about each host.
+        self.failures: dict[str, tuple[str, str]] = {}
 
     def _event(self, kind: str, **fields: Any) -> None:
         if self.json_events:
@@ -113,6 +116,9 @@ class Reporter:
     ) -> None:
         msg = self.masker.mask(result.msg)
         diff = self.masker.mask(result.diff) if result.diff else None
+        if result.failed and not result.ignored:
+            with self._lock:
+                self.failures.setdefault(host, (task, msg))
         self._event(
             "handler" if handler else "task",
             host=host,

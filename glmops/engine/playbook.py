@@ -21,6 +21,7 @@ from glmops.engine.yamlsrc import SourceList, SourceMap, where
 from glmops.errors import InputError
 from glmops.modules import REGISTRY, validate_params
 from glmops.modules.base import check_types
+from glmops.pins import PLAY_DEFAULTS
 
 TASK_KEYS = frozenset(
     {
@@ -217,7 +218,7 @@ def _play(raw: Any, parent: SourceList, index: int) -> Play:
         source=raw.source,
         line=raw.line,
         vars={**_mapping(raw, "vars"), **_vars_files(raw)},
-        defaults=_mapping(raw, "defaults"),
+        defaults={**PLAY_DEFAULTS, **_mapping(raw, "defaults")},
         become=_become(raw),
         become_user=_optional_str(raw, "become_user"),
         environment=_mapping(raw, "environment"),

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
+
+from glmops.errors import ExitCode
 
 
 class Status(StrEnum):
@@ -68,6 +71,23 @@ class HostTally:
         setattr(self, result.status.value, getattr(self, result.status.value) + 1)
         if result.status is Status.CHANGED:  # Ansible's recap: ok counts changed tasks too
             self.ok += 1
+
+
+def exit_code(
+    tallies: Iterable[HostTally], *, check: bool = False, interrupted: int | None = None
+) -> int:
+    """The one exit-code rule of every verb: 128 + the signal that interrupted the run, else
+    the worst of any host unreachable, any host failed, and (--check) changes found."""
+    if interrupted:
+        return 128 + interrupted  # 130 for SIGINT, 143 for SIGTERM, as shells do
+    tallies = list(tallies)
+    if any(t.unreachable for t in tallies):
+        return ExitCode.HOST_UNREACHABLE
+    if any(t.failed for t in tallies):
+        return ExitCode.HOST_FAILED
+    if check and any(t.changed for t in tallies):
+        return ExitCode.CHECK_FOUND_CHANGES
+    return ExitCode.OK
 
 
 @dataclass

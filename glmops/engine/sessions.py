@@ -91,6 +91,15 @@ class SessionPool:
             if options.lock and not options.check and session.release_lock is None:
                 self._lock(play, session)
 
+    def open(self, host: Host, work: str) -> TaskContext:
+        """The one door to a host for work outside a playbook (the model phase, the host
+        checks): connected, and locked when the run changes hosts, as a play would be; the
+        context is named after `work`."""
+        play = Play(name=work, hosts=host.name, source=work, line=0)
+        session = self.session(host)
+        self.connect(play, session)
+        return replace(self.context(play, session, None), task_name=work)
+
     def context(self, play: Play, session: HostSession, task: Task | None) -> TaskContext:
         """What a task (or the engine's own step, when `task` is None) acts on the host with."""
         host, state = session.host, self._state

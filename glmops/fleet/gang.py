@@ -83,7 +83,7 @@ def verdict(replica: Mapping[str, Any], states: Mapping[str, MemberState]) -> Ve
         problem = _member_problem(state, members, len(generations) > 1)
         if problem:
             degraded.append(f"{state.host} (rank {state.rank}): {problem}")
-        elif state.config is not None and state.record.get("config") != state.config:
+        elif state.config is not None and (state.record or {}).get("config") != state.config:
             stale.append(
                 f"{state.host}: unit, environment or inputs changed since the gang started"
             )

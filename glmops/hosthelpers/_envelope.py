@@ -23,6 +23,18 @@ try:
 except ImportError:  # pragma: no cover - python 3.7 hosts: the schema is documentation only
     TypedDict = dict  # type: ignore[assignment,misc]
 
+#: Each helper declares its reply as a TypedDict subclass of `Reply` (import TypedDict from
+#: here: one python 3.7 fallback); the controller reads the reply through the same class.
+__all__ = [
+    "Reply",
+    "TypedDict",
+    "failure",
+    "file_sha256",
+    "main",
+    "read_args",
+    "write_atomic",
+]
+
 
 class Reply(TypedDict):
     """What every reply carries; each helper's own schema adds its keys."""
@@ -75,3 +87,31 @@ def file_sha256(path: str) -> str:
         for block in iter(lambda: f.read(8 << 20), b""):
             h.update(block)
     return h.hexdigest()
+
+
+def write_atomic(path, data, mode=None) -> None:  # noqa: ANN001 - str or Path, str or bytes
+    """Write beside the target, fsync, rename, fsync the folder: a reader sees the old file or
+    the new one, never half of one, and a failed write leaves no temp file. The file gets
+    `mode`, else what the umask gives a new file."""
+    path = os.fspath(path)
+    folder = os.path.dirname(path) or "."
+    tmp = os.path.join(folder, f".{os.path.basename(path)}.{os.getpid()}.tmp")
+    payload = data.encode("utf-8") if isinstance(data, str) else data
+    try:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o666)
+        with os.fdopen(fd, "wb") as f:
+            f.write(payload)
+            f.flush()
+            os.fsync(f.fileno())
+        if mode is not None:
+            os.chmod(tmp, mode)
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+    folder_fd = os.open(folder, os.O_RDONLY)
+    try:
+        os.fsync(folder_fd)
+    finally:
+        os.close(folder_fd)

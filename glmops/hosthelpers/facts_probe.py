@@ -294,7 +294,7 @@ class Probe:
         )
         if out is None:
             return None
-        gpus = []
+        gpus: list = []
         for line in out.strip().splitlines():
             f = [x.strip() for x in line.split(",")]
             if len(f) < 5:
@@ -391,7 +391,7 @@ class Probe:
         py = os.path.join(path, "bin", "python")
         if not os.path.exists(py):
             return self.fail("venv", f"{py} absent")
-        info = {"path": path, "python": py, "pyvenv_version": None}
+        info: dict = {"path": path, "python": py, "pyvenv_version": None}
         cfg = os.path.join(path, "pyvenv.cfg")
         for line in (self.read(cfg, "venv.pyvenv_cfg") or "").splitlines():
             k, _, v = line.partition("=")

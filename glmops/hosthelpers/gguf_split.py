@@ -26,7 +26,7 @@ import sys
 import tempfile
 import time
 
-from _envelope import failure, file_sha256, main
+from _envelope import failure, file_sha256, main, write_atomic
 
 MAGIC = b"GGUF"
 ALIGN_DEFAULT = 32
@@ -536,21 +536,12 @@ def _write_sidecar(out: str, fp: dict, n_tensors: int, head: bytes) -> None:
             "header_sha256": hashlib.sha256(head).hexdigest(),
         },
     }
-    _write_atomic(out + SIDECAR_SUFFIX, json.dumps(rec, indent=1) + "\n")
+    write_atomic(out + SIDECAR_SUFFIX, json.dumps(rec, indent=1) + "\n")
     dfd = os.open(os.path.dirname(out), os.O_RDONLY)
     try:
         os.fsync(dfd)
     finally:
         os.close(dfd)
-
-
-def _write_atomic(path: str, text: str) -> None:
-    tmp = path + ".tmp"
-    with open(tmp, "w", encoding="utf-8") as f:
-        f.write(text)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
 
 
 def content_sha256(headers: list) -> str:
@@ -730,7 +721,7 @@ def remove_shards(args: dict) -> dict:
         return failure(f"{out}: sha256 {got} is not that of its shards' merge ({want}): kept")
     rec["output"]["sha256"] = got
     rec["shards_removed"] = [os.path.basename(p) for p in paths]
-    _write_atomic(out + SIDECAR_SUFFIX, json.dumps(rec, indent=1) + "\n")
+    write_atomic(out + SIDECAR_SUFFIX, json.dumps(rec, indent=1) + "\n")
     return _unlink(present, args, f"shards after verifying {os.path.basename(out)} ({got[:12]})")
 
 

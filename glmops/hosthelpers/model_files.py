@@ -31,7 +31,7 @@ import json
 import os
 from concurrent.futures import ThreadPoolExecutor
 
-from _envelope import failure, file_sha256, main
+from _envelope import failure, file_sha256, main, write_atomic
 
 STATE = ".glmops-model-state.json"
 MANIFEST = ".glmops-model-manifest.json"
@@ -68,15 +68,6 @@ def read_json(path):
             return json.load(f)
     except (OSError, ValueError):
         return {}
-
-
-def write_atomic(path, text):
-    tmp = f"{path}.glmops-tmp"
-    with open(tmp, "w") as f:
-        f.write(text)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
 
 
 def check(root, entry, known, full, write):

@@ -65,7 +65,7 @@ def drain(args: dict) -> dict:
             break
         time.sleep(min(interval, settle) if zero_since is not None else interval)
     waited = round(time.monotonic() - started, 1)
-    reply = {"failed": False, "changed": False, "held": seen, "waited_s": waited}
+    reply: dict = {"failed": False, "changed": False, "held": seen, "waited_s": waited}
     if seen is None:
         reply["msg"] = f"{url} does not answer: nothing runs there"
     elif seen == 0:

@@ -21,18 +21,11 @@ from __future__ import annotations
 import hashlib
 import importlib.util
 import json
-import os
 import shutil
-import tempfile
 import time
 from pathlib import Path
 
-from _envelope import failure, main
-
-try:
-    from typing import TypedDict
-except ImportError:  # pragma: no cover - python 3.7: the schema is documentation only
-    TypedDict = dict  # type: ignore[assignment,misc]
+from _envelope import TypedDict, failure, main, write_atomic
 
 
 class ManifestEntry(TypedDict, total=False):
@@ -88,28 +81,6 @@ def _target(sp: Path, rel: str) -> Path:
         roots = ", ".join(f"site-packages/{r}/" for r in PACKAGE_ROOTS)
         raise ValueError(f"refusing a path outside {roots}: {rel}")
     return path
-
-
-def _atomic_write(path: Path, data: bytes, mode: int | None = None) -> None:
-    """Temp file in the same directory, fsync, rename: readers see old or new, never half."""
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-            fh.flush()
-            os.fsync(fh.fileno())
-        if mode is not None:
-            os.chmod(tmp, mode)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
-    dfd = os.open(path.parent, os.O_RDONLY)
-    try:
-        os.fsync(dfd)
-    finally:
-        os.close(dfd)
 
 
 def _load_manifest(state: Path) -> Manifest | None:
@@ -184,7 +155,7 @@ def mode_apply(args: dict) -> dict:
         if current is not None:
             dest = backup / ch["path"]
             dest.parent.mkdir(parents=True, exist_ok=True)
-            _atomic_write(dest, current)
+            write_atomic(dest, current, 0o600)
             entry.update(
                 sha256_before=_sha(current),
                 backup=str(dest.relative_to(state)),
@@ -195,17 +166,19 @@ def mode_apply(args: dict) -> dict:
     for ch, path, current in plan:
         data = ch["after"].encode("utf-8")
         path.parent.mkdir(parents=True, exist_ok=True)
-        _atomic_write(path, data, None if current is None else path.stat().st_mode & 0o7777)
+        write_atomic(path, data, 0o600 if current is None else path.stat().st_mode & 0o7777)
         entries[ch["path"]]["sha256_after"] = _sha(data)
     if plan:
         manifest.update(
-            profile=payload["profile"],
-            template_version=payload["template_version"],
-            site_packages=str(sp),
-            timestamp=time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+            {
+                "profile": payload["profile"],
+                "template_version": payload["template_version"],
+                "site_packages": str(sp),
+                "timestamp": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+            }
         )
         state.mkdir(parents=True, exist_ok=True)
-        _atomic_write(state / "manifest.json", json.dumps(manifest, indent=1).encode())
+        write_atomic(state / "manifest.json", json.dumps(manifest, indent=1).encode(), 0o600)
     return {
         "failed": False,
         "changed": bool(plan),
@@ -259,7 +232,7 @@ def mode_restore(args: dict) -> dict:
                 path.unlink()
             _remove_bytecode(path)
         else:
-            _atomic_write(path, (state / entry["backup"]).read_bytes(), entry.get("mode"))
+            write_atomic(path, (state / entry["backup"]).read_bytes(), entry.get("mode"))
     shutil.rmtree(state)
     return {
         "failed": False,

@@ -22,14 +22,10 @@ import re
 import sys
 import time
 import types
+from collections.abc import Sequence
 from pathlib import Path
 
-from _envelope import Reply, main
-
-try:
-    from typing import TypedDict
-except ImportError:  # pragma: no cover - python 3.7: the schema is documentation only
-    TypedDict = dict  # type: ignore[assignment,misc]
+from _envelope import Reply, TypedDict, main
 
 
 class Candidate(TypedDict):
@@ -106,7 +102,7 @@ def compiled_modules() -> set[str]:
     return names
 
 
-def without_gpu(extra: list[str] = ()) -> list[str]:
+def without_gpu(extra: Sequence[str] = ()) -> list[str]:
     """Let vLLM's selection code import on a host with no usable CUDA device; returns the
     compiled modules that were stubbed (reported in the reply)."""
     import torch
@@ -122,14 +118,14 @@ def without_gpu(extra: list[str] = ()) -> list[str]:
                 kwargs["device"] = "meta"
             return func(*args, **kwargs)
 
-    torch.cuda.get_device_properties = lambda *a, **k: types.SimpleNamespace(
+    torch.cuda.get_device_properties = lambda *a, **k: types.SimpleNamespace(  # type: ignore[assignment]
         multi_processor_count=132, total_memory=80 << 30, name="no-gpu", major=0, minor=0
     )
     CudaToMeta().__enter__()
     return stubs.stubbed
 
 
-def preflight(args: dict) -> dict:
+def preflight(args: dict) -> PreflightReply:
     t0 = time.monotonic()
     import torch
 
@@ -237,12 +233,12 @@ def _path_of(name: str) -> str:
     return AttentionBackendEnum[name].get_path()
 
 
-def answer(args: dict) -> dict:
+def answer(args: dict) -> Reply:
     """One preflight, or several for one import of vLLM (`queries`: CI, reports)."""
     if "queries" not in args:
         return preflight(args)
     results = [preflight({**args, **q}) for q in args["queries"]]
-    return {
+    return {  # type: ignore[typeddict-unknown-key]  # Reply plus the queries' results
         "failed": any(r["failed"] for r in results),
         "changed": False,
         "msg": "; ".join(r["msg"] for r in results),

@@ -17,9 +17,52 @@ import subprocess
 import urllib.error
 import urllib.request
 
-from _envelope import main
+from _envelope import Reply, TypedDict, main
 
 PROPS = "LoadState,ActiveState,SubState,Result,MainPID,NRestarts,InvocationID,UnitFileState"
+
+
+class UnitState(TypedDict, total=False):
+    """`systemctl show -p PROPS` as text, and `error` when systemctl failed."""
+
+    LoadState: str
+    ActiveState: str
+    SubState: str
+    Result: str
+    MainPID: str
+    NRestarts: str
+    InvocationID: str
+    UnitFileState: str
+    error: str
+
+
+class HttpLook(TypedDict, total=False):
+    status: int | None  # None: no answer (refused, timed out)
+    error: str
+    text: str
+
+
+class ModelsLook(TypedDict):
+    status: int | None
+    ids: list
+    error: str | None
+
+
+class CompletionLook(TypedDict):
+    status: int | None
+    text: str | None
+    error: str | None
+
+
+class ProbeReply(Reply, total=False):
+    """The reply: the unit always; the rest as the arguments asked and the server answered."""
+
+    unit: UnitState
+    journal: list  # the current run's last `journal_lines` lines
+    journal_matches: list  # the current run's lines matching `journal_grep` (the last 50)
+    health: HttpLook  # GET /health
+    models: ModelsLook  # GET /v1/models, once /health is 200
+    completion: CompletionLook  # one token, when asked and the model is listed
 
 
 def sh(argv: list, timeout: float = 20) -> tuple:
@@ -30,12 +73,12 @@ def sh(argv: list, timeout: float = 20) -> tuple:
         return 127, "", str(e)
 
 
-def unit_state(unit: str) -> dict:
+def unit_state(unit: str) -> UnitState:
     rc, out, err = sh(["systemctl", "show", unit, "-p", PROPS])
     props = dict(line.split("=", 1) for line in out.splitlines() if "=" in line)
     if rc != 0:
         props["error"] = err.strip()
-    return props
+    return props  # type: ignore[return-value]
 
 
 def journal(unit: str, invocation: str, lines: int | None) -> list:
@@ -92,12 +135,12 @@ def request(url: str, key: str | None, body: dict | None, timeout: float) -> dic
         return {"status": status, "text": text[:2000]}
 
 
-def look(args: dict) -> dict:
+def look(args: dict) -> ProbeReply:
     unit = args.get("unit", "vllm-glm5")
     base = "http://{}:{}".format(args.get("address", "127.0.0.1"), int(args.get("port", 8000)))
     timeout = float(args.get("request_timeout", 10))
     state = unit_state(unit)
-    out = {"failed": False, "changed": False, "unit": state}
+    out: ProbeReply = {"failed": False, "changed": False, "msg": "", "unit": state}
     if args.get("journal_lines"):
         out["journal"] = journal(unit, state.get("InvocationID", ""), int(args["journal_lines"]))
     if args.get("journal_grep"):
@@ -106,7 +149,7 @@ def look(args: dict) -> dict:
         out["journal_matches"] = [line for line in lines if pattern.search(line)][-50:]
     if args.get("http", True):
         health = request(base + "/health", None, None, timeout)
-        out["health"] = {k: v for k, v in health.items() if k != "json"}
+        out["health"] = {k: v for k, v in health.items() if k != "json"}  # type: ignore[typeddict-item]
         if health.get("status") == 200 and args.get("models", True):
             key = api_key(args.get("env_file", ""))
             models = request(base + "/v1/models", key, None, timeout)

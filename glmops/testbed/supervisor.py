@@ -31,7 +31,7 @@ def _log(logf, msg):
 
 
 def supervise(host_dir, argv):
-    state = {"stop": False, "child": None}
+    state: dict = {"stop": False, "child": None}
 
     def on_signal(signum, _frame):
         state["stop"] = True

@@ -47,10 +47,11 @@ def playbook_runner(tmp_path: Path) -> Runner:
     # fabric) can still collect with this conftest.
     from glmops.engine.connection import ConnectionSettings
     from glmops.engine.executor import Executor, RunOptions
-    from glmops.engine.inventory import load_inventory, parse_extra_vars
+    from glmops.engine.inventory import parse_extra_vars
     from glmops.engine.output import Reporter
     from glmops.engine.playbook import load_playbook
     from glmops.engine.runlog import Masker, RunLog
+    from glmops.run import load_inventory
 
     def run(
         playbook_text: str,

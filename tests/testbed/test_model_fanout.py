@@ -23,10 +23,10 @@ import pytest
 import yaml
 
 from glmops.engine.connection import ConnectionSettings
-from glmops.engine.inventory import load_inventory
 from glmops.engine.output import Reporter
 from glmops.engine.runlog import Masker, RunLog
 from glmops.model.phase import ModelOptions, run_model_phase
+from glmops.run import load_inventory
 from glmops.testbed import Testbed
 from tests.support.glmops_cli import run_cli, tasks_named
 from tests.support.hub_server import HubRepo, olah_server

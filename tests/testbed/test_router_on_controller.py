@@ -23,10 +23,10 @@ from typing import Any
 import pytest
 import yaml
 
-from glmops.engine.inventory import load_inventory
 from glmops.fleet.roll import router_vars
 from glmops.fleet.topology import fleet_from_inventory
 from glmops.gpu import wheelcache
+from glmops.run import load_inventory
 from glmops.testbed import Testbed
 from glmops.testbed.inventory import host_address
 from tests.support.testbed import booted, host_read

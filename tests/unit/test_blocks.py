@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from glmops.cli.main import check_start_at_task
+from glmops.cli.verb import check_start_at_task
 from glmops.engine.playbook import load_playbook
 from glmops.errors import InputError
 from tests.support.engine import Runner

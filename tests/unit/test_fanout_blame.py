@@ -13,11 +13,12 @@ from pathlib import Path
 from typing import Any
 
 from glmops.engine.connection import CommandResult
-from glmops.engine.inventory import Host, load_inventory
+from glmops.engine.inventory import Host
 from glmops.errors import HostUnreachable
 from glmops.model.access import RunKey
 from glmops.model.fanout import FanOut, Plan, Target
 from glmops.model.manifest import FileEntry, Manifest
+from glmops.run import load_inventory
 
 DISK_FULL = (
     'rsync: [receiver] write failed on "/srv/m/weights/a.gguf": No space left on device (28)\n'

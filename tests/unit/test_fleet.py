@@ -13,7 +13,6 @@ import jinja2
 import pytest
 
 from glmops import paths
-from glmops.engine.inventory import load_inventory
 from glmops.engine.templating import make_environment
 from glmops.errors import InputError
 from glmops.fleet.multinode import (
@@ -31,6 +30,7 @@ from glmops.fleet.router import router_argv, worker_changes
 from glmops.fleet.topology import fleet_from_inventory, replica_data
 from glmops.gpu.facts import parse_facts
 from glmops.gpu.serving import ServeError, serve_flags
+from glmops.run import load_inventory
 
 FLEET = """
 all:
@@ -307,8 +307,8 @@ def test_the_router_host_serves_nothing(
     (status and the model phase here for real, on this machine)."""
     from glmops.cli.status import collect
     from glmops.fleet.topology import serving_hosts
-    from glmops.model.command import model_command
     from glmops.model.phase import ModelOptions
+    from glmops.run import ModelRequest, run_model
 
     path = tmp_path / "hosts.yml"
     path.write_text(
@@ -324,7 +324,7 @@ def test_the_router_host_serves_nothing(
     with pytest.raises(InputError, match="'rt' selects no serving host"):
         collect(path, "rt")
     capsys.readouterr()
-    model_command(path, "all", ModelOptions(check=True), json_events=True)
+    run_model(ModelRequest(path, "all", ModelOptions(check=True), json_events=True))
     recap = [json.loads(line) for line in capsys.readouterr().out.splitlines()][-1]
     assert list(recap["hosts"]) == ["here"], "the model phase leaves the router host out"
 

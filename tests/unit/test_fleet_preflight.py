@@ -4,7 +4,6 @@ not match stops the roll before any deploy, naming the host and the file."""
 
 from __future__ import annotations
 
-import functools
 import json
 import os
 import sys
@@ -13,9 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from glmops.cli.main import fleet_run
 from glmops.engine.context import run_helper_here
-from glmops.engine.inventory import load_inventory
 from glmops.errors import ExitCode
 from glmops.fleet.roll import FleetDeploy, RunOutcome
 from glmops.model.fetch import ModelCache
@@ -27,6 +24,7 @@ from glmops.model.manifest import (
     write_atomic,
 )
 from glmops.model.source import parse_source
+from glmops.run import RunRequest, fleet_runner, load_inventory
 
 SOURCE = {"repo": "org/tiny-GGUF", "include": ["*.gguf"], "config": {"repo": "org/tiny"}}
 FILES = {
@@ -89,7 +87,7 @@ def rolling(tmp_path: Path) -> tuple[ExitCode, list[str]]:
     """`glmops deploy --rolling`'s fleet runner, with the preflight run for real and every later
     playbook only recorded (none may run when the preflight fails)."""
     inventory = tmp_path / "hosts.yml"
-    real = functools.partial(fleet_run, opts={"inventory": inventory, "json_events": True})
+    real = fleet_runner(RunRequest(Path("deploy.yml"), inventory, json_events=True))
     later: list[str] = []
 
     def run(playbook: Path, limit: str, extra: dict, settings: dict) -> RunOutcome:

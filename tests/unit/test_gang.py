@@ -10,7 +10,6 @@ from types import SimpleNamespace
 import pytest
 
 from glmops.cli.status import GangSeen, gang_status
-from glmops.engine.inventory import load_inventory
 from glmops.errors import ModuleError
 from glmops.fleet.gang import (
     Board,
@@ -25,6 +24,7 @@ from glmops.gpu.facts import parse_facts
 from glmops.gpu.serving import ServeError, serve_flags
 from glmops.gpu.serving.flags import CPU_CLI
 from glmops.modules.vllm_gang_restart import VllmGangRestart
+from glmops.run import load_inventory
 
 INVENTORY = """
 all:

@@ -1,4 +1,5 @@
-"""README's module list is the one `glmops doc` prints, generated from the argument tables."""
+"""The module list in docs/playbooks.md is the one `glmops doc` prints, from the argument
+tables."""
 
 from __future__ import annotations
 
@@ -7,13 +8,14 @@ from pathlib import Path
 from glmops.cli.moddoc import module_list, readme_with_list
 from glmops.modules import REGISTRY
 
-README = Path(__file__).resolve().parents[2] / "README.md"
+README = Path(__file__).resolve().parents[2] / "docs" / "playbooks.md"
 
 
 def test_readme_module_list_matches_the_modules() -> None:
     text = README.read_text()
     assert readme_with_list(text) == text, (
-        "README's module list is stale: run python3 -m glmops.cli.moddoc --write README.md"
+        "docs/playbooks.md's module list is stale: "
+        "run python3 -m glmops.cli.moddoc --write docs/playbooks.md"
     )
     for name in REGISTRY:
         assert f"- `{name}`:" in module_list()

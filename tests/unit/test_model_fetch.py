@@ -16,6 +16,7 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -249,10 +250,11 @@ def snapshot(folder: Path) -> dict[str, tuple[bytes | None, int]]:
     }
 
 
-def model_check(hub: dict, folder: Path, cache_root: Path, refresh: bool) -> int:
-    """`glmops model --check [--refresh]` on a local-connection host, as the CLI runs it."""
-    from glmops.model.command import model_command
+def model_check(hub: dict, folder: Path, cache_root: Path, refresh: bool, **host_vars: Any) -> int:
+    """`glmops model --check [--refresh]` on a local-connection host, as the CLI runs it;
+    `host_vars` add to (or replace) the host's variables."""
     from glmops.model.phase import ModelOptions
+    from glmops.run import ModelRequest, run_model
     from tests.support.local_hosts import local_hosts
 
     variables = {
@@ -263,11 +265,12 @@ def model_check(hub: dict, folder: Path, cache_root: Path, refresh: bool) -> int
         },
         "model_dir": str(folder / "host-model"),
         "hf_endpoint": hub["endpoint"],
+        **host_vars,
     }
     folder.mkdir()
     inventory = local_hosts(folder, {"all": ["m1"]}, host_vars=lambda _: variables)
     options = ModelOptions(check=True, refresh=refresh, cache_root=cache_root)
-    return int(model_command(inventory, "all", options, json_events=True))
+    return run_model(ModelRequest(inventory, "all", options, json_events=True)).code
 
 
 def notes(capsys: pytest.CaptureFixture[str]) -> str:
@@ -308,3 +311,28 @@ def test_check_mode_leaves_the_controllers_cache_as_it_was(
     assert f"is commit {moved} (check mode: not recorded)" in out, out
     assert f"replacing {kept.digest[:12]}" in out, out
     assert "would fetch" in out and "weights/UD-Q4_K_XL/notes.txt" in out, out
+
+
+def test_a_templated_model_dir_means_what_it_means_in_deploy(
+    hub: dict, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`model_dir: "{{ models_root }}/GLM-5"` is rendered as the engine renders it for deploy:
+    the model phase looks in the rendered folder, not at the raw template (which is no path)."""
+    monkeypatch.setenv("GLMOPS_RUN_DIR", str(tmp_path / "runs"))
+    (tmp_path / "cache").mkdir()
+    root = tmp_path / "models"
+    (root / "GLM-5" / "config").mkdir(parents=True)  # a wrong file there, for the helper to see
+    (root / "GLM-5" / "config" / "config.json").write_text("{}")
+    code = model_check(
+        hub,
+        tmp_path / "a",
+        tmp_path / "cache",
+        refresh=False,
+        models_root=str(root),
+        model_dir="{{ models_root }}/GLM-5",
+    )
+    events = [json.loads(line) for line in capsys.readouterr().out.splitlines() if line[:1] == "{"]
+    said = json.dumps(events)
+    assert code == ExitCode.CHECK_FOUND_CHANGES, said
+    assert "6 missing, 1 failed their check" in said, said
+    assert "{{" not in said, said

@@ -16,9 +16,9 @@ from typing import Any
 import pytest
 
 from glmops.engine.context import run_helper_here
-from glmops.engine.inventory import load_inventory
 from glmops.errors import ExitCode, InputError
 from glmops.fleet.roll import FleetDeploy, RunOutcome, parse_serial
+from glmops.run import load_inventory
 
 FLEET = """
 all:
@@ -249,9 +249,9 @@ def test_drain_of_a_server_that_is_gone() -> None:
 
 
 def test_the_engine_runs_the_deploy_in_batches_and_stops_past_max_fail(tmp_path: Path) -> None:
-    """fleet_run sets `serial` on a real play and reads the engine's batches, its stop reason
-    and each host's failed task (three local hosts; the second one fails)."""
-    from glmops.cli.main import fleet_run
+    """The fleet's runner sets `serial` on a real play and reads the engine's batches, its stop
+    reason and each host's failed task (three local hosts; the second one fails)."""
+    from glmops.run import RunRequest, fleet_runner
 
     hosts = "".join(
         f"    {h}: {{connection: local, state_dir: '{tmp_path}/state-{h}'}}\n" for h in "abc"
@@ -262,8 +262,8 @@ def test_the_engine_runs_the_deploy_in_batches_and_stops_past_max_fail(tmp_path:
         "    - name: step\n      fail: {msg: broken}\n      when: inventory_hostname == 'b'\n"
     )
     settings = {"serial": [1], "max_fail_percentage": 0.0}
-    opts = {"inventory": tmp_path / "hosts.yml", "json_events": True}
-    outcome = fleet_run(tmp_path / "play.yml", "all", {"x": 1}, settings, opts=opts)
+    base = RunRequest(tmp_path / "play.yml", tmp_path / "hosts.yml", json_events=True)
+    outcome = fleet_runner(base)(tmp_path / "play.yml", "all", {"x": 1}, settings)
     assert outcome.code == ExitCode.HOST_FAILED
     assert outcome.failed == {"b": "step: broken"}
     assert outcome.batches == [["a"], ["b"], ["c"]]

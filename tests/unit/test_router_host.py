@@ -11,11 +11,11 @@ import pytest
 
 from glmops import paths
 from glmops.cli.listing import list_hosts
-from glmops.engine.inventory import load_inventory
 from glmops.engine.playbook import load_playbook
 from glmops.errors import ExitCode, InputError
 from glmops.fleet.roll import FleetDeploy, RunOutcome, router_vars
 from glmops.fleet.topology import fleet_from_inventory
+from glmops.run import load_inventory
 from tests.support.engine import Runner
 
 FLEET = """

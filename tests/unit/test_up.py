@@ -13,7 +13,8 @@ import pytest
 
 from glmops.cli.up import PHASES, Outcome, Progress, Recheck, converge, exit_code
 from glmops.engine.context import run_helper_here
-from glmops.engine.inventory import Host, load_inventory
+from glmops.engine.inventory import Host
+from glmops.run import load_inventory
 from tests.support.local_hosts import local_hosts
 
 
@@ -175,9 +176,9 @@ def test_a_fleet_router_host_runs_no_phase_gangs_deploy_whole_and_the_router_fol
 ) -> None:
     """`glmops up` on a fleet: the phases' playbooks are recorded instead of run; what runs
     where is the subject (the playbooks themselves run on the testbed)."""
-    from glmops.cli import main as cli
     from glmops.cli import up_phases
-    from glmops.cli.up import run_up
+    from glmops.cli.up_phases import run_up
+    from glmops.errors import ExitCode
     from glmops.fleet.roll import RunOutcome
 
     monkeypatch.setenv("GLMOPS_RUN_DIR", str(tmp_path / "runs"))
@@ -195,16 +196,19 @@ def test_a_fleet_router_host_runs_no_phase_gangs_deploy_whole_and_the_router_fol
         return {h.name: Outcome("failed" if h.name == "g0" else "ok") for h in hosts}
 
     routed: list[tuple[str, str, dict]] = []
-    router_code = [cli.ExitCode.OK]
+    router_code = [ExitCode.OK]
 
-    def fleet_run(playbook: Path, limit: str, extra: dict, settings: dict, *, opts: dict):
-        routed.append((playbook.name, limit, extra))
-        return RunOutcome(router_code[0])
+    def fleet_runner(base: object):
+        def run(playbook: Path, limit: str, extra: dict, settings: dict) -> RunOutcome:
+            routed.append((playbook.name, limit, extra))
+            return RunOutcome(router_code[0])
+
+        return run
 
     monkeypatch.setattr(up_phases.PhaseRunners, "playbook", playbook)
     monkeypatch.setattr(up_phases.PhaseRunners, "model", other)
     monkeypatch.setattr(up_phases.PhaseRunners, "verify", verify)
-    monkeypatch.setattr(cli, "fleet_run", fleet_run)
+    monkeypatch.setattr(up_phases, "fleet_runner", fleet_runner)
     path = tmp_path / "hosts.yml"
     text = (
         "all:\n  vars: {router_host: rt}\n  hosts:\n"
@@ -408,7 +412,7 @@ def test_the_fingerprint_follows_the_shipped_templates_and_glmops_version(
 
 
 def test_a_pattern_that_selects_only_the_router_host_is_refused(tmp_path: Path) -> None:
-    from glmops.cli.up import run_up
+    from glmops.cli.up_phases import run_up
     from glmops.errors import InputError
 
     path = tmp_path / "hosts.yml"

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from glmops.engine.context import run_helper_here
-from glmops.modules.vllm_ready import serving_probe_args
+from glmops.modules._serving import serving_probe_args
 from tests.support.engine import Runner
 from tests.support.local_hosts import local_hosts
 
