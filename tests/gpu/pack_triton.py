@@ -33,6 +33,7 @@ import zipfile
 from pathlib import Path
 
 from tests.support.tritons import TRITONS
+from tests.support.vllm_wheels import CACHE
 
 ROOT = Path(__file__).resolve().parents[2]
 LEFT_OUT = (
@@ -50,17 +51,20 @@ PLATFORMS = ("manylinux_2_28_x86_64", "manylinux_2_27_x86_64", "manylinux_2_17_x
 
 
 def unpack_wheel(version: str, into: Path, python: str = GPU_PYTHON) -> Path:
-    """Triton ``version``'s wheel for CPython ``python`` on x86-64 Linux, from PyPI, unzipped
-    into ``into`` (the folder that holds ``triton/`` and its ``.dist-info``)."""
-    wheels = into / "wheels"
-    platforms = [arg for p in PLATFORMS for arg in ("--platform", p)]
-    subprocess.run(
-        [sys.executable, "-m", "pip", "download", "-q", "--no-deps", "--only-binary=:all:",
-         "--python-version", python, "--implementation", "cp", *platforms,
-         "-d", str(wheels), f"triton=={version}"],
-        check=True,
-    )  # fmt: skip
-    (wheel,) = wheels.glob(f"triton-{version}-*.whl")
+    """Triton ``version``'s wheel for CPython ``python`` on x86-64 Linux, from PyPI (kept in
+    the test cache, ~/.cache/glmops/triton-wheels, after the first download), unzipped into
+    ``into`` (the folder that holds ``triton/`` and its ``.dist-info``)."""
+    wheels = CACHE / "triton-wheels"
+    pattern = f"triton-{version}-cp{python.replace('.', '')}-*.whl"
+    if not any(wheels.glob(pattern)):
+        platforms = [arg for p in PLATFORMS for arg in ("--platform", p)]
+        subprocess.run(
+            [sys.executable, "-m", "pip", "download", "-q", "--no-deps", "--only-binary=:all:",
+             "--python-version", python, "--implementation", "cp", *platforms,
+             "-d", str(wheels), f"triton=={version}"],
+            check=True,
+        )  # fmt: skip
+    wheel = sorted(wheels.glob(pattern))[-1]
     site = into / "site"
     with zipfile.ZipFile(wheel) as archive:
         archive.extractall(site)
