@@ -267,7 +267,7 @@ def run_model(request: ModelRequest) -> RunResult:
     """The model files on the hosts the pattern selects (a fleet's router host holds none)."""
     from glmops.model.phase import run_model_phase
 
-    inventory = load_inventory(request.inventory, request.variables(), request.connection_defaults)
+    inventory = load_inventory(request.inventory, dict(request.extra_vars))
     hosts = serving_hosts(inventory, request.pattern)
     options = request.options
     output = open_output(

@@ -254,7 +254,7 @@ def _play_structure(raw: SourceMap, play: Play) -> None:
     play.force_handlers = bool(_optional_bool(raw, "force_handlers"))
 
 
-def _task(raw: Any, section: str, play: SourceMap, index: int, play_tags: list[str]) -> Task:
+def _task(raw: Any, section: str, play: Any, index: int, play_tags: list[str]) -> Task:
     if not isinstance(raw, SourceMap):
         raise InputError(
             f"each item of '{section}' must be a mapping", **where(play[section], index)

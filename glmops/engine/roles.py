@@ -84,9 +84,7 @@ def roles_section(raw: SourceMap, scope: Scope, build: PlayBuild) -> list[Node]:
     return nodes
 
 
-def _entry(
-    entry: Any, parent: SourceList, index: int, scope: Scope, build: PlayBuild
-) -> list[Node]:
+def _entry(entry: Any, parent: Any, index: int, scope: Scope, build: PlayBuild) -> list[Node]:
     """One dependency or `roles:` entry."""
     if isinstance(entry, str):
         return role_nodes(entry, {}, scope, build, parent, once=True)

@@ -94,9 +94,7 @@ def parse_nodes(container: Any, key: Any, scope: Scope, build: PlayBuild) -> lis
     return [_node(item, items, index, str(key), scope, build) for index, item in enumerate(items)]
 
 
-def _node(
-    raw: Any, parent: SourceList, index: int, section: str, scope: Scope, build: PlayBuild
-) -> Node:
+def _node(raw: Any, parent: Any, index: int, section: str, scope: Scope, build: PlayBuild) -> Node:
     if not isinstance(raw, SourceMap):
         raise InputError(f"each item of '{section}' must be a mapping", **where(parent, index))
     if "block" in raw:

@@ -340,7 +340,7 @@ class TaskRunner:
         return result
 
 
-def _without_omitted(module_cls: type, params: dict[str, Any]) -> dict[str, Any]:
+def _without_omitted(module_cls: Any, params: dict[str, Any]) -> dict[str, Any]:
     """Arguments that rendered to `omit` are left unset (their default), as in Ansible."""
     return {
         key: copy.deepcopy(module_cls.args[key].default)

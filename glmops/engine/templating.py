@@ -16,7 +16,7 @@ import functools
 import threading
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import jinja2
 import jinja2.meta
@@ -113,8 +113,9 @@ def make_environment(loader: jinja2.BaseLoader | None = None) -> jinja2.Environm
         autoescape=False,
     )
     env.filters = {name: _stoppable(f) for name, f in {**env.filters, **FILTERS}.items()}
-    env.tests.update(TESTS)
-    env.globals.update({k: _stoppable(v) if callable(v) else v for k, v in GLOBALS.items()})
+    env.tests.update(cast(dict[str, Any], TESTS))
+    globals_: dict[str, Any] = {k: _stoppable(v) if callable(v) else v for k, v in GLOBALS.items()}
+    env.globals.update(globals_)
     env.globals["range"] = _stoppable(safe_range)
     return env
 
