@@ -98,9 +98,18 @@ class Connection(Protocol):
         essential: bool = False,
     ) -> CommandResult: ...
 
-    def hold(self, command: str, *, stdin: str | None = None) -> tuple[str, Release | None]:
+    def hold(
+        self,
+        command: str,
+        *,
+        stdin: str | None = None,
+        until: str | None = None,
+        wait: float = HOLD_START_SECONDS,
+    ) -> tuple[str, Release | None]:
         """Start a command that keeps running until released (a lock holder); returns its
-        first line of output and the release, or all its output and None when it ended."""
+        first line of output (with `until`: all it printed before a line `until`, which lets
+        the holder answer more in the same round trip) and the release, or all its output and
+        None when it ended first."""
 
     def cancel(self, grace: float = KILL_GRACE_SECONDS) -> None:
         """End every command running on this connection (its whole process group: SIGTERM,
@@ -274,25 +283,35 @@ class SSHConnection:
                 channel.close()
         return CommandResult(command, rc, stdout, stderr, time.monotonic() - started)
 
-    def hold(self, command: str, *, stdin: str | None = None) -> tuple[str, Release | None]:
+    def hold(
+        self,
+        command: str,
+        *,
+        stdin: str | None = None,
+        until: str | None = None,
+        wait: float = HOLD_START_SECONDS,
+    ) -> tuple[str, Release | None]:
+        end = _hold_end(until)
         try:
             channel = self._fabric.transport.open_session(timeout=self.spec.connect_timeout)
             channel.exec_command(command)
             if stdin:
                 channel.sendall(stdin.encode())
             out = bytearray()
-            deadline = time.monotonic() + HOLD_START_SECONDS
-            while b"\n" not in out and time.monotonic() < deadline:
+            deadline = time.monotonic() + wait
+            while end not in out and time.monotonic() < deadline:
                 if channel.recv_ready():
-                    out += channel.recv(4096)
+                    out += channel.recv(65536)
                 elif channel.exit_status_ready():
+                    while channel.recv_ready():
+                        out += channel.recv(65536)
                     break
                 else:
                     select.select([channel], [], [], 0.2)
         except (OSError, paramiko.SSHException, EOFError) as error:
             raise HostUnreachable(f"connection to {self._target()} lost: {error}") from None
-        if b"\n" in out:
-            return out.decode(errors="replace").split("\n", 1)[0], channel.close
+        if end in out:
+            return _held_answer(out, end, until), channel.close
         channel.close()
         return out.decode(errors="replace"), None
 
@@ -388,10 +407,17 @@ class LocalConnection:
                 self._running.discard(proc)
         if self._cancelled.is_set() and proc.returncode < 0 and not essential:
             raise CommandInterrupted("the run was interrupted")
-        stderr = _PGID_LINE.sub(b"", stderr.encode()).decode()
+        stderr = without_group_lines(stderr)
         return CommandResult(command, proc.returncode, stdout, stderr, time.monotonic() - started)
 
-    def hold(self, command: str, *, stdin: str | None = None) -> tuple[str, Release | None]:
+    def hold(
+        self,
+        command: str,
+        *,
+        stdin: str | None = None,
+        until: str | None = None,
+        wait: float = HOLD_START_SECONDS,
+    ) -> tuple[str, Release | None]:
         proc = subprocess.Popen(
             ["/bin/sh", "-c", command],
             stdin=subprocess.PIPE,
@@ -405,6 +431,11 @@ class LocalConnection:
             proc.stdin.write(stdin)
             proc.stdin.flush()
         line = proc.stdout.readline()
+        if until is not None:
+            end = _hold_end(until).decode()
+            while line and not line.endswith(end) and (more := proc.stdout.readline()):
+                line += more
+            line = line.removesuffix(end[1:]) if line.endswith(end) else line.rstrip("\n")
         if line.endswith("\n"):
 
             def release() -> None:
@@ -412,7 +443,7 @@ class LocalConnection:
                 proc.stdin.close()
                 proc.wait(timeout=HOLD_START_SECONDS)
 
-            return line.rstrip("\n"), release
+            return (line if until is not None else line.rstrip("\n")), release
         proc.stdin.close()
         rest = proc.stdout.read()
         proc.wait()
@@ -457,6 +488,24 @@ def _group_alive(proc: subprocess.Popen[str]) -> bool:
     except PermissionError:
         return True
     return True
+
+
+def without_group_lines(stderr: str) -> str:
+    """A command's stderr without the lines that announce its process groups."""
+    return _PGID_LINE.sub(b"", stderr.encode()).decode(errors="replace")
+
+
+def _hold_end(until: str | None) -> bytes:
+    """The bytes that end a held command's answer: a newline, or the line `until`."""
+    return b"\n" if until is None else f"\n{until}\n".encode()
+
+
+def _held_answer(out: bytearray, end: bytes, until: str | None) -> str:
+    """A held command's answer: its first line, or (`until`) all before the end line."""
+    text = out.decode(errors="replace")
+    if until is None:
+        return text.split("\n", 1)[0]
+    return text.split(end.decode(), 1)[0] + "\n"
 
 
 def _feed(channel: paramiko.Channel, stdin: str | None) -> None:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from glmops.engine.connection import quote
-from glmops.engine.context import TaskContext
+from glmops.engine.context import TaskContext, stat_command
 from glmops.engine.results import Status, TaskResult
 from glmops.errors import ModuleError
 from glmops.modules.base import Arg, Module, Plan, mode_arg, register
@@ -30,6 +30,13 @@ class File(Module):
         "owner": Arg(str),
         "group": Arg(str),
     }
+
+    def checks(self) -> list[str]:
+        path, mode = self.params["path"], self.params["mode"]
+        found = [stat_command(path, checksum=False)]
+        if self.params["state"] == "link":
+            found.append(readlink_command(path))
+        return found + (["umask"] if mode and needs_umask(mode) else [])
 
     def plan(self, ctx: TaskContext) -> Plan:
         """What the run will do; a path that cannot become what is asked fails here, so
@@ -67,7 +74,7 @@ class File(Module):
         if current is not None and current.kind not in ("link", "file"):
             raise ModuleError(f"{path} is a {current.kind}; refusing to replace it with a link")
         if current is not None and current.kind == "link":
-            target = ctx.run(f"readlink -- {quote(path)}", check=True, what=f"readlink {path}")
+            target = ctx.run(readlink_command(path), check=True, what=f"readlink {path}")
             if target.stdout.rstrip("\n") == src:
                 return Plan(False, f"{path} is a link to {src}")
             return Plan(True, f"would point {path} at {src} (now {target.stdout.strip()})")
@@ -89,6 +96,10 @@ class File(Module):
         ctx.run(" && ".join(steps), check=True, what=f"set up {self.params['path']}")
         done = plan.reason.removeprefix("would ")
         return TaskResult(Status.CHANGED, done[:1].upper() + done[1:])  # paths keep their case
+
+
+def readlink_command(path: str) -> str:
+    return f"readlink -- {quote(path)}"
 
 
 def _kept_state(current) -> str:
