@@ -32,7 +32,7 @@ from glmops.cli.options import (
     sudo_password,
     tag_set,
 )
-from glmops.cli.up import PHASES
+from glmops.cli.phases import PHASES
 from glmops.errors import ExitCode, InputError
 from glmops.gpu import gpus
 
@@ -48,12 +48,8 @@ def run_playbook(
 ) -> int:
     """Run a playbook with the verbs' options; `prepare(executor)` may watch the run;
     `play_settings` (e.g. `serial`) are set on every play, as if its file said so."""
-    from glmops.engine.connection import ConnectionSettings
-    from glmops.engine.executor import Executor, RunOptions
     from glmops.engine.inventory import load_inventory, parse_extra_vars
-    from glmops.engine.output import Reporter
     from glmops.engine.playbook import load_playbook
-    from glmops.engine.runlog import Masker, RunLog
 
     extra_vars = parse_extra_vars(list(opts.get("extra_vars") or ()) + list(extra))
     plays = load_playbook(playbook)
@@ -75,6 +71,12 @@ def run_playbook(
 
         click.echo(list_hosts(inventory, plays, resolve_limit(limit)))
         return ExitCode.OK
+    # What runs plays (SSH, output) is loaded only when plays are to run.
+    from glmops.engine.connection import ConnectionSettings
+    from glmops.engine.executor import Executor, RunOptions
+    from glmops.engine.output import Reporter
+    from glmops.engine.runlog import Masker, RunLog
+
     password = sudo_password(opts)
     masker = Masker({password} if password else set())
     options = RunOptions(

@@ -33,12 +33,12 @@ from typing import Any
 import click
 
 from glmops import __version__, paths
+from glmops.cli.phases import PHASES
 from glmops.engine.inventory import Host, load_inventory, parse_extra_vars
 from glmops.engine.output import event_line
 from glmops.engine.runlog import is_secret_name
 from glmops.errors import ExitCode, InputError
 
-PHASES = ("provision", "patch", "model", "deploy", "verify")
 PLAYBOOKS = {"provision": "provision.yml", "patch": "patch.yml", "deploy": "deploy.yml"}
 #: Phases that change nothing, so they run every time (a converged host is still checked).
 ALWAYS = ("verify",)

@@ -10,6 +10,8 @@ contact (`accept-new`, the default) or refused (`strict`); a changed key is alwa
 
 from __future__ import annotations
 
+import functools
+import importlib
 import os
 import random
 import re
@@ -22,16 +24,30 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Protocol
-
-import fabric
-import paramiko
+from typing import TYPE_CHECKING, Any, Protocol
 
 from glmops.engine.inventory import ConnectionSpec
 from glmops.engine.knownhosts import default_known_hosts
 from glmops.engine.runlog import route_library_logs
 from glmops.engine.secretenv import child_environment
 from glmops.errors import CommandInterrupted, CommandTimeout, HostKeyChanged, HostUnreachable
+
+if TYPE_CHECKING:
+    import fabric
+    import paramiko
+else:
+
+    class _OnFirstUse:
+        """A library loaded when first used: SSH's (paramiko, fabric) take a tenth of a
+        second to load, which verbs that never connect (--version, --syntax-check) skip."""
+
+        def __init__(self, name: str):
+            self._name = name
+
+        def __getattr__(self, attr: str) -> Any:
+            return getattr(importlib.import_module(self._name), attr)
+
+    fabric, paramiko = _OnFirstUse("fabric"), _OnFirstUse("paramiko")
 
 KEEPALIVE_SECONDS = 15
 CONNECT_ATTEMPTS = 3
@@ -121,28 +137,36 @@ class Connection(Protocol):
     def close(self) -> None: ...
 
 
-class _KnownHostsPolicy(paramiko.MissingHostKeyPolicy):
-    """accept-new: record an unknown key in glmops' known_hosts; strict: refuse it."""
+_KNOWN_HOSTS_WRITE = threading.Lock()
 
-    _lock = threading.Lock()
 
-    def __init__(self, path: Path, strict: bool):
-        self.path = path
-        self.strict = strict
+@functools.cache
+def _known_hosts_policy() -> type[paramiko.MissingHostKeyPolicy]:
+    """The policy class, made when the first SSH connection is (it subclasses paramiko's)."""
 
-    def missing_host_key(
-        self, client: paramiko.SSHClient, hostname: str, key: paramiko.PKey
-    ) -> None:
-        if self.strict:
-            raise HostUnreachable(
-                f"host key for {hostname} is not in {self.path} and host key checking is strict; "
-                "run once with host_key_checking: accept-new, or add the key to that file"
-            )
-        client.get_host_keys().add(hostname, key.get_name(), key)
-        with self._lock:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            with self.path.open("a") as known:
-                known.write(f"{hostname} {key.get_name()} {key.get_base64()}\n")
+    class KnownHostsPolicy(paramiko.MissingHostKeyPolicy):
+        """accept-new: record an unknown key in glmops' known_hosts; strict: refuse it."""
+
+        def __init__(self, path: Path, strict: bool):
+            self.path = path
+            self.strict = strict
+
+        def missing_host_key(
+            self, client: paramiko.SSHClient, hostname: str, key: paramiko.PKey
+        ) -> None:
+            if self.strict:
+                raise HostUnreachable(
+                    f"host key for {hostname} is not in {self.path} and host key checking is "
+                    "strict; run once with host_key_checking: accept-new, or add the key to "
+                    "that file"
+                )
+            client.get_host_keys().add(hostname, key.get_name(), key)
+            with _KNOWN_HOSTS_WRITE:
+                self.path.parent.mkdir(parents=True, exist_ok=True)
+                with self.path.open("a") as known:
+                    known.write(f"{hostname} {key.get_name()} {key.get_base64()}\n")
+
+    return KnownHostsPolicy
 
 
 class SSHConnection:
@@ -186,7 +210,7 @@ class SSHConnection:
         )
         strict = self._settings.strict_host_keys or self.spec.host_key_checking == "strict"
         conn.client.set_missing_host_key_policy(
-            _KnownHostsPolicy(self._settings.known_hosts, strict)
+            _known_hosts_policy()(self._settings.known_hosts, strict)
         )
         if self._settings.known_hosts.exists():
             conn.client.get_host_keys().load(str(self._settings.known_hosts))

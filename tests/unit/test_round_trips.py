@@ -73,3 +73,24 @@ def test_a_converged_host_costs_two_round_trips_after_connecting(
     connect = 1  # who and where we are on the host (uid, home)
     print("commands per host after connecting:", {h: n - connect for h, n in sent.items()})
     assert {h: n - connect for h, n in sent.items()} == {"a": 2, "b": 2}
+
+
+def test_a_change_drops_the_checks_run_ahead_so_later_tasks_see_it(
+    run_playbook: Runner, hosts: Path, tmp_path: Path
+) -> None:
+    """The second task's check was run ahead, before the first wrote the file: it must look
+    again, or it would edit a file it thinks missing."""
+    outcome = run_playbook(
+        """
+        - hosts: a
+          gather_facts: false
+          tasks:
+            - copy: {dest: "{{ out }}/f", content: "first\\n"}
+            - lineinfile: {path: "{{ out }}/f", line: "second", create: true}
+            - copy: {dest: "{{ out }}/f", content: "first\\nsecond\\n"}
+        """,
+        hosts,
+    )
+    assert outcome.exit_code == 0, outcome.stderr
+    assert (tmp_path / "a" / "f").read_text() == "first\nsecond\n"
+    assert [e["status"] for e in outcome.results("a")] == ["changed", "changed", "ok"]
