@@ -442,36 +442,7 @@ class LocalConnection:
         until: str | None = None,
         wait: float = HOLD_START_SECONDS,
     ) -> tuple[str, Release | None]:
-        proc = subprocess.Popen(
-            ["/bin/sh", "-c", command],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            text=True,
-            start_new_session=True,
-            env=child_environment(),
-        )
-        assert proc.stdin is not None and proc.stdout is not None
-        if stdin:
-            proc.stdin.write(stdin)
-            proc.stdin.flush()
-        line = proc.stdout.readline()
-        if until is not None:
-            end = _hold_end(until).decode()
-            while line and not line.endswith(end) and (more := proc.stdout.readline()):
-                line += more
-            line = line.removesuffix(end[1:]) if line.endswith(end) else line.rstrip("\n")
-        if line.endswith("\n"):
-
-            def release() -> None:
-                assert proc.stdin is not None
-                proc.stdin.close()
-                proc.wait(timeout=HOLD_START_SECONDS)
-
-            return (line if until is not None else line.rstrip("\n")), release
-        proc.stdin.close()
-        rest = proc.stdout.read()
-        proc.wait()
-        return line + rest, None
+        return hold_process(["/bin/sh", "-c", command], stdin, until)
 
     def cancel(self, grace: float = KILL_GRACE_SECONDS) -> None:
         self._cancelled.set()
@@ -487,6 +458,42 @@ class LocalConnection:
 
     def close(self) -> None:
         return None
+
+
+def hold_process(
+    argv: list[str], stdin: str | None, until: str | None
+) -> tuple[str, Release | None]:
+    """`Connection.hold` for a command run by a local process (a shell, or ssh)."""
+    proc = subprocess.Popen(
+        argv,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+        env=child_environment(),
+    )
+    assert proc.stdin is not None and proc.stdout is not None
+    if stdin:
+        proc.stdin.write(stdin)
+        proc.stdin.flush()
+    line = proc.stdout.readline()
+    if until is not None:
+        end = _hold_end(until).decode()
+        while line and not line.endswith(end) and (more := proc.stdout.readline()):
+            line += more
+        line = line.removesuffix(end[1:]) if line.endswith(end) else line.rstrip("\n")
+    if line.endswith("\n"):
+
+        def release() -> None:
+            assert proc.stdin is not None
+            proc.stdin.close()
+            proc.wait(timeout=HOLD_START_SECONDS)
+
+        return (line if until is not None else line.rstrip("\n")), release
+    proc.stdin.close()
+    rest = proc.stdout.read()
+    proc.wait()
+    return line + rest, None
 
 
 def _end_local_group(proc: subprocess.Popen[str], grace: float = KILL_GRACE_SECONDS) -> None:
@@ -585,10 +592,17 @@ def _drain(
 
 
 def open_connection(host: str, spec: ConnectionSpec, settings: ConnectionSettings) -> Connection:
-    conn: SSHConnection | LocalConnection
-    conn = (
-        LocalConnection(host) if spec.connection == "local" else SSHConnection(host, spec, settings)
-    )
+    """Connect to the host: a local shell, OpenSSH sharing its connection across runs (the
+    host's `persist` seconds, glmops/engine/openssh.py), or Fabric for this run alone."""
+    if spec.connection == "local":
+        return LocalConnection(host)
+    if spec.persist > 0:
+        from glmops.engine.openssh import OpenSSHConnection
+
+        shared = OpenSSHConnection(host, spec, settings)
+        shared.open()
+        return shared
+    conn = SSHConnection(host, spec, settings)
     conn.open()
     return conn
 
