@@ -100,6 +100,8 @@ class PlayLoop:
                 session.interrupted = session.interrupted or "before the handlers"
             return None
         self._each(pool, live, lambda s: self._run_handlers(play, playbook, s, s.pending))
+        for session in batch:  # answers run ahead for this play stand no longer
+            session.prefetched.forget()
         return None
 
     def _each(

@@ -18,7 +18,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from glmops.engine.connection import CommandResult, without_group_lines
-from glmops.engine.context import RemoteCommandError
+from glmops.engine.context import (
+    RemoteCommandError,
+    helper_command,
+    helper_reply,
+    helper_stdin,
+)
 from glmops.errors import CommandTimeout, GlmopsError
 
 if TYPE_CHECKING:
@@ -77,12 +82,14 @@ def run_ahead(
     ctx = pool.context(play, session, None)
     ctx.become, ctx.environment = False, {}  # each check carries its own sudo and exports
     try:
-        reply = ctx.run_helper(
-            "run_checks",
-            {"commands": unique, "timeout": CHECK_TIMEOUT_S},
+        # Not logged here (a check may read a file's content); each task logs its own answer.
+        probe = ctx.run(
+            helper_command("run_checks"),
+            stdin=helper_stdin("run_checks", {"commands": unique, "timeout": CHECK_TIMEOUT_S}),
             timeout=CHECK_TIMEOUT_S * 2,
+            log_output=False,
         )
-        results = reply["results"]
+        results = helper_reply("run_checks", probe)["results"]
         if not isinstance(results, list) or len(results) != len(unique):
             raise TypeError(f"{len(unique)} checks sent, answers: {results!r:.200}")
     except (RemoteCommandError, CommandTimeout, KeyError, TypeError) as error:
