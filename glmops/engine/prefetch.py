@@ -1,5 +1,5 @@
 """A play's checks run ahead: before a host's tasks run, the read-only commands their plans
-will start with (`Module.checks`) go to the host in one probe (hosthelpers/run_checks.py), and
+will start with (`Module.checks`) go to the host in one probe (`probe_command`), and
 each plan then gets its answer from here instead of asking the host again.
 
 Why it stays correct: an answer is the host's state when the probe ran, and it stands only
@@ -12,18 +12,13 @@ answer is never asked for, or never made, and it checks as before.
 
 from __future__ import annotations
 
+import base64
 import threading
 from collections.abc import Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from glmops.engine.connection import CommandResult, without_group_lines
-from glmops.engine.context import (
-    RemoteCommandError,
-    helper_command,
-    helper_reply,
-    helper_stdin,
-)
+from glmops.engine.connection import CommandResult, quote, without_group_lines
 from glmops.errors import CommandTimeout, GlmopsError
 
 if TYPE_CHECKING:
@@ -32,7 +27,8 @@ if TYPE_CHECKING:
     from glmops.engine.sessions import HostSession, SessionPool
     from glmops.engine.task_run import TaskRunner
 
-CHECK_TIMEOUT_S = 60
+CHECK_TIMEOUT_S = 120
+PROBE_END = "glmops-checks-done"
 
 
 class CheckCache:
@@ -83,30 +79,45 @@ def run_ahead(
     ctx.become, ctx.environment = False, {}  # each check carries its own sudo and exports
     try:
         # Not logged here (a check may read a file's content); each task logs its own answer.
-        probe = ctx.run(
-            helper_command("run_checks"),
-            stdin=helper_stdin("run_checks", {"commands": unique, "timeout": CHECK_TIMEOUT_S}),
-            timeout=CHECK_TIMEOUT_S * 2,
-            log_output=False,
-        )
-        results = helper_reply("run_checks", probe)["results"]
-        if not isinstance(results, list) or len(results) != len(unique):
-            raise TypeError(f"{len(unique)} checks sent, answers: {results!r:.200}")
-    except (RemoteCommandError, CommandTimeout, KeyError, TypeError) as error:
+        probe = ctx.run(probe_command(unique), timeout=CHECK_TIMEOUT_S, log_output=False)
+        results = parse_probe(probe.stdout, len(unique))
+    except (CommandTimeout, ValueError) as error:
         state.runlog.write(session.host.name, f"checks not run ahead: {error}")
         return 0
     answers: dict[str, list[CommandResult]] = {}
-    for command, got in zip(unique, results, strict=True):
-        answer = CommandResult(
-            command,
-            int(got["rc"]),
-            str(got["stdout"]),
-            without_group_lines(str(got["stderr"])),
-            float(got["duration"]),
-        )
+    for command, (rc, stdout, stderr) in zip(unique, results, strict=True):
+        answer = CommandResult(command, rc, stdout, without_group_lines(stderr), 0.0)
         answers[command] = [answer] * wanted.count(command)
     session.prefetched.fill(answers)
     return len(unique)
+
+
+def probe_command(commands: list[str]) -> str:
+    """One shell command that runs each check as the connection would (`/bin/sh -c`, no
+    stdin) and prints, per check, its exit status and its stdout and stderr in base64: a
+    shell and coreutils, so a converged host starts no interpreter."""
+    steps = "".join(
+        f'/bin/sh -c {quote(command)} >"$d/o" 2>"$d/e" </dev/null; echo "rc=$?"; '
+        'base64 -w0 "$d/o"; echo; base64 -w0 "$d/e"; echo; '
+        for command in commands
+    )
+    return f"d=$(mktemp -d) || exit 1; trap 'rm -rf \"$d\"' EXIT; {steps}echo {PROBE_END}"
+
+
+def parse_probe(stdout: str, count: int) -> list[tuple[int, str, str]]:
+    """Each check's (exit status, stdout, stderr) from `probe_command`'s output; ValueError
+    when it is not whole (the probe stopped early)."""
+    lines = stdout.split("\n")
+    if len(lines) < 3 * count + 1 or lines[3 * count] != PROBE_END:
+        raise ValueError(f"the probe's answer is not whole ({len(lines)} lines)")
+    results = []
+    for index in range(count):
+        status, out, err = lines[3 * index : 3 * index + 3]
+        if not status.startswith("rc="):
+            raise ValueError(f"the probe's answer {index} has no exit status")
+        decoded = [base64.b64decode(text).decode(errors="replace") for text in (out, err)]
+        results.append((int(status[3:]), decoded[0], decoded[1]))
+    return results
 
 
 def _task_checks(
