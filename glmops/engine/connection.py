@@ -138,6 +138,7 @@ class Connection(Protocol):
 
 
 _KNOWN_HOSTS_WRITE = threading.Lock()
+_KNOWN_HOSTS_READ = threading.Lock()
 
 
 @functools.cache
@@ -167,6 +168,26 @@ def _known_hosts_policy() -> type[paramiko.MissingHostKeyPolicy]:
                     known.write(f"{hostname} {key.get_name()} {key.get_base64()}\n")
 
     return KnownHostsPolicy
+
+
+def known_keys(path: Path, name: str) -> dict[str, paramiko.PKey]:
+    """The keys glmops' known_hosts holds for `name` (host, or [host]:port), by type: the
+    file is parsed once per version of it, not once per host (a few ms of CPU per line)."""
+    try:
+        found = path.stat()
+    except FileNotFoundError:
+        return {}
+    with _KNOWN_HOSTS_READ:  # the run's hosts connect at once: one of them parses it
+        parsed = _parsed_known_hosts(str(path), found.st_mtime_ns, found.st_size)
+    entries = parsed.lookup(name)
+    return dict(entries) if entries else {}
+
+
+@functools.lru_cache(maxsize=4)
+def _parsed_known_hosts(path: str, mtime_ns: int, size: int) -> paramiko.HostKeys:
+    keys = paramiko.HostKeys()
+    keys.load(path)
+    return keys
 
 
 class SSHConnection:
@@ -212,8 +233,9 @@ class SSHConnection:
         conn.client.set_missing_host_key_policy(
             _known_hosts_policy()(self._settings.known_hosts, strict)
         )
-        if self._settings.known_hosts.exists():
-            conn.client.get_host_keys().load(str(self._settings.known_hosts))
+        name = address if port in (None, 22) else f"[{address}]:{port}"
+        for keytype, key in known_keys(self._settings.known_hosts, name).items():
+            conn.client.get_host_keys().add(name, keytype, key)
         return conn
 
     def open(self) -> None:

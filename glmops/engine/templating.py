@@ -7,6 +7,7 @@ error names the playbook file, the task and the host.
 from __future__ import annotations
 
 import base64
+import functools
 import json
 import os
 import re
@@ -123,6 +124,18 @@ def make_environment(loader: jinja2.BaseLoader | None = None) -> jinja2.Environm
 _ENV = make_environment()
 
 
+@functools.lru_cache(maxsize=4096)
+def _template(text: str) -> jinja2.Template:
+    """A template string compiled once per run, not once per host and task (compiling costs
+    more than rendering)."""
+    return _ENV.from_string(text)
+
+
+@functools.lru_cache(maxsize=4096)
+def _expression(expression: str) -> Any:
+    return _ENV.compile_expression(expression, undefined_to_none=False)
+
+
 def render_value(value: Any, variables: dict[str, Any], *, where: str) -> Any:
     """Render every string inside `value` (dicts and lists recursively).
 
@@ -144,7 +157,7 @@ def render_value(value: Any, variables: dict[str, Any], *, where: str) -> Any:
 
 def render_string(text: str, variables: dict[str, Any], *, where: str) -> str:
     try:
-        return _ENV.from_string(text).render(variables)
+        return _template(text).render(variables)
     except jinja2.TemplateError as error:
         raise TemplateError(f"{where}: {_describe(error)}") from None
 
@@ -152,7 +165,7 @@ def render_string(text: str, variables: dict[str, Any], *, where: str) -> str:
 def evaluate(expression: str, variables: dict[str, Any], *, where: str) -> Any:
     """Evaluate one Jinja2 expression (a `when`, `until` or `{{ ... }}`) to a Python value."""
     try:
-        result = _ENV.compile_expression(expression, undefined_to_none=False)(variables)
+        result = _expression(expression)(variables)
     except jinja2.TemplateError as error:
         raise TemplateError(
             f"{where}: {_describe(error)} in expression {expression.strip()!r}"
