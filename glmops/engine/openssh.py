@@ -17,6 +17,7 @@ group, so a timeout or an interrupt ends the command's whole group on the host.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import stat
@@ -35,13 +36,12 @@ from glmops.engine.connection import (
     Release,
     hold_process,
     quote,
-    without_group_lines,
 )
 from glmops.engine.inventory import ConnectionSpec
 from glmops.engine.secretenv import child_environment
 from glmops.errors import CommandInterrupted, CommandTimeout, HostKeyChanged, HostUnreachable
 
-_GROUP = re.compile(rf"(?m)^{PGID_MARKER}(\d+)$")
+_GROUP_LINE = re.compile(rf"{PGID_MARKER}(\d+)\n".encode())
 #: ssh's own exit status: the connection failed, not the command.
 SSH_FAILED = 255
 
@@ -142,6 +142,8 @@ class OpenSSHConnection:
         kill_wrap: KillWrap | None = None,
         essential: bool = False,
     ) -> CommandResult:
+        """Run on the host; past the deadline or once cancelled, its process groups (named on
+        stderr as it starts) are ended there, not only abandoned."""
         cancelled = threading.Event() if essential else self._cancelled
         if cancelled.is_set():
             raise CommandInterrupted("the run was interrupted")
@@ -152,56 +154,68 @@ class OpenSSHConnection:
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
-            text=True,
             start_new_session=True,
             env=child_environment(),
         )
-        watcher = threading.Thread(
-            target=self._watch, args=(proc, cancelled, kill_wrap), daemon=True
-        )
-        watcher.start()
+        groups: list[int] = []
+        out, err = bytearray(), bytearray()
+
+        def read_out() -> None:
+            assert proc.stdout is not None
+            out.extend(proc.stdout.read())
+
+        def read_errors() -> None:
+            assert proc.stderr is not None
+            for line in proc.stderr:
+                if match := _GROUP_LINE.fullmatch(line):
+                    groups.append(int(match.group(1)))
+                    with self._lock:
+                        self._groups[groups[-1]] = kill_wrap
+                else:
+                    err.extend(line)
+
+        readers = [
+            threading.Thread(target=_feed, args=(proc, stdin), daemon=True),
+            threading.Thread(target=read_out, daemon=True),
+            threading.Thread(target=read_errors, daemon=True),
+        ]
+        for reader in readers:
+            reader.start()
+        deadline = None if timeout is None else started + timeout
         try:
-            stdout, stderr = proc.communicate(stdin or "", timeout=timeout)
-        except subprocess.TimeoutExpired:
-            stderr = ""
-            self._end_groups(self._announced(proc), kill_wrap)
-            proc.kill()
-            proc.communicate()
-            raise CommandTimeout(f"command timed out after {timeout:g} s") from None
+            while proc.poll() is None:
+                if cancelled.is_set():
+                    self._stop(proc, groups, kill_wrap)
+                    raise CommandInterrupted("the run was interrupted")
+                if deadline is not None and time.monotonic() > deadline:
+                    self._stop(proc, groups, kill_wrap)
+                    raise CommandTimeout(f"command timed out after {timeout:g} s")
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    proc.wait(0.2)
+            for reader in readers:
+                reader.join()
         finally:
-            proc.poll()
-        groups = [int(g) for g in _GROUP.findall(stderr)]
-        with self._lock:
-            for group in groups:
-                self._groups.pop(group, None)
-        if cancelled.is_set() and not essential:
-            raise CommandInterrupted("the run was interrupted")
+            with self._lock:
+                for group in groups:
+                    self._groups.pop(group, None)
+        stderr = err.decode(errors="replace")
         if proc.returncode == SSH_FAILED and not groups:
-            raise HostUnreachable(f"connection to {self.spec.address} lost: {stderr.strip()}")
+            raise self._failure(stderr)
         return CommandResult(
             command,
             proc.returncode,
-            stdout,
-            without_group_lines(stderr),
+            out.decode(errors="replace"),
+            stderr,
             time.monotonic() - started,
         )
 
-    def _watch(
-        self,
-        proc: subprocess.Popen[str],
-        cancelled: threading.Event,
-        kill_wrap: KillWrap | None,
+    def _stop(
+        self, proc: subprocess.Popen[bytes], groups: list[int], kill_wrap: KillWrap | None
     ) -> None:
-        """End the command's groups on the host once the run is cancelled."""
-        while proc.poll() is None:
-            if cancelled.wait(0.2):
-                self._end_groups(list(self._groups), kill_wrap)
-                proc.kill()
-                return
-
-    def _announced(self, proc: subprocess.Popen[str]) -> list[int]:
-        with self._lock:
-            return list(self._groups)
+        """End the command's groups on the host, then its ssh here."""
+        self._end_groups(list(groups), kill_wrap)
+        proc.kill()
+        proc.wait()
 
     def hold(
         self,
@@ -214,6 +228,7 @@ class OpenSSHConnection:
         return hold_process(self._remote(command), stdin, until)
 
     def cancel(self, grace: float = KILL_GRACE_SECONDS) -> None:
+        """Each running command sees the cancel and ends its own groups on the host."""
         self._cancelled.set()
 
     def _end_groups(
@@ -260,3 +275,13 @@ def close_shared(spec: ConnectionSpec, settings: ConnectionSettings) -> None:
         capture_output=True,
         env=child_environment(),
     )
+
+
+def _feed(proc: subprocess.Popen[bytes], stdin: str | None) -> None:
+    assert proc.stdin is not None
+    try:
+        if stdin:
+            proc.stdin.write(stdin.encode())
+        proc.stdin.close()
+    except OSError:
+        pass  # the command exited without reading all of its input
