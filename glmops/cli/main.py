@@ -32,7 +32,7 @@ from glmops.cli.options import (
     sudo_password,
     tag_set,
 )
-from glmops.cli.up import PHASES
+from glmops.cli.phases import PHASES
 from glmops.cli.verb import run_playbook
 from glmops.errors import ExitCode, InputError
 from glmops.gpu import gpus

@@ -32,6 +32,7 @@ from typing import Any
 import click
 
 from glmops import __version__, paths
+from glmops.cli.phases import PHASES
 from glmops.engine import results
 from glmops.engine.inventory import Host
 from glmops.engine.output import event_line
@@ -40,7 +41,6 @@ from glmops.engine.runlog import is_secret_name
 from glmops.errors import InputError
 from glmops.model.manifest import write_atomic
 
-PHASES = ("provision", "patch", "model", "deploy", "verify")
 PLAYBOOKS = {"provision": "provision.yml", "patch": "patch.yml", "deploy": "deploy.yml"}
 #: Phases that change nothing, so they run every time (a converged host is still checked).
 ALWAYS = ("verify",)

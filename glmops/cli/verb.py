@@ -24,7 +24,6 @@ def run_playbook(
     """A playbook verb: --syntax-check, --list-tasks and --list-hosts answer here; anything
     else runs through the run facade (glmops.run)."""
     from glmops.engine.playbook import load_playbook
-    from glmops.run import load_inventory, run
 
     plays = load_playbook(playbook)
     check_start_at_task(plays, opts.get("start_at_task"))
@@ -37,6 +36,9 @@ def run_playbook(
             else syntax_ok(playbook, plays)
         )
         return ExitCode.OK
+    # What runs plays (SSH, the executor, output) is loaded only when plays are to run.
+    from glmops.run import load_inventory, run
+
     if opts.get("list_hosts"):
         from glmops.cli.listing import list_hosts
         from glmops.engine.inventory import parse_extra_vars

@@ -10,6 +10,8 @@ contact (`accept-new`, the default) or refused (`strict`); a changed key is alwa
 
 from __future__ import annotations
 
+import functools
+import importlib
 import os
 import random
 import re
@@ -22,16 +24,30 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Protocol
-
-import fabric
-import paramiko
+from typing import TYPE_CHECKING, Any, Protocol
 
 from glmops.engine.inventory import ConnectionSpec
 from glmops.engine.knownhosts import default_known_hosts
 from glmops.engine.runlog import route_library_logs
 from glmops.engine.secretenv import child_environment
 from glmops.errors import CommandInterrupted, CommandTimeout, HostKeyChanged, HostUnreachable
+
+if TYPE_CHECKING:
+    import fabric
+    import paramiko
+else:
+
+    class _OnFirstUse:
+        """A library loaded when first used: SSH's (paramiko, fabric) take a tenth of a
+        second to load, which verbs that never connect (--version, --syntax-check) skip."""
+
+        def __init__(self, name: str):
+            self._name = name
+
+        def __getattr__(self, attr: str) -> Any:
+            return getattr(importlib.import_module(self._name), attr)
+
+    fabric, paramiko = _OnFirstUse("fabric"), _OnFirstUse("paramiko")
 
 KEEPALIVE_SECONDS = 15
 CONNECT_ATTEMPTS = 3
@@ -98,9 +114,18 @@ class Connection(Protocol):
         essential: bool = False,
     ) -> CommandResult: ...
 
-    def hold(self, command: str, *, stdin: str | None = None) -> tuple[str, Release | None]:
+    def hold(
+        self,
+        command: str,
+        *,
+        stdin: str | None = None,
+        until: str | None = None,
+        wait: float = HOLD_START_SECONDS,
+    ) -> tuple[str, Release | None]:
         """Start a command that keeps running until released (a lock holder); returns its
-        first line of output and the release, or all its output and None when it ended."""
+        first line of output (with `until`: all it printed before a line `until`, which lets
+        the holder answer more in the same round trip) and the release, or all its output and
+        None when it ended first."""
 
     def cancel(self, grace: float = KILL_GRACE_SECONDS) -> None:
         """End every command running on this connection (its whole process group: SIGTERM,
@@ -112,28 +137,57 @@ class Connection(Protocol):
     def close(self) -> None: ...
 
 
-class _KnownHostsPolicy(paramiko.MissingHostKeyPolicy):
-    """accept-new: record an unknown key in glmops' known_hosts; strict: refuse it."""
+_KNOWN_HOSTS_WRITE = threading.Lock()
+_KNOWN_HOSTS_READ = threading.Lock()
 
-    _lock = threading.Lock()
 
-    def __init__(self, path: Path, strict: bool):
-        self.path = path
-        self.strict = strict
+@functools.cache
+def _known_hosts_policy() -> type[paramiko.MissingHostKeyPolicy]:
+    """The policy class, made when the first SSH connection is (it subclasses paramiko's)."""
 
-    def missing_host_key(
-        self, client: paramiko.SSHClient, hostname: str, key: paramiko.PKey
-    ) -> None:
-        if self.strict:
-            raise HostUnreachable(
-                f"host key for {hostname} is not in {self.path} and host key checking is strict; "
-                "run once with host_key_checking: accept-new, or add the key to that file"
-            )
-        client.get_host_keys().add(hostname, key.get_name(), key)
-        with self._lock:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            with self.path.open("a") as known:
-                known.write(f"{hostname} {key.get_name()} {key.get_base64()}\n")
+    class KnownHostsPolicy(paramiko.MissingHostKeyPolicy):
+        """accept-new: record an unknown key in glmops' known_hosts; strict: refuse it."""
+
+        def __init__(self, path: Path, strict: bool):
+            self.path = path
+            self.strict = strict
+
+        def missing_host_key(
+            self, client: paramiko.SSHClient, hostname: str, key: paramiko.PKey
+        ) -> None:
+            if self.strict:
+                raise HostUnreachable(
+                    f"host key for {hostname} is not in {self.path} and host key checking is "
+                    "strict; run once with host_key_checking: accept-new, or add the key to "
+                    "that file"
+                )
+            client.get_host_keys().add(hostname, key.get_name(), key)
+            with _KNOWN_HOSTS_WRITE:
+                self.path.parent.mkdir(parents=True, exist_ok=True)
+                with self.path.open("a") as known:
+                    known.write(f"{hostname} {key.get_name()} {key.get_base64()}\n")
+
+    return KnownHostsPolicy
+
+
+def known_keys(path: Path, name: str) -> dict[str, paramiko.PKey]:
+    """The keys glmops' known_hosts holds for `name` (host, or [host]:port), by type: the
+    file is parsed once per version of it, not once per host (a few ms of CPU per line)."""
+    try:
+        found = path.stat()
+    except FileNotFoundError:
+        return {}
+    with _KNOWN_HOSTS_READ:  # the run's hosts connect at once: one of them parses it
+        parsed = _parsed_known_hosts(str(path), found.st_mtime_ns, found.st_size)
+    entries = parsed.lookup(name)
+    return dict(entries) if entries else {}
+
+
+@functools.lru_cache(maxsize=4)
+def _parsed_known_hosts(path: str, mtime_ns: int, size: int) -> paramiko.HostKeys:
+    keys = paramiko.HostKeys()
+    keys.load(path)
+    return keys
 
 
 class SSHConnection:
@@ -177,10 +231,11 @@ class SSHConnection:
         )
         strict = self._settings.strict_host_keys or self.spec.host_key_checking == "strict"
         conn.client.set_missing_host_key_policy(
-            _KnownHostsPolicy(self._settings.known_hosts, strict)
+            _known_hosts_policy()(self._settings.known_hosts, strict)
         )
-        if self._settings.known_hosts.exists():
-            conn.client.get_host_keys().load(str(self._settings.known_hosts))
+        name = address if port in (None, 22) else f"[{address}]:{port}"
+        for keytype, key in known_keys(self._settings.known_hosts, name).items():
+            conn.client.get_host_keys().add(name, keytype, key)
         return conn
 
     def open(self) -> None:
@@ -274,25 +329,35 @@ class SSHConnection:
                 channel.close()
         return CommandResult(command, rc, stdout, stderr, time.monotonic() - started)
 
-    def hold(self, command: str, *, stdin: str | None = None) -> tuple[str, Release | None]:
+    def hold(
+        self,
+        command: str,
+        *,
+        stdin: str | None = None,
+        until: str | None = None,
+        wait: float = HOLD_START_SECONDS,
+    ) -> tuple[str, Release | None]:
+        end = _hold_end(until)
         try:
             channel = self._fabric.transport.open_session(timeout=self.spec.connect_timeout)
             channel.exec_command(command)
             if stdin:
                 channel.sendall(stdin.encode())
             out = bytearray()
-            deadline = time.monotonic() + HOLD_START_SECONDS
-            while b"\n" not in out and time.monotonic() < deadline:
+            deadline = time.monotonic() + wait
+            while end not in out and time.monotonic() < deadline:
                 if channel.recv_ready():
-                    out += channel.recv(4096)
+                    out += channel.recv(65536)
                 elif channel.exit_status_ready():
+                    while channel.recv_ready():
+                        out += channel.recv(65536)
                     break
                 else:
                     select.select([channel], [], [], 0.2)
         except (OSError, paramiko.SSHException, EOFError) as error:
             raise HostUnreachable(f"connection to {self._target()} lost: {error}") from None
-        if b"\n" in out:
-            return out.decode(errors="replace").split("\n", 1)[0], channel.close
+        if end in out:
+            return _held_answer(out, end, until), channel.close
         channel.close()
         return out.decode(errors="replace"), None
 
@@ -388,35 +453,18 @@ class LocalConnection:
                 self._running.discard(proc)
         if self._cancelled.is_set() and proc.returncode < 0 and not essential:
             raise CommandInterrupted("the run was interrupted")
-        stderr = _PGID_LINE.sub(b"", stderr.encode()).decode()
+        stderr = without_group_lines(stderr)
         return CommandResult(command, proc.returncode, stdout, stderr, time.monotonic() - started)
 
-    def hold(self, command: str, *, stdin: str | None = None) -> tuple[str, Release | None]:
-        proc = subprocess.Popen(
-            ["/bin/sh", "-c", command],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            text=True,
-            start_new_session=True,
-            env=child_environment(),
-        )
-        assert proc.stdin is not None and proc.stdout is not None
-        if stdin:
-            proc.stdin.write(stdin)
-            proc.stdin.flush()
-        line = proc.stdout.readline()
-        if line.endswith("\n"):
-
-            def release() -> None:
-                assert proc.stdin is not None
-                proc.stdin.close()
-                proc.wait(timeout=HOLD_START_SECONDS)
-
-            return line.rstrip("\n"), release
-        proc.stdin.close()
-        rest = proc.stdout.read()
-        proc.wait()
-        return line + rest, None
+    def hold(
+        self,
+        command: str,
+        *,
+        stdin: str | None = None,
+        until: str | None = None,
+        wait: float = HOLD_START_SECONDS,
+    ) -> tuple[str, Release | None]:
+        return hold_process(["/bin/sh", "-c", command], stdin, until)
 
     def cancel(self, grace: float = KILL_GRACE_SECONDS) -> None:
         self._cancelled.set()
@@ -432,6 +480,42 @@ class LocalConnection:
 
     def close(self) -> None:
         return None
+
+
+def hold_process(
+    argv: list[str], stdin: str | None, until: str | None
+) -> tuple[str, Release | None]:
+    """`Connection.hold` for a command run by a local process (a shell, or ssh)."""
+    proc = subprocess.Popen(
+        argv,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+        env=child_environment(),
+    )
+    assert proc.stdin is not None and proc.stdout is not None
+    if stdin:
+        proc.stdin.write(stdin)
+        proc.stdin.flush()
+    line = proc.stdout.readline()
+    if until is not None:
+        end = _hold_end(until).decode()
+        while line and not line.endswith(end) and (more := proc.stdout.readline()):
+            line += more
+        line = line.removesuffix(end[1:]) if line.endswith(end) else line.rstrip("\n")
+    if line.endswith("\n"):
+
+        def release() -> None:
+            assert proc.stdin is not None
+            proc.stdin.close()
+            proc.wait(timeout=HOLD_START_SECONDS)
+
+        return (line if until is not None else line.rstrip("\n")), release
+    proc.stdin.close()
+    rest = proc.stdout.read()
+    proc.wait()
+    return line + rest, None
 
 
 def _end_local_group(proc: subprocess.Popen[str], grace: float = KILL_GRACE_SECONDS) -> None:
@@ -457,6 +541,24 @@ def _group_alive(proc: subprocess.Popen[str]) -> bool:
     except PermissionError:
         return True
     return True
+
+
+def without_group_lines(stderr: str) -> str:
+    """A command's stderr without the lines that announce its process groups."""
+    return _PGID_LINE.sub(b"", stderr.encode()).decode(errors="replace")
+
+
+def _hold_end(until: str | None) -> bytes:
+    """The bytes that end a held command's answer: a newline, or the line `until`."""
+    return b"\n" if until is None else f"\n{until}\n".encode()
+
+
+def _held_answer(out: bytearray, end: bytes, until: str | None) -> str:
+    """A held command's answer: its first line, or (`until`) all before the end line."""
+    text = out.decode(errors="replace")
+    if until is None:
+        return text.split("\n", 1)[0]
+    return text.split(end.decode(), 1)[0] + "\n"
 
 
 def _feed(channel: paramiko.Channel, stdin: str | None) -> None:
@@ -512,10 +614,17 @@ def _drain(
 
 
 def open_connection(host: str, spec: ConnectionSpec, settings: ConnectionSettings) -> Connection:
-    conn: SSHConnection | LocalConnection
-    conn = (
-        LocalConnection(host) if spec.connection == "local" else SSHConnection(host, spec, settings)
-    )
+    """Connect to the host: a local shell, OpenSSH sharing its connection across runs (the
+    host's `persist` seconds, glmops/engine/openssh.py), or Fabric for this run alone."""
+    if spec.connection == "local":
+        return LocalConnection(host)
+    if spec.persist > 0:
+        from glmops.engine.openssh import OpenSSHConnection
+
+        shared = OpenSSHConnection(host, spec, settings)
+        shared.open()
+        return shared
+    conn = SSHConnection(host, spec, settings)
     conn.open()
     return conn
 

@@ -17,13 +17,16 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from glmops.engine.connection import CommandResult, Connection, announce_group, quote
 from glmops.engine.inventory import Host
 from glmops.engine.runlog import Masker, RunLog
 from glmops.errors import CommandTimeout, GlmopsError, ModuleError
 from glmops.gpu.facts import HostFacts, parse_facts
+
+if TYPE_CHECKING:
+    from glmops.engine.prefetch import CheckCache
 
 
 class RemoteCommandError(GlmopsError):
@@ -84,6 +87,9 @@ class TaskContext:
     notify_progress: Callable[[str], None] | None = field(default=None, repr=False)
     #: Drop the connection and open a new one (after a reboot); set by the executor.
     reconnect: Callable[[], Connection] | None = field(default=None, repr=False)
+    #: This host's checks run ahead of its tasks (glmops/engine/prefetch.py), each answered
+    #: once from there instead of from the host.
+    prefetched: CheckCache | None = field(default=None, repr=False)
     _deadline: float | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
@@ -139,8 +145,9 @@ class TaskContext:
         limit, by_task = self._limit(timeout)
         started = time.monotonic()
         logged = "(a no_log task's command)" if self.no_log else command
+        ahead = self.prefetched.take(wrapped) if self.prefetched and stdin is None else None
         try:
-            result = self.conn.run(
+            result = ahead or self.conn.run(
                 wrapped, stdin=stdin, timeout=limit, kill_wrap=self._sudo, essential=essential
             )
         except CommandTimeout:
@@ -211,13 +218,7 @@ class TaskContext:
     # -- files -----------------------------------------------------------------------------
     def stat(self, path: str, *, checksum: bool = True) -> FileState | None:
         """The state of a path on the host, or None when it does not exist."""
-        digest = f"; if [ -f {quote(path)} ]; then sha256sum {quote(path)}; fi" if checksum else ""
-        result = self.run(
-            f"if [ -e {quote(path)} ] || [ -L {quote(path)} ]; then "
-            f"stat -c '%F|%a|%U|%G' {quote(path)}{digest}; else echo absent; fi",
-            check=True,
-            what=f"stat {path}",
-        )
+        result = self.run(stat_command(path, checksum), check=True, what=f"stat {path}")
         lines = result.stdout.splitlines()
         if not lines or lines[0] == "absent":
             return None
@@ -232,10 +233,7 @@ class TaskContext:
         return FileState(kind, mode, owner, group, sha)
 
     def read(self, path: str) -> bytes | None:
-        result = self.run(
-            f"if [ -f {quote(path)} ]; then base64 {quote(path)}; else echo -n; exit 3; fi",
-            log_output=False,
-        )
+        result = self.run(read_command(path), log_output=False)
         if result.rc == 3:
             return None
         if not result.ok:
@@ -330,6 +328,20 @@ class TaskContext:
             helper_command(name, python), stdin=helper_stdin(name, args), timeout=timeout
         )
         return helper_reply(name, result)
+
+
+def stat_command(path: str, checksum: bool = True) -> str:
+    """What `TaskContext.stat` runs (a module names it as a check to run ahead)."""
+    digest = f"; if [ -f {quote(path)} ]; then sha256sum {quote(path)}; fi" if checksum else ""
+    return (
+        f"if [ -e {quote(path)} ] || [ -L {quote(path)} ]; then "
+        f"stat -c '%F|%a|%U|%G' {quote(path)}{digest}; else echo absent; fi"
+    )
+
+
+def read_command(path: str) -> str:
+    """What `TaskContext.read` runs: the file in base64, or exit status 3 when it is none."""
+    return f"if [ -f {quote(path)} ]; then base64 {quote(path)}; else echo -n; exit 3; fi"
 
 
 BACKUPS_KEPT = 5

@@ -69,6 +69,12 @@ class ConnectionSpec:
         "accept-new", (str,), "unknown host keys: record them, or refuse", ("accept-new", "strict")
     )
     connect_timeout: float = _key(15, (int, float), "seconds to establish the SSH connection")
+    persist: float = _key(
+        0,
+        (int, float),
+        "seconds an SSH connection stays open after a run, for the next run to use (OpenSSH "
+        "ControlPersist, a socket only this user can open); 0: closed with the run",
+    )
     command_timeout: float = _key(3600, (int, float), "default seconds one remote command may run")
     state_dir: str | None = _key(
         None,

@@ -31,7 +31,11 @@ def read_pending(ctx: TaskContext, key: str, known: set[str]) -> set[str]:
     A file from before notifications were kept per play (a plain list) counts for every play
     that has a handler of that name.
     """
-    plays = _read(ctx)
+    return pending_of(_read(ctx), key, known)
+
+
+def pending_of(plays: dict[str, list[str]], key: str, known: set[str]) -> set[str]:
+    """The play's notifications in the file's (`parse_pending`), for handlers it has."""
     return (set(plays.get(key, ())) | set(plays.get("", ()))) & known
 
 
@@ -85,6 +89,11 @@ def pending_names(text: str | bytes | None) -> list[str]:
 def _read(ctx: TaskContext) -> dict[str, list[str]]:
     result = ctx.run(f"cat {quote(_path(ctx))} 2>/dev/null", essential=True)
     return parse_pending(result.stdout if result.ok else None)
+
+
+def pending_path(ctx: TaskContext) -> str:
+    """The file on the host (under the state dir)."""
+    return _path(ctx)
 
 
 def _path(ctx: TaskContext) -> str:

@@ -14,18 +14,17 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from glmops.engine import batches, runlock
+from glmops.engine import batches, play_start, prefetch, runlock
 from glmops.engine.block_run import BlockRunner
 from glmops.engine.blocks import Block, Include, Node
-from glmops.engine.context import RemoteCommandError
 from glmops.engine.inventory import Host
-from glmops.engine.notifications import play_key, read_pending, write_pending
+from glmops.engine.notifications import play_key, write_pending
 from glmops.engine.playbook import Play, Task
 from glmops.engine.results import PlayRecap, Status, TaskResult
 from glmops.engine.run_state import RunState
 from glmops.engine.sessions import HostSession, SessionPool
 from glmops.engine.task_run import ENDED_MIDWAY, TaskRunner
-from glmops.errors import CommandInterrupted, CommandTimeout, HostUnreachable
+from glmops.errors import CommandInterrupted, HostUnreachable
 
 
 class PlayLoop:
@@ -77,6 +76,15 @@ class PlayLoop:
         starts (Ansible's linear strategy), then its handlers. Returns why any_errors_fatal
         stops the play, or None."""
         self._each(pool, batch, lambda s: self._start_play(play, playbook, s))
+        try:
+            return self._run_body(play, playbook, batch, pool)
+        finally:
+            for session in batch:  # answers run ahead for this play stand no longer
+                session.prefetched.forget()
+
+    def _run_body(
+        self, play: Play, playbook: Path, batch: list[HostSession], pool: ThreadPoolExecutor
+    ) -> str | None:
         if play.any_errors_fatal and (failed := [s.host.name for s in batch if s.dead]):
             return f"any_errors_fatal: the play's start failed on {', '.join(failed)}"
         reason = self._run_nodes(play, playbook, play.tasks, batch, pool)
@@ -190,20 +198,22 @@ class PlayLoop:
         return None
 
     def _start_play(self, play: Play, playbook: Path, session: HostSession) -> None:
-        """Connect (and lock), read the notifications an earlier run left, gather facts."""
-        self._pool.connect(play, session)
-        key = play_key(playbook, play.name)
-        session.pending = read_pending(
-            self._pool.context(play, session, None), key, play.handler_names
-        )
+        """Connect (and lock), read the notifications an earlier run left, gather facts (one
+        round trip after connecting), then run the tasks' checks ahead (one more)."""
+        gather = play.gather_facts and session.facts is None
+        started = play_start.start(self._state, self._pool, play, playbook, session, gather=gather)
+        session.pending = started.pending
         if session.pending:
             self._state.reporter.note(
                 f"replaying notifications kept from an earlier run: "
                 f"{', '.join(sorted(session.pending))}",
                 session.host.name,
             )
-        if play.gather_facts and session.facts is None:
-            self._gather_task(play, session)
+        if gather and not self._facts_task(session, started.facts_error):
+            return
+        prefetch.run_ahead(
+            self._state, self._runner, self._pool, play, playbook, session, play.tasks
+        )
 
     def _step(self, play: Play, playbook: Path, session: HostSession, task: Task) -> TaskResult:
         result = self._runner.run(play, playbook, session, task)
@@ -297,12 +307,11 @@ class PlayLoop:
             )
         return pending - done
 
-    def _gather_task(self, play: Play, session: HostSession) -> bool:
-        """Gather facts as the play's first task; False (host failed) when the probe fails."""
-        try:
-            self._pool.gather_facts(play, session)
+    def _facts_task(self, session: HostSession, error: str | None) -> bool:
+        """Facts gathered (or not) shown as the play's first task; False when the host failed."""
+        if error is None:
             result = TaskResult(Status.OK, _facts_summary(session.facts or {}))
-        except (RemoteCommandError, CommandTimeout) as error:
+        else:
             result = TaskResult(Status.FAILED, f"cannot gather facts: {error}")
             session.dead = True
         session.tally.count(result)

@@ -24,12 +24,14 @@ import json
 import os
 import socket
 import time
+from dataclasses import dataclass
 
-from glmops.engine.connection import Release, quote
+from glmops.engine.connection import HOLD_START_SECONDS, Release, quote
 from glmops.engine.context import TaskContext
 from glmops.errors import GlmopsError
 
 LOCKED = "glmops-locked"
+ANSWERED = "glmops-answered"  # ends what a follow-up printed
 BUSY = "glmops-busy"
 GUARD_WAIT_S = 20  # the guard is held for a write or a read of a few bytes
 
@@ -49,32 +51,58 @@ def holder_info(run_dir: str) -> dict[str, object]:
     }
 
 
+@dataclass(frozen=True)
+class FollowUp:
+    """A command run right after the lock is taken, in the same round trip (what the play
+    reads at its start), with the stdin it reads after the lock's own."""
+
+    command: str
+    stdin: str = ""
+    wait: float = HOLD_START_SECONDS
+
+
 def acquire(ctx: TaskContext, info: dict[str, object]) -> Release:
     """Take the host's run lock, or raise HostLocked naming the run that holds it.
 
     The lock is per inventory host name, so several names for one machine (`connection:
     local` hosts) do not exclude each other within one run.
     """
+    return acquire_then(ctx, info, None)[0]
+
+
+def acquire_then(
+    ctx: TaskContext, info: dict[str, object], then: FollowUp | None
+) -> tuple[Release, str | None]:
+    """`acquire`, and once the lock is taken `then` on the host in the same round trip: its
+    output is returned (None when the lock was this run's already and `then` did not run)."""
     folder = ctx.state_dir
     lock = f"{folder}/run-{ctx.host.name}.lock"
     about = f"{lock}.info"
+    after = f"{{ {then.command}; }}; echo; echo {ANSWERED}; " if then else ""
     script = (
         f"mkdir -p {quote(folder)} && exec 9>>{quote(lock)} 8>>{quote(about)} || exit 1; "
         f"flock -w {GUARD_WAIT_S} 8 || exit 1; "
         f"if flock -n 9; then printf '%s\\n' {quote(json.dumps(info))} > {quote(about)}; "
-        f"exec 8>&-; echo {LOCKED}; exec cat >/dev/null; "
+        f"exec 8>&-; echo {LOCKED}; {after}exec cat >/dev/null; "
         f'else echo "{BUSY} $(cat {quote(about)} 2>/dev/null)"; fi'
     )
     command, password = ctx.elevated(script)
-    first, release = ctx.conn.hold(command, stdin=password)
+    stdin = (password or "") + (then.stdin if then else "")
+    answer, release = ctx.conn.hold(
+        command,
+        stdin=stdin or None,
+        until=ANSWERED if then else None,
+        wait=then.wait if then else HOLD_START_SECONDS,
+    )
+    first, _, rest = answer.partition("\n")
     if first == LOCKED and release is not None:
-        return release
+        return release, (rest[:-1] if rest.endswith("\n") else rest) if then else None
     if release is not None:
         release()
     if first.startswith(BUSY):
         holder = first[len(BUSY) :].strip()
         if _same_run(holder, info):
-            return lambda: None  # two inventory hosts on one machine, in this very run
+            return (lambda: None), None  # two inventory hosts on one machine, in this very run
         raise HostLocked(_busy_message(holder, lock))
     raise HostLocked(f"cannot take the run lock {lock}: {first.strip() or 'no answer'}")
 

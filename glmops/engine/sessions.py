@@ -6,7 +6,7 @@ connection, run lock, task context and facts the same way, from the pool."""
 from __future__ import annotations
 
 import threading
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
@@ -16,6 +16,7 @@ from glmops.engine.connection import KILL_GRACE_SECONDS, Connection, Release, op
 from glmops.engine.context import RemoteInfo, TaskContext
 from glmops.engine.inventory import Host
 from glmops.engine.playbook import Play, Task
+from glmops.engine.prefetch import CheckCache
 from glmops.engine.results import HostTally
 from glmops.engine.unsafe import mark_unsafe
 from glmops.errors import HostUnreachable
@@ -45,6 +46,8 @@ class HostSession:
     failure: tuple[Task, Any] | None = None
     #: How the connection reaches the host (a play's `connection:` may ask for another).
     conn_kind: str | None = None
+    #: Checks run ahead for the play's tasks, in one probe (glmops/engine/prefetch.py).
+    prefetched: CheckCache = field(default_factory=CheckCache)
     #: Held while connecting and locking: its own play and delegated tasks may race there.
     guard: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
@@ -72,9 +75,16 @@ class SessionPool:
         """The hosts the plays ran on (not those only delegated to)."""
         return {n: s for n, s in self._sessions.items() if s.targeted}
 
-    def connect(self, play: Play, session: HostSession) -> None:
+    def connect(
+        self,
+        play: Play,
+        session: HostSession,
+        then: Callable[[TaskContext], runlock.FollowUp] | None = None,
+    ) -> str | None:
         """Connect to the host, and take its run lock when this run changes hosts; once per
-        run, whether for its own tasks or for tasks delegated to it."""
+        run, whether for its own tasks or for tasks delegated to it. When the lock is taken
+        now, `then` (made for the host's context) runs in the same round trip and its output
+        is returned; None means it did not run."""
         options = self._state.options
         with session.guard:
             wanted = _connection_kind(play, session.host)
@@ -89,7 +99,8 @@ class SessionPool:
             session.conn_kind = wanted
             self._ensure_connected(session)
             if options.lock and not options.check and session.release_lock is None:
-                self._lock(play, session)
+                return self._lock(play, session, then)
+        return None
 
     def open(self, host: Host, work: str) -> TaskContext:
         """The one door to a host for work outside a playbook (the model phase, the host
@@ -125,6 +136,7 @@ class SessionPool:
             become_user=(task.become_user or play.become_user) if task else None,
             no_log=bool(task and task.no_log),
             reconnect=lambda: self._reconnect(session),
+            prefetched=session.prefetched,
             notify_progress=lambda text: state.reporter.note(text, host.name),
         )
 
@@ -173,10 +185,17 @@ class SessionPool:
         session.remote = RemoteInfo(uid=int(lines[0]), home=lines[1], python=None)
         self._state.runlog.write(host.name, f"connected as uid {lines[0]}")
 
-    def _lock(self, play: Play, session: HostSession) -> None:
+    def _lock(
+        self,
+        play: Play,
+        session: HostSession,
+        then: Callable[[TaskContext], runlock.FollowUp] | None = None,
+    ) -> str | None:
         session.lock_play = play
         holder = runlock.holder_info(str(self._state.runlog.path))
-        session.release_lock = runlock.acquire(self.context(play, session, None), holder)
+        ctx = self.context(play, session, None)
+        session.release_lock, output = runlock.acquire_then(ctx, holder, then and then(ctx))
+        return output
 
     def _reconnect(self, session: HostSession) -> Connection:
         """A fresh connection to the same host (after a reboot); the old one is closed first,

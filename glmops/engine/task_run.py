@@ -311,6 +311,8 @@ class TaskRunner:
             if plan.change is None:
                 return TaskResult(Status.SKIPPED, f"check mode: {plan.reason}")
             return TaskResult(Status.CHANGED, plan.reason, plan.diff, plan.data_public())
+        if ctx.prefetched is not None:  # the host is about to change: check it again after
+            ctx.prefetched.forget()
         return module.apply(ctx, plan)
 
     def _conditions(

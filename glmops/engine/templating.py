@@ -125,6 +125,8 @@ _ENV = make_environment()
 
 @functools.lru_cache(maxsize=4096)
 def _template(text: str) -> jinja2.Template:
+    """A template string compiled once per run, not once per host and task (compiling costs
+    more than rendering)."""
     return _ENV.from_string(text)
 
 

@@ -142,6 +142,12 @@ class Module:
         """Reshape raw arguments when the playbook loads (before templating)."""
         return raw
 
+    def checks(self) -> list[str]:
+        """Commands `plan` runs (through `ctx.run`, without stdin) that read the host and
+        depend on the arguments alone: the play may run them ahead, several tasks' in one
+        round trip, and `plan` then gets their answers without asking the host again."""
+        return []
+
     def plan(self, ctx: TaskContext) -> Plan:
         raise NotImplementedError
 

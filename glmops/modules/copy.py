@@ -8,7 +8,7 @@ from pathlib import Path
 
 import jinja2
 
-from glmops.engine.context import FileState, TaskContext
+from glmops.engine.context import FileState, TaskContext, stat_command
 from glmops.engine.results import Status, TaskResult
 from glmops.engine.templating import (
     describe_template_error,
@@ -18,6 +18,7 @@ from glmops.engine.templating import (
 from glmops.errors import ModuleError, TemplateError
 from glmops.modules.base import Arg, Module, Plan, mode_arg, register
 from glmops.modules.file import _attribute_commands, _attribute_fixes
+from glmops.modules.modes import needs_umask
 
 FILE_ARGS = {
     "dest": Arg(str, required=True, doc="absolute path on the host"),
@@ -45,6 +46,12 @@ class Copy(Module):
         if not self.params["src"]:
             raise ModuleError("copy: give src or content")
         return ctx.find_file(self.params["src"], "files").read_bytes()
+
+    def checks(self) -> list[str]:
+        mode = self.params["mode"]
+        return [stat_command(self.params["dest"])] + (
+            ["umask"] if mode and needs_umask(mode) else []
+        )
 
     def plan(self, ctx: TaskContext) -> Plan:
         src = self.params.get("src")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import posixpath
 
 from glmops.engine.connection import quote
-from glmops.engine.context import TaskContext
+from glmops.engine.context import TaskContext, stat_command
 from glmops.engine.results import Status, TaskResult
 from glmops.errors import ModuleError
 from glmops.modules.base import Arg, Module, Plan, mode_arg, register
@@ -36,6 +36,13 @@ class File(Module):
     @classmethod
     def normalize(cls, raw: dict) -> dict:
         return path_aliases(raw, ("dest", "name"))
+
+    def checks(self) -> list[str]:
+        path, mode = self.params["path"], self.params["mode"]
+        found = [stat_command(path, checksum=False)]
+        if self.params["state"] == "link":
+            found.append(readlink_command(path))
+        return found + (["umask"] if mode and needs_umask(mode) else [])
 
     def plan(self, ctx: TaskContext) -> Plan:
         """What the run will do; a path that cannot become what is asked fails here, so
@@ -76,7 +83,7 @@ class File(Module):
         if current is not None and current.kind not in ("link", "file"):
             raise ModuleError(f"{path} is a {current.kind}; refusing to replace it with a link")
         if current is not None and current.kind == "link":
-            target = ctx.run(f"readlink -- {quote(path)}", check=True, what=f"readlink {path}")
+            target = ctx.run(readlink_command(path), check=True, what=f"readlink {path}")
             if target.stdout.rstrip("\n") == src:
                 return Plan(False, f"{path} is a link to {src}")
             return Plan(True, f"would point {path} at {src} (now {target.stdout.strip()})")
@@ -110,6 +117,10 @@ def _missing_parents(ctx: TaskContext, path: str) -> list[str]:
         missing.insert(0, parent)
         parent = posixpath.dirname(parent)
     return missing
+
+
+def readlink_command(path: str) -> str:
+    return f"readlink -- {quote(path)}"
 
 
 def _kept_state(current) -> str:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import difflib
 import re
 
-from glmops.engine.context import TaskContext
+from glmops.engine.context import TaskContext, read_command
 from glmops.engine.results import Status, TaskResult
 from glmops.errors import ModuleError
 from glmops.modules.base import Arg, Module, Plan, mode_arg, register
@@ -38,6 +38,9 @@ class _TextEdit(Module):
 
     def edit(self, lines: list[str]) -> list[str]:
         raise NotImplementedError
+
+    def checks(self) -> list[str]:
+        return [read_command(self.params["path"])]
 
     def plan(self, ctx: TaskContext) -> Plan:
         path = self.params["path"]

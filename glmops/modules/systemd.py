@@ -25,6 +25,10 @@ class Systemd(Module):
         "daemon_reload": Arg(bool, default=False, doc="reload unit files even if none changed"),
     }
 
+    def checks(self) -> list[str]:
+        name = self.params["name"]
+        return [_show_command(name)] if name is not None else []
+
     def plan(self, ctx: TaskContext) -> Plan:
         name = self.params["name"]
         actions: list[str] = []
@@ -84,8 +88,12 @@ class Systemd(Module):
     @staticmethod
     def _properties(ctx: TaskContext, name: str) -> dict[str, str]:
         result = ctx.run(
-            f"systemctl show {quote(name)} -p LoadState,ActiveState,UnitFileState,NeedDaemonReload",
+            _show_command(name),
             check=True,
             what=f"systemctl show {name}",
         )
         return dict(line.split("=", 1) for line in result.stdout.splitlines() if "=" in line)
+
+
+def _show_command(name: str) -> str:
+    return f"systemctl show {quote(name)} -p LoadState,ActiveState,UnitFileState,NeedDaemonReload"

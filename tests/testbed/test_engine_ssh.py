@@ -3,6 +3,10 @@ handlers, timeouts, sudo, and hostile values."""
 
 from __future__ import annotations
 
+import shutil
+import stat
+import subprocess
+import tempfile
 import time
 from pathlib import Path
 
@@ -325,3 +329,50 @@ def test_apt_installs_and_removes(
     removed = run_playbook(play, inventory, extra=["wanted=absent"])
     assert removed.changed() == 1
     assert testbed.exec(host, ["sh", "-c", "command -v tree"]).returncode != 0
+
+
+def test_a_persistent_connection_serves_the_next_run_and_only_its_user(
+    run_playbook: Runner,
+    inventory: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """`persist`: the first run leaves one OpenSSH master per host, behind a socket only this
+    user can open (0600, in a 0700 folder); the second run goes through it (the same master
+    process, no new handshake); `close_shared` ends it."""
+    from glmops.engine.connection import ConnectionSettings
+    from glmops.engine.inventory import load_inventory
+    from glmops.engine.openssh import close_shared
+
+    runtime = Path(tempfile.mkdtemp(prefix="rt-", dir="/tmp"))  # room for socket names
+    monkeypatch.setenv("XDG_RUNTIME_DIR", str(runtime))
+    doc = yaml.safe_load(inventory.read_text())
+    doc["all"]["vars"]["persist"] = 60
+    inventory.write_text(yaml.safe_dump(doc))
+    first = run_playbook(CONVERGE, inventory)
+    assert first.exit_code == 0, first.results()
+    folder = runtime / "glmops" / "ssh"
+    sockets = sorted(folder.iterdir())
+    assert len(sockets) == 3 and oct(folder.stat().st_mode & 0o777) == "0o700"
+    assert all(stat.S_ISSOCK(s.stat().st_mode) for s in sockets)
+    assert {oct(s.stat().st_mode & 0o777) for s in sockets} == {"0o600"}
+
+    def masters() -> list[str]:
+        argv = ["ssh", "-o", f"ControlPath={folder}/%C", "-O", "check"]
+        found = []
+        for host in load_inventory(inventory).select("testbed"):
+            spec = host.connection
+            done = subprocess.run(
+                [*argv, "-l", str(spec.user), spec.address], capture_output=True, text=True
+            )
+            found.append(done.stderr.strip())
+        return found
+
+    before = masters()
+    assert all(line.startswith("Master running") for line in before), before
+    second = run_playbook(CONVERGE, inventory)
+    assert second.exit_code == 0 and second.changed() == 0, second.results()
+    assert masters() == before  # the same master processes served the second run
+    for host in load_inventory(inventory).select("testbed"):
+        close_shared(host.connection, ConnectionSettings())
+    assert not list(folder.iterdir())
+    shutil.rmtree(runtime)

@@ -112,3 +112,28 @@ def test_open_connection_gives_a_local_host_a_local_connection() -> None:
 def test_quote_makes_any_value_one_inert_word(value: str) -> None:
     result = LocalConnection("here").run(f"printf %s {quote(value)}")
     assert result.stdout == value
+
+
+def test_known_keys_reads_the_file_once_per_version_and_finds_a_host_by_port(
+    tmp_path: Path,
+) -> None:
+    import paramiko
+
+    from glmops.engine import connection
+
+    key = paramiko.ECDSAKey.generate()
+    known = tmp_path / "known_hosts"
+    known.write_text(
+        f"10.0.0.1 {key.get_name()} {key.get_base64()}\n"
+        f"[10.0.0.2]:2222 {key.get_name()} {key.get_base64()}\n"
+    )
+    assert connection.known_keys(known, "10.0.0.1")[key.get_name()] == key
+    assert connection.known_keys(known, "[10.0.0.2]:2222")[key.get_name()] == key
+    assert connection.known_keys(known, "10.0.0.2") == {}
+    parsed = connection._parsed_known_hosts.cache_info().misses
+    connection.known_keys(known, "10.0.0.1")
+    assert connection._parsed_known_hosts.cache_info().misses == parsed  # not parsed again
+    with known.open("a") as more:  # a key recorded: the next lookup reads the new version
+        more.write(f"10.0.0.3 {key.get_name()} {key.get_base64()}\n")
+    assert connection.known_keys(known, "10.0.0.3")[key.get_name()] == key
+    assert connection.known_keys(tmp_path / "missing", "10.0.0.1") == {}
