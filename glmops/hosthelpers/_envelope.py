@@ -68,6 +68,32 @@ def main(handler, expected: tuple = ()) -> None:  # noqa: ANN001 - python 3.8 ho
     sys.exit(0)
 
 
+class UnsafePath(ValueError):
+    """A path from a listing, manifest or reply that could leave its root."""
+
+
+def confined(root: str, rel: str) -> str:
+    """`rel` joined to `root`, refused unless it stays inside: relative, no `..` or `.` or
+    empty parts, no control characters, and (symbolic links followed) still under root.
+
+    The one check every path from a Hub listing, a manifest or a host's reply passes, on the
+    controller and on hosts, before anything is written or deleted there.
+    """
+    if not isinstance(rel, str) or not rel:
+        raise UnsafePath(f"not a relative path: {rel!r}")
+    if any(ord(c) < 32 or ord(c) == 127 for c in rel):
+        raise UnsafePath(f"control character in path {rel!r}")
+    if rel.startswith("/") or "\\" in rel:
+        raise UnsafePath(f"not a relative path: {rel!r}")
+    if any(part in ("", ".", "..") for part in rel.split("/")):
+        raise UnsafePath(f"empty, '.' or '..' part in path {rel!r}")
+    base = os.path.realpath(root)
+    path = os.path.realpath(os.path.join(base, rel))
+    if os.path.commonpath([base, path]) != base or path == base:
+        raise UnsafePath(f"{rel!r} resolves outside {root}")
+    return os.path.join(root, rel)
+
+
 def file_sha256(path: str) -> str:
     """The file's sha256, read in 8 MiB blocks (model files are many GB)."""
     h = hashlib.sha256()

@@ -545,8 +545,10 @@ def _write_sidecar(out: str, fp: dict, n_tensors: int, head: bytes) -> None:
 
 
 def _write_atomic(path: str, text: str) -> None:
-    tmp = path + ".tmp"
-    with open(tmp, "w", encoding="utf-8") as f:
+    """Through a temp file of a fresh, exclusive name beside `path`, then renamed over it."""
+    fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path) or ".", prefix=".glmops-tmp-")
+    os.fchmod(fd, 0o644)  # a record, no secret: as readable as the model files
+    with os.fdopen(fd, "w", encoding="utf-8") as f:
         f.write(text)
         f.flush()
         os.fsync(f.fileno())
