@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from rich.markup import escape
 from rich.table import Table
 
 from glmops.engine.executor import RunOptions
@@ -28,6 +29,7 @@ from glmops.fleet.multinode import DEFAULT_MASTER_PORT, member_plan
 from glmops.fleet.topology import serving_hosts
 from glmops.gpu.facts import HostFacts, parse_facts
 from glmops.gpu.serving import ServeError, needs_single_file, serve_flags, vllm_profile
+from glmops.gpu.serving.flags import default_bind_address, exposure_warning
 from glmops.gpu.serving.patches import patch_state
 
 COLUMNS = (
@@ -74,6 +76,8 @@ def status_row(
     drift += backend_drift + _deploy_drift(facts, observed, version)
     health = observed.get("health")
     last = observed.get("last_deploy") or {}
+    bind = str(variables.get("vllm_host") or "127.0.0.1")
+    exposed = exposure_warning(bind, bool(variables.get("vllm_api_key")))
     return {
         "host": name,
         "gpus": f"{facts.gpu_count}× cc {ccs}",
@@ -88,6 +92,7 @@ def status_row(
         "last_deploy": last.get("time") or "-",
         "gang": None,  # filled by gang_status: a gang's state needs every member's row
         "drift": drift,
+        "warnings": [exposed] if exposed else [],
     }
 
 
@@ -295,7 +300,10 @@ def collect(
             )
             continue
         variables = executor.variables(play, inventory_path, session)
-        rows.append(status_row(name, session.facts, observed, variables))
+        bind = variables.get("vllm_host") or default_bind_address(
+            replica, name, session.host.connection.address
+        )  # as the deploy decides it
+        rows.append(status_row(name, session.facts, observed, {**variables, "vllm_host": bind}))
     gang_status(rows, gangs)
     return code, rows
 
@@ -320,6 +328,9 @@ def print_status(
             table.add_row(row["host"], f"[red]{row['error']}[/red]", *[""] * (len(COLUMNS) - 2))
             continue
         drift = "\n".join(row["drift"]) or "none"
+        warnings = "".join(
+            f"\n[yellow]warning: {escape(w)}[/yellow]" for w in row.get("warnings", [])
+        )
         table.add_row(
             row["host"],
             row["gpus"],
@@ -332,7 +343,7 @@ def print_status(
             row["backend"] + (f"\nkernel: {row['kernel']}" if row.get("kernel") else ""),
             row["last_deploy"],
             _gang_text(row.get("gang")),
-            f"[yellow]{drift}[/yellow]" if row["drift"] else "[green]none[/green]",
+            (f"[yellow]{drift}[/yellow]" if row["drift"] else "[green]none[/green]") + warnings,
         )
     console(sys.stdout).print(table)
     return code

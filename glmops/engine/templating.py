@@ -17,6 +17,7 @@ import jinja2
 import jinja2.nodes
 import yaml
 
+from glmops.engine.unitfile import UNIT_FILTERS
 from glmops.errors import TemplateError
 
 
@@ -88,6 +89,7 @@ FILTERS = {
     "extract": _extract,
     "basename": lambda value: os.path.basename(str(value)),
     "dirname": lambda value: os.path.dirname(str(value)),
+    **UNIT_FILTERS,  # systemd's escaping, for every unit template
 }
 
 

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import json
 import os
+import re
+import shlex
 from typing import Any
 
 from glmops.engine.connection import quote
@@ -66,10 +68,20 @@ class DeployStatus(Module):
         unit = str(v["vllm_unit"])
         facts = ctx.facts
         out: dict[str, Any] = {"unit_name": unit}
+        unit_text = (ctx.read(f"/etc/systemd/system/{unit}.service") or b"").decode()
+        out["exec_start"] = next(
+            (
+                line[len("ExecStart=") :]
+                for line in unit_text.splitlines()
+                if line.startswith("ExecStart=")
+            ),
+            None,
+        )
         probe = ctx.run_helper(
             "vllm_probe",
             {
                 "unit": unit,
+                "address": _bound_address(out["exec_start"]),
                 "port": int(v["vllm_port"]),
                 "http": self.params["health"],
                 "models": False,
@@ -84,15 +96,6 @@ class DeployStatus(Module):
         out["backend"] = selection.backend
         out["backend_failed"] = selection.reasons if selection.failed else None
         out["backend_kernel"] = parse_kernel(probe.get("journal_matches") or [])
-        unit_text = (ctx.read(f"/etc/systemd/system/{unit}.service") or b"").decode()
-        out["exec_start"] = next(
-            (
-                line[len("ExecStart=") :]
-                for line in unit_text.splitlines()
-                if line.startswith("ExecStart=")
-            ),
-            None,
-        )
         state_dir = str(v["deploy_state_dir"])
         out["last_deploy"] = _json(ctx.read(f"{state_dir}/{unit}.last-deploy.json"))
         out["inputs"] = _json(ctx.read(f"{state_dir}/{unit}.inputs.json"))
@@ -172,3 +175,14 @@ def _json(data: bytes | None) -> Any:
         return json.loads(data)
     except ValueError:
         return None
+
+
+def _bound_address(exec_start: str | None) -> str:
+    """The address the unit's vLLM listens on (its --host word), where the probe asks it."""
+    try:
+        words = shlex.split(exec_start or "")
+    except ValueError:
+        words = []
+    after = [words[i + 1] for i, word in enumerate(words[:-1]) if word == "--host"]
+    plain = after and re.fullmatch(r"[A-Za-z0-9.:_-]+", after[0])  # read from the host: checked
+    return after[0] if plain else "127.0.0.1"

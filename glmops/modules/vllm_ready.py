@@ -57,6 +57,7 @@ def serving_probe_args(
     `completion`, one token within `completion_timeout`; the journal's tail when asked."""
     args: dict[str, Any] = {
         "unit": params["unit"],
+        "address": params["address"],
         "port": params["port"],
         "served_model_name": params["served_model_name"],
         "env_file": params["env_file"] or "",
@@ -121,6 +122,11 @@ def _int(value: Any) -> int | None:
         return None
 
 
+#: Where the host's own probes reach vLLM: the address it listens on (deploy.yml passes
+#: serve.vllm_host, the host's fleet address unless the inventory names another).
+ADDRESS_ARG = Arg(str, default="127.0.0.1", doc="the address vLLM listens on (serve.vllm_host)")
+
+
 @register
 class VllmReady(Module):
     """`vllm_ready: {unit: vllm-glm5, port: 8000, served_model_name: glm-5, env_file: ...}`.
@@ -131,6 +137,7 @@ class VllmReady(Module):
     name = "vllm_ready"
     args = {
         **UNIT_ARGS,
+        "address": ADDRESS_ARG,
         "port": Arg(int, default=8000),
         "served_model_name": Arg(str, required=True),
         "env_file": Arg(

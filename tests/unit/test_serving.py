@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from glmops.engine.unitfile import UnitValueError
 from glmops.gpu.facts import parse_facts
 from glmops.gpu.patchset.profiles import PROFILES, profile_by_name
 from glmops.gpu.serving import (
@@ -142,7 +143,7 @@ def test_systemd_quote() -> None:
     assert systemd_quote('say "hi" 100%') == '"say \\"hi\\" 100%%"'
     assert systemd_quote("$HOME") == '"$$HOME"'
     assert systemd_quote('{"k": 1}') == '"{\\"k\\": 1}"'
-    with pytest.raises(ServeError):
+    with pytest.raises(UnitValueError):
         systemd_quote("a\nb")
 
 

@@ -4,16 +4,15 @@ Pure functions only (no host access), so every decision the deploy makes can be 
 and explained from the facts and variables it was made from.
 """
 
+from glmops.engine.unitfile import env_file_quote, systemd_quote
 from glmops.gpu.serving.backends import Expectation, expected_backends
 from glmops.gpu.serving.flags import (
     DEFAULTS,
     ServeConfig,
     ServeError,
-    env_file_quote,
     gguf_loader_problem,
     needs_single_file,
     serve_flags,
-    systemd_quote,
     vllm_profile,
 )
 from glmops.gpu.serving.journal import (
