@@ -301,7 +301,10 @@ def collect(
             continue
         variables = executor.variables(play, inventory_path, session)
         bind = variables.get("vllm_host") or default_bind_address(
-            replica, name, session.host.connection.address
+            replica,
+            name,
+            session.host.connection.address,
+            local=session.host.connection.connection == "local",
         )  # as the deploy decides it
         rows.append(status_row(name, session.facts, observed, {**variables, "vllm_host": bind}))
     gang_status(rows, gangs)

@@ -46,6 +46,19 @@ def listen_address(router_address: str, configured: object, *, host: str, source
     return listen
 
 
+def admin_exposure_warning(listen: str) -> str | None:
+    """vllm-router serves /add_worker and /remove_worker on its client port without
+    credentials (its CLI has no admin key; --api-key only goes to workers), so on an address
+    other machines reach, every client can change the worker list: said at each deploy."""
+    if listen.startswith(LOOPBACK):
+        return None
+    return (
+        f"the router's admin API (/add_worker, /remove_worker) answers every client that "
+        f"reaches {listen}; vllm-router has no credentials for it: keep that address on a "
+        "network only trusted clients reach (or run the router on the controller)"
+    )
+
+
 def router_argv(
     executable: str,
     *,

@@ -48,7 +48,10 @@ class VllmServeConfig(Module):
         facts = ctx.facts
         inputs = {name: self.params[name] for name in INPUTS}
         inputs["vllm_host"] = inputs["vllm_host"] or default_bind_address(
-            ctx.vars.get("fleet_replica"), ctx.host.name, ctx.host.connection.address
+            ctx.vars.get("fleet_replica"),
+            ctx.host.name,
+            ctx.host.connection.address,
+            local=ctx.host.connection.connection == "local",
         )
         key = self.params["vllm_api_key"]
         try:

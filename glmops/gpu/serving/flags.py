@@ -311,10 +311,17 @@ LOOPBACK_PREFIXES = ("127.", "::1", "[::1]", "localhost")
 
 
 def default_bind_address(
-    fleet_replica: Mapping[str, Any] | None, host_name: str, connection_address: str
+    fleet_replica: Mapping[str, Any] | None,
+    host_name: str,
+    connection_address: str,
+    *,
+    local: bool = False,
 ) -> str:
     """Where vLLM listens unless `vllm_host` says: the address the fleet reaches this host at
-    (its member of `fleet_replica`, else the inventory's address), never every interface."""
+    (its member of `fleet_replica`, else the inventory's address; loopback for a `connection:
+    local` host, the controller itself), never every interface."""
+    if local:
+        return "127.0.0.1"
     for member in (fleet_replica or {}).get("members") or ():
         if member.get("host") == host_name and member.get("address"):
             return str(member["address"])
