@@ -46,7 +46,9 @@ def get(url, headers, partial, size):
         while chunk := response.read(min(8 << 20, room + 1)):
             if len(chunk) > room:
                 out.truncate(0)
-                raise TooLong(f"the server sent more than the listed {size} bytes")
+                raise TooLong(
+                    f"the server sent more bytes than the listing gives the file ({size})"
+                )
             out.write(chunk)
             received += len(chunk)
             room -= len(chunk)
