@@ -22,12 +22,14 @@ class UnitValueError(ValueError):
     """A value that no escaping makes one setting of a unit file."""
 
 
-def _checked(value: object) -> str:
+def _checked(value: object, *, quoted: bool = True) -> str:
+    """The value as text, refused with a control character; unquoted, also with a trailing
+    backslash (in quotes it is escaped, and the line ends with the closing quote)."""
     text = str(value)
     bad = next((c for c in text if ord(c) < 32 or ord(c) == 127), None)
     if bad is not None:
         raise UnitValueError(f"control character {bad!r} in a unit file value: {text!r}")
-    if text.endswith("\\"):
+    if not quoted and text.endswith("\\"):
         raise UnitValueError(f"a unit file value ending in a backslash joins lines: {text!r}")
     return text
 
@@ -35,7 +37,7 @@ def _checked(value: object) -> str:
 def unit_value(value: object) -> str:
     """A setting's whole value (User=, WorkingDirectory=, Description=, a comment): one line,
     specifiers escaped."""
-    return _checked(value).replace("%", "%%")
+    return _checked(value, quoted=False).replace("%", "%%")
 
 
 def systemd_quote(word: object) -> str:
