@@ -42,13 +42,18 @@ class VllmServeConfig(Module):
             for name, spec in INPUTS.items()
         },
         "vllm_api_key": Arg(str, doc="secret; only checked here, written by the env template"),
+        "fleet_replica": Arg(
+            dict,
+            doc="this host's replica: its address there is vLLM's default bind",
+            var="fleet_replica",
+        ),
     }
 
     def plan(self, ctx: TaskContext) -> Plan:
         facts = ctx.facts
         inputs = {name: self.params[name] for name in INPUTS}
         inputs["vllm_host"] = inputs["vllm_host"] or default_bind_address(
-            ctx.vars.get("fleet_replica"),
+            self.bound_params(ctx)["fleet_replica"],
             ctx.host.name,
             ctx.host.connection.address,
             local=ctx.host.connection.connection == "local",
