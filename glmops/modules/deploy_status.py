@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import shlex
 from typing import Any
 
@@ -19,7 +18,7 @@ from glmops.engine.context import TaskContext
 from glmops.engine.notifications import PENDING_FILE, pending_names
 from glmops.engine.results import TaskResult
 from glmops.fleet.gang import record_path
-from glmops.gpu.serving.flags import INPUTS, serving_device
+from glmops.gpu.serving.flags import INPUTS, listening_address, serving_device
 from glmops.gpu.serving.journal import STATUS_GREP, parse_backend, parse_kernel
 from glmops.gpu.serving.patches import manifest_files
 from glmops.modules.base import Arg, Module, Plan, register
@@ -180,9 +179,6 @@ def _json(data: bytes | None) -> Any:
 def _bound_address(exec_start: str | None) -> str:
     """The address the unit's vLLM listens on (its --host word), where the probe asks it."""
     try:
-        words = shlex.split(exec_start or "")
-    except ValueError:
-        words = []
-    after = [words[i + 1] for i, word in enumerate(words[:-1]) if word == "--host"]
-    plain = after and re.fullmatch(r"[A-Za-z0-9.:_-]+", after[0])  # read from the host: checked
-    return after[0] if plain else "127.0.0.1"
+        return listening_address(shlex.split(exec_start or ""))
+    except ValueError:  # unbalanced quotes: not a unit glmops wrote
+        return listening_address([])

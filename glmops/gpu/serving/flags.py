@@ -6,6 +6,7 @@ and the deploy's messages can say why a flag is there.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -326,6 +327,15 @@ def default_bind_address(
         if member.get("host") == host_name and member.get("address"):
             return str(member["address"])
     return connection_address
+
+
+def listening_address(argv: list[str]) -> str:
+    """The address a unit's vLLM listens on (the word after --host), where the host's own
+    probes ask it; loopback when there is none or it is not a plain address (the unit is read
+    back from the host)."""
+    after = [argv[i + 1] for i, word in enumerate(argv[:-1]) if word == "--host"]
+    plain = after and re.fullmatch(r"[A-Za-z0-9.:_-]+", after[0])
+    return after[0] if plain else "127.0.0.1"
 
 
 def exposure_warning(bind: str, api_key_set: bool) -> str | None:
