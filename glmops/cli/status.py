@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from rich.markup import escape
 from rich.table import Table
 
 from glmops.engine.executor import RunOptions
@@ -26,6 +27,7 @@ from glmops.fleet.multinode import DEFAULT_MASTER_PORT, member_plan
 from glmops.fleet.topology import serving_hosts
 from glmops.gpu.facts import HostFacts, parse_facts
 from glmops.gpu.serving import ServeError, needs_single_file, serve_flags, vllm_profile
+from glmops.gpu.serving.flags import default_bind_address, exposure_warning
 from glmops.gpu.serving.patches import patch_state
 from glmops.run import load_inventory, run_read_only
 
@@ -73,6 +75,8 @@ def status_row(
     drift += backend_drift + _deploy_drift(facts, observed, version)
     health = observed.get("health")
     last = observed.get("last_deploy") or {}
+    bind = str(variables.get("vllm_host") or "127.0.0.1")
+    exposed = exposure_warning(bind, bool(variables.get("vllm_api_key")))
     return {
         "host": name,
         "gpus": f"{facts.gpu_count}× cc {ccs}",
@@ -87,6 +91,7 @@ def status_row(
         "last_deploy": last.get("time") or "-",
         "gang": None,  # filled by gang_status: a gang's state needs every member's row
         "drift": drift,
+        "warnings": [exposed] if exposed else [],
     }
 
 
@@ -294,7 +299,13 @@ def collect(
             )
             continue
         variables = executor.variables(play, inventory_path, session)
-        rows.append(status_row(name, session.facts, observed, variables))
+        bind = variables.get("vllm_host") or default_bind_address(
+            replica,
+            name,
+            session.host.connection.address,
+            local=session.host.connection.connection == "local",
+        )  # as the deploy decides it
+        rows.append(status_row(name, session.facts, observed, {**variables, "vllm_host": bind}))
     gang_status(rows, gangs)
     return code, rows
 
@@ -319,6 +330,9 @@ def print_status(
             table.add_row(row["host"], f"[red]{row['error']}[/red]", *[""] * (len(COLUMNS) - 2))
             continue
         drift = "\n".join(row["drift"]) or "none"
+        warnings = "".join(
+            f"\n[yellow]warning: {escape(w)}[/yellow]" for w in row.get("warnings", [])
+        )
         table.add_row(
             row["host"],
             row["gpus"],
@@ -331,7 +345,7 @@ def print_status(
             row["backend"] + (f"\nkernel: {row['kernel']}" if row.get("kernel") else ""),
             row["last_deploy"],
             _gang_text(row.get("gang")),
-            f"[yellow]{drift}[/yellow]" if row["drift"] else "[green]none[/green]",
+            (f"[yellow]{drift}[/yellow]" if row["drift"] else "[green]none[/green]") + warnings,
         )
     console(sys.stdout).print(table)
     return code

@@ -9,6 +9,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
+import secrets
 import subprocess
 import sys
 import time
@@ -139,9 +140,9 @@ class TaskContext:
         secrets the masker cannot recognise, e.g. in base64). essential=True runs it even
         after the run was interrupted (glmops' own bookkeeping on the host).
         """
-        wrapped, password = self._wrap(command)
-        if password is not None or stdin is not None:
-            stdin = (password or "") + (stdin or "")
+        wrapped, prefix = self._wrap(command)
+        if prefix is not None or stdin is not None:
+            stdin = (prefix or "") + (stdin or "")
         limit, by_task = self._limit(timeout)
         started = time.monotonic()
         logged = "(a no_log task's command)" if self.no_log else command
@@ -166,18 +167,19 @@ class TaskContext:
         return result
 
     def elevated(self, command: str) -> tuple[str, str | None]:
-        """The command as this task runs it (through sudo when it becomes root) and the stdin
-        that must precede the command's own (the sudo password), for commands run directly."""
+        """The command as this task runs it (through sudo when it becomes root, with the task's
+        environment) and the stdin that must precede the command's own (the sudo password, the
+        environment's values), for commands run directly."""
         return self._wrap(command)
 
     def _wrap(self, command: str) -> tuple[str, str | None]:
+        values = None
         if self.environment:
-            exports = "".join(
-                f"{name}={quote(value)}; export {name}; "
-                for name, value in self.environment.items()
-            )
-            command = exports + command
-        return self._sudo(command)
+            command, values = environment_from_stdin(self.environment, command)
+        wrapped, password = self._sudo(command)
+        if password is None and values is None:
+            return wrapped, None
+        return wrapped, (password or "") + (values or "")
 
     def _sudo(self, command: str) -> tuple[str, str | None]:
         """Through sudo when the task becomes root (or `become_user`), else as it is."""
@@ -359,6 +361,23 @@ def _backup_command(path: str, backup_dir: str, backup_path: str) -> str:
         f"tail -n +{BACKUPS_KEPT + 1} | "
         f'while IFS= read -r old; do rm -f "$old"; done; fi'
     )
+
+
+def environment_from_stdin(environment: dict[str, str], command: str) -> tuple[str, str]:
+    """`command` preceded by a reader that takes the variables' values from stdin, and the
+    stdin text it reads: the values never appear in a command line, which any user of the host
+    can read in /proc. The text ends at a line no value can hold (a fresh random marker); the
+    shell's `read` takes its input byte by byte, so the command's own stdin is left intact."""
+    end = f"__glmops_env_end_{secrets.token_hex(12)}"
+    exports = "".join(
+        f"{name}={quote(value)}; export {name}\n" for name, value in environment.items()
+    )
+    reader = (
+        '__glmops_env=; while IFS= read -r __glmops_line && [ "$__glmops_line" != '
+        f'{end} ]; do __glmops_env="$__glmops_env$__glmops_line\n"; done; '
+        'eval "$__glmops_env"; unset __glmops_env __glmops_line; '
+    )
+    return reader + command, f"{exports}{end}\n"
 
 
 def sudo_wrap(

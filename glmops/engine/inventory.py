@@ -394,8 +394,20 @@ def _read_group(
 
 
 def _check_host_name(name: Any, hosts: SourceMap) -> None:
-    if not isinstance(name, str) or not name or any(c.isspace() for c in name):
-        raise InputError(f"invalid host name {name!r}", **where(hosts, name))
+    """A host name names files (its run log, its lock on the host) and is an ssh argument:
+    no whitespace or control character, no `/`, not `.` or `..`, no leading `-`."""
+    bad = (
+        not isinstance(name, str)
+        or name in ("", ".", "..")
+        or name.startswith("-")
+        or any(c.isspace() or ord(c) < 32 or ord(c) == 127 or c == "/" for c in name)
+    )
+    if bad:
+        raise InputError(
+            f"invalid host name {name!r}: it names files, so no '/', whitespace or control "
+            "character, not '.' or '..', and no leading '-'",
+            **where(hosts, name),
+        )
 
 
 def _empty_map(parent: SourceMap, key: str) -> SourceMap:

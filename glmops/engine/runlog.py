@@ -1,19 +1,26 @@
 """Per-run logs: one directory per run, a log file per host, secrets masked everywhere.
 
 Each remote command is recorded with its rc, duration and the tail of its output, so a failure
-can be understood after the fact without re-running anything.
+can be understood after the fact without re-running anything. Run folders are 0700 and logs
+0600 (masking goes by known values; a log may still hold what no mask recognised), and a log
+file's name is confined to its run folder.
 """
 
 from __future__ import annotations
 
+import json
 import logging
+import os
 import re
+import shlex
 import shutil
 import threading
 import time
 import uuid
 from pathlib import Path
 from typing import Any
+
+from glmops.hosthelpers._envelope import confined
 
 #: A variable holds a secret when a word of its name (split at `_`, `-`, `.`) is one of these,
 #: or it ends in `api_key`/`private_key`: `db_password`, `hf_token`, `vllm_api_key`; never
@@ -41,26 +48,33 @@ def is_secret_name(name: str) -> bool:
 
 class Masker:
     """Replaces every known secret value in text: the values of variables named as secrets
-    (`is_secret_name`), and the sudo password. Masking goes by value: a secret's value is
-    hidden wherever it appears, except where it is not secret in this run (it is also the
-    value of a variable not named as a secret, e.g. `user: root` beside `root_password: root`).
+    (`is_secret_name`), and the sudo password. Masking goes by value, so a secret is hidden
+    wherever it appears, whichever variable holds it (a `user: root` beside `root_password:
+    root` is masked too), and in the forms a task commonly turns it into: shell-quoted
+    (`| quote`), JSON-encoded (`| to_json`) and Python's repr; an integer secret by its digits.
     """
 
     def __init__(self, secrets: set[str] | None = None):
-        self._secrets: set[str] = {s for s in (secrets or set()) if len(s) >= 3}
+        self._secrets: set[str] = set()
         self._lock = threading.Lock()
         self._pattern: re.Pattern[str] | None = None
+        for secret in secrets or set():
+            self.add(secret)
 
     def add(self, value: Any) -> None:
-        if isinstance(value, str) and len(value) >= 3 and value not in self._secrets:
+        if isinstance(value, int) and not isinstance(value, bool):
+            value = str(value)
+        if not isinstance(value, str):
+            return
+        forms = {form for form in derived_forms(value) if len(form) >= 3} - self._secrets
+        if forms:
             with self._lock:
-                self._secrets.add(value)
+                self._secrets |= forms
                 self._pattern = None
 
     def add_secret_vars(self, variables: dict[str, Any]) -> None:
-        public = {v for k, v in variables.items() if isinstance(v, str) and not is_secret_name(k)}
         for key, value in variables.items():
-            if is_secret_name(key) and isinstance(value, str) and value not in public:
+            if is_secret_name(key):
                 self.add(value)
 
     def mask(self, text: str) -> str:
@@ -104,6 +118,17 @@ class Masker:
             return self._pattern
 
 
+def derived_forms(secret: str) -> set[str]:
+    """The secret and the texts a template or a library commonly makes of it."""
+    return {
+        secret,
+        shlex.quote(secret),
+        json.dumps(secret)[1:-1],
+        json.dumps(secret, ensure_ascii=False)[1:-1],
+        repr(secret)[1:-1],
+    }
+
+
 def _secret_head_before(text: str, pos: int, secret: str) -> int:
     """The length of the longest proper head of ``secret`` that ends just before ``text[pos]``
     (a whole secret is masked already)."""
@@ -132,20 +157,25 @@ class RunLog:
     def __init__(self, root: Path, masker: Masker):
         stamp = time.strftime("%Y%m%d-%H%M%S")
         self.path = root / f"{stamp}-{uuid.uuid4().hex[:6]}"
-        self.path.mkdir(parents=True, exist_ok=True)
+        root.mkdir(parents=True, exist_ok=True)
+        self.path.mkdir(mode=0o700)
         self.masker = masker
         self._lock = threading.Lock()
         _prune(root, keep=self.path)
         _LIBRARY_LOG.run = self
 
     def host_dir(self, host: str) -> Path:
-        folder = self.path / host
-        folder.mkdir(exist_ok=True)
+        folder = Path(confined(str(self.path), host))
+        folder.mkdir(mode=0o700, exist_ok=True)
         return folder
 
     def write(self, host: str, text: str) -> None:
         line = f"{time.strftime('%H:%M:%S')} {self.masker.mask(text)}\n"
-        with self._lock, (self.path / f"{host}.log").open("a") as log:
+        path = confined(str(self.path), f"{host}.log")
+        with (
+            self._lock,
+            open(os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600), "a") as log,
+        ):
             log.write(line)
 
     def command(

@@ -27,6 +27,7 @@ from jinja2.sandbox import ImmutableSandboxedEnvironment, safe_range
 from glmops.engine.filters import FILTERS, GLOBALS, TESTS
 from glmops.engine.unsafe import UnsafeText, is_unsafe, mark_unsafe
 from glmops.errors import TemplateError
+from glmops.unitfile import UNIT_FILTERS
 
 
 class _Undefined(jinja2.StrictUndefined):
@@ -112,7 +113,8 @@ def make_environment(loader: jinja2.BaseLoader | None = None) -> jinja2.Environm
         loader=loader,
         autoescape=False,
     )
-    env.filters = {name: _stoppable(f) for name, f in {**env.filters, **FILTERS}.items()}
+    filters = {**env.filters, **FILTERS, **UNIT_FILTERS}  # UNIT_FILTERS: systemd's escaping
+    env.filters = {name: _stoppable(f) for name, f in filters.items()}
     env.tests.update(cast(dict[str, Any], TESTS))
     globals_: dict[str, Any] = {k: _stoppable(v) if callable(v) else v for k, v in GLOBALS.items()}
     env.globals.update(globals_)

@@ -23,7 +23,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from glmops.fleet.topology import Member, Replica, replica_from_data
-from glmops.gpu.serving.flags import systemd_quote
 
 DEFAULT_MASTER_PORT = 29501  # vLLM's own default for --master-port
 RAY_PORT = 6379
@@ -144,7 +143,7 @@ def ray_unit_vars(
         "replica": replica.name,
         "head": f"{replica.head.address}:{RAY_PORT}",
         "user": user,
-        "exec_start": " ".join(systemd_quote(word) for word in argv),
-        "exec_stop": f"{systemd_quote(ray)} stop",
-        "env_lines": [f'"{key}={value}"' for key, value in env.items()],
+        "argv": argv,
+        "stop_argv": [ray, "stop"],
+        "env": env,
     }

@@ -25,7 +25,7 @@ from glmops.engine import batches
 from glmops.engine.batches import SerialEntry
 from glmops.engine.inventory import Inventory
 from glmops.errors import ExitCode, InputError
-from glmops.fleet.router import listen_address, router_argv
+from glmops.fleet.router import admin_exposure_warning, listen_address, router_argv
 from glmops.fleet.topology import Fleet, Replica, fleet_from_inventory, serving_hosts
 
 
@@ -67,14 +67,15 @@ def router_vars(inventory: Inventory, fleet: Fleet, workers: Sequence[str]) -> d
     assert fleet.router is not None and router is not None  # the topology checked both
     host = router.vars
     venv = str(host.get("router_venv", "/opt/vllm-router"))
+    listen = listen_address(
+        fleet.router.address,
+        host.get("router_listen"),
+        host=fleet.router.host,
+        source=str(inventory.path),
+    )
     argv = router_argv(
         f"{venv}/bin/vllm-router",
-        host=listen_address(
-            fleet.router.address,
-            host.get("router_listen"),
-            host=fleet.router.host,
-            source=str(inventory.path),
-        ),
+        host=listen,
         port=fleet.router.port,
         workers=list(workers),
         policy=str(host.get("router_policy", "round_robin")),
@@ -84,6 +85,7 @@ def router_vars(inventory: Inventory, fleet: Fleet, workers: Sequence[str]) -> d
         "fleet_router_url": fleet.router.url,
         "fleet_workers": list(workers),
         "router_port": fleet.router.port,
+        "fleet_router_warning": admin_exposure_warning(listen) or "",
     }
     if "router_wheelhouse" not in host:
         from glmops.gpu import wheelcache

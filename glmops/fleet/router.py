@@ -20,13 +20,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from glmops.errors import GlmopsError, InputError
+from glmops.gpu.serving.flags import LOOPBACK_PREFIXES
 
 
 class RouterError(GlmopsError):
     """The router did not answer as expected (down, refused, or an unexpected reply)."""
-
-
-LOOPBACK = ("127.", "localhost", "::1", "[::1]")
 
 
 def listen_address(router_address: str, configured: object, *, host: str, source: str) -> str:
@@ -36,7 +34,7 @@ def listen_address(router_address: str, configured: object, *, host: str, source
     address on a router host that is not the controller is refused: neither the controller
     (which keeps the worker list through the admin API) nor any client could reach it."""
     listen = str(configured).strip() if configured not in (None, "") else router_address
-    if listen.startswith(LOOPBACK) and not router_address.startswith(LOOPBACK):
+    if listen.startswith(LOOPBACK_PREFIXES) and not router_address.startswith(LOOPBACK_PREFIXES):
         raise InputError(
             f"router_listen {listen} on {host}: the controller reaches the router at "
             f"{router_address} and could not keep its worker list; set router_listen to an "
@@ -44,6 +42,19 @@ def listen_address(router_address: str, configured: object, *, host: str, source
             source=source,
         )
     return listen
+
+
+def admin_exposure_warning(listen: str) -> str | None:
+    """vllm-router serves /add_worker and /remove_worker on its client port without
+    credentials (its CLI has no admin key; --api-key only goes to workers), so on an address
+    other machines reach, every client can change the worker list: said at each deploy."""
+    if listen.startswith(LOOPBACK_PREFIXES):
+        return None
+    return (
+        f"the router's admin API (/add_worker, /remove_worker) answers every client that "
+        f"reaches {listen}; vllm-router has no credentials for it: keep that address on a "
+        "network only trusted clients reach (or run the router on the controller)"
+    )
 
 
 def router_argv(

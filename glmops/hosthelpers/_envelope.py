@@ -17,6 +17,7 @@ import hashlib
 import json
 import os
 import sys
+import tempfile
 
 try:
     from typing import TypedDict
@@ -28,6 +29,8 @@ except ImportError:  # pragma: no cover - python 3.7 hosts: the schema is docume
 __all__ = [
     "Reply",
     "TypedDict",
+    "UnsafePath",
+    "confined",
     "failure",
     "file_sha256",
     "main",
@@ -80,6 +83,32 @@ def main(handler, expected: tuple = ()) -> None:  # noqa: ANN001 - python 3.8 ho
     sys.exit(0)
 
 
+class UnsafePath(ValueError):
+    """A path from a listing, manifest or reply that could leave its root."""
+
+
+def confined(root: str, rel: str) -> str:
+    """`rel` joined to `root`, refused unless it stays inside: relative, no `..` or `.` or
+    empty parts, no control characters, and (symbolic links followed) still under root.
+
+    The one check every path from a Hub listing, a manifest or a host's reply passes, on the
+    controller and on hosts, before anything is written or deleted there.
+    """
+    if not isinstance(rel, str) or not rel:
+        raise UnsafePath(f"not a relative path: {rel!r}")
+    if any(ord(c) < 32 or ord(c) == 127 for c in rel):
+        raise UnsafePath(f"control character in path {rel!r}")
+    if rel.startswith("/") or "\\" in rel:
+        raise UnsafePath(f"not a relative path: {rel!r}")
+    if any(part in ("", ".", "..") for part in rel.split("/")):
+        raise UnsafePath(f"empty, '.' or '..' part in path {rel!r}")
+    base = os.path.realpath(root)
+    path = os.path.realpath(os.path.join(base, rel))
+    if os.path.commonpath([base, path]) != base or path == base:
+        raise UnsafePath(f"{rel!r} resolves outside {root}")
+    return os.path.join(root, rel)
+
+
 def file_sha256(path: str) -> str:
     """The file's sha256, read in 8 MiB blocks (model files are many GB)."""
     h = hashlib.sha256()
@@ -91,20 +120,19 @@ def file_sha256(path: str) -> str:
 
 def write_atomic(path, data, mode=None) -> None:  # noqa: ANN001 - str or Path, str or bytes
     """Write beside the target, fsync, rename, fsync the folder: a reader sees the old file or
-    the new one, never half of one, and a failed write leaves no temp file. The file gets
-    `mode`, else what the umask gives a new file."""
+    the new one, never half of one, and a failed write leaves no temp file. The temp file has a
+    fresh name opened exclusively (mkstemp), so nothing planted in the folder is written
+    through. The file gets `mode`, else 0644 (records and model files: readable, no secret)."""
     path = os.fspath(path)
     folder = os.path.dirname(path) or "."
-    tmp = os.path.join(folder, f".{os.path.basename(path)}.{os.getpid()}.tmp")
     payload = data.encode("utf-8") if isinstance(data, str) else data
+    fd, tmp = tempfile.mkstemp(dir=folder, prefix=f".{os.path.basename(path)}.", suffix=".tmp")
     try:
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o666)
         with os.fdopen(fd, "wb") as f:
             f.write(payload)
             f.flush()
             os.fsync(f.fileno())
-        if mode is not None:
-            os.chmod(tmp, mode)
+        os.chmod(tmp, 0o644 if mode is None else mode)
         os.replace(tmp, path)
     except BaseException:
         if os.path.exists(tmp):

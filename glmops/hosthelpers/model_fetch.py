@@ -6,20 +6,27 @@ arrive on stdin, so the token in headers is never in argv). Each file goes to
 `<file>.glmops-partial`, which a later run continues with a Range request (a server that
 ignores Range answers 200 and the file starts over); it takes its name only once its size and
 sha256 match. Authorization is never forwarded on a redirect (the Hub redirects to a CDN with
-signed URLs). Replies through the shared envelope.
+signed URLs). Every path is confined to model_dir (see _envelope.confined), and a body longer
+than the listed size is cut off and refused, so a hostile listing can neither write outside
+model_dir nor fill the disk. Replies through the shared envelope.
 """
 
 import os
 import urllib.error
 import urllib.request
 
-from _envelope import file_sha256, main
+from _envelope import UnsafePath, confined, file_sha256, main
 
 PARTIAL = ".glmops-partial"
 
 
-def get(url, headers, partial):
-    """Append to partial from where it ends; returns the bytes received."""
+class TooLong(OSError):
+    """The server sent more bytes than the listing gave the file."""
+
+
+def get(url, headers, partial, size):
+    """Append to partial from where it ends, never past `size` bytes; returns the bytes
+    received."""
     have = os.path.getsize(partial) if os.path.exists(partial) else 0
     request = urllib.request.Request(url)
     for name, value in headers.items():
@@ -33,20 +40,32 @@ def get(url, headers, partial):
             return 0
         raise
     received = 0
-    with response, open(partial, "ab" if response.status == 206 else "wb") as out:
-        while chunk := response.read(8 << 20):
+    resumed = response.status == 206
+    room = max(0, size - (have if resumed else 0))
+    with response, open(partial, "ab" if resumed else "wb") as out:
+        while chunk := response.read(min(8 << 20, room + 1)):
+            if len(chunk) > room:
+                out.truncate(0)
+                raise TooLong(
+                    f"the server sent more bytes than the listing gives the file ({size})"
+                )
             out.write(chunk)
             received += len(chunk)
+            room -= len(chunk)
     return received
 
 
 def fetch(root, entry, headers):
-    final = os.path.join(root, entry["path"])
-    partial = final + PARTIAL
+    final = confined(root, entry["path"])
+    partial = confined(root, entry["path"] + PARTIAL)
     os.makedirs(os.path.dirname(final), exist_ok=True)
     received = 0
     for _attempt in (1, 2):
-        received += get(entry["url"], headers, partial)
+        try:
+            received += get(entry["url"], headers, partial, int(entry["size"]))
+        except TooLong as error:
+            os.unlink(partial)
+            return received, f"{entry['path']}: {error}"
         if os.path.getsize(partial) == entry["size"] and file_sha256(partial) == entry["sha256"]:
             os.replace(partial, final)
             return received, None
@@ -59,7 +78,7 @@ def run(args):
     for entry in args.get("files") or []:
         try:
             received, error = fetch(args["model_dir"], entry, args.get("headers") or {})
-        except (OSError, urllib.error.URLError) as exc:
+        except (OSError, urllib.error.URLError, UnsafePath) as exc:
             received, error = 0, f"{entry['path']}: {exc}"
         total += received
         if error:

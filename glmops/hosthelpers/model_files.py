@@ -25,13 +25,16 @@ the merged file's sidecar lists it with the size and mtime this state file verif
 merged file still matches the sha256 the sidecar recorded (size and mtime as recorded, else
 hashed; always hashed with `full`). A merged file that no longer matches is deleted with its
 sidecar: its shards are then missing, fetched again, and merged anew by deploy.
+
+Every listed path is confined to model_dir (_envelope.confined) before it is looked at, and a
+request naming one that is not fails whole, before anything is deleted.
 """
 
 import json
 import os
 from concurrent.futures import ThreadPoolExecutor
 
-from _envelope import failure, file_sha256, main, write_atomic
+from _envelope import UnsafePath, confined, failure, file_sha256, main, write_atomic
 
 STATE = ".glmops-model-state.json"
 MANIFEST = ".glmops-model-manifest.json"
@@ -49,7 +52,7 @@ def preflight(args):
     needed = int(args.get("extra_bytes") or 0) + int(args.get("margin_bytes") or 0)
     for rel, size in args["files"]:
         try:
-            have = os.stat(os.path.join(root, rel)).st_size
+            have = os.stat(confined(root, rel)).st_size
         except OSError:
             have = 0
         needed += 0 if have == int(size) else int(size)
@@ -72,7 +75,7 @@ def read_json(path):
 
 def check(root, entry, known, full, write):
     """(path, verdict, size, mtime_ns, hashed bytes): verdict ok, missing or bad."""
-    path = os.path.join(root, entry["path"])
+    path = confined(root, entry["path"])
     try:
         st = os.stat(path)
     except OSError:
@@ -102,7 +105,7 @@ class Merges:
 
     def covers(self, rel):
         """(path, "merged", size, mtime_ns, hashed) when a verified merge holds rel, else None."""
-        folder, name = os.path.split(os.path.join(self.root, rel))
+        folder, name = os.path.split(confined(self.root, rel))
         for out, rec in self._records(folder):
             entry = {i["name"]: i for i in rec["inputs_fingerprint"]["inputs"]}.get(name)
             if name not in rec["shards_removed"] or entry is None:
@@ -155,7 +158,7 @@ class Merges:
 
 def merged_files(root, files):
     """The merged files (a gguf_split sidecar beside them) in the folders of `files`."""
-    folders = {os.path.dirname(os.path.join(root, rel)) for rel, _ in files}
+    folders = {os.path.dirname(confined(root, rel)) for rel, _ in files}
     found = []
     for folder in sorted(f for f in folders if os.path.isdir(f)):
         for name in sorted(os.listdir(folder)):
@@ -187,6 +190,8 @@ def verify(args):
     root = args["model_dir"]
     state, known = verified(root, args["digest"])
     files = args["manifest"]["files"]
+    for entry in files:  # all confined before any file is deleted
+        confined(root, entry["path"])
     write = not args.get("check")
     with ThreadPoolExecutor(max_workers=min(8, os.cpu_count() or 1)) as pool:
         results = list(pool.map(lambda e: check(root, e, known, args.get("full"), write), files))
@@ -233,7 +238,7 @@ def verify(args):
 def stat_file(root, rel, size, known, merges):
     """Why `rel` does not match its verified state (missing, size, unverified), or None."""
     try:
-        st = os.stat(os.path.join(root, rel))
+        st = os.stat(confined(root, rel))
     except OSError:
         if rel.endswith(".gguf") and merges.covers(rel):
             return None
@@ -283,4 +288,4 @@ def run(args):
 
 
 if __name__ == "__main__":
-    main(run)
+    main(run, expected=(UnsafePath,))

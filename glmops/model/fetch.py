@@ -26,13 +26,14 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 from glmops.engine import secretenv
 from glmops.errors import GlmopsError
+from glmops.hosthelpers._envelope import UnsafePath, confined
 from glmops.model.manifest import (
     FileEntry,
     Manifest,
@@ -88,7 +89,14 @@ class ModelCache:
         self._stamps_path = self.dir / "verified.json"
 
     def path(self, entry: FileEntry) -> Path:
-        return self.files / entry.path
+        """Where the file lives in the cache; a path that would leave it is refused."""
+        return self.local(entry.path)
+
+    def local(self, rel: str) -> Path:
+        try:
+            return Path(confined(str(self.files), rel))
+        except UnsafePath as error:
+            raise FetchError(f"the Hub listed a path glmops refuses: {error}") from None
 
     def stamps(self) -> dict[str, list[Any]]:
         try:
@@ -197,21 +205,22 @@ def _entry(
     cache: ModelCache, hub: HubAccess, spec: RepoSpec, commit: str, item: Any, write: bool
 ) -> FileEntry:
     path = f"{spec.part}/{item.path}"
+    final = cache.local(path)  # refused here, before anything is read or written
     if item.lfs is not None:
         return FileEntry(path, int(item.lfs.size), item.lfs.sha256, "lfs")
     # Outside LFS the Hub gives only git's blob id: fetch the (small) file now, check it
     # against that id, and record its sha256 so hosts verify it like any other file.
     if not write:  # check mode: in memory (the Hub keeps files outside LFS small)
-        data = _read(hub, spec, commit, item.path)
+        data = _read(hub, spec, commit, item.path, int(item.size))
         if git_blob_id_of(data) != item.blob_id:
             raise FetchError(f"{spec.repo}@{commit}: {item.path} does not match its git blob id")
         return FileEntry(path, len(data), hashlib.sha256(data).hexdigest(), "blob")
-    partial = _download(hub, spec, commit, item.path, cache.files / spec.part)
+    partial = _download(hub, spec, commit, item.path, final, int(item.size))
     if git_blob_id(partial) != item.blob_id:
         partial.unlink()
         raise FetchError(f"{spec.repo}@{commit}: {item.path} does not match its git blob id")
     entry = FileEntry(path, partial.stat().st_size, sha256_file(partial), "blob")
-    os.replace(partial, cache.path(entry))
+    os.replace(partial, final)
     cache.stamp(entry)
     return entry
 
@@ -247,7 +256,7 @@ def _fetch_one(
         report(f"{entry.path}: does not match the manifest; fetching it again")
         local.unlink()
     for attempt in (1, 2):
-        partial = _download(hub, spec, commit, repo_path, cache.files / part)
+        partial = _download(hub, spec, commit, repo_path, local, entry.size)
         if _matches(partial, entry):
             os.replace(partial, local)  # the real name only for a verified file
             cache.stamp(entry)
@@ -262,18 +271,21 @@ def _matches(path: Path, entry: FileEntry) -> bool:
     return path.stat().st_size == entry.size and sha256_file(path) == entry.sha256
 
 
-def _download(hub: HubAccess, spec: RepoSpec, commit: str, repo_path: str, local_dir: Path) -> Path:
-    """One file from the Hub into local_dir, resuming a partial file an earlier run left.
+def _download(
+    hub: HubAccess, spec: RepoSpec, commit: str, repo_path: str, final: Path, size: int
+) -> Path:
+    """One file from the Hub for `final` (a confined path), resuming a partial file an earlier
+    run left.
 
     Bytes go to `<file>.glmops-partial` (a name of its own, so it survives a killed run and is
     never taken for the file); a Range request continues it, and a server that ignores Range
-    (answers 200) starts it over. Returns the partial file: only the caller's sha256 check
-    gives it the file's name.
+    (answers 200) starts it over. A body longer than the listed `size` is cut off, deleted and
+    refused (a hostile server cannot fill the disk). Returns the partial file: only the
+    caller's sha256 check gives it the file's name.
     """
     from huggingface_hub import hf_hub_url
     from huggingface_hub.utils import build_hf_headers, get_session, hf_raise_for_status
 
-    final = local_dir / repo_path
     partial = final.with_name(final.name + PARTIAL)
     partial.parent.mkdir(parents=True, exist_ok=True)
     url = hf_hub_url(spec.repo, repo_path, revision=commit, endpoint=hub.endpoint)
@@ -287,27 +299,47 @@ def _download(hub: HubAccess, spec: RepoSpec, commit: str, repo_path: str, local
                 response.close()
             else:
                 hf_raise_for_status(response)
-                mode = "ab" if response.status_code == 206 else "wb"
-                with open(partial, mode) as out:
-                    for chunk in response.iter_bytes(CHUNK):
-                        out.write(chunk)
+                resumed = response.status_code == 206
+                with open(partial, "ab" if resumed else "wb") as out:
+                    _copy_capped(response.iter_bytes(CHUNK), out, size - (have if resumed else 0))
+    except TooLong as error:
+        partial.unlink()
+        raise FetchError(f"{spec.repo}@{commit}: {repo_path}: {error}") from None
     except Exception as error:  # the HTTP library's errors: say which file, keep the partial
         raise FetchError(f"{spec.repo}@{commit}: {repo_path}: {_short(error)}") from None
     return partial
 
 
-def _read(hub: HubAccess, spec: RepoSpec, commit: str, repo_path: str) -> bytes:
-    """One small file from the Hub, into memory only."""
+def _read(hub: HubAccess, spec: RepoSpec, commit: str, repo_path: str, size: int) -> bytes:
+    """One small file from the Hub, into memory only, at most its listed `size` bytes."""
+    import io
+
     from huggingface_hub import hf_hub_url
     from huggingface_hub.utils import build_hf_headers, get_session, hf_raise_for_status
 
     url = hf_hub_url(spec.repo, repo_path, revision=commit, endpoint=hub.endpoint)
+    data = io.BytesIO()
+    headers = build_hf_headers(token=hub.token)
     try:
-        response = get_session().get(url, headers=build_hf_headers(token=hub.token), timeout=60)
-        hf_raise_for_status(response)
-    except Exception as error:  # the HTTP library's errors: say which file
+        with get_session().stream("GET", url, headers=headers, timeout=60) as response:
+            hf_raise_for_status(response)
+            _copy_capped(response.iter_bytes(CHUNK), data, size)
+    except Exception as error:  # the HTTP library's errors, a body too long: say which file
         raise FetchError(f"{spec.repo}@{commit}: {repo_path}: {_short(error)}") from None
-    return response.content
+    return data.getvalue()
+
+
+class TooLong(Exception):
+    """The Hub sent more bytes than it listed for the file."""
+
+
+def _copy_capped(chunks: Iterator[bytes], out: BinaryIO, room: int) -> None:
+    """Write chunks until `room` bytes; one byte more is TooLong."""
+    for chunk in chunks:
+        if len(chunk) > room:
+            raise TooLong("the server sent more bytes than the listing gives the file")
+        out.write(chunk)
+        room -= len(chunk)
 
 
 def _short(error: Exception) -> str:

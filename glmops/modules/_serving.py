@@ -22,6 +22,10 @@ FREEZE = (
     "f\"{d.metadata['Name']}=={d.version}\" for d in m.distributions())))"
 )
 
+#: Where the host's own probes reach vLLM: the address it listens on (deploy.yml passes
+#: serve.vllm_host, the host's fleet address unless the inventory names another).
+ADDRESS_ARG = Arg(str, default="127.0.0.1", doc="the address vLLM listens on (serve.vllm_host)")
+
 UNIT_ARGS = {
     "unit": Arg(str, default="vllm-glm5", doc="the systemd unit running vllm serve"),
     "venv": Arg(str, doc="the vLLM venv (for the package list on failure)"),
@@ -53,6 +57,7 @@ def serving_probe_args(
     `completion`, one token within `completion_timeout`; the journal's tail when asked."""
     args: dict[str, Any] = {
         "unit": params["unit"],
+        "address": params.get("address", ADDRESS_ARG.default),
         "port": params["port"],
         "served_model_name": params["served_model_name"],
         "env_file": params["env_file"] or "",

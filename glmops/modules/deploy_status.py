@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 from typing import Any, cast
 
 from glmops.engine.connection import quote
@@ -17,7 +18,7 @@ from glmops.engine.context import TaskContext
 from glmops.engine.notifications import PENDING_FILE, pending_names
 from glmops.engine.results import TaskResult
 from glmops.fleet.gang import record_path
-from glmops.gpu.serving.flags import INPUTS, serving_device
+from glmops.gpu.serving.flags import INPUTS, listening_address, serving_device
 from glmops.gpu.serving.journal import STATUS_GREP, parse_backend, parse_kernel
 from glmops.gpu.serving.patches import manifest_files
 from glmops.hosthelpers.vllm_patch import Manifest
@@ -68,10 +69,20 @@ class DeployStatus(Module):
         unit = str(v["vllm_unit"])
         facts = ctx.facts
         out: dict[str, Any] = {"unit_name": unit}
+        unit_text = (ctx.read(f"/etc/systemd/system/{unit}.service") or b"").decode()
+        out["exec_start"] = next(
+            (
+                line[len("ExecStart=") :]
+                for line in unit_text.splitlines()
+                if line.startswith("ExecStart=")
+            ),
+            None,
+        )
         probe: ProbeReply = ctx.run_helper(  # type: ignore[assignment]  # its reply schema
             "vllm_probe",
             {
                 "unit": unit,
+                "address": _bound_address(out["exec_start"]),
                 "port": int(v["vllm_port"]),
                 "http": self.params["health"],
                 "models": False,
@@ -86,15 +97,6 @@ class DeployStatus(Module):
         out["backend"] = selection.backend
         out["backend_failed"] = selection.reasons if selection.failed else None
         out["backend_kernel"] = parse_kernel(probe.get("journal_matches") or [])
-        unit_text = (ctx.read(f"/etc/systemd/system/{unit}.service") or b"").decode()
-        out["exec_start"] = next(
-            (
-                line[len("ExecStart=") :]
-                for line in unit_text.splitlines()
-                if line.startswith("ExecStart=")
-            ),
-            None,
-        )
         state_dir = str(v["deploy_state_dir"])
         out["last_deploy"] = _json(ctx.read(f"{state_dir}/{unit}.last-deploy.json"))
         out["inputs"] = _json(ctx.read(f"{state_dir}/{unit}.inputs.json"))
@@ -175,3 +177,11 @@ def _json(data: bytes | None) -> Any:
         return json.loads(data)
     except ValueError:
         return None
+
+
+def _bound_address(exec_start: str | None) -> str:
+    """The address the unit's vLLM listens on (its --host word), where the probe asks it."""
+    try:
+        return listening_address(shlex.split(exec_start or ""))
+    except ValueError:  # unbalanced quotes: not a unit glmops wrote
+        return listening_address([])

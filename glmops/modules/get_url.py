@@ -11,12 +11,16 @@ from glmops.errors import ModuleError
 from glmops.modules.base import Arg, Module, Plan, mode_arg, register
 from glmops.modules.file import _attribute_commands
 
-# Run by the host's python3: arguments on stdin (a URL may carry a token); prints the sha256.
+# Run by the host's python3: arguments on stdin (a URL may carry a token). The download goes to
+# a temp file of a fresh name beside dest, created exclusively (mkstemp: nobody can have placed
+# a file or link there first); prints its path, then the sha256.
 FETCH = """
-import hashlib, json, sys, urllib.request
+import hashlib, json, os, sys, tempfile, urllib.request
 a = json.loads(sys.stdin.read())
+fd, tmp = tempfile.mkstemp(dir=a["folder"], prefix=a["prefix"], suffix=".glmops-download")
+print(tmp, flush=True)
 digest = hashlib.sha256()
-with urllib.request.urlopen(a["url"], timeout=a["timeout"]) as reply, open(a["tmp"], "wb") as out:
+with urllib.request.urlopen(a["url"], timeout=a["timeout"]) as reply, os.fdopen(fd, "wb") as out:
     while chunk := reply.read(1 << 20):
         digest.update(chunk)
         out.write(chunk)
@@ -64,14 +68,20 @@ class GetUrl(Module):
     def apply(self, ctx: TaskContext, plan: Plan) -> TaskResult:
         dest, wanted = self.params["dest"], self.wanted_sha()
         folder, _, base = dest.rpartition("/")
-        tmp = f"{folder}/.{base}.glmops-download"
-        args = {"url": self.params["url"], "tmp": tmp, "timeout": self.params["timeout"]}
+        prefix = f".{base}."
+        args = {"url": self.params["url"], "timeout": self.params["timeout"]}
+        args |= {"folder": folder or "/", "prefix": prefix}
         fetched = ctx.run(f"python3 -c {quote(FETCH)}", stdin=json.dumps(args))
+        lines = fetched.stdout.splitlines()
+        tmp = _temp_path(lines[0] if lines else "", folder, prefix)
         if not fetched.ok:
-            ctx.run(f"rm -f {quote(tmp)}")
+            if tmp:
+                ctx.run(f"rm -f {quote(tmp)}")
             tail = fetched.stderr.strip().splitlines()[-1:] or ["no reason given"]
             raise ModuleError(f"cannot download {self.params['url']}: {tail[0]}")
-        got = fetched.stdout.strip()
+        got = lines[-1].strip() if len(lines) > 1 else ""
+        if not tmp:
+            raise ModuleError(f"get_url: the host named no temp file beside {dest}: {lines[:1]}")
         if wanted is not None and got != wanted:
             ctx.run(f"rm -f {quote(tmp)}")
             raise ModuleError(
@@ -83,3 +93,17 @@ class GetUrl(Module):
         return TaskResult(
             Status.CHANGED, plan.reason.removeprefix("would "), data={"sha256": got, "dest": dest}
         )
+
+
+def _temp_path(reported: str, folder: str, prefix: str) -> str | None:
+    """The temp file the host reported, if it is one FETCH could have made: directly in
+    `folder`, with its prefix, no other part (the host's answer is data, checked like any)."""
+    name = reported.removeprefix(f"{folder}/")
+    ok = (
+        name != reported
+        and name.startswith(prefix)
+        and name.endswith(".glmops-download")
+        and "/" not in name
+        and not any(ord(c) < 32 for c in name)
+    )
+    return reported if ok else None

@@ -38,14 +38,17 @@ class Step:
 
 
 def keyring_commands(url: str) -> tuple[str, ...]:
-    """Fetch cuda-keyring with python3 (always there; curl/wget may not be) and install it."""
+    """Fetch cuda-keyring with python3 (always there; curl/wget may not be) and install it.
+    The package lands in a fresh private folder (mktemp -d), never at a fixed /tmp name that
+    another user could create first and so have root install their package."""
     fetch = (
         "python3 -c 'import sys, urllib.request; "
         "urllib.request.urlretrieve(sys.argv[1], sys.argv[2])'"
     )
-    deb = "/tmp/glmops-cuda-keyring.deb"
+    deb = '"$keyring_dir/cuda-keyring.deb"'
     return (
-        f"{fetch} {quote(url)} {deb} && dpkg -i {deb}; rc=$?; rm -f {deb}; exit $rc",
+        f"keyring_dir=$(mktemp -d) || exit 1; {fetch} {quote(url)} {deb} && dpkg -i {deb}; "
+        'rc=$?; rm -rf "$keyring_dir"; exit $rc',
         f"{APT_ENV} apt-get update -q",
     )
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from glmops.engine.context import TaskContext
 from glmops.engine.results import Status, TaskResult
+from glmops.modules._serving import ADDRESS_ARG
 from glmops.modules.base import Arg, Module, Plan, register
 
 
@@ -23,6 +24,7 @@ class VllmDrain(Module):
 
     name = "vllm_drain"
     args = {
+        "address": ADDRESS_ARG,
         "port": Arg(int, default=8000),
         "timeout": Arg((int, float), default=120, doc="seconds to wait for running requests"),
         "interval": Arg((int, float), default=0.5),
@@ -37,7 +39,7 @@ class VllmDrain(Module):
         p = self.params
         reply = ctx.run_helper(
             "vllm_drain",
-            {k: p[k] for k in ("port", "timeout", "interval", "settle")},
+            {k: p[k] for k in ("address", "port", "timeout", "interval", "settle")},
             timeout=float(p["timeout"]) + float(p["settle"]) + 30,
         )
         failed = reply.get("failed") or (reply.get("timed_out") and p["fail_on_timeout"])

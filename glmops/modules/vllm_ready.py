@@ -17,6 +17,7 @@ from glmops.engine.results import Status, TaskResult
 from glmops.gpu.serving.journal import failure_summary, loading_phase, parse_backend
 from glmops.hosthelpers.vllm_probe import ProbeReply
 from glmops.modules._serving import (
+    ADDRESS_ARG,
     UNIT_ARGS,
     collect_artifacts,
     dead,
@@ -38,6 +39,7 @@ class VllmReady(Module):
     name = "vllm_ready"
     args = {
         **UNIT_ARGS,
+        "address": ADDRESS_ARG,
         "port": Arg(int, default=8000),
         "served_model_name": Arg(str, required=True),
         "env_file": Arg(

@@ -17,7 +17,7 @@ from glmops.engine.context import TaskContext
 from glmops.engine.results import TaskResult
 from glmops.errors import ModuleError
 from glmops.gpu.serving import ServeError, gguf_loader_problem, serve_flags
-from glmops.gpu.serving.flags import INPUTS
+from glmops.gpu.serving.flags import INPUTS, default_bind_address, exposure_warning
 from glmops.modules.base import Arg, Module, Plan, register
 
 #: Inputs without which no unit can be written.
@@ -42,22 +42,34 @@ class VllmServeConfig(Module):
             for name, spec in INPUTS.items()
         },
         "vllm_api_key": Arg(str, doc="secret; only checked here, written by the env template"),
+        "fleet_replica": Arg(
+            dict,
+            doc="this host's replica: its address there is vLLM's default bind",
+            var="fleet_replica",
+        ),
     }
 
     def plan(self, ctx: TaskContext) -> Plan:
         facts = ctx.facts
         inputs = {name: self.params[name] for name in INPUTS}
+        inputs["vllm_host"] = inputs["vllm_host"] or default_bind_address(
+            self.bound_params(ctx)["fleet_replica"],
+            ctx.host.name,
+            ctx.host.connection.address,
+            local=ctx.host.connection.connection == "local",
+        )
+        key = self.params["vllm_api_key"]
         try:
             config = serve_flags(facts, {**inputs, "vllm_model": self.params["model"]})
         except ServeError as error:
             raise ModuleError(str(error)) from None
         data = config.as_data()
-        key = self.params["vllm_api_key"]
         if key is not None and (not isinstance(key, str) or any(c in key for c in '"\\\n\r$`')):
             raise ModuleError(
                 "vllm_api_key must be text without quotes, backslashes, $, ` or newlines"
             )
         data["api_key_set"] = bool(key)
+        data["exposure_warning"] = exposure_warning(str(data["vllm_host"]), bool(key))
         if self.params["require_files"]:
             self._require(ctx, data)
             if str(self.params["model"]).endswith(".gguf"):

@@ -14,7 +14,7 @@ from typing import Any
 from glmops.engine.context import TaskContext
 from glmops.engine.results import Status, TaskResult
 from glmops.hosthelpers.vllm_probe import ProbeReply
-from glmops.modules._serving import probe, serving_probe_args
+from glmops.modules._serving import ADDRESS_ARG, probe, serving_probe_args
 from glmops.modules.base import Arg, Module, Plan, register
 
 
@@ -27,6 +27,7 @@ class VllmSoak(Module):
     name = "vllm_soak"
     args = {
         "unit": Arg(str, default="vllm-glm5"),
+        "address": ADDRESS_ARG,
         "port": Arg(int, default=8000),
         "served_model_name": Arg(str, required=True),
         "env_file": Arg(str, doc="the 0600 environment file holding VLLM_API_KEY"),

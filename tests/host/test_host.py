@@ -17,7 +17,7 @@ from glmops.fleet.topology import Member, Replica, replica_data
 from glmops.gpu import gpus
 from glmops.gpu.facts import HostFacts
 from glmops.gpu.serving import expected_backends, parse_backend, vllm_profile
-from glmops.gpu.serving.flags import serving_device, setting
+from glmops.gpu.serving.flags import listening_address, serving_device, setting
 from glmops.gpu.serving.patches import manifest_files, patch_state
 
 
@@ -178,10 +178,14 @@ def test_gang_member_joined(host: Any, gang: Gang, hostvars: dict[str, Any], uni
     )
 
 
-def test_health_200(host: Any, hostvars: dict[str, Any], unit: str, gang: Gang) -> None:
+def test_health_200(
+    host: Any, hostvars: dict[str, Any], unit: str, gang: Gang, exec_start: list[str]
+) -> None:
     serves_http(gang, hostvars)
     port = int(setting(hostvars, "vllm_port"))
-    reply = run_helper(host, "vllm_probe", {"unit": unit, "port": port, "models": False})
+    address = listening_address(exec_start)  # where the unit's vLLM listens
+    args = {"unit": unit, "address": address, "port": port, "models": False}
+    reply = run_helper(host, "vllm_probe", args)
     health = reply.get("health", {})
     assert health.get("status") == 200, f"/health: {health}"
 

@@ -20,6 +20,7 @@ import pytest
 import yaml
 
 from glmops.testbed import Testbed
+from glmops.testbed.inventory import host_address
 from tests.support.engine import Runner
 from tests.support.glmops_cli import run_cli
 from tests.support.testbed import booted, host_read
@@ -117,7 +118,7 @@ def test_deploy_check_real_then_idempotent(
     exec_start = next(line for line in unit.splitlines() if line.startswith("ExecStart="))
     assert exec_start == (
         f"ExecStart={VENV}/bin/vllm serve {model['merged']} --served-model-name glm-5 "
-        "--host 0.0.0.0 --port 8000 --tensor-parallel-size 8 --dtype float16 "
+        f"--host {host_address(FIRST_INDEX)} --port 8000 --tensor-parallel-size 8 --dtype float16 "
         f"--hf-config-path {HF} --tokenizer {HF} --max-model-len 32768"
     )
     assert API_KEY not in unit

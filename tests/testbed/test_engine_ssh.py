@@ -376,3 +376,29 @@ def test_a_persistent_connection_serves_the_next_run_and_only_its_user(
         close_shared(host.connection, ConnectionSettings())
     assert not list(folder.iterdir())
     shutil.rmtree(runtime)
+
+
+def test_task_environment_under_sudo_reaches_the_command_never_a_command_line(
+    run_playbook: Runner, inventory: Path, testbed: Testbed, hosts: list[str]
+) -> None:
+    """Over real sshd and sudo -S: the value arrives, and no process on the host (the sshd
+    session's shell, sudo, the command) carries it in /proc/*/cmdline while the task runs."""
+    inventory.write_text(inventory.read_text().replace("user: root", "user: deploy"))
+    token = "envtok-ssh-4e1b9d"
+    play = f"""
+    - hosts: {hosts[0]}
+      become: true
+      tasks:
+        - name: look for the value in every command line
+          shell: >-
+            printf '%s\\n' "${{API_TOKEN%% *}}" > /root/pattern;
+            cat /proc/[0-9]*/cmdline 2>/dev/null | tr '\\000' '\\n'
+            | grep -cFf /root/pattern > /root/seen || true;
+            printf '%s' "$API_TOKEN" > /root/arrived
+          environment:
+            API_TOKEN: "{token} 'q' $x"
+    """
+    outcome = run_playbook(play, inventory, sudo_password="testbed-sudo")
+    assert outcome.exit_code == 0, outcome.results()
+    assert testbed.exec(hosts[0], ["cat", "/root/arrived"]).stdout == f"{token} 'q' $x"
+    assert testbed.exec(hosts[0], ["cat", "/root/seen"]).stdout.strip() == "0"

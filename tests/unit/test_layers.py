@@ -13,7 +13,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2] / "glmops"
 
 #: Ground floor: data and errors every floor may use; they import only each other.
-GROUND = {"glmops", "errors", "paths", "pins", "__version__"}
+GROUND = {"glmops", "errors", "paths", "pins", "unitfile", "__version__"}
 
 #: Folder (or top-level module) -> the folders and modules it may import, besides itself and
 #: the ground floor. `engine` runs modules, so it may reach the registry (glmops.modules and

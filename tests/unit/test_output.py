@@ -104,7 +104,8 @@ def test_masking_goes_by_secret_names_and_values_not_words_inside_names(
     )
     msg = outcome.results()[0]["msg"]
     assert "hunter2-long-secret" not in msg and "********" in msg
-    assert "glmtokenizer" in msg and "user=root" in msg, msg
+    # a secret is masked whichever variable holds it, also where a plain name shows it
+    assert "glmtokenizer" in msg and "user=********" in msg, msg
 
 
 def test_a_secret_cut_short_by_a_long_repr_is_masked_on_both_sides_of_the_cut() -> None:

