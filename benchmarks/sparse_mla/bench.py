@@ -39,11 +39,15 @@ import triton
 import triton.language as tl
 
 from benchmarks.sparse_mla.plans import FP8_DS_PLANS, PLANS, TOPK
-from tests.support.module_file import load_module_file  # stdlib only; runs without glmops
+from tests.support.module_file import (  # stdlib only; runs without glmops
+    SPARSE_MLA,
+    load_module_file,
+    load_sparse_mla,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 
-KERNEL_PATH = ROOT / "backend" / "sparse_mla.py"
+KERNEL_PATH = SPARSE_MLA
 BASELINE_PATH = ROOT / ".thirdparty/vllm/v1/attention/ops/triton_decode_attention.py"
 
 # q dtype per --dtypes name; "fp8" runs fp8_ds_mla cache rows (656 B) under a bf16 q, "e4m3"
@@ -797,11 +801,11 @@ def main() -> None:
         "--kernel",
         type=Path,
         default=KERNEL_PATH,
-        help="the kernel module to time (an earlier version, for a same-run comparison)",
+        help="the kernel to time: a parts folder, or an earlier single-file version (A/B)",
     )
     args = ap.parse_args()
     torch.manual_seed(0)
-    kmod = load_module_file(args.kernel, "sparse_mla")
+    kmod = load_sparse_mla("sparse_mla", args.kernel)
     kv = {name: cache_rows(kmod, name, args.cache_rows) for name in args.dtypes.split(",")}
     if args.mode == "sweep":
         run_sweep(args, kmod, kv)

@@ -1,4 +1,4 @@
-"""GPU correctness suite for backend/sparse_mla.py against its float32 reference.
+"""GPU correctness suite for backend/sparse_mla/ against its float32 reference.
 
 Every case draws fresh random inputs, fills every KV row that no index selects with NaN (a read
 of a wrong row shows up as NaN) and poisons the outputs before the call (an unwritten element
@@ -10,12 +10,11 @@ from __future__ import annotations
 import itertools
 import math
 import zlib
-from pathlib import Path
 from types import ModuleType
 
 import pytest
 
-from tests.support.module_file import load_module_file
+from tests.support.module_file import load_sparse_mla
 
 torch = pytest.importorskip("torch", reason="torch is not installed (GPU tests need it)")
 pytest.importorskip("triton", reason="triton is not installed (GPU tests need it)")
@@ -28,14 +27,13 @@ pytestmark = [
     pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device"),
 ]
 
-_KERNEL_PATH = Path(__file__).resolve().parents[2] / "backend" / "sparse_mla.py"
 _DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16}
 
 
 @pytest.fixture(scope="module")
 def kmod() -> ModuleType:
     """Load the kernel by file path: backend/ need not be a package, nor glmops importable."""
-    return load_module_file(_KERNEL_PATH, "glmops_backend_sparse_mla")
+    return load_sparse_mla("glmops_backend_sparse_mla")
 
 
 def _smem_per_block(kmod: ModuleType) -> int:

@@ -1,4 +1,4 @@
-"""Compile every kernel configuration that backend/sparse_mla.py's plan can choose for GPU
+"""Compile every kernel configuration that backend/sparse_mla/'s plan can choose for GPU
 targets, with Triton's own compiler, without a GPU and without a launch.
 
 Reads {"targets": [{"arch": 120, "capability": [12, 0], "smem": 101376}, ...]} on stdin and
@@ -22,17 +22,15 @@ import tempfile
 import traceback
 from pathlib import Path
 
-KERNEL = Path(__file__).resolve().parents[2] / "backend" / "sparse_mla.py"
+KERNEL = Path(__file__).resolve().parents[2] / "backend" / "sparse_mla"
 FLOAT_ARGS = {"qk_scale", "v_scale"}
 
 
 def _load_kernels():
-    import importlib.util
+    sys.path.insert(0, str(KERNEL.parents[1]))  # run as a script: the checkout's tests/ importable
+    from tests.support.module_file import load_sparse_mla
 
-    spec = importlib.util.spec_from_file_location("sparse_mla_under_compile", KERNEL)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_sparse_mla("sparse_mla_under_compile", KERNEL)
 
 
 def _cuobjdump(cubin: bytes, flag: str) -> str:

@@ -1,4 +1,4 @@
-"""The split-count rule of backend/sparse_mla.py (pure Python, no GPU), pinned on the
+"""The split-count rule of backend/sparse_mla/ (pure Python, no GPU), pinned on the
 benchmark's grid: the split counts the committed H200 benchmark ran with. Where a sweep compared
 split counts at the default tile (backend/NOTES.md: round 1 for B=8/32/128 with 64+ heads,
 round 4 for B=1/8/32/128 with H=8 and B=8/128 with H=16), these were the fastest; the other
@@ -7,21 +7,19 @@ entries are regression pins of the rule's own choice."""
 from __future__ import annotations
 
 import math
-from pathlib import Path
 from types import ModuleType
 
 import pytest
 
-from tests.support.module_file import load_module_file
+from tests.support.module_file import load_sparse_mla
 
 pytest.importorskip("triton", reason="the kernel module imports triton")
-KERNEL = Path(__file__).resolve().parents[2] / "backend" / "sparse_mla.py"
 H200_SMS = 132
 
 
 @pytest.fixture(scope="module")
 def kmod() -> ModuleType:
-    return load_module_file(KERNEL, "sparse_mla_splits")
+    return load_sparse_mla("sparse_mla_splits")
 
 
 # (B, H) -> split count at topk 2048 on 132 SMs (see the module docstring)
