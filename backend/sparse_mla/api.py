@@ -7,45 +7,28 @@ import torch
 import triton
 
 from .common import (
-    _D_PE,
     _D_QK,
     _D_V,
     _FP8_GROUP,
     _FP8_ROW_BYTES,
-    _GLUON_TRITONS,
-    _KV_FMT_CODE,
     _LOG2E,
     _device_index,
-    _device_limits,
     _fits_cp_async,
-    _gluon_mma_usable,
     _gluon_takes,
     _gluon_tile,
-    _gluon_usable,
     _has_gluon_mma,
     _has_wgmma,
     _num_sms,
 )
-from .gluon_hopper import (
-    _sparse_mla_wgmma_e4m3_kernel,
-    _sparse_mla_wgmma_kernel,
-    _sparse_mla_wgmma_swapped_kernel,
-)
-from .gluon_mma import _sparse_mla_mma_e4m3_kernel, _sparse_mla_mma_kernel
 from .plan import _merge_columns, _merge_warps, _plan, _split_chunk
 from .tiles import (
-    _COLUMN_GROUPS_RULE,
-    _column_groups_fit,
-    _e4m3_score_cols,
+    SplitCall,
     _early_merge,
-    _fp16_dots,
     _late_trigger,
-    _q_in_registers,
+    tile_kind,
 )
 from .tl_dot import (
     _sparse_mla_combine_kernel,
-    _sparse_mla_ds_split_kernel,
-    _sparse_mla_split_kernel,
 )
 
 
@@ -119,182 +102,6 @@ def _split_scratch(
     n_po = num_tokens * num_splits * num_heads * _D_V // (2 if part16 else 1)
     part_o = workspace[:n_po].view(q.dtype) if part16 else workspace[:n_po]
     return part_o, workspace[n_po : n_po + num_tokens * num_splits * num_heads]
-
-
-def _launch_gluon(
-    args: tuple,
-    cfg: dict[str, int],
-    programs: int,
-    is_split: bool,
-    late_trigger: bool,
-    inputs_ok: bool,
-    capability: tuple[int, int],
-    kv_format: str = "16bit",
-    kv_scale: float = 1.0,
-) -> None:
-    """One of the Gluon split kernels (``MMA_V2``: the tiles with mma.sync, the 64-head one,
-    its 16-head twin for 16-bit rows, or the e4m3 one; else the three Hopper ones), picked by
-    the head block and the row format, after checking that the tile is one they implement.
-    ``late_trigger``: the merge, a programmatic dependent, may launch after the main loop.
-    ``inputs_ok``: the buffers and dtypes the Gluon kernels take."""
-    block_h, block_n, stages = cfg["BLOCK_H"], cfg["BLOCK_N"], cfg["num_stages"]
-    common = {"NUM_STAGES": stages, "IS_SPLIT": is_split, "LATE_TRIGGER": late_trigger}
-    if cfg.get("MMA_V2") and block_h == 64:
-        q_rows = 128 if kv_format == "fp8" else 64  # q (e4m3 rows: its two parts) in the stages
-        tile_ok = cfg["num_warps"] == 8 and block_n in (16, 32, 64) and block_n * stages == q_rows
-        tile_ok = tile_ok and _column_groups_fit(cfg, kv_format)
-        if not (tile_ok and inputs_ok and kv_format in ("16bit", "fp8")) or not (
-            _gluon_mma_usable(capability, proxy=True)
-        ):
-            raise ValueError(
-                "MMA_V2 with 64 heads needs 8 warps and BLOCK_N x stages = 64 rows (16-bit rows: "
-                "q, out and KV of one dtype) or 128 (fp8 e4m3 rows, q and out of one 16-bit "
-                f"dtype), {_COLUMN_GROUPS_RULE}, 16-byte-aligned buffers and strides that are "
-                f"multiples of 16 elements, {_GLUON_TRITONS} and an SM8x, SM90 or SM12x GPU"
-            )
-        _sparse_mla_mma_kernel[(programs,)](
-            *args, float(kv_scale), BLOCK_H=64, BLOCK_N=block_n, **common, W=8,
-            COL_WARPS=cfg.get("COL_WARPS", 1), num_warps=8,
-        )  # fmt: skip
-        return
-    if cfg.get("MMA_V2") and _q_in_registers(cfg, kv_format):
-        warps, warps_h = cfg["num_warps"], block_h // 8  # one or two warps along the keys
-        q_rows = 2 * block_h if kv_format == "fp8" else block_h
-        tile_ok = block_h in (16, 32) and warps in (warps_h, 2 * warps_h)
-        tile_ok = tile_ok and block_n in (16, 32) and block_n >= 16 * (warps // warps_h)
-        stages_ok = stages >= 2 and block_n * stages >= q_rows
-        tile_ok = tile_ok and _column_groups_fit(cfg, kv_format)
-        if not (tile_ok and stages_ok and inputs_ok and kv_format in ("16bit", "fp8")) or not (
-            _gluon_mma_usable(capability, proxy=True)
-        ):
-            raise ValueError(
-                "MMA_V2 with up to 32 heads needs BLOCK_H 16 or 32 on one warp per 8 heads "
-                "(BLOCK_N 16 or 32) or two (BLOCK_N 32), stages that hold q (BLOCK_H rows, "
-                "twice that for fp8 e4m3 rows), 16-bit rows (q, out and KV of one dtype) or "
-                "fp8 e4m3 rows (q and out of one 16-bit dtype), "
-                f"{_COLUMN_GROUPS_RULE}, 16-byte-aligned buffers and strides that are multiples "
-                f"of 16 elements, {_GLUON_TRITONS} and an SM8x, SM90 or SM12x GPU"
-            )
-        _sparse_mla_mma_kernel[(programs,)](
-            *args, float(kv_scale), BLOCK_H=block_h, BLOCK_N=block_n, **common, W=warps,
-            COL_WARPS=cfg.get("COL_WARPS", 1), num_warps=warps,
-        )  # fmt: skip
-        return
-    if cfg.get("MMA_V2"):
-        warps = cfg["num_warps"]
-        tile_ok = block_n == 64 and (block_h, warps) in ((8, 4), (16, 4), (16, 8))
-        fp8_rows = kv_format in ("fp8", "fp8_ds_mla")
-        if not (tile_ok and 2 <= stages <= 3 and fp8_rows and inputs_ok) or not (
-            _gluon_mma_usable(capability, proxy=True)
-        ):
-            raise ValueError(
-                "MMA_V2 needs fp8 e4m3 rows (q and out of one 16-bit dtype) or fp8_ds_mla rows "
-                "(bf16 q and out), BLOCK_H 8 "
-                "(4 warps) or 16 (4 or 8 warps), BLOCK_N 64, 2 or 3 stages, 16-byte-aligned "
-                f"buffers and strides that are multiples of 16 elements, {_GLUON_TRITONS} and "
-                "an SM89, SM90 or SM12x GPU"
-            )
-        ds = kv_format == "fp8_ds_mla"
-        if ds:  # the rows' bytes, read as e4m3 (the latent) and by pointer casts (the rest)
-            args = (args[0], args[1].view(torch.float8_e4m3fn), *args[2:])
-        _sparse_mla_mma_e4m3_kernel[(programs,)](
-            *args,
-            float(kv_scale),
-            BLOCK_H=block_h,
-            **common,
-            HEAD_GROUPS=warps // 4,
-            DS=ds,
-            ROPE_REGS=ds and bool(cfg.get("ROPE_REGS", 0)),
-            num_warps=warps,
-        )
-        return
-    swapped = block_h in (8, 16)
-    if kv_format == "fp8":  # keys as the MMA's M, one warpgroup per 32 heads at most
-        warps = 4 if swapped else 8
-        tile_ok = block_h in (8, 16, 64) and block_n == 64 and cfg["num_warps"] == warps
-        stages_ok = 2 <= stages <= 3
-    elif swapped:  # keys as the MMA's M: 64-key tiles, shared memory for 2 (3 at 8 heads)
-        tile_ok = block_n == 64 and cfg["num_warps"] == 4
-        stages_ok = 2 <= stages <= (3 if block_h == 8 else 2)
-    else:
-        tile_ok = block_h == 64 and block_n in (16, 32, 64) and cfg["num_warps"] == 8
-        stages_ok = stages >= 2 and block_n * stages <= 128  # shared memory
-    wgmma = inputs_ok and _gluon_usable(capability)
-    if not (tile_ok and stages_ok and cfg.get("DV_SPLIT", 1) == 1 and wgmma):
-        raise ValueError(
-            "WGMMA needs BLOCK_H 64 (BLOCK_N 16/32/64, 8 warps, 2 to 128 / BLOCK_N "
-            "stages) or BLOCK_H 8/16 (BLOCK_N 64, 4 warps, 2 stages, 3 at 8 heads), "
-            "DV_SPLIT 1, q, out and 16-bit KV rows of one dtype (or fp8 e4m3 rows, BLOCK_H "
-            "8/16 with 4 warps or 64 with 8, BLOCK_N 64, 2 or 3 stages, q and out of one "
-            "16-bit dtype), 16-byte-aligned buffers "
-            f"and strides that are multiples of 16 elements, {_GLUON_TRITONS} and a "
-            "Hopper GPU"
-        )
-    if kv_format == "fp8":
-        _sparse_mla_wgmma_e4m3_kernel[(programs,)](
-            *args,
-            float(kv_scale),
-            BLOCK_H=block_h,
-            **common,
-            SCORE_COLS=_e4m3_score_cols(cfg),
-            num_warps=cfg["num_warps"],
-        )
-    elif swapped:
-        _sparse_mla_wgmma_swapped_kernel[(programs,)](*args, BLOCK_H=block_h, **common, num_warps=4)
-    else:
-        _sparse_mla_wgmma_kernel[(programs,)](*args, BLOCK_N=block_n, **common, num_warps=8)
-
-
-def _launch_tl_dot(
-    args: tuple,
-    cfg: dict[str, int],
-    programs: int,
-    kv_format: str,
-    kv_scale: float,
-    is_split: bool,
-    use_pdl: bool,
-) -> None:
-    """The portable split kernels (every GPU, every row format)."""
-    if kv_format == "fp8_ds_mla" and cfg.get("FP8_GROUPS", 0):
-        _sparse_mla_ds_split_kernel[(programs,)](
-            *args,
-            BLOCK_H=cfg["BLOCK_H"],
-            BLOCK_N=cfg["BLOCK_N"],
-            IS_SPLIT=is_split,
-            USE_PDL=use_pdl,
-            PREFETCH_IDX=bool(cfg.get("PREFETCH_IDX", 0)),
-            FP8_TWICE=bool(cfg.get("FP8_TWICE", 0)),
-            FP16_DOTS=_fp16_dots(cfg),
-            E4M3_BITS=bool(cfg.get("E4M3_BITS", 0)),
-            num_warps=cfg["num_warps"],
-            num_stages=cfg["num_stages"],
-        )
-        return
-    v_asm = (
-        kv_format == "fp8"
-        and bool(cfg.get("V_ASM", 0))
-        and (args[0].dtype == torch.float16 or _fp16_dots(cfg))
-    )
-    _sparse_mla_split_kernel[(programs,)](
-        *args[:8],
-        float(kv_scale),
-        *args[8:],
-        BLOCK_H=cfg["BLOCK_H"],
-        BLOCK_N=cfg["BLOCK_N"],
-        D_V=_D_V,
-        D_PE=_D_PE,
-        DV_SPLIT=cfg.get("DV_SPLIT", 1),
-        KV_FMT=_KV_FMT_CODE[kv_format],
-        IS_SPLIT=is_split,
-        USE_PDL=use_pdl,
-        PREFETCH_IDX=bool(cfg.get("PREFETCH_IDX", 0)),
-        FP8_TWICE=bool(cfg.get("FP8_TWICE", 0)),
-        FP16_DOTS=kv_format == "fp8" and args[0].dtype == torch.bfloat16 and _fp16_dots(cfg),
-        V_ASM=v_asm,
-        E4M3_BITS=v_asm and bool(cfg.get("E4M3_BITS", 0)) and not cfg.get("FP8_TWICE", 0),
-        num_warps=cfg["num_warps"],
-        num_stages=cfg["num_stages"],
-    )
 
 
 def _launch_merge(
@@ -406,15 +213,9 @@ def sparse_mla_decode(
         lse.stride(0),
         lse.stride(1),
     )
-    if _gluon_tile(cfg):
-        capability = _device_limits(dev).capability
-        late = use_pdl and _late_trigger(cfg, programs, dev)
-        _launch_gluon(
-            args, cfg, programs, is_split, late, gluon_inputs, capability, kv_format, kv_scale
-        )
-    else:
-        programs *= cfg.get("DV_SPLIT", 1)
-        _launch_tl_dot(args, cfg, programs, kv_format, kv_scale, is_split, use_pdl)
+    late = _gluon_tile(cfg) and use_pdl and _late_trigger(cfg, programs, dev)
+    call = SplitCall(args, programs, kv_format, kv_scale, is_split, use_pdl, late)
+    tile_kind(cfg, kv_format).launch(cfg, call, gluon_inputs, dev)
     if is_split:
         _launch_merge(part_o, part_lse, out, lse, num_splits, cfg, use_pdl, dev)
     return out, lse

@@ -3,7 +3,22 @@
 
 from __future__ import annotations
 
-from .common import _D_V, DeviceLimits, _has_pdl, _num_sms
+from typing import NamedTuple
+
+import torch
+
+from .common import (
+    _D_PE,
+    _D_V,
+    _GLUON_TRITONS,
+    _KV_FMT_CODE,
+    DeviceLimits,
+    _device_limits,
+    _gluon_mma_usable,
+    _gluon_usable,
+    _has_pdl,
+    _num_sms,
+)
 
 
 def _tile(
@@ -205,3 +220,274 @@ def _planned_column_groups(
             f"block; this GPU has {limits.smem_per_block}"
         )
     return cfg
+
+
+class SplitCall(NamedTuple):
+    """One launch of a split kernel besides its tile: the arguments every split kernel shares
+    (``sparse_mla_decode`` builds them), the grid and the call's choices."""
+
+    args: tuple
+    programs: int
+    kv_format: str
+    kv_scale: float
+    is_split: bool
+    use_pdl: bool  # the merge launches as a programmatic dependent
+    late_trigger: bool  # Gluon tiles: it may launch after their main loop, not at their exit
+
+
+class Tile:
+    """A split kernel and the tiles it implements: whether this Triton runs it on a GPU
+    (``fits``), whether it takes a config (``problem``), its compile-time arguments for one
+    (what ``launch`` passes and what the compile-for-every-target test compiles), and its
+    launch. A config (``_TILES``, the plan) describes a tile's shape; ``tile_kind`` says
+    which kernel runs it. A tile change is one place: its kernel's ``Tile``. (A plain class,
+    not a dataclass: the rendered backend may be loaded as a module no registry knows.)"""
+
+    def __init__(
+        self, kernel: str, requirement: str = "", gluon: bool = False, scale_arg: bool = False
+    ) -> None:
+        self.kernel = kernel  # the split kernel's name among this module's globals
+        self.requirement = requirement  # what a Gluon kernel refuses a config or call for lacking
+        self.gluon = gluon  # written in Gluon: 16-bit partials, needs a Triton with its API
+        self.scale_arg = scale_arg  # takes the fp8 e4m3 rows' scale after the shared arguments
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.kernel})"
+
+    def fits(self, capability: tuple[int, int]) -> bool:
+        """Whether this Triton runs the kernel on a GPU of ``capability`` (the ``tl.dot``
+        kernels everywhere; which row formats a GPU serves is ``_unsupported``'s)."""
+        return True
+
+    def problem(self, cfg: dict[str, int], kv_format: str) -> bool:
+        """Whether the kernel cannot run the tile ``cfg`` over ``kv_format`` rows."""
+        return False
+
+    def constexprs(
+        self, cfg: dict[str, int], kv_format: str, q_dtype: torch.dtype, split: bool, pdl: bool
+    ) -> dict[str, object]:
+        """The kernel's compile-time arguments (``pdl``: ``USE_PDL`` for the ``tl.dot``
+        kernels, ``LATE_TRIGGER`` for the Gluon ones)."""
+        raise NotImplementedError
+
+    def launch(self, cfg: dict[str, int], call: SplitCall, inputs_ok: bool, dev: int) -> None:
+        """Launch the kernel for ``cfg`` on device ``dev``; a Gluon kernel first checks the
+        tile, the call's buffers and dtypes (``inputs_ok``) and the GPU. (The kernels are
+        looked up among the module's globals: the Gluon ones exist only where Gluon does.)"""
+        if self.gluon and (self.problem(cfg, call.kv_format) or not inputs_ok):
+            raise ValueError(self.requirement.format(tritons=_GLUON_TRITONS))
+        if self.gluon and not self.fits(_device_limits(dev).capability):
+            raise ValueError(self.requirement.format(tritons=_GLUON_TRITONS))
+        pdl = call.late_trigger if self.gluon else call.use_pdl
+        constexprs = self.constexprs(cfg, call.kv_format, call.args[0].dtype, call.is_split, pdl)
+        args, scale = call.args, (float(call.kv_scale),) if self.scale_arg else ()
+        if constexprs.get("DS"):  # fp8_ds_mla rows: the bytes, read as e4m3 and by casts
+            args = (args[0], args[1].view(torch.float8_e4m3fn), *args[2:])
+        if self.gluon:
+            grid, options = call.programs, {"num_warps": cfg["num_warps"]}
+        else:  # two programs own the two V halves under DV_SPLIT 2
+            grid = call.programs * cfg.get("DV_SPLIT", 1)
+            options = {"num_warps": cfg["num_warps"], "num_stages": cfg["num_stages"]}
+        globals()[self.kernel][(grid,)](*self.arguments(args, scale), **constexprs, **options)
+
+    def arguments(self, args: tuple, scale: tuple) -> tuple:
+        """The kernel's runtime arguments: the shared ones, then the rows' scale if it takes
+        one."""
+        return (*args, *scale)
+
+
+class _TlDotTile(Tile):
+    """``_sparse_mla_split_kernel``: every GPU, every row format."""
+
+    def constexprs(self, cfg, kv_format, q_dtype, split, pdl):  # noqa: D102
+        fp8, fp16_dots = kv_format == "fp8", _fp16_dots(cfg)
+        v_asm = fp8 and bool(cfg.get("V_ASM", 0)) and (q_dtype == torch.float16 or fp16_dots)
+        return {
+            "BLOCK_H": cfg["BLOCK_H"],
+            "BLOCK_N": cfg["BLOCK_N"],
+            "D_V": _D_V,
+            "D_PE": _D_PE,
+            "DV_SPLIT": cfg.get("DV_SPLIT", 1),
+            "KV_FMT": _KV_FMT_CODE[kv_format],
+            "IS_SPLIT": split,
+            "USE_PDL": pdl,
+            "PREFETCH_IDX": bool(cfg.get("PREFETCH_IDX", 0)),
+            "FP8_TWICE": bool(cfg.get("FP8_TWICE", 0)),
+            "FP16_DOTS": fp8 and q_dtype == torch.bfloat16 and fp16_dots,
+            "V_ASM": v_asm,
+            "E4M3_BITS": v_asm and bool(cfg.get("E4M3_BITS", 0)) and not cfg.get("FP8_TWICE", 0),
+        }
+
+    def arguments(self, args, scale):  # noqa: D102 (its scale sits among the arguments)
+        return (*args[:8], *scale, *args[8:])
+
+
+class _GroupsTile(Tile):
+    """``_sparse_mla_ds_split_kernel``: fp8_ds_mla rows in their four scaled groups."""
+
+    def constexprs(self, cfg, kv_format, q_dtype, split, pdl):  # noqa: D102
+        return {
+            "BLOCK_H": cfg["BLOCK_H"],
+            "BLOCK_N": cfg["BLOCK_N"],
+            "IS_SPLIT": split,
+            "USE_PDL": pdl,
+            "PREFETCH_IDX": bool(cfg.get("PREFETCH_IDX", 0)),
+            "FP8_TWICE": bool(cfg.get("FP8_TWICE", 0)),
+            "FP16_DOTS": _fp16_dots(cfg),
+            "E4M3_BITS": bool(cfg.get("E4M3_BITS", 0)),
+        }
+
+
+class _MmaTile(Tile):
+    """``_sparse_mla_mma_kernel``, q in registers: 16 or 32 heads (``wide`` False), or 64
+    where no 64-head ``tl.dot`` tile fits (99 KB GPUs)."""
+
+    wide: bool = False
+
+    def fits(self, capability):  # noqa: D102
+        return _gluon_mma_usable(capability, proxy=True)
+
+    def problem(self, cfg, kv_format):  # noqa: D102
+        block_h, block_n, warps, stages = _shape(cfg)
+        rows_ok = kv_format in ("16bit", "fp8") and _column_groups_fit(cfg, kv_format)
+        q_rows = (2 if kv_format == "fp8" else 1) * block_h  # q passes through the stages
+        if self.wide:
+            tile_ok = warps == 8 and block_n in (16, 32, 64) and block_n * stages == q_rows
+            return not (rows_ok and tile_ok)
+        warps_h = block_h // 8  # one or two warps along the keys
+        tile_ok = block_h in (16, 32) and warps in (warps_h, 2 * warps_h) and block_n in (16, 32)
+        tile_ok = tile_ok and block_n >= 16 * (warps // warps_h)
+        return not (rows_ok and tile_ok and stages >= 2 and block_n * stages >= q_rows)
+
+    def constexprs(self, cfg, kv_format, q_dtype, split, pdl):  # noqa: D102
+        block_h, block_n, warps, stages = _shape(cfg)
+        return {
+            "BLOCK_H": block_h,
+            "BLOCK_N": block_n,
+            "NUM_STAGES": stages,
+            "IS_SPLIT": split,
+            "LATE_TRIGGER": pdl,
+            "W": warps,
+            "COL_WARPS": cfg.get("COL_WARPS", 1),
+        }
+
+
+class _MmaWideTile(_MmaTile):
+    wide = True
+
+
+class _MmaE4m3Tile(Tile):
+    """``_sparse_mla_mma_e4m3_kernel``: fp8 e4m3 or fp8_ds_mla rows, 8 or 16 heads."""
+
+    def fits(self, capability):  # noqa: D102
+        return _gluon_mma_usable(capability, proxy=True)
+
+    def problem(self, cfg, kv_format):  # noqa: D102
+        block_h, block_n, warps, stages = _shape(cfg)
+        tile_ok = block_n == 64 and (block_h, warps) in ((8, 4), (16, 4), (16, 8))
+        return not (tile_ok and 2 <= stages <= 3 and kv_format in ("fp8", "fp8_ds_mla"))
+
+    def constexprs(self, cfg, kv_format, q_dtype, split, pdl):  # noqa: D102
+        ds = kv_format == "fp8_ds_mla"
+        return {
+            "BLOCK_H": cfg["BLOCK_H"],
+            "NUM_STAGES": cfg["num_stages"],
+            "IS_SPLIT": split,
+            "LATE_TRIGGER": pdl,
+            "HEAD_GROUPS": cfg["num_warps"] // 4,
+            "DS": ds,
+            "ROPE_REGS": ds and bool(cfg.get("ROPE_REGS", 0)),
+        }
+
+
+class _WgmmaTile(Tile):
+    """Hopper's Gluon tiles: ``_sparse_mla_wgmma_kernel`` (64 heads, 16-bit rows),
+    ``_sparse_mla_wgmma_swapped_kernel`` (8/16 heads, 16-bit rows; keys as the MMA's M) and
+    ``_sparse_mla_wgmma_e4m3_kernel`` (fp8 e4m3 rows, 8/16 or 64 heads)."""
+
+    def fits(self, capability):  # noqa: D102
+        return _gluon_usable(capability)
+
+    def problem(self, cfg, kv_format):  # noqa: D102
+        block_h, block_n, warps, stages = _shape(cfg)
+        if cfg.get("DV_SPLIT", 1) != 1:
+            return True
+        if self.kernel == "_sparse_mla_wgmma_e4m3_kernel":  # a warpgroup per 32 heads at most
+            tile_ok = block_h in (8, 16, 64) and block_n == 64
+            return not (tile_ok and warps == (8 if block_h == 64 else 4) and 2 <= stages <= 3)
+        if self.kernel == "_sparse_mla_wgmma_swapped_kernel":  # shared memory for 2 (3 at 8)
+            tile_ok = block_n == 64 and warps == 4
+            return not (tile_ok and 2 <= stages <= (3 if block_h == 8 else 2))
+        tile_ok = block_h == 64 and block_n in (16, 32, 64) and warps == 8
+        return not (tile_ok and stages >= 2 and block_n * stages <= 128)  # shared memory
+
+    def constexprs(self, cfg, kv_format, q_dtype, split, pdl):  # noqa: D102
+        swapped = self.kernel != "_sparse_mla_wgmma_kernel"
+        shape = {"BLOCK_H": cfg["BLOCK_H"]} if swapped else {"BLOCK_N": cfg["BLOCK_N"]}
+        constexprs = {**shape, "NUM_STAGES": cfg["num_stages"]}
+        constexprs |= {"IS_SPLIT": split, "LATE_TRIGGER": pdl}
+        if self.kernel == "_sparse_mla_wgmma_e4m3_kernel":
+            constexprs["SCORE_COLS"] = _e4m3_score_cols(cfg)
+        return constexprs
+
+
+def _shape(cfg: dict[str, int]) -> tuple[int, int, int, int]:
+    """A config's head block, rows per tile, warps and stages."""
+    return cfg["BLOCK_H"], cfg["BLOCK_N"], cfg["num_warps"], cfg["num_stages"]
+
+
+_GLUON_CALL = (
+    "16-byte-aligned buffers and strides that are multiples of 16 elements, {tritons} and "
+)
+_WGMMA_RULE = (
+    "WGMMA needs BLOCK_H 64 (BLOCK_N 16/32/64, 8 warps, 2 to 128 / BLOCK_N stages) or BLOCK_H "
+    "8/16 (BLOCK_N 64, 4 warps, 2 stages, 3 at 8 heads), DV_SPLIT 1, q, out and 16-bit KV rows "
+    "of one dtype (or fp8 e4m3 rows, BLOCK_H 8/16 with 4 warps or 64 with 8, BLOCK_N 64, 2 or "
+    f"3 stages, q and out of one 16-bit dtype), {_GLUON_CALL}a Hopper GPU"
+)
+TL_DOT = _TlDotTile("_sparse_mla_split_kernel", scale_arg=True)
+TL_DOT_GROUPS = _GroupsTile("_sparse_mla_ds_split_kernel")
+MMA = _MmaTile(
+    "_sparse_mla_mma_kernel",
+    "MMA_V2 with up to 32 heads needs BLOCK_H 16 or 32 on one warp per 8 heads (BLOCK_N 16 or "
+    "32) or two (BLOCK_N 32), stages that hold q (BLOCK_H rows, twice that for fp8 e4m3 rows), "
+    "16-bit rows (q, out and KV of one dtype) or fp8 e4m3 rows (q and out of one 16-bit "
+    f"dtype), {_COLUMN_GROUPS_RULE}, {_GLUON_CALL}an SM8x, SM90 or SM12x GPU",
+    gluon=True,
+    scale_arg=True,
+)
+MMA_WIDE = _MmaWideTile(
+    "_sparse_mla_mma_kernel",
+    "MMA_V2 with 64 heads needs 8 warps and BLOCK_N x stages = 64 rows (16-bit rows: q, out "
+    "and KV of one dtype) or 128 (fp8 e4m3 rows, q and out of one 16-bit dtype), "
+    f"{_COLUMN_GROUPS_RULE}, {_GLUON_CALL}an SM8x, SM90 or SM12x GPU",
+    gluon=True,
+    scale_arg=True,
+)
+MMA_E4M3 = _MmaE4m3Tile(
+    "_sparse_mla_mma_e4m3_kernel",
+    "MMA_V2 needs fp8 e4m3 rows (q and out of one 16-bit dtype) or fp8_ds_mla rows (bf16 q and "
+    "out), BLOCK_H 8 (4 warps) or 16 (4 or 8 warps), BLOCK_N 64, 2 or 3 stages, "
+    f"{_GLUON_CALL}an SM89, SM90 or SM12x GPU",
+    gluon=True,
+    scale_arg=True,
+)
+WGMMA = _WgmmaTile("_sparse_mla_wgmma_kernel", _WGMMA_RULE, gluon=True)
+WGMMA_SWAPPED = _WgmmaTile("_sparse_mla_wgmma_swapped_kernel", _WGMMA_RULE, gluon=True)
+WGMMA_E4M3 = _WgmmaTile("_sparse_mla_wgmma_e4m3_kernel", _WGMMA_RULE, gluon=True, scale_arg=True)
+
+
+def tile_kind(cfg: dict[str, int], kv_format: str) -> Tile:
+    """Which kernel runs the tile ``cfg`` over ``kv_format`` rows: ``MMA_V2`` names the
+    mma.sync tiles, ``WGMMA`` Hopper's, else a ``tl.dot`` kernel."""
+    if cfg.get("MMA_V2"):
+        if cfg["BLOCK_H"] == 64:
+            return MMA_WIDE
+        return MMA if _q_in_registers(cfg, kv_format) else MMA_E4M3
+    if cfg.get("WGMMA"):
+        if kv_format == "fp8":  # keys as the MMA's M, one warpgroup per 32 heads at most
+            return WGMMA_E4M3
+        return WGMMA_SWAPPED if cfg["BLOCK_H"] in (8, 16) else WGMMA
+    if kv_format == "fp8_ds_mla" and cfg.get("FP8_GROUPS", 0):
+        return TL_DOT_GROUPS
+    return TL_DOT

@@ -690,7 +690,7 @@ def run_sweep_v2(
     points = []
     cases: dict[tuple[int, int], Case] = {}
     combine = kmod._sparse_mla_combine_kernel
-    launch_gluon, launch_tl_dot = kmod._launch_gluon, kmod._launch_tl_dot
+    launch_split = kmod.Tile.launch
     name = args.dtypes.split(",")[0]  # the rows every point runs on
     if (args.plan in FP8_DS_PLANS) != (name == "fp8"):
         raise SystemExit(f"--plan {' or '.join(FP8_DS_PLANS)} goes with --dtypes fp8 (and only it)")
@@ -716,7 +716,7 @@ def run_sweep_v2(
                 us_split, _ = graph_time_us(case.ours(kmod, num_splits=splits, config=cfg), 7)
                 kmod._sparse_mla_combine_kernel = combine
             if args.merge_alone and splits > 1:
-                kmod._launch_gluon = kmod._launch_tl_dot = _no_split_launch
+                kmod.Tile.launch = _no_split_launch
                 us_merge, _ = graph_time_us(case.ours(kmod, num_splits=splits, config=cfg), 7)
         except Exception as exc:  # noqa: BLE001 - out-of-resources configs are data
             points.append(
@@ -726,7 +726,7 @@ def run_sweep_v2(
             continue
         finally:
             kmod._sparse_mla_combine_kernel = combine
-            kmod._launch_gluon, kmod._launch_tl_dot = launch_gluon, launch_tl_dot
+            kmod.Tile.launch = launch_split
         points.append(
             {
                 "B": batch,
