@@ -117,8 +117,8 @@ def _launch_merge(
     """The second kernel: merges the split partials of each (token, head) into out/lse."""
     num_tokens, num_heads, _ = out.shape
     block_s = max(2, triton.next_power_of_2(num_splits))
-    block_dv = cfg.get("COMBINE_DV", _merge_columns(num_tokens * num_heads, block_s, _num_sms(dev)))
-    combine_warps = cfg.get("COMBINE_WARPS", _merge_warps(block_dv, part_o.element_size()))
+    block_dv = _merge_columns(num_tokens * num_heads, block_s, _num_sms(dev))
+    combine_warps = _merge_warps(block_dv, part_o.element_size())
     _sparse_mla_combine_kernel[(num_tokens * num_heads * (_D_V // block_dv),)](
         part_o,
         part_lse,

@@ -134,10 +134,8 @@ def _late_trigger(cfg: dict[str, int], programs: int, dev: int) -> bool:
     plans r27p and r28e, 16-bit and e4m3 rows): after the main loop is 8-11% faster than a
     plain launch for 8/16-head blocks at about one program per SM; 64-head blocks there gain
     most from the exit (1-6%); a grid that leaves half the SMs idle gains from either, least
-    from the exit. 32-head blocks (17-32 heads) follow the 64-head rule, unmeasured. A
-    config's ``PDL_LATE`` wins (tuning)."""
-    if "PDL_LATE" in cfg:
-        return bool(cfg["PDL_LATE"])
+    from the exit. 32-head blocks (17-32 heads) follow the 64-head rule, unmeasured (the
+    benchmark's ``PDL_LATE`` overrides this rule)."""
     return cfg["BLOCK_H"] <= 16 or 2 * programs <= _num_sms(dev)
 
 

@@ -11,6 +11,7 @@ from types import ModuleType
 
 import pytest
 
+from benchmarks.sparse_mla import overrides
 from tests.support.module_file import load_sparse_mla
 
 pytest.importorskip("triton", reason="the kernel module imports triton")
@@ -544,15 +545,20 @@ def test_where_the_gluon_kernels_let_the_merge_launch(
 ) -> None:
     """After the main loop for 8/16-head blocks and for grids that leave half the SMs idle, at
     exit for wider blocks at about one program per SM (the H200's sweeps, NOTES.md round 28);
-    a config's PDL_LATE wins; PDL itself needs SM90+ and a split, and a config may turn it off."""
+    the benchmark's PDL_LATE overrides that; PDL itself needs SM90+ and a split, and a config may
+    turn it off."""
     monkeypatch.setattr(kmod, "_num_sms", lambda index: 132)
     monkeypatch.setattr(kmod, "_has_pdl", lambda index: True)
     assert kmod._late_trigger({"BLOCK_H": 16}, 1000, 0)
     assert kmod._late_trigger({"BLOCK_H": 64}, 66, 0)
     assert not kmod._late_trigger({"BLOCK_H": 64}, 67, 0)
     assert not kmod._late_trigger({"BLOCK_H": 32}, 128, 0)
-    assert kmod._late_trigger({"BLOCK_H": 64, "PDL_LATE": 1}, 128, 0)
-    assert not kmod._late_trigger({"BLOCK_H": 8, "PDL_LATE": 0}, 8, 0)
+    assert kmod._late_trigger({"BLOCK_H": 64, "PDL_LATE": 1}, 128, 0) is False  # not read here
+    with overrides.applied(kmod, {"BLOCK_H": 64, "PDL_LATE": 1}) as cfg:
+        assert cfg == {"BLOCK_H": 64} and kmod._late_trigger(cfg, 128, 0)
+    with overrides.applied(kmod, {"BLOCK_H": 8, "PDL_LATE": 0}) as cfg:
+        assert not kmod._late_trigger(cfg, 8, 0)
+    assert kmod._late_trigger({"BLOCK_H": 8}, 8, 0)  # restored
     assert kmod._early_merge({"BLOCK_H": 64, "WGMMA": 1}, True, 0)
     assert not kmod._early_merge({"BLOCK_H": 64, "WGMMA": 1, "PDL": 0}, True, 0)
     assert not kmod._early_merge({"BLOCK_H": 64}, False, 0)
