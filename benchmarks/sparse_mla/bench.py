@@ -13,7 +13,7 @@ Modes:
   bench  the issue's grid (B x H x dtype), ours vs baseline, JSON + Markdown results (dtype
          fp8: fp8_ds_mla cache rows, ours only)
   sweep  tile/split search for ours (bf16), JSON of every point, prints the best per case
-  sweep2 a named point list (--plan NAME): one per round of backend/NOTES.md, in plans.py
+  sweep2 a named point list (--plan NAME) from plans.py, each named by what it measures
          (each says what its round compared and with which --dtypes it runs)
 The bare gather's shapes, by row size and index locality: gather_rows.py.
 
@@ -772,7 +772,8 @@ def main() -> None:
         help="fp8: fp8_ds_mla rows; e4m3: fp8 e4m3 rows (e4m3h: under an fp16 q)",
     )
     ap.add_argument("--reps", type=int, default=30)
-    ap.add_argument("--plan", choices=sorted(PLANS), default="r3", help="sweep2's point list")
+    default_plan = "merge_trigger_32_heads"
+    ap.add_argument("--plan", choices=sorted(PLANS), default=default_plan, help="sweep2's plan")
     ap.add_argument(
         "--split-alone",
         action="store_true",
