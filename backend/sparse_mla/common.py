@@ -125,7 +125,8 @@ def _gluon_takes(q_dtype: torch.dtype, kv_dtype: torch.dtype, kv_format: str) ->
     """Whether the Gluon tiles take this q over these rows: 16-bit rows of q's dtype, fp8 e4m3
     rows under either 16-bit q, fp8_ds_mla rows under a bf16 q (their rope part is bf16). The
     e4m3 tiles hold q to about bf16's precision (its two e4m3 parts), an fp16 q too: the rows'
-    own e4m3 rounding (2^-4 of each value) is the larger error (NOTES.md round 28)."""
+    own e4m3 rounding (2^-4 of each value) is the larger error (DESIGN.md "Precision of the e4m3
+    tiles")."""
     if kv_format == "fp8":
         return q_dtype in (torch.float16, torch.bfloat16)
     if kv_format == "fp8_ds_mla":

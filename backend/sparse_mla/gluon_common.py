@@ -267,8 +267,8 @@ if gluon is not None:
         nope_layout: gl.constexpr,
     ):
         """Stores the [BLOCK_H, 512] rows ``out_rows`` (the output, or a split's partial rows
-        in q's 16-bit dtype, NOTES.md round 7) through ``rows_smem``, free shared memory, as
-        whole 16-byte pieces of contiguous rows (the MMA accumulator layouts would store 4-byte
+        in q's 16-bit dtype, DESIGN.md "The Gluon tiles") through ``rows_smem``, free shared memory,
+        as whole 16-byte pieces of contiguous rows (the MMA accumulator layouts would store 4-byte
         pieces), and the heads' base-2 LSEs ``lse2``."""
         offs_hl = head0 + gl.arange(0, BLOCK_H, layout=lse2.type.layout)
         mask_hl = offs_hl < num_heads

@@ -62,8 +62,8 @@ if gluon is not None:
         """The 64-head tile on Hopper, 8 warps. Each warpgroup computes Q.K^T for its own half
         of a tile's keys and owns half of the V columns in P.V, so no MMA work is repeated; the
         row max crosses the warpgroups once per tile, P goes through shared memory, and the row
-        sums wait for the end (NOTES.md round 7). Gathers are cp.async copies NUM_STAGES - 1
-        tiles ahead into shared memory that the warpgroup MMAs read directly."""
+        sums wait for the end (DESIGN.md "The Gluon tiles"). Gathers are cp.async copies
+        NUM_STAGES - 1 tiles ahead into shared memory that the warpgroup MMAs read directly."""
         BLOCK_H: gl.constexpr = 64
         D_V: gl.constexpr = 512
         D_PE: gl.constexpr = 64
@@ -318,7 +318,7 @@ if gluon is not None:
         chain of them over all 576 columns errs by about 2e-3 of the logits' size. With
         ``SCORE_COLS`` (32, 64 or 128) each run of that many latent columns, and the rope
         part, is its own chain from zero, added to a float32 sum while the next one runs
-        (NOTES.md round 22); 0: one chain."""
+        (DESIGN.md "Precision of the e4m3 tiles"); 0: one chain."""
         BLOCK_N: gl.constexpr = 64
         D_V: gl.constexpr = 512
         f8: gl.constexpr = KV.dtype.element_ty

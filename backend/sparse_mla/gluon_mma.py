@@ -111,14 +111,14 @@ if gluon is not None:
         through shared memory; O^T += V^T P^T runs on warps along V's columns (e4m3 V widened
         in registers, ``_wg_v_operand``). q passes through the gather stages once: 16-bit q
         that fits one stage through the last, with the first gathers in flight behind it
-        (NOTES.md round 24); otherwise before the first gather. 16 and 32 heads over 16-bit
-        rows run on 4 and 8 warps: two along the keys, the others along the heads, 8 heads
-        each (or one along the keys, over 16-row tiles; measured slower, NOTES.md round 19).
-        ``COL_WARPS`` > 1 (16-bit rows): the scores as a dot batched over that many groups of
-        q's columns, each on its own warps with 8 x COL_WARPS heads a warp (the same 72
+        (DESIGN.md "The Gluon tiles"); otherwise before the first gather. 16 and 32 heads over
+        16-bit rows run on 4 and 8 warps: two along the keys, the others along the heads, 8 heads
+        each (or one along the keys, over 16-row tiles; measured slower, DESIGN.md "The Gluon
+        tiles"). ``COL_WARPS`` > 1 (16-bit rows): the scores as a dot batched over that many groups
+        of q's columns, each on its own warps with 8 x COL_WARPS heads a warp (the same 72
         registers of q), so each K fragment read from shared memory feeds COL_WARPS times the
-        MMAs; the groups' partial scores are summed through shared memory (NOTES.md round
-        23)."""
+        MMAs; the groups' partial scores are summed through shared memory (DESIGN.md "The Gluon
+        tiles")."""
         D_V: gl.constexpr = 512
         KC: gl.constexpr = 32  # q columns per score MMA step
         W_H: gl.constexpr = BLOCK_H // 8  # warps along the heads in the scores, 8 heads each
@@ -340,7 +340,8 @@ if gluon is not None:
         2 stages fit a 99 KB block (fp8_ds_mla rows with 16 heads only with ``ROPE_REGS``).
         The scores of each 128 columns start from zero and join a float32 sum: SM89's e4m3
         mma.sync keeps 13 of its accumulator's mantissa bits (SageAttention2) and SM120 runs
-        the same instruction (QMMA); Hopper runs it as two fp16 MMAs (NOTES.md round 22).
+        the same instruction (QMMA); Hopper runs it as two fp16 MMAs (DESIGN.md "Precision of the
+        e4m3 tiles").
 
         ``DS``: fp8_ds_mla rows (KV their bytes as e4m3, ``stride_kv`` 656 or more): each
         128-column group of the latent has its own scale per row, so the scores sum four

@@ -136,8 +136,8 @@ def _e4m3_mma_tile(num_heads: int, waves: int) -> dict[str, int]:
 
 def _column_groups(kv_format: str) -> dict[str, int]:
     """``_sparse_mla_mma_kernel``'s scores over 16-bit rows as a dot batched over two groups
-    of columns, 16 heads a warp (NOTES.md round 23); e4m3 rows keep one (q's two parts would
-    need twice the registers)."""
+    of columns, 16 heads a warp (DESIGN.md "The Gluon tiles"); e4m3 rows keep one (q's two parts
+    would need twice the registers)."""
     return {"COL_WARPS": 2} if kv_format == "16bit" else {}
 
 
@@ -153,17 +153,16 @@ def _default_config(
     SM the split count aims for; ``ROUNDS``, how many rounds of them it may queue to fill SMs
     that a power of two leaves idle (one program per SM only; default 1). ``wgmma`` (Hopper,
     16-bit rows) picks the Gluon kernels: the swapped tile for up to 16 heads (two 64-row
-    stages, ~158-168 KB, one per SM; NOTES.md round 8), the 32-head mma.sync tile for 17-32
-    (NOTES.md round 17; e4m3 rows too) and the 64-head tile for 33+ (NOTES.md round 6).
+    stages, ~158-168 KB, one per SM), the 32-head mma.sync tile for 17-32 (e4m3 rows too) and the
+    64-head tile for 33+ (DESIGN.md "The Gluon tiles").
     With fp8 e4m3 rows it picks the swapped e4m3 tile for up to 16 heads
-    and, with two warpgroups, for 33+ (NOTES.md rounds 12 and 14); other heads and formats
+    and, with two warpgroups, for 33+ (DESIGN.md "The Gluon tiles"); other heads and formats
     keep the tl.dot tiles. ``gluon_mma`` (SM8x, SM120: ``_gluon_mma_usable``) picks the e4m3
-    tile with mma.sync for fp8 e4m3 rows with up to 16 heads (NOTES.md round
-    15), the mma.sync tiles with q in registers for 16-bit rows with up to 32 heads and e4m3
-    rows with 17-32, and for 33+ heads (16-bit or e4m3 rows) where no 64-head tl.dot tile fits
-    (NOTES.md round 17). fp8_ds_mla rows take the e4m3 mma.sync tile with up to 16 heads
-    wherever the mma.sync tiles or Hopper's run (NOTES.md rounds 19 and 20).
-    """
+    tile with mma.sync for fp8 e4m3 rows with up to 16 heads (DESIGN.md "The Gluon tiles"), the
+    mma.sync tiles with q in registers for 16-bit rows with up to 32 heads and e4m3 rows with 17-32,
+    and for 33+ heads (16-bit or e4m3 rows) where no 64-head tl.dot tile fits (DESIGN.md "The Gluon
+    tiles"). fp8_ds_mla rows take the e4m3 mma.sync tile with up to 16 heads wherever the mma.sync
+    tiles or Hopper's run (DESIGN.md "fp8_ds_mla rows")."""
     reason = _unsupported(num_heads, kv_format, limits)
     if reason is not None:
         raise ValueError(f"sparse MLA decode: {reason}")
@@ -171,7 +170,7 @@ def _default_config(
         # The e4m3 mma.sync tile over fp8_ds_mla rows (``DS``): 8 heads on 4 warps (93 KB; two
         # per SM on Hopper), 16 on 8 warps (103 KB; 101,120 bytes with q's rope part in
         # registers, which a 99 KB GPU needs): 1.2-1.6x over the grouped tl.dot tile at
-        # B >= 8 with 8 heads, 1.05-1.21x with 16 (NOTES.md rounds 19 and 20).
+        # B >= 8 with 8 heads, 1.05-1.21x with 16 (DESIGN.md "fp8_ds_mla rows").
         tile = _e4m3_mma_tile(num_heads, waves=2 if wgmma and num_heads <= 8 else 1)
         return _ds_rope_in_registers(tile, kv_format, limits)
     if gluon_mma and kv_format == "fp8" and num_heads <= 16:
@@ -183,7 +182,8 @@ def _default_config(
         # q in registers, two warps along the keys and one per 8 heads (one program per SM):
         # 16-bit rows 1.06-1.33x over the 16-head tl.dot tile one per SM at B >= 8,
         # 1.27-1.69x over the 32-head one; e4m3 rows with 17-32 heads 1.02-1.37x over the
-        # e4m3 tl.dot tiles (NOTES.md round 17). Hopper keeps its swapped tiles for up to 16.
+        # e4m3 tl.dot tiles (DESIGN.md "The Gluon tiles"). Hopper keeps its swapped tiles
+        # for up to 16.
         block_h = 16 if num_heads <= 16 else 32
         return {"BLOCK_H": block_h, "BLOCK_N": 32, "num_warps": block_h // 4, "num_stages": 2,
                 "WAVES": 1, "MMA_V2": 1, **_column_groups(kv_format)}  # fmt: skip
@@ -196,9 +196,9 @@ def _default_config(
     if gluon_mma and kv_format in ("16bit", "fp8") and block_h == 64 and not wide_tl_dot:
         # 64-head blocks that gather each row once where no 64-head tl.dot tile fits (99 KB
         # GPUs), q in registers, 78 KB (16-bit rows: 96.5 KB with the column groups' scratch);
-        # the stages hold q on its way there: 64 16-bit rows, 128 e4m3 ones (NOTES.md round
-        # 17). Bound by its MMAs, it queues up to 4 rounds of programs per SM where powers of
-        # two leave SMs idle (``_fill_splits``; NOTES.md round 24).
+        # the stages hold q on its way there: 64 16-bit rows, 128 e4m3 ones (DESIGN.md "The Gluon
+        # tiles"). Bound by its MMAs, it queues up to 4 rounds of programs per SM where powers of
+        # two leave SMs idle (``_fill_splits``; DESIGN.md "Splits").
         return {"BLOCK_H": 64, "BLOCK_N": 32, "num_warps": 8,
                 "num_stages": 4 if kv_format == "fp8" else 2, "WAVES": 1, "ROUNDS": 4,
                 "MMA_V2": 1, **_column_groups(kv_format)}  # fmt: skip
@@ -206,14 +206,14 @@ def _default_config(
     if gluon and num_heads <= 16:
         # The swapped tile: 8 or 16 heads are the MMA's N, so H=8 computes no padding rows.
         # Its e4m3 twin widens V in registers (84-95 KB) and runs two programs per SM where
-        # each split keeps 8+ tiles (NOTES.md round 14).
+        # each split keeps 8+ tiles (DESIGN.md "Splits").
         tile = {"BLOCK_H": 8 if num_heads <= 8 else 16, "BLOCK_N": 64, "num_warps": 4,
                 "num_stages": 2, "WAVES": 1, "WGMMA": 1}  # fmt: skip
         return {**tile, "WAVES": 2, "MIN_TILES": 8} if kv_format == "fp8" else tile
     if gluon and block_h == 64:
         # The 64-head tile; for e4m3 rows, the e4m3 tile with two warpgroups sharing its
-        # gathers (32 heads each for the scores, half of V's columns each for P.V; NOTES.md
-        # rounds 14 and 16). 128 heads run two blocks.
+        # gathers (32 heads each for the scores, half of V's columns each for P.V; DESIGN.md "The
+        # Gluon tiles"). 128 heads run two blocks.
         return {"BLOCK_H": 64, "BLOCK_N": 64, "num_warps": 8, "num_stages": 2, "WAVES": 1,
                 "WGMMA": 1}  # fmt: skip
     cfg, smem = next(
@@ -222,7 +222,7 @@ def _default_config(
         if smem[family] <= limits.smem_per_block
     )
     # Two programs per SM where the SM holds two (Hopper, Blackwell datacenter), else one, whose
-    # split count then fills the SMs (``_fill_splits``; NOTES.md round 25).
+    # split count then fills the SMs (``_fill_splits``; DESIGN.md "Splits").
     return {**cfg, "WAVES": min(cfg["WAVES"], _blocks_per_sm(smem, limits))}
 
 
@@ -248,9 +248,9 @@ def _choose_splits(
     Each split writes H x 2 KB of fp32 partials per token (the Gluon tiles half as much; the cap
     is not binding for them at one program per SM) against topk x 1152 B of KV; at B=8
     the extra parallelism of a second program per SM costs more in partials than it buys
-    (H200: H=8 14.1 us at 16 splits, 15.3 at 32; H=16 14.4 vs 17.0; NOTES.md round 4). The
+    (H200: H=8 14.1 us at 16 splits, 15.3 at 32; H=16 14.4 vs 17.0; DESIGN.md "Splits"). The
     cap counts 16-bit rows for fp8_ds_mla rows too: their widening, not their bytes, sets the
-    pace (fp8 B=32/H=8: 55.9 us at 8 splits, 75.9 at 4; NOTES.md round 5). Tiles that run
+    pace (fp8 B=32/H=8: 55.9 us at 8 splits, 75.9 at 4; DESIGN.md "Splits"). Tiles that run
     one program per SM then fill the SMs the power of two leaves idle (``_fill_splits``; up to
     ``rounds`` rounds of programs per SM), and the others up to one program per SM where the
     caps leave them short of one.
@@ -266,7 +266,7 @@ def _choose_splits(
     # Programs beyond one per SM only where each split keeps min_tiles tiles: the e4m3 Hopper
     # tile gains from a second at B=128 (H=16: 65-66 us at 2 splits, 68-69 at 1) but not at
     # B=32 (8 tiles a split, 4 at 8 splits: H=16 24.7-24.8 us at 4, 25.1-25.3 at 8) or B=8
-    # (NOTES.md round 14).
+    # (DESIGN.md "Splits").
     long_splits = _pow2_floor(max(1, topk // (block_n * min_tiles)))
     splits = min(splits, max(one_wave, long_splits))
     max_splits = _pow2_floor(max(1, topk // block_n))  # a split keeps >= one BLOCK_N tile
@@ -274,7 +274,7 @@ def _choose_splits(
     # Two-per-SM tiles fill too where the partial cap, or the e4m3 Hopper tile's min_tiles, left
     # them short of one program per SM, up to one each (132 SMs: B=5-6, 9-13 with 16+ heads,
     # 17-26 with 32, the e4m3 tile at 9-12 and 17-26, fp8_ds_mla's grouped tile at 32 heads at
-    # 3 and 5-6: 1.07-1.38x, NOTES.md round 25).
+    # 3 and 5-6: 1.07-1.38x, DESIGN.md "Splits").
     if waves == 1 or per_split * splits < num_sms:
         fill_rounds = rounds if waves == 1 else 1
         splits = _fill_splits(splits, per_split, topk, block_n, num_sms, fill_rounds)
@@ -290,7 +290,7 @@ def _fill_splits(splits: int, per_split: int, topk: int, block_n: int, num_sms: 
     first gather, the epilogue). ``rounds`` caps the rounds: 1 adds programs only up to one per
     SM; tiles bound by their MMAs rather than their gathers take more (the 99 KB 64-head tile).
     Counts that leave a split without rows are skipped; ties keep fewer splits (less partial
-    traffic). Measured on H200 analogs of SM120's B=128, 32 and 8: NOTES.md round 24."""
+    traffic). Measured on H200 analogs of SM120's B=128, 32 and 8: DESIGN.md "Splits"."""
 
     def modelled(count: int) -> tuple[int, int]:
         chunk = _split_chunk(topk, count, block_n)
@@ -353,7 +353,8 @@ def _plan(
     tiles_64 = num_tokens * triton.cdiv(topk, 64)
     if kv_format != "16bit" and _gluon_tile(cfg) and tiles_64 < _num_sms(_device_index(device)):
         # Too few 64-row tiles to fill the GPU (one token): the tl.dot tile's 32-row tiles are
-        # faster there (H200, two programs per SM: B=1 8.1 against 8.6 µs, NOTES.md round 12).
+        # faster there (H200, two programs per SM: B=1 8.1 against 8.6 µs, DESIGN.md "The Gluon
+        # tiles").
         cfg = dict(_default_config(num_heads, kv_format, False, limits))
     cfg.pop("ROPE_REGS", None)  # the rule below decides it for the merged tile
     if any(config[key] != cfg.get(key) for key in ("BLOCK_H", "BLOCK_N") if key in (config or {})):
@@ -384,9 +385,9 @@ def _plan(
 def _merge_columns(rows: int, block_s: int, num_sms: int) -> int:
     """V columns per merge program, for ``rows`` (token, head) rows of ``block_s`` padded splits:
     whole 512-column rows up to 16 splits, narrower beyond (a program holds at most 8192
-    partial values, NOTES.md 3d), and narrower still until the merge has about two programs
-    per SM: at B=8/H=8, 64 programs of whole rows took 0.5 µs longer than 512 of 64 columns
-    (NOTES.md round 8)."""
+    partial values, DESIGN.md "The merge and its launch"), and narrower still until the merge has
+    about two programs per SM: at B=8/H=8, 64 programs of whole rows took 0.5 µs longer than 512 of
+    64 columns."""
     block_dv = max(64, min(_D_V, 8192 // block_s))
     while block_dv > 64 and rows * (_D_V // block_dv) < 2 * num_sms:
         block_dv //= 2
@@ -395,8 +396,8 @@ def _merge_columns(rows: int, block_s: int, num_sms: int) -> int:
 
 def _merge_warps(block_dv: int, elem_size: int) -> int:
     """Warps of a merge program: no more than its columns fill with 16-byte pieces side by
-    side, so that the sum over splits never crosses warps (NOTES.md round 7; in chunks
-    narrower than a warp's span it crosses lanes of one warp). With 64+ fp32 splits that is
+    side, so that the sum over splits never crosses warps (DESIGN.md "The merge and its launch"; in
+    chunks narrower than a warp's span it crosses lanes of one warp). With 64+ fp32 splits that is
     256 values per thread in one warp, which spills a little and still measured faster than
     4 warps (B=1/H=8: 7.95 vs 8.11 µs)."""
     lane_cols = 512 // elem_size  # columns that 32 lanes cover with 16-byte pieces

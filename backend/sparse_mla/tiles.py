@@ -56,8 +56,8 @@ def _fp16_dots(cfg: dict[str, int]) -> bool:
 
 
 # tl.dot tiles per (row format, head block), best first (the first ones are the H200 sweeps'
-# choices, NOTES.md), each with the shared memory per block it needs on each MMA family: the
-# larger of Triton 3.5.1's and 3.6.0's compiles, in bytes.
+# choices, DESIGN.md "Tiles per device"), each with the shared memory per block it needs on each MMA
+# family: the larger of Triton 3.5.1's and 3.6.0's compiles, in bytes.
 # tests/unit/test_sparse_mla_targets.py compiles every tile the plan can choose for SM80, 86,
 # 89, 90, 100 and 120 with both and checks these numbers and each target's limits.
 # 16-head tiles keep two gathers in flight (indices prefetched, 3 stages) and aim for two
@@ -74,9 +74,9 @@ _TILES: dict[tuple[str, int], tuple[tuple[dict[str, int], dict[str, int]], ...]]
     ),
     # fp8 e4m3 rows, 16 heads: the latent gathered once, widened once by moving bits into an
     # fp16 tile that both dots read, indices prefetched (1.07-1.2x over the latent gathered
-    # per dot, NOTES.md). 32 heads: the latent gathered once per dot, fp16 dots, V widened by
-    # inline PTX (1.2-1.4x at B >= 8); 99 KB GPUs take the 32-head tile with the bits
-    # (1.09-1.22x over the per-dot gathers at 64+ heads on the H200).
+    # per dot, DESIGN.md "fp8 rows on the tl.dot tiles"). 32 heads: the latent gathered once per
+    # dot, fp16 dots, V widened by inline PTX (1.2-1.4x at B >= 8); 99 KB GPUs take the 32-head tile
+    # with the bits (1.09-1.22x over the per-dot gathers at 64+ heads on the H200).
     ("fp8", 16): (
         (_tile(16, 32, 4, 3, 2, 1, e4m3_bits=1), {"mma": 92160, "sm90": 92160, "sm100": 92160}),
     ),
@@ -93,11 +93,11 @@ _TILES: dict[tuple[str, int], tuple[tuple[dict[str, int], dict[str, int]], ...]]
     ),
     # fp8_ds_mla rows: the kernel that keeps the latent in fp8 groups (``FP8_GROUPS``) for 16-
     # and 32-head blocks, 1.16-1.22x over widening them to scaled values on the H200 (groups in
-    # bf16, gathered again for P.V), 1.03-1.13x more with the groups in fp16, kept (NOTES.md
-    # round 19), and everywhere on 99 KB GPUs (1.6-3x over the 16-row tile that fit there);
-    # where it fits, the widening kernel's 64-head tile, 1.25-1.6x over the grouped one at 64+
-    # heads (NOTES.md round 18). The grouped tiles, bound by their widening and MMAs rather than
-    # their gathers, queue up to 4 rounds of programs where one runs per SM (NOTES.md round 25).
+    # bf16, gathered again for P.V), 1.03-1.13x more with the groups in fp16, kept (DESIGN.md
+    # "fp8_ds_mla rows"), and everywhere on 99 KB GPUs (1.6-3x over the 16-row tile that fit there);
+    # where it fits, the widening kernel's 64-head tile, 1.25-1.6x over the grouped one at 64+ heads
+    # (DESIGN.md "fp8_ds_mla rows"). The grouped tiles, bound by their widening and MMAs rather than
+    # their gathers, queue up to 4 rounds of programs where one runs per SM (DESIGN.md "Splits").
     ("fp8_ds_mla", 16): (
         (
             _tile(16, 32, 4, 2, 2, groups="fp16", rounds=4),
@@ -123,19 +123,20 @@ _TILES: dict[tuple[str, int], tuple[tuple[dict[str, int], dict[str, int]], ...]]
 def _early_merge(cfg: dict[str, int], is_split: bool, dev: int) -> bool:
     """Whether the merge launches as a programmatic dependent of the split kernel: wherever
     the GPU has PDL and a config does not turn it off (with the Gluon tiles' trigger where
-    ``_late_trigger`` puts it, it pays at every batch measured: NOTES.md round 28)."""
+    ``_late_trigger`` puts it, it pays at every batch measured: DESIGN.md "The merge and its
+    launch")."""
     return is_split and bool(cfg.get("PDL", 1)) and _has_pdl(dev)
 
 
 def _late_trigger(cfg: dict[str, int], programs: int, dev: int) -> bool:
     """Where a Gluon split kernel lets the merge launch: after its main loop (True), or as its
     programs exit. The merge's programs, launched early, take the SMs the split grid leaves
-    idle and slow its last programs (NOTES.md round 7). Measured on the H200 (rounds 27-28,
-    plans r27p and r28e, 16-bit and e4m3 rows): after the main loop is 8-11% faster than a
-    plain launch for 8/16-head blocks at about one program per SM; 64-head blocks there gain
-    most from the exit (1-6%); a grid that leaves half the SMs idle gains from either, least
-    from the exit. 32-head blocks (17-32 heads) follow the 64-head rule, unmeasured (the
-    benchmark's ``PDL_LATE`` overrides this rule)."""
+    idle and slow its last programs. Measured on the H200 (16-bit and e4m3 rows): after the
+    main loop is 8-11% faster than a plain launch for 8/16-head blocks at about one program per
+    SM; 64-head blocks there gain most from the exit (1-6%); a grid that leaves half the SMs
+    idle gains from either, least from the exit. 32-head blocks (17-32 heads) follow the
+    64-head rule, unmeasured (the benchmark's ``PDL_LATE`` overrides this rule; DESIGN.md "The
+    merge and its launch")."""
     return cfg["BLOCK_H"] <= 16 or 2 * programs <= _num_sms(dev)
 
 
@@ -144,7 +145,7 @@ def _e4m3_score_cols(cfg: dict[str, int]) -> int:
     float32 (e4m3 MMAs keep 13 accumulator mantissa bits): 32 on one warpgroup (8-16 heads;
     lse 8-24x finer than one chain for 3-7% of the time), 64 on two (64 heads; 32 would cost
     9%, 64 nothing measurable). A config's ``SCORE_COLS`` wins; 0 is one chain over all 576
-    columns (NOTES.md round 22)."""
+    columns (DESIGN.md "Precision of the e4m3 tiles")."""
     return cfg.get("SCORE_COLS", 32 if cfg["BLOCK_H"] <= 16 else 64)
 
 

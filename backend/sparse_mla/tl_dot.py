@@ -36,7 +36,7 @@ def _e4m3_to_f16(x):
     """fp8 e4m3 to fp16, four values per call. Widened this way right after the gather, V stays
     a 16-bit tile in shared memory that the P.V dot reads with ldmatrix.trans; a plain
     conversion is moved past the shared-memory copy by Triton, which then reads the fp8 tile
-    a byte at a time in the transposed operand layout (NOTES.md)."""
+    a byte at a time in the transposed operand layout (DESIGN.md "fp8 rows on the tl.dot tiles")."""
     return tl.inline_asm_elementwise(
         "{ .reg .b16 lo, hi; mov.b32 {lo, hi}, $2; "
         "cvt.rn.f16x2.e4m3x2 $0, lo; cvt.rn.f16x2.e4m3x2 $1, hi; }",
@@ -56,7 +56,8 @@ def _e4m3_bits_to_f16(x):
     fold 2^8 back in. e4m3's NaN (0x7F, 0xFF) is not kept: it reads as +-480 (vLLM's cache
     writers saturate, so a row holds NaN only when the model produced one). Four
     integer instructions per two values, yet faster on the H200 than the one conversion
-    instruction per two values of ``_e4m3_to_f16`` (NOTES.md), and fewer registers."""
+    instruction per two values of ``_e4m3_to_f16`` (DESIGN.md "fp8 rows on the tl.dot tiles"), and
+    fewer registers."""
     return tl.inline_asm_elementwise(
         "{ .reg .b32 a, b, t; "
         "prmt.b32 a, $2, 0, 0x1404; prmt.b32 b, $2, 0, 0x3424; "
@@ -198,7 +199,8 @@ def _sparse_mla_split_kernel(
         # Indices one tile ahead, carried in registers: with the index load inside the loop,
         # Triton's pipeliner chains it to the gather and waits for every copy at the top of each
         # iteration, so no gather overlaps the dots; this way num_stages=3 keeps the next gather
-        # in flight (NOTES.md round 4). It costs registers, which the 64-head tile lacks.
+        # in flight (DESIGN.md "Tiles per device"). It costs registers, which the 64-head tile
+        # lacks.
         idx_next = _index_tile(idx_base, start, end, BLOCK_N)
     for n0 in range(start, end, BLOCK_N):
         if PREFETCH_IDX:
@@ -223,7 +225,8 @@ def _sparse_mla_split_kernel(
                 kv = tl.load(kv_ptr, mask=valid[:, None], other=0.0).to(kv_ty)
             # FP8_TWICE gathers the latent once per dot (the second from L2): a load whose
             # widened value feeds two dots stays a plain register load that no gather
-            # overlaps, while each single-use load becomes an asynchronous copy (NOTES.md).
+            # overlaps, while each single-use load becomes an asynchronous copy (DESIGN.md "fp8 rows
+            # on the tl.dot tiles").
             if FP8_TWICE:
                 kv_k = tl.load(kv_ptr, mask=valid[:, None], other=0.0, cache_modifier=".cg")
                 kv_k = kv_k.to(kv_ty)

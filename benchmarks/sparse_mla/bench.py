@@ -54,7 +54,7 @@ BASELINE_PATH = ROOT / ".thirdparty/vllm/v1/attention/ops/triton_decode_attentio
 # q dtype per --dtypes name; "fp8" runs fp8_ds_mla cache rows (656 B) under a bf16 q, "e4m3"
 # fp8 e4m3 rows (576 B, one scale: vLLM's --kv-cache-dtype fp8) under a bf16 q, "e4m3h" the same
 # rows under an fp16 q (GGUF on SM120 serves float16, which the Gluon e4m3 tiles take since
-# backend NOTES round 28).
+# backend/DESIGN.md "Precision of the e4m3 tiles").
 Q_DTYPES = {
     "bf16": torch.bfloat16,
     "fp16": torch.float16,
@@ -217,7 +217,7 @@ def _row_gather_kernel(
     """Reads every word of the rows a token's chunk of indices names and sums them (one
     reduction at the end): the attention kernel's gather with next to no arithmetic, for rows
     of any size. Integer words, not the rows' own elements: widening each fp8 byte to fp32
-    made an older probe bound by the conversions (NOTES.md round 12)."""
+    made an older probe bound by the conversions (benchmarks/results/kernel-log.md, round 12)."""
     t = tl.program_id(0)
     split = tl.program_id(1)
     acc0 = tl.zeros([BLOCK_N, W0], dtype=tl.int32)

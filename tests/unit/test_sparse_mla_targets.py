@@ -191,7 +191,8 @@ def test_sm120_runs_e4m3_mma_sync_natively_and_hopper_as_fp16(kmod: ModuleType) 
     """The e4m3 mma.sync tile (SM89 and SM120's choice for e4m3 rows with up to 16 heads) runs
     its score MMAs as QMMA on sm_120 and sm_89, whose accumulator keeps 13 mantissa bits, and
     on sm_90 as fp16 HMMAs, which sum in float32: so the H200, which runs this tile as SM120's
-    proxy, measures neither its speed nor its precision there (NOTES.md round 22)."""
+    proxy, measures neither its speed nor its precision there (backend/DESIGN.md, "Precision of the
+    e4m3 tiles")."""
     if not kmod._gluon_mma_usable((12, 0)):
         pytest.skip("the e4m3 mma.sync tile needs the Gluon kernels under this Triton")
     sm120 = kmod.DeviceLimits(*TARGETS[120])
