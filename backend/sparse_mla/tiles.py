@@ -176,7 +176,7 @@ def _column_groups_fit(cfg: dict[str, int], kv_format: str) -> bool:
 
 def _runs_mma_kernel(cfg: dict[str, int], kv_format: str) -> bool:
     """Whether the launcher runs this tile as ``_sparse_mla_mma_kernel`` (q in registers)."""
-    return bool(cfg.get("MMA_V2")) and (cfg["BLOCK_H"] == 64 or _q_in_registers(cfg, kv_format))
+    return tile_kind(cfg, kv_format).kernel == "_sparse_mla_mma_kernel"
 
 
 def _mma_tile_smem(cfg: dict[str, int]) -> int:
@@ -273,9 +273,8 @@ class Tile:
         """Launch the kernel for ``cfg`` on device ``dev``; a Gluon kernel first checks the
         tile, the call's buffers and dtypes (``inputs_ok``) and the GPU. (The kernels are
         looked up among the module's globals: the Gluon ones exist only where Gluon does.)"""
-        if self.gluon and (self.problem(cfg, call.kv_format) or not inputs_ok):
-            raise ValueError(self.requirement.format(tritons=_GLUON_TRITONS))
-        if self.gluon and not self.fits(_device_limits(dev).capability):
+        runs = not self.problem(cfg, call.kv_format) and inputs_ok
+        if self.gluon and not (runs and self.fits(_device_limits(dev).capability)):
             raise ValueError(self.requirement.format(tritons=_GLUON_TRITONS))
         pdl = call.late_trigger if self.gluon else call.use_pdl
         constexprs = self.constexprs(cfg, call.kv_format, call.args[0].dtype, call.is_split, pdl)
