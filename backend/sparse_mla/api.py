@@ -15,7 +15,6 @@ from .common import (
     _device_index,
     _fits_cp_async,
     _gluon_takes,
-    _gluon_tile,
     _has_gluon_mma,
     _has_wgmma,
     _num_sms,
@@ -179,11 +178,12 @@ def sparse_mla_decode(
     cfg, num_splits = _plan(
         num_tokens, num_heads, topk, q.device, num_splits, config, kv_format, wgmma, None, gluon_mma
     )
+    tile = tile_kind(cfg, kv_format)
     num_hb = triton.cdiv(num_heads, cfg["BLOCK_H"])
     chunk = _split_chunk(topk, num_splits, cfg["BLOCK_N"])
     is_split = num_splits > 1
     if is_split:
-        part_o, part_lse = _split_scratch(q, num_splits, _gluon_tile(cfg), workspace)
+        part_o, part_lse = _split_scratch(q, num_splits, tile.gluon, workspace)
     else:
         part_o, part_lse = lse, lse  # unused placeholders
     programs = num_tokens * num_splits * num_hb
@@ -213,9 +213,9 @@ def sparse_mla_decode(
         lse.stride(0),
         lse.stride(1),
     )
-    late = _gluon_tile(cfg) and use_pdl and _late_trigger(cfg, programs, dev)
+    late = tile.gluon and use_pdl and _late_trigger(cfg, programs, dev)
     call = SplitCall(args, programs, kv_format, kv_scale, is_split, use_pdl, late)
-    tile_kind(cfg, kv_format).launch(cfg, call, gluon_inputs, dev)
+    tile.launch(cfg, call, gluon_inputs, dev)
     if is_split:
         _launch_merge(part_o, part_lse, out, lse, num_splits, cfg, use_pdl, dev)
     return out, lse
