@@ -66,6 +66,14 @@ def test_the_joined_module_is_one_text_with_one_future_import(kmod: ModuleType) 
         assert hasattr(kmod, name), name
 
 
+def test_tests_load_the_text_the_rendered_backend_embeds(kmod: ModuleType) -> None:
+    from glmops.gpu.patchset.render import kernel_source
+
+    embedded = kernel_source()
+    assert "from __future__" not in embedded
+    assert Path(kmod.__file__).read_text().endswith(embedded.split('"""', 2)[2] + "\n")
+
+
 @pytest.mark.parametrize("arch", sorted(TARGETS))
 def test_every_planned_tile_is_one_its_kernel_takes(kmod: ModuleType, arch: int) -> None:
     """The plan and each kernel's rule agree: every config the plan can choose on a target
