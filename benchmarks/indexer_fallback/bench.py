@@ -12,7 +12,8 @@ vLLM itself is not imported: `current_platform.fp8_dtype()` and `cdiv` are stubb
 GLM-5's indexer: 32 heads, dim 128, 64-token cache blocks. Decode: every request at the same
 context, next_n 1. Prefill: one request's causal chunk of M rows against N = M keys. Eager
 timing (the fallback is never captured in a CUDA graph), CUDA events, median of repeats after
-a warm-up; the floor is the bytes of q, keys and scales read once at 4.3 TB/s.
+a warm-up; the floor is the bytes of q, keys and scales read once at the bandwidth of a copy
+probe run on the same GPU (benchmarks/gpu_device.py, which also names the results).
 
     python3 -m benchmarks.indexer_fallback.bench [--json ...] [--md ...]   (from the checkout)
 """
@@ -20,7 +21,6 @@ a warm-up; the floor is the bytes of q, keys and scales read once at 4.3 TB/s.
 from __future__ import annotations
 
 import argparse
-import datetime as dt
 import json
 import math
 import statistics
@@ -32,13 +32,13 @@ from typing import Any
 
 import torch
 
+from benchmarks import gpu_device
 from tests.support.module_file import load_module_file  # stdlib only; runs without glmops
 
 ROOT = Path(__file__).resolve().parents[2]
 
 RENDERED = ROOT / ".thirdparty" / "rendered"
 HEADS, DIM, BLOCK = 32, 128, 64
-MEM_BW = 4.3e12
 FP8 = torch.float8_e4m3fn
 
 
@@ -119,7 +119,7 @@ def agree(ours: torch.Tensor, base: torch.Tensor) -> float:
     return float(((ours - base)[finite].abs().max() / scale).item())
 
 
-def run(reps: int) -> list[dict[str, Any]]:
+def run(reps: int, mem_bw: float) -> list[dict[str, Any]]:
     ours = load_module_file(
         RENDERED / "v0_16-indexer" / "glmops_dsa_indexer.py", "glmops_dsa_indexer"
     )
@@ -137,7 +137,7 @@ def run(reps: int) -> list[dict[str, Any]]:
                 "ours_ms": time_ms(lambda a=args: ours.paged_mqa_logits(*a), reps),
                 "ours_torch_ms": time_ms(lambda a=args: ours.paged_mqa_logits_torch(*a), reps),
                 "baseline_ms": time_ms(lambda a=base_args: base.fp8_paged_mqa_logits_torch(*a), 3),
-                "floor_ms": read / MEM_BW * 1e3,
+                "floor_ms": read / mem_bw * 1e3,
                 "rel_diff": agree(o, b),
             }
         )
@@ -155,7 +155,7 @@ def run(reps: int) -> list[dict[str, Any]]:
                 "ours_ms": time_ms(lambda a=args: ours.mqa_logits_torch(*a), reps),
                 "ours_torch_ms": None,
                 "baseline_ms": time_ms(lambda a=args: base.fp8_mqa_logits_torch(*a), reps),
-                "floor_ms": read / MEM_BW * 1e3,
+                "floor_ms": read / mem_bw * 1e3,
                 "rel_diff": agree(o, b),
             }
         )
@@ -167,18 +167,26 @@ def run(reps: int) -> list[dict[str, Any]]:
     return rows
 
 
+def _bandwidth(info: dict[str, Any]) -> str:
+    """The floors' bandwidth: this run's probe, or (results before the probe) the H200's."""
+    if info.get("copy_bw"):
+        return gpu_device.bandwidth_line(info)
+    return "memory floors at 4.3 TB/s, the H200's measured copy rate (KINDS.md)"
+
+
 def render_md(result: dict[str, Any]) -> str:
     info = result["info"]
     lines = [
-        "# DSA indexer logits fallback on H200: glmops vs vLLM 0.16's torch references",
+        f"# DSA indexer logits fallback on {info.get('short_name', info['gpu'])}: glmops vs "
+        "vLLM 0.16's torch references",
         "",
         f"- GPU: {info['gpu']}; torch {info['torch']}, CUDA {info['cuda']}; {info['date']}",
         f"- GLM-5 indexer: {HEADS} heads, dim {DIM}, {BLOCK}-token blocks; decode next_n 1, "
         "every request at the same context; prefill one causal chunk (M rows, N = M keys).",
-        "- Eager (never captured), CUDA events, median; floor = q + keys + scales read once at "
-        f"{MEM_BW / 1e12:.1f} TB/s. rel diff = max |ours - baseline| / max |logit| (the "
+        "- Eager (never captured), CUDA events, median; floor = q + keys + scales read once; "
+        f"{_bandwidth(info)}. rel diff = max |ours - baseline| / max |logit| (the "
         "baseline's prefill runs in bf16).",
-        "- The fallback runs only where DeepGEMM cannot (SM120, SM8x); this H200 stands in.",
+        "- The fallback runs only where DeepGEMM cannot (SM120, SM8x); this GPU stands in.",
         "",
         "- ours: decode = the Triton kernel (backend/indexer_logits.py), prefill = tiled torch; "
         "ours torch = the decode's tiled torch code (GLMOPS_INDEXER_PAGED=torch).",
@@ -200,20 +208,18 @@ def render_md(result: dict[str, Any]) -> str:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--reps", type=int, default=10)
-    ap.add_argument("--json", default="indexer_fallback_h200.json")
-    ap.add_argument("--md", default="indexer_fallback_h200.md")
+    ap.add_argument("--json", default=None, help="default: indexer_fallback_<gpu>.json")
+    ap.add_argument("--md", default=None, help="default: indexer_fallback_<gpu>.md")
     args = ap.parse_args()
     torch.manual_seed(0)
-    rows = run(args.reps)
-    info = {
-        "gpu": torch.cuda.get_device_name(),
-        "torch": torch.__version__,
-        "cuda": torch.version.cuda,
-        "date": dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC"),
-    }
+    info = gpu_device.device_info()
+    rows = run(args.reps, info["copy_bw"])
     result = {"info": info, "reps": args.reps, "rows": rows}
-    Path(args.json).write_text(json.dumps(result, indent=1))
-    Path(args.md).write_text(render_md(result))
+    json_path = args.json or gpu_device.result_path("indexer_fallback", info, ".json")
+    Path(json_path).write_text(json.dumps(result, indent=1))
+    Path(args.md or gpu_device.result_path("indexer_fallback", info, ".md")).write_text(
+        render_md(result)
+    )
     print(render_md(result))
 
 

@@ -23,11 +23,9 @@ Run from the repo root: python3 -m benchmarks.sparse_mla.bench [--mode ...]
 from __future__ import annotations
 
 import argparse
-import datetime as dt
 import json
 import math
 import statistics
-import subprocess
 import sys
 import types
 from collections.abc import Callable
@@ -38,6 +36,7 @@ import torch
 import triton
 import triton.language as tl
 
+from benchmarks import gpu_device
 from benchmarks.sparse_mla import overrides
 from benchmarks.sparse_mla.plans import FP8_DS_PLANS, PLANS, TOPK
 from tests.support.module_file import (  # stdlib only; runs without glmops
@@ -74,7 +73,9 @@ SIXTEEN_BIT = {
 E4M3_SCALE = 2.0**-6  # rows of N(0, 0.5) values reach ~2.5: well inside e4m3's 448 after scaling
 # The plan's tiles for a 99 KB GPU (RTX PRO 6000 Blackwell, SM120): run here as overrides.
 SM120_LIMITS = (12, 0), 101376
-MEM_BW = 4.3e12  # measured device-to-device copy rate on this H200 kind (KINDS.md)
+# The H200's measured copy rate (KINDS.md): sweeps' and gather_rows' reference only; the bench
+# mode's floors use the copy probe of the GPU it runs on (benchmarks/gpu_device.py).
+MEM_BW = 4.3e12
 MMA_RATE = 790e12  # measured bf16 matmul rate on random data (KINDS.md)
 L2_BYTES = 60 * 2**20
 SM_SCALE = 1.0 / 16.0
@@ -292,40 +293,25 @@ def gather_us(case: Case, reps: int) -> float:
     )
 
 
-def floors_us(batch: int, heads: int, row_bytes: int) -> tuple[float, float]:
+def floors_us(
+    batch: int, heads: int, row_bytes: int, mem_bw: float = MEM_BW
+) -> tuple[float, float]:
     kv_bytes = batch * TOPK * row_bytes
     io_bytes = batch * heads * (576 + 512) * 2
     flops = 2.0 * batch * heads * TOPK * (576 + 512)
-    return (kv_bytes + io_bytes) / MEM_BW * 1e6, flops / MMA_RATE * 1e6
+    return (kv_bytes + io_bytes) / mem_bw * 1e6, flops / MMA_RATE * 1e6
 
 
-def gpu_info() -> dict[str, Any]:
-    info: dict[str, Any] = {
-        "gpu": torch.cuda.get_device_name(),
-        "sms": torch.cuda.get_device_properties(0).multi_processor_count,
-        "torch": torch.__version__,
-        "triton": triton.__version__,
-        "cuda": torch.version.cuda,
-        "date": dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC"),
-    }
-    try:
-        q = "name,driver_version,clocks.sm,clocks.mem,clocks.max.sm,clocks.max.mem,power.limit"
-        res = subprocess.run(
-            ["nvidia-smi", f"--query-gpu={q}", "--format=csv,noheader"],
-            capture_output=True,
-            text=True,
-            timeout=20,
-            check=False,
-        )
-        info["nvidia_smi"] = res.stdout.strip()
-    except (OSError, subprocess.SubprocessError) as exc:
-        info["nvidia_smi"] = f"unavailable: {exc}"
-    return info
+def gpu_info(probe: bool = False) -> dict[str, Any]:
+    """The card and versions (benchmarks/gpu_device.py); ``probe``: its copy rate too."""
+    return gpu_device.device_info(probe=probe)
 
 
 def run_bench(
     args: argparse.Namespace, kmod: types.ModuleType, kv: dict[str, torch.Tensor]
 ) -> None:
+    info = gpu_info(probe=True)
+    mem_bw = info["copy_bw"]
     bmod = load_baseline()
     if bmod is None:
         print(f"baseline file missing: {BASELINE_PATH}", file=sys.stderr)
@@ -366,7 +352,7 @@ def run_bench(
                     ref = case.outs[0].float()
                     diff = (case.base_out[0].float() - ref).norm() / ref.norm()
                     base_err = float(diff)
-                t_mem, t_comp = floors_us(batch, heads, case.row_bytes)
+                t_mem, t_comp = floors_us(batch, heads, case.row_bytes, mem_bw)
                 flops = 2.0 * batch * heads * TOPK * (576 + 512)
                 target = TARGET_US.get((batch, heads)) if kv_format == "16bit" else None
                 cfg, splits = kmod._plan(
@@ -395,7 +381,7 @@ def run_bench(
                     "gather_us": gather,
                     "tl_dot_vs_gather": (gather / tl_dot) if gather else None,
                     "gather_frac_of_floor": (
-                        floors_us(batch, 0, case.row_bytes)[0] / gather if gather else None
+                        floors_us(batch, 0, case.row_bytes, mem_bw)[0] / gather if gather else None
                     ),
                     "gathered_GBps": batch * TOPK * case.row_bytes / ours / 1e3,
                     "TFLOPs": flops / ours / 1e6,
@@ -426,29 +412,41 @@ def run_bench(
                 del case
                 torch.cuda.empty_cache()
     result = {
-        "info": gpu_info(),
+        "info": info,
         "reps": args.reps,
         "cache_rows": args.cache_rows,
-        "mem_bw": MEM_BW,
+        "mem_bw": mem_bw,
         "mma_rate": MMA_RATE,
         "rows": rows,
     }
-    Path(args.json).write_text(json.dumps(result, indent=1))
-    Path(args.md).write_text(render_md(result))
+    Path(args.json or gpu_device.result_path("sparse_mla", info, ".json")).write_text(
+        json.dumps(result, indent=1)
+    )
+    Path(args.md or gpu_device.result_path("sparse_mla", info, ".md")).write_text(render_md(result))
     print(render_md(result))
+
+
+def _bandwidth_source(info: dict[str, Any]) -> str:
+    """Where the memory floor's bandwidth came from: this run's probe, or (older results) the
+    H200's measured rate."""
+    if info.get("copy_bw"):
+        return gpu_device.bandwidth_line(info)
+    return "the H200's measured copy rate, KINDS.md"
 
 
 def render_md(result: dict[str, Any]) -> str:
     info = result["info"]
     lines = [
-        "# Sparse MLA decode on H200: backend/sparse_mla.py vs vLLM 0.16 TRITON_MLA (page_size=1)",
+        f"# Sparse MLA decode on {info.get('short_name', info['gpu'])}: backend/sparse_mla.py vs "
+        "vLLM 0.16 TRITON_MLA (page_size=1)",
         "",
         f"- GPU: {info['gpu']} ({info['sms']} SMs); nvidia-smi: `{info.get('nvidia_smi')}`",
         f"- torch {info['torch']}, Triton {info['triton']}, CUDA {info['cuda']}; {info['date']}",
         f"- topk {TOPK}, all indices valid, uniform random over a "
         f"{result.get('cache_rows', 0) / 1e6:.1f} M-row cache; CUDA-graph replay over rotating "
         f"index sets (touched KV > 4x L2), median of {result['reps']} replays.",
-        f"- Floors: memory at {MEM_BW / 1e12:.1f} TB/s (KV + q + out), compute at "
+        f"- Floors: memory at {result['mem_bw'] / 1e12:.2f} TB/s (KV + q + out; "
+        f"{_bandwidth_source(info)}), compute at "
         f"{MMA_RATE / 1e12:.0f} TFLOP/s; baseline = `decode_attention_fwd`, 4 KV splits, "
         "page_size 1, its o/lse preallocated. dtype fp8: fp8_ds_mla cache rows (656 B: fp8 "
         "latent, 4 fp32 scales, bf16 rope) under a bf16 q; vLLM's Triton MLA has no such path, "
@@ -494,7 +492,7 @@ def portable_md(rows: list[dict[str, Any]]) -> list[str]:
         " rows and for fp8_ds_mla rows with up to 16 heads; more heads of fp8_ds_mla rows and"
         " other Tritons: a tl.dot tile); `SM120 tl.dot` = the tile it picks without the Gluon"
         " kernels, which need Triton 3.6: what SM120 runs under vLLM 0.16 (Triton 3.5.1) and 0.27"
-        " onwards (3.7.1, 3.8.0), compiled here for the H200's MMA instructions, not SM120's"
+        " onwards (3.7.1, 3.8.0), compiled here for this GPU's MMA instructions, not SM120's"
         " mma.sync; `gather` = a bare "
         "gather of the same rows (`_row_gather_kernel`: loads them as int32 words and sums "
         "them; the fastest of four shapes).",
@@ -608,7 +606,9 @@ def run_sweep(
             print(f"best B={batch} H={heads}: {best.get((batch, heads))}", flush=True)
             del case
             torch.cuda.empty_cache()
-    Path(args.json).write_text(json.dumps({"info": gpu_info(), "points": points}, indent=1))
+    Path(args.json or "sparse_mla_sweep.json").write_text(
+        json.dumps({"info": gpu_info(), "points": points}, indent=1)
+    )
     report_compiled(kmod)
     # Per-case table: best time per split count (over configs) to see the split trade-off.
     for (batch, heads), (us, choice) in sorted(best.items()):
@@ -746,7 +746,9 @@ def run_sweep_v2(
         )
     result = {"info": gpu_info(), "dtype": name, "plan": args.plan, "points": points}
     result["one_per_sm"] = bool(args.one_per_sm)
-    Path(args.json).write_text(json.dumps(result, indent=1))
+    Path(args.json or f"sparse_mla_sweep2_{args.plan}.json").write_text(
+        json.dumps(result, indent=1)
+    )
     report_compiled(kmod)
 
 
@@ -794,8 +796,8 @@ def main() -> None:
         " a 99 KB GPU (SM120, SM86/89)",
     )
     ap.add_argument("--cache-rows", type=int, default=CACHE_ROWS)
-    ap.add_argument("--json", default="sparse_mla_h200.json")
-    ap.add_argument("--md", default="sparse_mla_h200.md")
+    ap.add_argument("--json", default=None, help="default: sparse_mla_<gpu>.json")
+    ap.add_argument("--md", default=None, help="default: sparse_mla_<gpu>.md")
     ap.add_argument(
         "--kernel",
         type=Path,

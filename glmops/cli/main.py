@@ -42,21 +42,26 @@ def run_playbook(
     *,
     limit: str | None = None,
     extra: tuple[str, ...] = (),
+    data_vars: dict[str, Any] | None = None,
     prepare: Callable[[Any], None] | None = None,
     play_settings: dict[str, Any] | None = None,
     **opts: Any,
 ) -> int:
     """Run a playbook with the verbs' options; `prepare(executor)` may watch the run;
-    `play_settings` (e.g. `serial`) are set on every play, as if its file said so."""
+    `play_settings` (e.g. `serial`) are set on every play, as if its file said so;
+    `data_vars` are extra variables that are data (another phase's findings), never rendered."""
     from glmops.engine.connection import ConnectionSettings
     from glmops.engine.executor import Executor, RunOptions
     from glmops.engine.inventory import load_inventory, parse_extra_vars
     from glmops.engine.output import Reporter
     from glmops.engine.playbook import load_playbook
     from glmops.engine.runlog import Masker, RunLog
+    from glmops.engine.unsafe import mark_unsafe
 
     extra_vars = parse_extra_vars(list(opts.get("extra_vars") or ()) + list(extra))
+    extra_vars.update(mark_unsafe(data_vars or {}))
     plays = load_playbook(playbook)
+    check_start_at_task(plays, opts.get("start_at_task"))
     for play in plays:
         for key, value in (play_settings or {}).items():
             setattr(play, key, value)
@@ -87,6 +92,8 @@ def run_playbook(
         extra_vars=extra_vars,
         sudo_password=password,
         connection=ConnectionSettings(strict_host_keys=opts.get("strict_host_keys", False)),
+        start_at_task=opts.get("start_at_task") or None,
+        force_handlers=bool(opts.get("force_handlers")),
     )
     reporter = Reporter(
         masker,
@@ -106,6 +113,23 @@ def run_playbook(
     if failed:
         click.echo(f"retry the failed hosts with: --limit @{retry_file}", err=True)
     return code
+
+
+def check_start_at_task(plays: list[Any], pattern: str | None) -> None:
+    """--start-at-task must name a task known when the playbook loads (a typo would
+    otherwise run nothing)."""
+    from glmops.engine.blocks import names_task, walk_tasks
+
+    if pattern and not any(
+        names_task(pattern, task)
+        for play in plays
+        for task in walk_tasks(play.tasks)
+        if not task.implicit
+    ):
+        raise InputError(
+            f"--start-at-task: no task named '{pattern}' (it can start only at tasks known "
+            "when the playbook loads: not inside include_tasks or include_role)"
+        )
 
 
 def _asks_for_json(error: click.ClickException, argv: list[str]) -> bool:

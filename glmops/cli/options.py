@@ -103,6 +103,17 @@ run_options = option_set(
     ),
     click.option("--list-hosts", is_flag=True, help="print each play's hosts; run nothing"),
     click.option("--list-tasks", is_flag=True, help="print each play's tasks; run nothing"),
+    click.option(
+        "--start-at-task",
+        default=None,
+        metavar="NAME",
+        help="skip the tasks before the first task of this name (a pattern; 'role : task' too)",
+    ),
+    click.option(
+        "--force-handlers",
+        is_flag=True,
+        help="run notified handlers even on hosts where a later task failed",
+    ),
 )
 
 

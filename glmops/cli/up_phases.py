@@ -5,6 +5,7 @@ answers an Outcome per host."""
 from __future__ import annotations
 
 import functools
+import json
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -61,19 +62,20 @@ class PhaseRunners:
         """deploy.yml, told where the model phase put the files on hosts whose inventory does
         not say (one run per distinct set of paths). A gang deploys as one: a member that needs
         the phase brings its peers of this run along."""
-        groups: dict[tuple[str, ...], list[Host]] = {}
+        groups: dict[str, tuple[dict[str, Any], list[Host]]] = {}
         for host in self.with_gang_peers(hosts):
             found = self.progress.values.get(host.name, {})
-            extra = tuple(
-                f"{name}={found[name]}"
+            values = {
+                name: found[name]
                 for name in MODEL_PATHS
                 if found.get(name) and name not in host.vars
-            )
-            groups.setdefault(extra, []).append(host)
+            }
+            key = json.dumps(values, sort_keys=True)
+            groups.setdefault(key, (values, []))[1].append(host)
         outcomes: dict[str, Outcome] = {}
-        for extra, members in groups.items():
+        for values, members in groups.values():
             path = paths.playbooks() / PLAYBOOKS["deploy"]
-            outcomes.update(self.playbook(path, members, extra))
+            outcomes.update(self.playbook(path, members, values))
         return outcomes
 
     def with_gang_peers(self, hosts: list[Host]) -> list[Host]:
@@ -106,8 +108,10 @@ class PhaseRunners:
         return int(deploy.route(failed))
 
     def playbook(
-        self, path: Path, hosts: list[Host], extra: tuple[str, ...] = ()
+        self, path: Path, hosts: list[Host], values: dict[str, Any] | None = None
     ) -> dict[str, Outcome]:
+        """Run a phase's playbook on `hosts`; `values` (what an earlier phase found, such as
+        the model files' paths from the Hub) go in as typed data, never as templates."""
         from glmops.cli.main import run_playbook
 
         failures: dict[str, str] = {}
@@ -126,7 +130,7 @@ class PhaseRunners:
 
         names = ",".join(h.name for h in hosts)
         opts = {**self.opts, "inventory": self.inventory}
-        run_playbook(path, limit=names, extra=extra, prepare=watch, **opts)
+        run_playbook(path, limit=names, data_vars=values, prepare=watch, **opts)
         sessions = seen["executor"].sessions if "executor" in seen else {}
         outcomes = {}
         for host in hosts:

@@ -26,7 +26,7 @@ def delegate_host(inventory: Inventory, name: str) -> Host | None:
 def check_delegates(play: Play, inventory: Inventory) -> None:
     """A literal `delegate_to` must name an inventory host (or localhost): a typo is an error
     naming the playbook file and line, before any host is touched."""
-    for task in play.tasks + play.handlers:
+    for task in play.all_tasks():
         name = task.delegate_to
         if name and "{" not in name and delegate_host(inventory, name) is None:
             raise InputError(

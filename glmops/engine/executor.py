@@ -38,6 +38,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from glmops.engine import templating
 from glmops.engine.delegation import Delegates, check_delegates
 from glmops.engine.inventory import Host, Inventory
 from glmops.engine.output import Reporter
@@ -116,6 +117,7 @@ class Executor:
         )
         heartbeat = threading.Thread(target=self._heartbeat, daemon=True, name="heartbeat")
         heartbeat.start()
+        templating.STOP.clear()
         previous = self._catch_signals()
         try:
             for play in plays:
@@ -134,6 +136,7 @@ class Executor:
                 if recap.stopped:
                     break  # as in Ansible, a play stopped by its failures ends the run
         finally:
+            templating.STOP.clear()  # renderings after this run (another run's) go on
             self._pool.close()
             self._done.set()
             for signum, handler in previous.items():
@@ -167,6 +170,7 @@ class Executor:
         name = signal.Signals(signum).name
         if self._state.interrupted is None:
             self._state.interrupted = signum
+            templating.STOP.set()  # a long rendering stops too, not only commands
             self.reporter.note(
                 f"{name}: stopping; running commands are being ended, no new task starts"
                 " (again to exit at once)"

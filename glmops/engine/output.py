@@ -190,16 +190,14 @@ class Reporter:
             title="RECAP" + (" (check mode: nothing was changed)" if self.check else ""),
             title_justify="left",
         )
-        for column in ("host", "ok", "changed", "failed", "unreachable", "skipped", "ignored"):
+        columns = ("ok", "changed", "failed", "unreachable", "skipped", "rescued", "ignored")
+        for column in ("host", *columns):
             table.add_column(column, justify="left" if column == "host" else "right")
         for host, tally in tallies.items():
             row_style = "red" if tally.failed or tally.unreachable else None
             table.add_row(
                 host,
-                *(
-                    str(getattr(tally, c))
-                    for c in ("ok", "changed", "failed", "unreachable", "skipped", "ignored")
-                ),
+                *(str(getattr(tally, c)) for c in columns),
                 style=row_style,
             )
         self.out.print(table)

@@ -15,6 +15,8 @@ from pathlib import Path
 from typing import Any
 
 from glmops.engine import batches, runlock
+from glmops.engine.block_run import BlockRunner
+from glmops.engine.blocks import Block, Include, Node
 from glmops.engine.context import RemoteCommandError
 from glmops.engine.inventory import Host
 from glmops.engine.notifications import play_key, read_pending, write_pending
@@ -33,6 +35,7 @@ class PlayLoop:
         self._state = state
         self._pool = pool
         self._runner = runner
+        self._blocks = BlockRunner(state, runner, self)
 
     def run_play(self, play: Play, playbook: Path, hosts: list[Host]) -> PlayRecap:
         """Run the play batch by batch (`serial`); stop early when a batch's failures say so."""
@@ -76,32 +79,78 @@ class PlayLoop:
         self._each(pool, batch, lambda s: self._start_play(play, playbook, s))
         if play.any_errors_fatal and (failed := [s.host.name for s in batch if s.dead]):
             return f"any_errors_fatal: the play's start failed on {', '.join(failed)}"
-        for task in play.tasks:
-            if not task.selected(self._state.options.tags, self._state.options.skip_tags):
-                continue
-            live = [s for s in batch if not s.dead]
+        reason = self._run_nodes(play, playbook, play.tasks, batch, pool)
+        if reason:
+            return reason
+        if self._state.interrupted:
+            for session in batch:
+                if not session.dead:
+                    session.interrupted = session.interrupted or "before the handlers"
+            return None
+        handled = self._handler_hosts(play, batch)
+        self._each(pool, handled, lambda s: self._flush(play, playbook, s))
+        return None
+
+    def _run_nodes(
+        self,
+        play: Play,
+        playbook: Path,
+        nodes: list[Node],
+        sessions: list[HostSession],
+        pool: ThreadPoolExecutor,
+    ) -> str | None:
+        """Tasks, blocks and includes in order on the hosts still up; returns why
+        any_errors_fatal stops the play, or None."""
+        for node in nodes:
+            live = [s for s in sessions if not s.dead]
             if not live:
                 return None
             if self._state.interrupted:
                 for session in live:
-                    session.interrupted = session.interrupted or f"before '{task.name}'"
+                    session.interrupted = session.interrupted or f"before '{node.name}'"
                 return None
-            if task.module == "meta":  # flush_handlers: run what is notified so far, now
-                self._each(pool, live, lambda s: self._flush(play, playbook, s))
-            elif task.run_once:
-                self._run_once(play, playbook, task, live, pool)
+            if isinstance(node, Block):
+                reason = self._blocks.run_block(play, playbook, node, live, pool)
+            elif isinstance(node, Include):
+                reason = self._blocks.run_include(play, playbook, node, live, pool)
             else:
-                self._each(pool, live, functools.partial(self._step, play, playbook, task=task))
-            failed = [s.host.name for s in live if s.dead]
-            if failed and task.errors_fatal(play.any_errors_fatal):
-                return f"any_errors_fatal: '{task.name}' failed on {', '.join(failed)}"
-        live = [s for s in batch if not s.dead]
-        if self._state.interrupted:
-            for session in live:
-                session.interrupted = session.interrupted or "before the handlers"
-            return None
-        self._each(pool, live, lambda s: self._run_handlers(play, playbook, s, s.pending))
+                reason = self._run_task(play, playbook, node, live, pool)
+            if reason:
+                return reason
         return None
+
+    def _run_task(
+        self,
+        play: Play,
+        playbook: Path,
+        task: Task,
+        live: list[HostSession],
+        pool: ThreadPoolExecutor,
+    ) -> str | None:
+        """One task on every live host at once (run_once: the first); --start-at-task skips
+        the tasks before the one it names."""
+        if self._blocks.seeking(task):
+            return None
+        options = self._state.options
+        if not task.implicit and not task.selected(options.tags, options.skip_tags):
+            return None
+        if task.module == "meta":  # flush_handlers: run what is notified so far, now
+            handled = self._handler_hosts(play, live)
+            self._each(pool, handled, lambda s: self._flush(play, playbook, s))
+        elif task.run_once:
+            self._run_once(play, playbook, task, live, pool)
+        else:
+            self._each(pool, live, functools.partial(self._step, play, playbook, task=task))
+        failed = [s.host.name for s in live if s.dead]
+        if failed and task.errors_fatal(play.any_errors_fatal) and not self._blocks.rescuable:
+            return f"any_errors_fatal: '{task.name}' failed on {', '.join(failed)}"
+        return None
+
+    def _handler_hosts(self, play: Play, sessions: list[HostSession]) -> list[HostSession]:
+        """The hosts whose notified handlers run now: those up, and with --force-handlers (or
+        the play's force_handlers) those a failed task stopped too."""
+        force = play.force_handlers or self._state.options.force_handlers
+        return [s for s in sessions if not s.dead or (force and s.failure is not None)]
 
     def _each(
         self,
@@ -181,9 +230,12 @@ class PlayLoop:
                 )
         if result.failed and not result.ignored:
             session.dead = True
+            session.failure = (task, result)
 
     def _flush(self, play: Play, playbook: Path, session: HostSession) -> None:
+        failed, session.dead = session.dead, False  # a forced flush on a failed host
         session.pending = self._run_handlers(play, playbook, session, session.pending)
+        session.dead = session.dead or failed
 
     def _run_once(
         self,

@@ -13,8 +13,9 @@ from typing import Any
 
 from glmops.engine import batches
 from glmops.engine.batches import SerialEntry
+from glmops.engine.blocks import Node, RoleRef, walk_tasks
 from glmops.engine.templating import syntax_problem
-from glmops.engine.yamlsrc import SourceList, SourceMap, load_yaml, where
+from glmops.engine.yamlsrc import SourceList, SourceMap, where
 from glmops.errors import InputError
 from glmops.modules import REGISTRY, validate_params
 from glmops.modules.base import check_types
@@ -64,6 +65,12 @@ PLAY_KEYS = frozenset(
         "serial",
         "max_fail_percentage",
         "any_errors_fatal",
+        # structure (glmops/engine/structure.py, roles.py) and connection
+        "pre_tasks",
+        "post_tasks",
+        "roles",
+        "connection",
+        "force_handlers",
     }
 )
 
@@ -105,6 +112,10 @@ class Task:
     delegate_to: str | None = None
     #: A failure on any host stops the play for every host after this task (None: the play's).
     any_errors_fatal: bool | None = None
+    #: The role this task came from (its folder is searched first for `src:` files).
+    role: RoleRef | None = None
+    #: Added by the play's structure (the handler flush after pre_tasks), not written.
+    implicit: bool = False
 
     @property
     def where(self) -> str:
@@ -131,7 +142,8 @@ class Play:
     vars: dict[str, Any] = field(default_factory=dict)
     #: Lowest-precedence variables: the inventory and -e override them (play vars do not).
     defaults: dict[str, Any] = field(default_factory=dict)
-    tasks: list[Task] = field(default_factory=list)
+    #: The play's body: tasks, blocks and includes (glmops/engine/blocks.py), in order.
+    tasks: list[Node] = field(default_factory=list)
     handlers: list[Task] = field(default_factory=list)
     become: bool | None = None
     become_user: str | None = None
@@ -142,6 +154,15 @@ class Play:
     serial: list[SerialEntry] | None = None
     max_fail_percentage: float | None = None
     any_errors_fatal: bool = False
+    #: `connection:` for every host of the play (local or ssh); None: the inventory's.
+    connection: str | None = None
+    #: Run notified handlers even on hosts that failed (`force_handlers`, --force-handlers).
+    force_handlers: bool = False
+
+    def all_tasks(self) -> list[Task]:
+        """Every task written in the play and known at load (blocks' sections, imports,
+        roles; not the implicit handler flushes), then the handlers."""
+        return [*(t for t in walk_tasks(self.tasks) if not t.implicit), *self.handlers]
 
     @property
     def stops_on_failure(self) -> bool:
@@ -157,10 +178,10 @@ class Play:
 
 
 def load_playbook(path: Path) -> list[Play]:
-    data = load_yaml(path)
-    if not isinstance(data, SourceList) or not data:
-        raise InputError("a playbook must be a non-empty list of plays", source=str(path))
-    return [_play(item, data, index) for index, item in enumerate(data)]
+    """The plays of a playbook (`import_playbook` items replaced by the imported plays)."""
+    from glmops.engine.structure import load_plays
+
+    return load_plays(path)
 
 
 def _play(raw: Any, parent: SourceList, index: int) -> Play:
@@ -191,21 +212,30 @@ def _play(raw: Any, parent: SourceList, index: int) -> Play:
         max_fail_percentage=_max_fail(raw),
         any_errors_fatal=bool(_optional_bool(raw, "any_errors_fatal")),
     )
-    play.tasks = [
-        _task(item, "tasks", raw, i, play_tags) for i, item in enumerate(_list(raw, "tasks"))
-    ]
+    _play_structure(raw, play)
+    return play
+
+
+def _play_structure(raw: SourceMap, play: Play) -> None:
+    """The play's handlers, body (pre_tasks, roles, tasks, post_tasks) and connection."""
+    from glmops.engine.structure import STRUCTURE_KEYS, check_notify, play_body, unsupported
+
+    for handler in _list(raw, "handlers"):
+        for key in STRUCTURE_KEYS & set(handler if isinstance(handler, dict) else ()):
+            raise unsupported(f"'{key}' in handlers", handler, key)
     play.handlers = [
         _task(item, "handlers", raw, i, []) for i, item in enumerate(_list(raw, "handlers"))
     ]
-    for task in play.tasks + play.handlers:
-        for name in task.notify:
-            if name not in play.handler_names:
-                raise InputError(
-                    f"task '{task.name}' notifies '{name}', which is no handler of this play",
-                    source=task.source,
-                    line=task.line,
-                )
-    return play
+    play.tasks = play_body(raw, play)
+    check_notify(play, [*play.tasks, *play.handlers])
+    connection = _optional_str(raw, "connection")
+    if connection not in (None, "local", "ssh"):
+        raise InputError(
+            f"not supported by glmops: connection '{connection}' (local or ssh)",
+            **where(raw, "connection"),
+        )
+    play.connection = connection
+    play.force_handlers = bool(_optional_bool(raw, "force_handlers"))
 
 
 def _task(raw: Any, section: str, play: SourceMap, index: int, play_tags: list[str]) -> Task:

@@ -55,6 +55,8 @@ class HostTally:
     skipped: int = 0
     unreachable: int = 0
     ignored: int = 0
+    #: Failures a block's `rescue` took over (not counted as failed, as in Ansible).
+    rescued: int = 0
 
     def count(self, result: TaskResult) -> None:
         if result.ignored:

@@ -33,6 +33,10 @@ class RunOptions:
     sudo_password: str | None = None
     run_root: Path = field(default_factory=default_run_root)
     connection: ConnectionSettings = field(default_factory=ConnectionSettings)
+    #: --start-at-task: skip the play's tasks before the first one of this name.
+    start_at_task: str | None = None
+    #: --force-handlers: notified handlers run even on hosts that failed.
+    force_handlers: bool = False
     #: Take each host's run lock (runlock.py); check runs and read-only reports do not.
     lock: bool = True
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
@@ -17,6 +17,7 @@ from glmops.engine.context import RemoteInfo, TaskContext
 from glmops.engine.inventory import Host
 from glmops.engine.playbook import Play, Task
 from glmops.engine.results import HostTally
+from glmops.engine.unsafe import mark_unsafe
 from glmops.errors import HostUnreachable
 
 if TYPE_CHECKING:
@@ -40,6 +41,10 @@ class HostSession:
     lock_play: Play | None = None  # the play whose context took the lock (for its state dir)
     targeted: bool = False  # a play ran on it (not only tasks delegated to it)
     pending: set[str] = field(default_factory=set)  # the current play's notified handlers
+    #: The task that last failed this host, and its result (a block's rescue reads it).
+    failure: tuple[Task, Any] | None = None
+    #: How the connection reaches the host (a play's `connection:` may ask for another).
+    conn_kind: str | None = None
     #: Held while connecting and locking: its own play and delegated tasks may race there.
     guard: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
@@ -72,6 +77,16 @@ class SessionPool:
         run, whether for its own tasks or for tasks delegated to it."""
         options = self._state.options
         with session.guard:
+            wanted = _connection_kind(play, session.host)
+            if session.conn is not None and session.conn_kind != wanted:
+                # The play asks for another way to reach the host: the lock, held over the
+                # old connection, is taken again over the new one.
+                if session.release_lock is not None:
+                    session.release_lock()
+                    session.release_lock = None
+                session.conn.close()
+                session.conn = None
+            session.conn_kind = wanted
             self._ensure_connected(session)
             if options.lock and not options.check and session.release_lock is None:
                 self._lock(play, session)
@@ -109,7 +124,8 @@ class SessionPool:
 
         ctx = self.context(play, session, None)
         variables = {**play.defaults, **session.host.vars, **play.vars}
-        session.facts = gather(ctx, {**variables, **self._state.options.extra_vars})
+        facts = gather(ctx, {**variables, **self._state.options.extra_vars})
+        session.facts = mark_unsafe(facts)  # what the host said: data, never a template
 
     def cancel_all(self, grace: float = KILL_GRACE_SECONDS) -> None:
         """Cancel every host's connection at once (each may wait out the grace). No lock:
@@ -137,7 +153,10 @@ class SessionPool:
         if session.conn is not None:
             return
         host = session.host
-        session.conn = open_connection(host.name, host.connection, self._state.options.connection)
+        spec = host.connection
+        if session.conn_kind and session.conn_kind != spec.connection:
+            spec = replace(spec, connection=session.conn_kind)
+        session.conn = open_connection(host.name, spec, self._state.options.connection)
         probe = session.conn.run('id -u; printf "%s\\n" "$HOME"', timeout=30)
         lines = probe.stdout.splitlines()
         if probe.rc != 0 or len(lines) < 2:
@@ -164,3 +183,9 @@ class SessionPool:
                 self._lock(session.lock_play, session)
             assert session.conn is not None
             return session.conn
+
+
+def _connection_kind(play: Play, host: Host) -> str:
+    """How to reach the host in this play, by Ansible's precedence: the inventory's
+    `connection` for the host, then the play's `connection:`, then ssh."""
+    return host.vars.get("connection") or play.connection or host.connection.connection

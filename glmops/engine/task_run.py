@@ -22,6 +22,7 @@ from glmops.engine.results import Status, TaskResult
 from glmops.engine.run_state import RunState
 from glmops.engine.sessions import HostSession, SessionPool
 from glmops.engine.templating import evaluate_condition, render_value, resolve_variables
+from glmops.engine.unsafe import mark_unsafe
 from glmops.errors import (
     CommandInterrupted,
     CommandTimeout,
@@ -54,8 +55,9 @@ class TaskRunner:
     ) -> dict[str, Any]:
         """What a task on this host sees: play defaults < inventory < play vars < -e, the
         run's own (inventory_hostname, facts, pending_handlers, hostvars, groups, ...),
-        registered results and set_fact, then the task's vars; templates resolved, secrets
-        noted for masking."""
+        registered results and set_fact, then the task's vars (with its blocks' and role's),
+        and -e once more on top (it wins over everything, as in Ansible); templates resolved,
+        secrets noted for masking."""
         host = session.host
         merged = {**play.defaults, **host.vars, **play.vars, **self._state.options.extra_vars}
         self._state.masker.add_secret_vars(merged)
@@ -63,7 +65,7 @@ class TaskRunner:
             inventory_hostname=host.name,
             group_names=host.groups,
             check_mode=self._state.options.check,
-            playbook_dir=str(playbook.parent),
+            playbook_dir=mark_unsafe(str(playbook.parent)),  # a path, not a template
             facts=session.facts or {},
             # What the play's handlers will run on this host: notified so far in this run, or
             # kept on the host by an earlier run that stopped before its handlers.
@@ -73,7 +75,8 @@ class TaskRunner:
         )
         merged.update(session.registered)
         if task:
-            merged.update(task.vars)
+            merged.update(task.vars)  # block, role and task vars, role parameters
+        merged.update(self._state.options.extra_vars)  # -e wins over everything, as in Ansible
         where = f"{task.where} on host '{host.name}'" if task else f"play '{play.name}'"
         resolved = resolve_variables(merged, where=where)
         self._state.masker.add_secret_vars(resolved)
@@ -114,10 +117,12 @@ class TaskRunner:
         if result.failed and task.ignore_errors:
             result.ignored = True
         session.tally.count(result)
+        # What a task registered came from the host; what set_fact stored was rendered once
+        # already: both are data from now on, never rendered again.
         if task.register:
-            session.registered[task.register] = result.registered()
+            session.registered[task.register] = mark_unsafe(result.registered())
         if not result.failed:  # set_fact
-            session.registered.update(result.data.get("set_vars") or {})
+            session.registered.update(mark_unsafe(result.data.get("set_vars") or {}))
         shown = _censored(result) if task.no_log else result
         self._state.runlog.write(
             session.host.name,
@@ -223,7 +228,7 @@ class TaskRunner:
         )
         if task.check_mode is False:
             ctx.check = False
-        ctx.vars, ctx.search_paths = variables, _search_paths(playbook)
+        ctx.vars, ctx.search_paths = variables, _search_paths(playbook, task)
         attempts = task.retries + 1 if (task.retries or task.until) else 1
         for attempt in range(1, attempts + 1):
             result = self._once(module_cls(params), ctx)
@@ -232,10 +237,11 @@ class TaskRunner:
             if task.until is None and not result.failed:
                 break
             if task.until is not None:
+                registered = mark_unsafe(result.registered())
                 scope = {
                     **variables,
-                    "result": result.registered(),
-                    **({task.register: result.registered()} if task.register else {}),
+                    "result": registered,
+                    **({task.register: registered} if task.register else {}),
                 }
                 if evaluate_condition(task.until, scope, where=where):
                     break
@@ -283,9 +289,10 @@ class TaskRunner:
             or result.status in (Status.SKIPPED, Status.UNREACHABLE)
         ):
             return result
-        scope = {**variables, "result": result.registered()}
+        registered = mark_unsafe(result.registered())
+        scope = {**variables, "result": registered}
         if task.register:
-            scope[task.register] = result.registered()
+            scope[task.register] = registered
         if task.failed_when is not None and evaluate_condition(
             task.failed_when, scope, where=where
         ):
@@ -342,6 +349,9 @@ def _censored(result: TaskResult) -> TaskResult:
     )
 
 
-def _search_paths(playbook: Path) -> list[Path]:
-    """Where `src:` of copy/template is looked up: beside the playbook, then the project's."""
-    return [playbook.parent, playbook.parent.parent, paths.root()]
+def _search_paths(playbook: Path, task: Task) -> list[Path]:
+    """Where `src:` of copy/template is looked up: the task's role, the task's own file's
+    folder, beside the playbook, then the project's."""
+    first = [task.role.path] if task.role is not None else []
+    first.append(Path(task.source).parent)
+    return list(dict.fromkeys([*first, playbook.parent, playbook.parent.parent, paths.root()]))

@@ -1,4 +1,10 @@
-"""YAML loading that remembers where each value came from, so errors can name file and line."""
+"""YAML loading that remembers where each value came from, so errors can name file and line.
+
+Aliases are bounded: a document whose aliases would expand to more than MAX_ALIASED_NODES
+values (a "billion laughs" bomb of a few hundred bytes) is refused when it loads, naming the
+file and line, before anything walks the expanded tree. `!unsafe` marks a value as data that
+is never rendered as a template (as in Ansible).
+"""
 
 from __future__ import annotations
 
@@ -7,7 +13,12 @@ from typing import Any
 
 import yaml
 
-from glmops.errors import InputError
+from glmops.engine.unsafe import mark_unsafe
+from glmops.errors import InputError, TemplateError
+
+#: How many values aliases may add to one document: far above any real inventory or
+#: playbook, far below what makes walking the values slow.
+MAX_ALIASED_NODES = 100_000
 
 
 class SourceMap(dict):
@@ -57,8 +68,83 @@ def _construct_sequence(loader: _Loader, node: yaml.SequenceNode) -> SourceList:
     return result
 
 
+def _construct_unsafe(loader: _Loader, node: yaml.Node) -> Any:
+    """`!unsafe 'text {{ not a template }}'`: the value as data (a string, list or mapping)."""
+    if isinstance(node, yaml.ScalarNode):
+        return mark_unsafe(loader.construct_scalar(node))
+    if isinstance(node, yaml.SequenceNode):
+        return mark_unsafe(_construct_sequence(loader, node))
+    return mark_unsafe(_construct_mapping(loader, node))
+
+
 _Loader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_mapping)
 _Loader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_SEQUENCE_TAG, _construct_sequence)
+_Loader.add_constructor("!unsafe", _construct_unsafe)
+
+
+class _PlainLoader(yaml.SafeLoader):
+    """Plain YAML (no source lines) for text from elsewhere: the `from_yaml` filter."""
+
+
+def check_aliases(root: yaml.Node | None, source: str) -> None:
+    """Refuse a document whose aliases expand to more than MAX_ALIASED_NODES values (or
+    refer to a node that holds them), naming the line of the collection that crosses it.
+    Linear in the document: each node's expanded size is counted once."""
+    sizes: dict[int, int] = {}
+    open_nodes: set[int] = set()
+    aliased = 0
+
+    def size(node: yaml.Node, parent_line: int) -> int:
+        nonlocal aliased
+        key = id(node)
+        if key in open_nodes:
+            raise InputError(
+                "a YAML alias refers to a value that holds it", source=source, line=parent_line
+            )
+        if key in sizes:  # a second reference: an alias
+            aliased += sizes[key]
+            if aliased > MAX_ALIASED_NODES:
+                raise InputError(
+                    f"YAML aliases expand to more than {MAX_ALIASED_NODES} values"
+                    " (an alias bomb?); refused",
+                    source=source,
+                    line=parent_line,
+                )
+            return sizes[key]
+        open_nodes.add(key)
+        line = node.start_mark.line + 1
+        if isinstance(node, yaml.SequenceNode):
+            children: list[yaml.Node] = list(node.value)
+        elif isinstance(node, yaml.MappingNode):
+            children = [part for pair in node.value for part in pair]
+        else:
+            children = []
+        total = 1 + sum(size(child, line) for child in children)
+        open_nodes.discard(key)
+        sizes[key] = total
+        return total
+
+    if root is not None:
+        size(root, root.start_mark.line + 1)
+
+
+def _load(loader: yaml.SafeLoader, source: str) -> Any:
+    node = loader.get_single_node()
+    check_aliases(node, source)
+    return None if node is None else loader.construct_document(node)
+
+
+def load_yaml_text(text: str) -> Any:
+    """Parse YAML text that came from elsewhere (the `from_yaml` filter), aliases bounded."""
+    loader = _PlainLoader(text)
+    try:
+        return _load(loader, "<from_yaml>")
+    except (InputError, yaml.YAMLError) as error:
+        raise TemplateError(f"from_yaml: {error}") from None
+    finally:
+        loader.dispose()
+
+
 # Dumped back (the `to_yaml` filter, state files) as the plain mapping and list they are.
 yaml.SafeDumper.add_representer(SourceMap, yaml.SafeDumper.represent_dict)
 yaml.SafeDumper.add_representer(SourceList, yaml.SafeDumper.represent_list)
@@ -73,7 +159,7 @@ def load_yaml(path: Path) -> Any:
     loader = _Loader(text)
     loader.source = str(path)
     try:
-        return loader.get_single_data()
+        return _load(loader, str(path))
     except yaml.MarkedYAMLError as error:
         mark = error.problem_mark or error.context_mark
         line = mark.line + 1 if mark else None

@@ -4,7 +4,9 @@ The GPU machine has one Triton (3.6) and no network, and a call carries at most 
 Triton's own folder is 600-900 MB. What a Hopper GPU needs to compile and launch with it is far
 less: its Python code, `libtriton.so` without its debug sections, and the NVIDIA backend's
 `ptxas`, headers and libdevice (not `ptxas-blackwell`, CUPTI or the profiler's library). Packed
-with xz that is 55 MiB for 3.8.0, which travels in `.thirdparty/` beside the tree.
+with xz that is 55 MiB for 3.8.0, which travels in `.thirdparty/` beside the tree. Its
+compiled part must match the GPU machine's Python (3.12), not this one's: the pack is made from
+PyPI's cp312 manylinux wheel (a cp311 Triton fails to import there, "Python version mismatch").
 
     python3 -m tests.gpu.pack_triton 3.8.0        -> .thirdparty/triton-3.8.0.tar.xz
 
@@ -24,11 +26,13 @@ import argparse
 import os
 import shutil
 import subprocess
+import sys
 import tarfile
 import tempfile
+import zipfile
 from pathlib import Path
 
-from tests.support.tritons import TRITONS, triton_path
+from tests.support.tritons import TRITONS
 
 ROOT = Path(__file__).resolve().parents[2]
 LEFT_OUT = (
@@ -41,18 +45,40 @@ LEFT_OUT = (
 )
 CALL_LIMIT = 64 * 2**20  # what one device call carries, the working tree included
 TREE_ROOM = 6 * 2**20  # the tracked tree (4.3 MiB) and .thirdparty/rendered (0.5 MiB)
+GPU_PYTHON = "3.12"  # the GPU machine's python3 (shared/research/gpu-machine.md)
+PLATFORMS = ("manylinux_2_28_x86_64", "manylinux_2_27_x86_64", "manylinux_2_17_x86_64")
 
 
-def pack(version: str, dest: Path) -> Path:
-    """``dest``/triton-``version``.tar.xz, written beside it and renamed: whole or not at all."""
-    source = triton_path(version)
-    if source is None:
-        raise SystemExit(f"Triton {version} is the installed one: the GPU machine has it")
+def unpack_wheel(version: str, into: Path, python: str = GPU_PYTHON) -> Path:
+    """Triton ``version``'s wheel for CPython ``python`` on x86-64 Linux, from PyPI, unzipped
+    into ``into`` (the folder that holds ``triton/`` and its ``.dist-info``)."""
+    wheels = into / "wheels"
+    platforms = [arg for p in PLATFORMS for arg in ("--platform", p)]
+    subprocess.run(
+        [sys.executable, "-m", "pip", "download", "-q", "--no-deps", "--only-binary=:all:",
+         "--python-version", python, "--implementation", "cp", *platforms,
+         "-d", str(wheels), f"triton=={version}"],
+        check=True,
+    )  # fmt: skip
+    (wheel,) = wheels.glob(f"triton-{version}-*.whl")
+    site = into / "site"
+    with zipfile.ZipFile(wheel) as archive:
+        archive.extractall(site)
+    for path in site.rglob("*"):  # zip drops the mode bits: ptxas and friends must run
+        if path.is_file() and (path.parent.name == "bin" or path.suffix == ".so"):
+            path.chmod(0o755)
+    return site
+
+
+def pack(version: str, dest: Path, python: str = GPU_PYTHON) -> Path:
+    """``dest``/triton-``version``.tar.xz for CPython ``python``, written beside it and renamed:
+    whole or not at all."""
     out = dest / f"triton-{version}.tar.xz"
     dest.mkdir(parents=True, exist_ok=True)
     partial = dest / f".{out.name}.partial"
     try:
         with tempfile.TemporaryDirectory() as tmp:
+            source = unpack_wheel(version, Path(tmp), python)
             tree = Path(tmp) / "tree"
             for top in sorted(source.iterdir()):
                 if top.name == "triton" or top.name.endswith(".dist-info"):
@@ -72,8 +98,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("version", choices=TRITONS)
     parser.add_argument("--out", type=Path, default=ROOT / ".thirdparty")
+    parser.add_argument("--python", default=GPU_PYTHON, help="the GPU machine's Python version")
     args = parser.parse_args()
-    out = pack(args.version, args.out)
+    out = pack(args.version, args.out, args.python)
     size = out.stat().st_size
     print(f"{out}: {size / 2**20:.1f} MiB (a call carries {CALL_LIMIT // 2**20} MiB in all)")
     if size > CALL_LIMIT - TREE_ROOM:

@@ -233,3 +233,49 @@ def test_capture_is_refused(fb: ModuleType) -> None:
         fb.mqa_logits_torch(q, (k, scale), w, ks, ke)
     torch.cuda.synchronize()
     assert fb.mqa_logits_torch(q, (k, scale), w, ks, ke).isfinite().any()
+
+
+@pytest.mark.parametrize("next_n", [1, 2])
+def test_triton_topk_per_row_selects_the_top_logits(fb: ModuleType, next_n: int) -> None:
+    """topk_per_row (backend/indexer_logits.py): each decode row's 2048 visible positions with
+    the highest logits (the same values as torch.topk's over that row, ties and negative values
+    included), distinct; a row that sees at most 2048 positions gets 0..n-1 and -1 after; into
+    a wider buffer, leaving its other columns alone; and replayed from a CUDA graph."""
+    k, mml = 2048, 70_000
+    gen = torch.Generator(device=CUDA).manual_seed(46 + next_n)
+    lens = torch.tensor([1000, 2048 + next_n - 1, 2049 + next_n, 5000, mml, 40_000], device=CUDA)
+    rows = lens.numel() * next_n
+    logits = torch.randn(rows, mml, device=CUDA, generator=gen) * 3 - 1
+    logits[0 : 2 * next_n] = torch.randint(-4, 4, (2 * next_n, mml), device=CUDA, generator=gen)
+    logits[-next_n:] = torch.randint(-2, 3, (next_n, mml), device=CUDA, generator=gen).float()
+    visible = (lens - next_n).repeat_interleave(next_n) + torch.arange(rows, device=CUDA) % next_n
+    visible = (visible + 1).clamp(max=mml)
+    cols = torch.arange(mml, device=CUDA)
+    logits = logits.masked_fill(cols[None, :] >= visible[:, None], float("-inf"))
+    buf = torch.full((rows + 3, k + 128), 777, dtype=torch.int32, device=CUDA)
+    out = buf[:rows, :k]
+
+    def check() -> None:
+        assert (buf[:, k:] == 777).all() and (buf[rows:] == 777).all(), "wrote outside its rows"
+        for r in range(rows):
+            n, got = int(visible[r]), out[r].long()
+            if n <= k:
+                want = torch.cat(
+                    [torch.arange(n, device=CUDA), torch.full((k - n,), -1, device=CUDA)]
+                )
+                assert torch.equal(got, want), f"row {r} ({n} visible)"
+                continue
+            assert got.unique().numel() == k and got.min() >= 0 and got.max() < n, f"row {r}"
+            top = torch.topk(logits[r, :n], k).values.sort().values
+            assert torch.equal(logits[r, got].sort().values, top), f"row {r}: not the top {k}"
+
+    fb.topk_per_row(logits, lens.to(torch.int32), next_n, k, out=out)
+    torch.cuda.synchronize()
+    check()
+    graph, stream = torch.cuda.CUDAGraph(), torch.cuda.Stream()
+    with torch.cuda.stream(stream), torch.cuda.graph(graph, stream=stream):
+        fb.topk_per_row(logits, lens.to(torch.int32), next_n, k, out=out)
+    out.fill_(-5)
+    graph.replay()
+    torch.cuda.synchronize()
+    check()

@@ -66,6 +66,8 @@ def playbook_runner(tmp_path: Path) -> Runner:
         strict: bool = False,
         forks: int | None = None,
         name: str = "playbook.yml",
+        start_at_task: str | None = None,
+        force_handlers: bool = False,
     ) -> RunOutcome:
         playbook = tmp_path / name
         playbook.write_text(textwrap.dedent(playbook_text))
@@ -82,6 +84,8 @@ def playbook_runner(tmp_path: Path) -> Runner:
             skip_tags=skip_tags or set(),
             sudo_password=sudo_password,
             forks=forks,
+            start_at_task=start_at_task,
+            force_handlers=force_handlers,
             connection=ConnectionSettings(
                 known_hosts=tmp_path / "known_hosts", strict_host_keys=strict
             ),

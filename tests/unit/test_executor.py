@@ -43,7 +43,15 @@ def test_tasks_run_in_order_on_every_host(
     assert lines(tmp_path / "a" / "log") == ["one", "two-a"]
     assert lines(tmp_path / "b" / "log") == ["one", "two-b"]
     assert outcome.recap() == {
-        h: {"ok": 0, "changed": 2, "failed": 0, "unreachable": 0, "skipped": 0, "ignored": 0}
+        h: {
+            "ok": 0,
+            "changed": 2,
+            "failed": 0,
+            "unreachable": 0,
+            "skipped": 0,
+            "ignored": 0,
+            "rescued": 0,
+        }
         for h in ("a", "b")
     }
 
