@@ -13,7 +13,7 @@ Modes:
   bench  the issue's grid (B x H x dtype), ours vs baseline, JSON + Markdown results (dtype
          fp8: fp8_ds_mla cache rows, ours only)
   sweep  tile/split search for ours (bf16), JSON of every point, prints the best per case
-  sweep2 a named point list (--plan NAME): one per round of backend/NOTES.md, in plans.py
+  sweep2 a named point list (--plan NAME) from plans.py, each named by what it measures
          (each says what its round compared and with which --dtypes it runs)
 The bare gather's shapes, by row size and index locality: gather_rows.py.
 
@@ -37,18 +37,23 @@ import triton
 import triton.language as tl
 
 from benchmarks import gpu_device
+from benchmarks.sparse_mla import overrides
 from benchmarks.sparse_mla.plans import FP8_DS_PLANS, PLANS, TOPK
-from tests.support.module_file import load_module_file  # stdlib only; runs without glmops
+from tests.support.module_file import (  # stdlib only; runs without glmops
+    SPARSE_MLA,
+    load_module_file,
+    load_sparse_mla,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 
-KERNEL_PATH = ROOT / "backend" / "sparse_mla.py"
+KERNEL_PATH = SPARSE_MLA
 BASELINE_PATH = ROOT / ".thirdparty/vllm/v1/attention/ops/triton_decode_attention.py"
 
 # q dtype per --dtypes name; "fp8" runs fp8_ds_mla cache rows (656 B) under a bf16 q, "e4m3"
 # fp8 e4m3 rows (576 B, one scale: vLLM's --kv-cache-dtype fp8) under a bf16 q, "e4m3h" the same
 # rows under an fp16 q (GGUF on SM120 serves float16, which the Gluon e4m3 tiles take since
-# backend NOTES round 28).
+# backend/DESIGN.md "Precision of the e4m3 tiles").
 Q_DTYPES = {
     "bf16": torch.bfloat16,
     "fp16": torch.float16,
@@ -148,22 +153,19 @@ class Case:
         ]
 
     def ours(self, kmod: types.ModuleType, **kw: Any) -> list[Callable[[], Any]]:
+        """One call per input set; a config's benchmark knobs (``overrides``) act around it."""
         if self.kv.dtype == torch.float8_e4m3fn:
             kw = {"kv_scale": E4M3_SCALE, **kw}
-        return [
-            (
-                lambda i=i: kmod.sparse_mla_decode(
-                    self.qs[i],
-                    self.kv,
-                    self.idx[i],
-                    SM_SCALE,
-                    out=self.outs[i],
-                    lse=self.lses[i],
-                    **kw,
-                )
-            )
-            for i in range(self.n_sets)
-        ]
+        config = kw.pop("config", None)
+
+        def call(i: int) -> Any:
+            with overrides.applied(kmod, config) as cfg:
+                return kmod.sparse_mla_decode(
+                    self.qs[i], self.kv, self.idx[i], SM_SCALE, out=self.outs[i],
+                    lse=self.lses[i], config=cfg, **kw,
+                )  # fmt: skip
+
+        return [lambda i=i: call(i) for i in range(self.n_sets)]
 
     def baseline(self, bmod: types.ModuleType) -> list[Callable[[], Any]]:
         """TRITON_MLA.forward_mqa's call, minus its per-call torch.zeros of o/lse."""
@@ -216,7 +218,7 @@ def _row_gather_kernel(
     """Reads every word of the rows a token's chunk of indices names and sums them (one
     reduction at the end): the attention kernel's gather with next to no arithmetic, for rows
     of any size. Integer words, not the rows' own elements: widening each fp8 byte to fp32
-    made an older probe bound by the conversions (NOTES.md round 12)."""
+    made an older probe bound by the conversions (benchmarks/results/kernel-log.md, round 12)."""
     t = tl.program_id(0)
     split = tl.program_id(1)
     acc0 = tl.zeros([BLOCK_N, W0], dtype=tl.int32)
@@ -686,7 +688,7 @@ def run_sweep_v2(
     points = []
     cases: dict[tuple[int, int], Case] = {}
     combine = kmod._sparse_mla_combine_kernel
-    launch_gluon, launch_tl_dot = kmod._launch_gluon, kmod._launch_tl_dot
+    launch_split = kmod.Tile.launch
     name = args.dtypes.split(",")[0]  # the rows every point runs on
     if (args.plan in FP8_DS_PLANS) != (name == "fp8"):
         raise SystemExit(f"--plan {' or '.join(FP8_DS_PLANS)} goes with --dtypes fp8 (and only it)")
@@ -712,7 +714,7 @@ def run_sweep_v2(
                 us_split, _ = graph_time_us(case.ours(kmod, num_splits=splits, config=cfg), 7)
                 kmod._sparse_mla_combine_kernel = combine
             if args.merge_alone and splits > 1:
-                kmod._launch_gluon = kmod._launch_tl_dot = _no_split_launch
+                kmod.Tile.launch = _no_split_launch
                 us_merge, _ = graph_time_us(case.ours(kmod, num_splits=splits, config=cfg), 7)
         except Exception as exc:  # noqa: BLE001 - out-of-resources configs are data
             points.append(
@@ -722,7 +724,7 @@ def run_sweep_v2(
             continue
         finally:
             kmod._sparse_mla_combine_kernel = combine
-            kmod._launch_gluon, kmod._launch_tl_dot = launch_gluon, launch_tl_dot
+            kmod.Tile.launch = launch_split
         points.append(
             {
                 "B": batch,
@@ -772,7 +774,8 @@ def main() -> None:
         help="fp8: fp8_ds_mla rows; e4m3: fp8 e4m3 rows (e4m3h: under an fp16 q)",
     )
     ap.add_argument("--reps", type=int, default=30)
-    ap.add_argument("--plan", choices=sorted(PLANS), default="r3", help="sweep2's point list")
+    default_plan = "merge_trigger_32_heads"
+    ap.add_argument("--plan", choices=sorted(PLANS), default=default_plan, help="sweep2's plan")
     ap.add_argument(
         "--split-alone",
         action="store_true",
@@ -799,11 +802,11 @@ def main() -> None:
         "--kernel",
         type=Path,
         default=KERNEL_PATH,
-        help="the kernel module to time (an earlier version, for a same-run comparison)",
+        help="the kernel to time: a parts folder, or an earlier single-file version (A/B)",
     )
     args = ap.parse_args()
     torch.manual_seed(0)
-    kmod = load_module_file(args.kernel, "sparse_mla")
+    kmod = load_sparse_mla("sparse_mla", args.kernel)
     kv = {name: cache_rows(kmod, name, args.cache_rows) for name in args.dtypes.split(",")}
     if args.mode == "sweep":
         run_sweep(args, kmod, kv)

@@ -1,6 +1,7 @@
 """How precisely each fp8 e4m3 tile scores as the logits grow: the tiles' errors against the
 float32 reference on the same rounded rows, with K scaled so that the largest |lse| runs from
-about 8 to about 200 (fp8 MMAs may sum in fewer bits than float32: NOTES.md round 21).
+about 8 to about 200 (fp8 MMAs may sum in fewer bits than float32: backend/DESIGN.md "Precision of
+the e4m3 tiles").
 
     python3 -m benchmarks.sparse_mla.fp8_precision --md out.md
 

@@ -86,7 +86,7 @@ def main() -> None:
     ap.add_argument("--json", default="sparse_mla_h200_gather_row_size.json")
     args = ap.parse_args()
     torch.manual_seed(0)
-    kmod = bench.load_module_file(bench.KERNEL_PATH, "sparse_mla")
+    kmod = bench.load_sparse_mla("sparse_mla")
     n = args.rows
     words = torch.randint(-(2**31), 2**31 - 1, (n * max(ROW_BYTES) // 4,), dtype=torch.int32,
                           device="cuda")  # fmt: skip

@@ -25,7 +25,7 @@ def main() -> None:
     ap.add_argument("--calls", type=int, default=4)
     ap.add_argument("--rows", choices=["bf16", "e4m3"], default="bf16")
     args = ap.parse_args()
-    kmod = bench.load_module_file(bench.KERNEL_PATH, "sparse_mla")
+    kmod = bench.load_sparse_mla("sparse_mla")
     torch.manual_seed(0)
     kv = bench.cache_rows(kmod, args.rows, bench.CACHE_ROWS)
     kv_scale = bench.E4M3_SCALE if args.rows == "e4m3" else 1.0

@@ -97,7 +97,7 @@ def render(result: dict[str, Any], rows: list[dict[str, Any]]) -> str:
         "plan picks counts that fill them (B=8: 22 splits of 32-row tiles, B=32: 5, B=128 with "
         "64 or 128 heads: 4 or 2, in rounds, fp8_ds_mla rows too), which the same fill on H200 "
         "batches that leave as many SMs idle (B=6, 22, 90) measured 1.03-1.35x faster "
-        "(backend/NOTES.md rounds 24 and 25): "
+        "(backend/DESIGN.md, Splits): "
         "pessimistic there; SM120's 128 MB L2 keeps more of a cache than the H200's 60 MB "
         "(large B: pessimistic); small-B cases are latency-bound, and latency does not scale "
         "with bandwidth.",

@@ -1,4 +1,4 @@
-"""GPU correctness suite for backend/sparse_mla.py against its float32 reference.
+"""GPU correctness suite for backend/sparse_mla/ against its float32 reference.
 
 Every case draws fresh random inputs, fills every KV row that no index selects with NaN (a read
 of a wrong row shows up as NaN) and poisons the outputs before the call (an unwritten element
@@ -10,12 +10,11 @@ from __future__ import annotations
 import itertools
 import math
 import zlib
-from pathlib import Path
 from types import ModuleType
 
 import pytest
 
-from tests.support.module_file import load_module_file
+from tests.support.module_file import load_sparse_mla
 
 torch = pytest.importorskip("torch", reason="torch is not installed (GPU tests need it)")
 pytest.importorskip("triton", reason="triton is not installed (GPU tests need it)")
@@ -28,14 +27,13 @@ pytestmark = [
     pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device"),
 ]
 
-_KERNEL_PATH = Path(__file__).resolve().parents[2] / "backend" / "sparse_mla.py"
 _DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16}
 
 
 @pytest.fixture(scope="module")
 def kmod() -> ModuleType:
     """Load the kernel by file path: backend/ need not be a package, nor glmops importable."""
-    return load_module_file(_KERNEL_PATH, "glmops_backend_sparse_mla")
+    return load_sparse_mla("glmops_backend_sparse_mla")
 
 
 def _smem_per_block(kmod: ModuleType) -> int:
@@ -382,7 +380,8 @@ def test_fp8_ds_mla_strided_rows_and_splits(kmod: ModuleType, num_heads: int) ->
     P.V and kept, widened to bf16 or fp16, with group scales from 1e-6 to 1e2 (P times a tiny
     scale must keep its precision: bf16's range, or fp16 after the tile's largest scale). The
     widening kernel is not held to those scales: it rounds each scaled latent to bf16, so its
-    scores err in proportion to |k| (4% of the largest output at 1e2, NOTES.md round 18)."""
+    scores err in proportion to |k| (4% of the largest output at 1e2,
+    benchmarks/results/kernel-log.md round 18)."""
     gen = torch.Generator(device="cuda").manual_seed(77 + num_heads)
     q, kv, idx = make_inputs(gen, 5, num_heads, 1000, torch.bfloat16, "mixed")
     rows = kmod.quantize_fp8_ds_mla(kv)
@@ -594,12 +593,12 @@ def test_fp8_e4m3_hopper_tile(kmod: ModuleType, num_heads: int, num_tokens: int,
 @pytest.mark.parametrize("num_heads", [8, 16, 64])
 def test_fp8_e4m3_tiles_score_in_float32_sums(kmod: ModuleType, num_heads: int) -> None:
     """e4m3 warpgroup MMAs keep 13 of the accumulator's mantissa bits, so Hopper's e4m3 tile
-    sums its scores in float32 per 32 or 64 columns (NOTES.md rounds 21-22): at logits near
-    20 (K's values 10x the other tests') its lse errs by 1-3e-4 of the largest |lse|, where
-    one chain of MMAs over all 576 columns errs by 0.8-2e-3 (held to be 3x coarser or more,
-    so the test shows the sums at work). The mma.sync tile, which Hopper runs as fp16 MMAs,
-    errs by under 1e-6 of it. K's own e4m3 rounding (3 mantissa bits) moves the logits by a
-    few percent of their size, far more than either."""
+    sums its scores in float32 per 32 or 64 columns (backend/DESIGN.md, "Precision of the e4m3
+    tiles"): at logits near 20 (K's values 10x the other tests') its lse errs by 1-3e-4 of the
+    largest |lse|, where one chain of MMAs over all 576 columns errs by 0.8-2e-3 (held to be 3x
+    coarser or more, so the test shows the sums at work). The mma.sync tile, which Hopper runs as
+    fp16 MMAs, errs by under 1e-6 of it. K's own e4m3 rounding (3 mantissa bits) moves the logits by
+    a few percent of their size, far more than either."""
     if not kmod._has_wgmma(torch.cuda.current_device()):
         pytest.skip("the e4m3 Gluon tile needs Hopper and Triton 3.6")
     gen = torch.Generator(device="cuda").manual_seed(5 + num_heads)

@@ -1,5 +1,5 @@
 """Fast checks (no wheels): the rendered backend compiles for every profile and kernel mode,
-and embeds backend/sparse_mla.py verbatim (one home for the kernel source); the indexer
+and embeds backend/sparse_mla/ verbatim (one home for the kernel source); the indexer
 fallback embeds backend/indexer_logits.py the same way."""
 
 from __future__ import annotations

@@ -7,6 +7,9 @@ import importlib.util
 from pathlib import Path
 from types import ModuleType
 
+#: The sparse MLA kernel's parts; ``load_sparse_mla`` joins them as the rendered backend does.
+SPARSE_MLA = Path(__file__).resolve().parents[2] / "backend" / "sparse_mla"
+
 
 def load_module_file(path: Path | str, name: str) -> ModuleType:
     spec = importlib.util.spec_from_file_location(name, path)
@@ -14,3 +17,14 @@ def load_module_file(path: Path | str, name: str) -> ModuleType:
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
+
+
+def load_sparse_mla(name: str, kernel: Path | str = SPARSE_MLA) -> ModuleType:
+    """The sparse MLA kernel module under ``name``: a parts folder joined by its own
+    ``assemble.load`` (the text a host runs), or a single kernel file as earlier revisions
+    had it (the benchmark's A/B against an old kernel)."""
+    kernel = Path(kernel)
+    if kernel.is_dir():
+        assemble = load_module_file(kernel / "assemble.py", f"{name}_assemble")
+        return assemble.load(name, kernel)
+    return load_module_file(kernel, name)

@@ -1,4 +1,4 @@
-"""Runs cases of backend/sparse_mla.py's tl.dot kernels under Triton's interpreter on the CPU
+"""Runs cases of backend/sparse_mla/'s tl.dot kernels under Triton's interpreter on the CPU
 (tests/unit/test_sparse_mla_interpreted.py starts it): a process of its own, because Triton
 decides whether its own library functions (``tl.zeros`` and the like) are interpreted when it
 is first imported, so ``TRITON_INTERPRET=1`` must be set before that.
@@ -17,7 +17,6 @@ import json
 import os
 import sys
 import zlib
-from pathlib import Path
 from types import ModuleType
 from typing import Any
 
@@ -27,10 +26,9 @@ import triton
 import triton.language as tl
 from triton.runtime import interpreter
 
-from tests.support.module_file import load_module_file
+from tests.support.module_file import load_sparse_mla
 from tests.support.sparse_mla_cases import check_call, make_inputs
 
-KERNEL = Path(__file__).resolve().parents[2] / "backend" / "sparse_mla.py"
 NUM_SMS = 32  # few enough that 3 tokens split
 TOPK = 200  # a multiple of no tile's rows: every split ends in a ragged tile
 NUM_ROWS = 1024  # the cache's rows
@@ -131,7 +129,7 @@ def simulated_kernel() -> ModuleType:
     interpreter.InterpreterBuilder.create_inline_asm = _create_inline_asm_e4m3
     interpreter._convert_float = _convert_float_keeping_e4m3_nan
     torch.cuda.current_device = lambda: 0  # CPU tensors have no device index
-    module = load_module_file(KERNEL, "sparse_mla_interpreted")
+    module = load_sparse_mla("sparse_mla_interpreted")
     module._num_sms = lambda device: NUM_SMS
     module._has_wgmma = module._has_gluon_mma = module._has_pdl = lambda device: False
     module._device_limits = lambda device: module.DeviceLimits((8, 9), 101376)

@@ -1,4 +1,4 @@
-"""Compile every kernel configuration that backend/sparse_mla.py's plan can choose for GPU
+"""Compile every kernel configuration that backend/sparse_mla/'s plan can choose for GPU
 targets, with Triton's own compiler, without a GPU and without a launch.
 
 Reads {"targets": [{"arch": 120, "capability": [12, 0], "smem": 101376}, ...]} on stdin and
@@ -22,17 +22,15 @@ import tempfile
 import traceback
 from pathlib import Path
 
-KERNEL = Path(__file__).resolve().parents[2] / "backend" / "sparse_mla.py"
+KERNEL = Path(__file__).resolve().parents[2] / "backend" / "sparse_mla"
 FLOAT_ARGS = {"qk_scale", "v_scale"}
 
 
 def _load_kernels():
-    import importlib.util
+    sys.path.insert(0, str(KERNEL.parents[1]))  # run as a script: the checkout's tests/ importable
+    from tests.support.module_file import load_sparse_mla
 
-    spec = importlib.util.spec_from_file_location("sparse_mla_under_compile", KERNEL)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_sparse_mla("sparse_mla_under_compile", KERNEL)
 
 
 def _cuobjdump(cubin: bytes, flag: str) -> str:
@@ -98,61 +96,20 @@ def compile_job(module, job: dict) -> dict:
 
 
 def _split_job(module, arch: int, kv_format: str, cfg: dict) -> dict:
+    """The split kernel that runs ``cfg`` and its constexprs, both from the module's ``Tile``
+    (what the launch passes), for a bf16 q, split, with PDL on SM90+ (the larger epilogue)."""
+    import torch
+
     kv = {"16bit": "bf16", "fp8": "fp8e4nv", "fp8_ds_mla": "u8"}[kv_format]
     pointers = dict(Q="bf16", KV=kv, IDX="i32", Out="bf16", LSE="fp32", PO="fp32", PLSE="fp32")
-    if module._runs_mma_kernel(cfg, kv_format):
-        kernel = "_sparse_mla_mma_kernel"
-        constexprs = {"BLOCK_H": cfg["BLOCK_H"], "BLOCK_N": cfg["BLOCK_N"]}
-        constexprs |= {"NUM_STAGES": cfg["num_stages"], "W": cfg["num_warps"]}
-        constexprs["COL_WARPS"] = cfg.get("COL_WARPS", 1)
+    tile = module.tile_kind(cfg, kv_format)
+    constexprs = tile.constexprs(cfg, kv_format, torch.bfloat16, True, arch >= 90)
+    if tile.gluon:
         pointers["PO"] = "bf16"  # 16-bit partials
-    elif cfg.get("MMA_V2"):
-        kernel = "_sparse_mla_mma_e4m3_kernel"
-        constexprs = {"BLOCK_H": cfg["BLOCK_H"], "NUM_STAGES": cfg["num_stages"]}
-        constexprs["HEAD_GROUPS"] = cfg["num_warps"] // 4
-        constexprs["DS"] = kv_format == "fp8_ds_mla"
-        constexprs["ROPE_REGS"] = bool(cfg.get("ROPE_REGS", 0))
+    if constexprs.get("DS"):
         pointers["KV"] = "fp8e4nv"  # fp8_ds_mla rows: their bytes, read as e4m3
-        pointers["PO"] = "bf16"  # 16-bit partials
-    elif cfg.get("WGMMA"):
-        swapped = cfg["BLOCK_H"] in (8, 16)
-        kernel = "_sparse_mla_wgmma_swapped_kernel" if swapped else "_sparse_mla_wgmma_kernel"
-        if kv_format == "fp8":  # one kernel, keys as the MMA's M, for every head block
-            kernel, swapped = "_sparse_mla_wgmma_e4m3_kernel", True
-        shape = {"BLOCK_H": cfg["BLOCK_H"]} if swapped else {"BLOCK_N": cfg["BLOCK_N"]}
-        constexprs = {**shape, "NUM_STAGES": cfg["num_stages"]}
-        if kv_format == "fp8":
-            constexprs["SCORE_COLS"] = module._e4m3_score_cols(cfg)
-        pointers["PO"] = "bf16"  # 16-bit partials
-    elif cfg.get("FP8_GROUPS"):
-        kernel = "_sparse_mla_ds_split_kernel"
-        constexprs = {"BLOCK_H": cfg["BLOCK_H"], "BLOCK_N": cfg["BLOCK_N"]}
-        constexprs["PREFETCH_IDX"] = bool(cfg.get("PREFETCH_IDX", 0))
-        constexprs["FP8_TWICE"] = bool(cfg.get("FP8_TWICE", 0))
-        constexprs["FP16_DOTS"] = module._fp16_dots(cfg)
-        constexprs["E4M3_BITS"] = bool(cfg.get("E4M3_BITS", 0))
-    else:
-        kernel = "_sparse_mla_split_kernel"
-        constexprs = {
-            "BLOCK_H": cfg["BLOCK_H"],
-            "BLOCK_N": cfg["BLOCK_N"],
-            "D_V": 512,
-            "D_PE": 64,
-            "DV_SPLIT": 1,
-            "KV_FMT": module._KV_FMT_CODE[kv_format],
-            "PREFETCH_IDX": bool(cfg.get("PREFETCH_IDX", 0)),
-            "FP8_TWICE": bool(cfg.get("FP8_TWICE", 0)),
-            "FP16_DOTS": kv_format == "fp8" and module._fp16_dots(cfg),  # under a bf16 q
-            "V_ASM": kv_format == "fp8" and bool(cfg.get("V_ASM", 0)) and module._fp16_dots(cfg),
-            "E4M3_BITS": kv_format == "fp8" and bool(cfg.get("E4M3_BITS", 0)),
-        }
-    # Split with PDL (SM90+) writes partials; the largest epilogue of the two. The Gluon
-    # kernels' only PDL code is the merge's trigger after their main loop.
-    tl_dot = kernel in ("_sparse_mla_split_kernel", "_sparse_mla_ds_split_kernel")
-    pdl = "USE_PDL" if tl_dot else "LATE_TRIGGER"
-    constexprs.update({"IS_SPLIT": True, pdl: arch >= 90})
     return {
-        "kernel": kernel,
+        "kernel": tile.kernel,
         "arch": arch,
         "kv_format": kv_format,
         "config": cfg,

@@ -207,8 +207,8 @@ def test_other_tritons_name_their_tile(version: str, forced: str | None) -> None
     3.8) they compile but are off until a GPU suite run verifies them, and the line says so;
     GLMOPS_SPARSE_MLA_GLUON=1 runs them where they compile, and only there."""
     code = (
-        "import sys, torch; from tests.support.module_file import load_module_file; "
-        "m = load_module_file(sys.argv[1], 'k'); "
+        "import sys, torch; from tests.support.module_file import load_sparse_mla; "
+        "m = load_sparse_mla('k'); "
         "m._device_limits = lambda index: m.DeviceLimits((12, 0), 101376); "
         "print(m.sparse_mla_kernel_summary(8, 'fp8', 0, torch.bfloat16))"
     )
@@ -217,7 +217,7 @@ def test_other_tritons_name_their_tile(version: str, forced: str | None) -> None
     if forced:
         env["GLMOPS_SPARSE_MLA_GLUON"] = forced
     run = subprocess.run(
-        [sys.executable, "-c", code, str(ROOT / "backend" / "sparse_mla.py")],
+        [sys.executable, "-c", code],
         capture_output=True,
         text=True,
         cwd=ROOT,

@@ -1,23 +1,21 @@
-"""fp8_ds_mla rows in backend/sparse_mla.py without a GPU: the byte layout of the quantizer
+"""fp8_ds_mla rows in backend/sparse_mla/ without a GPU: the byte layout of the quantizer
 the tests and benchmark use, the reference's dequantization, and the call's input checks."""
 
 from __future__ import annotations
 
-from pathlib import Path
 from types import ModuleType
 
 import pytest
 
-from tests.support.module_file import load_module_file
+from tests.support.module_file import load_sparse_mla
 
 torch = pytest.importorskip("torch", reason="the kernel module needs torch")
 pytest.importorskip("triton", reason="the kernel module imports triton")
-KERNEL = Path(__file__).resolve().parents[2] / "backend" / "sparse_mla.py"
 
 
 @pytest.fixture(scope="module")
 def kmod() -> ModuleType:
-    return load_module_file(KERNEL, "sparse_mla_fp8_rows")
+    return load_sparse_mla("sparse_mla_fp8_rows")
 
 
 def test_rows_have_the_fp8_ds_mla_byte_layout(kmod: ModuleType) -> None:

@@ -1,4 +1,4 @@
-"""The portable tl.dot kernels of backend/sparse_mla.py, run by Triton's interpreter on the CPU
+"""The portable tl.dot kernels of backend/sparse_mla/, run by Triton's interpreter on the CPU
 against the float32 reference: what CI checks of the kernel's numerics without a GPU.
 
 The interpreter executes each program's Triton operations in NumPy. So this checks what the
@@ -25,13 +25,12 @@ import numpy as np
 import pytest
 
 from tests.support.interpreted import run_interpreted
-from tests.support.module_file import load_module_file
+from tests.support.module_file import load_sparse_mla
 
 torch = pytest.importorskip("torch", reason="torch is not installed")
 pytest.importorskip("triton", reason="triton is not installed")
 
 from tests.support.sparse_mla_interpreted import (  # noqa: E402 (needs torch and triton)
-    KERNEL,
     e4m3_bits_to_f16,
     e4m3_to_f16,
 )
@@ -43,7 +42,7 @@ Q_DTYPES = {"16bit": ("fp16", "bf16"), "fp8": ("bf16", "fp16"), "fp8_ds_mla": ("
 HEADS = {16: (8, 16), 32: (24,), 64: (48, 128)}  # fill the block, pad it, take two
 # Keys of a table tile that shape it or its split count rather than switch a kernel option.
 SHAPE_KEYS = {"BLOCK_H", "BLOCK_N", "num_warps", "num_stages", "WAVES", "ROUNDS"}
-TABLE = load_module_file(KERNEL, "sparse_mla_tiles")._TILES
+TABLE = load_sparse_mla("sparse_mla_tiles")._TILES
 # Every option some table tile sets: each case names them all, 0 where its tile has none, since
 # an override updates the plan's default tile, whose options would otherwise leak into the case.
 OPTIONS = sorted({key for tiles in TABLE.values() for cfg, _ in tiles for key in cfg} - SHAPE_KEYS)

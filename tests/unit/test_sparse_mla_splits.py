@@ -1,27 +1,26 @@
-"""The split-count rule of backend/sparse_mla.py (pure Python, no GPU), pinned on the
+"""The split-count rule of backend/sparse_mla/ (pure Python, no GPU), pinned on the
 benchmark's grid: the split counts the committed H200 benchmark ran with. Where a sweep compared
-split counts at the default tile (backend/NOTES.md: round 1 for B=8/32/128 with 64+ heads,
-round 4 for B=1/8/32/128 with H=8 and B=8/128 with H=16), these were the fastest; the other
+split counts at the default tile (benchmarks/results/kernel-log.md: round 1 for B=8/32/128 with 64+
+heads, round 4 for B=1/8/32/128 with H=8 and B=8/128 with H=16), these were the fastest; the other
 entries are regression pins of the rule's own choice."""
 
 from __future__ import annotations
 
 import math
-from pathlib import Path
 from types import ModuleType
 
 import pytest
 
-from tests.support.module_file import load_module_file
+from benchmarks.sparse_mla import overrides
+from tests.support.module_file import load_sparse_mla
 
 pytest.importorskip("triton", reason="the kernel module imports triton")
-KERNEL = Path(__file__).resolve().parents[2] / "backend" / "sparse_mla.py"
 H200_SMS = 132
 
 
 @pytest.fixture(scope="module")
 def kmod() -> ModuleType:
-    return load_module_file(KERNEL, "sparse_mla_splits")
+    return load_sparse_mla("sparse_mla_splits")
 
 
 # (B, H) -> split count at topk 2048 on 132 SMs (see the module docstring)
@@ -57,8 +56,8 @@ def test_split_rule_on_the_benchmark_grid(
 
 
 # The e4m3 Hopper tile (84-95 KB) runs a second program per SM only where each split keeps 8+
-# tiles: round 14's sweep (backend/NOTES.md) had B=128 faster at 2 splits than at 1, B=32 not
-# faster at 8 than at 4, and B=8 slower at 32 than at 16.
+# tiles: round 14's sweep (benchmarks/results/kernel-log.md) had B=128 faster at 2 splits than at 1,
+# B=32 not faster at 8 than at 4, and B=8 slower at 32 than at 16.
 E4M3_SPLITS = {(8, 8): 16, (8, 16): 16, (32, 8): 4, (32, 16): 4, (128, 8): 2, (128, 16): 2}
 
 
@@ -84,9 +83,10 @@ def test_a_second_wave_keeps_min_tiles(kmod: ModuleType, batch: int, min_tiles: 
 
 # Batch sizes where powers of two leave SMs idle at one program per SM: H200 analogs of SM120's
 # B=8, 32 and 128 (6, 22 and 90 of 132 SMs' tokens), and SM120's own. (B, SMs, heads, BLOCK_N,
-# rounds) -> splits. Round 24's sweep (backend/NOTES.md) had the H200's fastest at 22 splits for
-# B=6 (BLOCK_N 32), 6 for B=22, 4 for B=90 with 64 heads on the 99 KB tile (4 rounds); 1 for
-# B=90 on Hopper's own tiles (one round: near the memory floor, so more rounds only add partials).
+# rounds) -> splits. Round 24's sweep (benchmarks/results/kernel-log.md) had the H200's fastest at
+# 22 splits for B=6 (BLOCK_N 32), 6 for B=22, 4 for B=90 with 64 heads on the 99 KB tile (4 rounds);
+# 1 for B=90 on Hopper's own tiles (one round: near the memory floor, so more rounds only add
+# partials).
 FILLED = {
     (6, 132, 8, 32, 1): 22, (6, 132, 8, 64, 1): 16, (22, 132, 8, 32, 1): 6,
     (22, 132, 64, 64, 1): 6, (22, 132, 64, 32, 4): 6, (90, 132, 64, 32, 4): 4,
@@ -143,9 +143,9 @@ def test_tiles_of_two_programs_per_sm_keep_powers_of_two(kmod: ModuleType) -> No
 
 # Two-per-SM tiles that the partial cap (or the e4m3 Hopper tile's 8 tiles a split) leaves
 # short of one program per SM on 132 SMs take one each: (B, programs per token, heads, BLOCK_N,
-# min_tiles) -> splits. Round 25's sweeps (backend/NOTES.md) had each faster than the count
-# before (in brackets): tl.dot tiles B=5/6 with 8-32 heads 22 (16; 1.07-1.15x), B=10 13 and
-# B=12 11 with 16 heads (8; 1.27-1.30x, 1.19x), B=17 7 and B=20 6 with 32 (4; 1.38x, 1.29x);
+# min_tiles) -> splits. Round 25's sweeps (benchmarks/results/kernel-log.md) had each faster than
+# the count before (in brackets): tl.dot tiles B=5/6 with 8-32 heads 22 (16; 1.07-1.15x), B=10 13
+# and B=12 11 with 16 heads (8; 1.27-1.30x, 1.19x), B=17 7 and B=20 6 with 32 (4; 1.38x, 1.29x);
 # Hopper's e4m3 tile B=10 11 (8; 1.08-1.11x), B=17 7 (4; 1.26-1.28x), B=22 6 (4; 1.14-1.15x);
 # fp8_ds_mla's grouped tile at 32 heads (two blocks) B=3 22 (16; 1.14-1.16x), B=5 13 (8; 1.37x).
 SHORT_OF_ONE_PER_SM = {
@@ -172,8 +172,9 @@ def test_a_split_keeps_at_least_one_tile(kmod: ModuleType, topk: int) -> None:
     assert splits >= 1 and (splits == 1 or topk // splits >= 32)
 
 
-# fp8_ds_mla rows: the fastest split counts of the fp8 sweep at the default tile (backend/NOTES.md,
-# round 5) for H=8; B=8 picks 16 (32 measured 2 µs faster), B=32/H=16 is the rule's own choice.
+# fp8_ds_mla rows: the fastest split counts of the fp8 sweep at the default tile
+# (benchmarks/results/kernel-log.md, round 5) for H=8; B=8 picks 16 (32 measured 2 µs faster),
+# B=32/H=16 is the rule's own choice.
 FP8_SPLITS = {(1, 8): 64, (8, 8): 16, (32, 8): 8, (32, 16): 8, (128, 8): 2, (128, 16): 2}
 
 
@@ -468,11 +469,11 @@ def test_merge_warps_never_split_a_column_chunk(
 # A 99 KB GPU (SM120, SM86/89) holds one program of every tile per SM, where the H200 holds
 # two of the tl.dot tiles: their split counts aim for one program per SM there and then fill
 # the SMs. (rows, B, H) -> the split count for SM120's tiles under Triton 3.5 (tl.dot tiles) on
-# the H200's 132 SMs. Round 25's sweeps (backend/NOTES.md) ran these counts on the H200 with its
-# programs held to one per SM, and each was the fastest of those compared: B=22 6 splits
-# (1.36-1.38x over the 8 that two per SM made), B=90 1 (1.07-1.10x over 2), B=6 22 (1.12-1.13x
-# over 16), 64 heads as two 32-head blocks B=22 3 (1.41x over 4), B=32 2 (1.05x over 4), 128
-# heads as four, B=32 1 (1.04x over 2); e4m3 rows B=22 6 (1.39-1.42x over 8), B=90 1;
+# the H200's 132 SMs. Round 25's sweeps (benchmarks/results/kernel-log.md) ran these counts on the
+# H200 with its programs held to one per SM, and each was the fastest of those compared: B=22 6
+# splits (1.36-1.38x over the 8 that two per SM made), B=90 1 (1.07-1.10x over 2), B=6 22
+# (1.12-1.13x over 16), 64 heads as two 32-head blocks B=22 3 (1.41x over 4), B=32 2 (1.05x over 4),
+# 128 heads as four, B=32 1 (1.04x over 2); e4m3 rows B=22 6 (1.39-1.42x over 8), B=90 1;
 # fp8_ds_mla's grouped tiles, which queue up to 4 rounds: 8 heads B=90 4 (1.23x over 1), B=22
 # 6, 64 heads B=90 4 (1.13-1.15x over 1), B=22 6, 128 heads B=90 2 (1.23x over 1), B=22 3; 32
 # heads (two 16-head blocks) B=22 3 (1.40x over 4), B=90 2 (1.27x over 1). B=8 and B=128 with
@@ -545,16 +546,21 @@ def test_where_the_gluon_kernels_let_the_merge_launch(
     kmod: ModuleType, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """After the main loop for 8/16-head blocks and for grids that leave half the SMs idle, at
-    exit for wider blocks at about one program per SM (the H200's sweeps, NOTES.md round 28);
-    a config's PDL_LATE wins; PDL itself needs SM90+ and a split, and a config may turn it off."""
+    exit for wider blocks at about one program per SM (the H200's sweeps, DESIGN.md "The merge and
+    its launch"); the benchmark's PDL_LATE overrides that; PDL itself needs SM90+ and a split, and a
+    config may turn it off."""
     monkeypatch.setattr(kmod, "_num_sms", lambda index: 132)
     monkeypatch.setattr(kmod, "_has_pdl", lambda index: True)
     assert kmod._late_trigger({"BLOCK_H": 16}, 1000, 0)
     assert kmod._late_trigger({"BLOCK_H": 64}, 66, 0)
     assert not kmod._late_trigger({"BLOCK_H": 64}, 67, 0)
     assert not kmod._late_trigger({"BLOCK_H": 32}, 128, 0)
-    assert kmod._late_trigger({"BLOCK_H": 64, "PDL_LATE": 1}, 128, 0)
-    assert not kmod._late_trigger({"BLOCK_H": 8, "PDL_LATE": 0}, 8, 0)
+    assert kmod._late_trigger({"BLOCK_H": 64, "PDL_LATE": 1}, 128, 0) is False  # not read here
+    with overrides.applied(kmod, {"BLOCK_H": 64, "PDL_LATE": 1}) as cfg:
+        assert cfg == {"BLOCK_H": 64} and kmod._late_trigger(cfg, 128, 0)
+    with overrides.applied(kmod, {"BLOCK_H": 8, "PDL_LATE": 0}) as cfg:
+        assert not kmod._late_trigger(cfg, 8, 0)
+    assert kmod._late_trigger({"BLOCK_H": 8}, 8, 0)  # restored
     assert kmod._early_merge({"BLOCK_H": 64, "WGMMA": 1}, True, 0)
     assert not kmod._early_merge({"BLOCK_H": 64, "WGMMA": 1, "PDL": 0}, True, 0)
     assert not kmod._early_merge({"BLOCK_H": 64}, False, 0)

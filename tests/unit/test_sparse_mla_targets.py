@@ -1,4 +1,4 @@
-"""Every kernel configuration backend/sparse_mla.py's plan can choose, compiled for SM80, 86,
+"""Every kernel configuration backend/sparse_mla/'s plan can choose, compiled for SM80, 86,
 89, 90, 100 and 120 with Triton's own compiler (no GPU, no launch) under the Triton of every
 supported vLLM release (tests/support/tritons.py), and checked against each target's limits:
 opt-in shared memory per block, 255 registers per thread, 64K registers per block. The shared
@@ -16,7 +16,7 @@ from types import ModuleType
 
 import pytest
 
-from tests.support.module_file import load_module_file
+from tests.support.module_file import load_sparse_mla
 from tests.unit import sparse_mla_compile
 
 pytest.importorskip("torch", reason="the kernel module needs torch")
@@ -25,7 +25,6 @@ pytest.importorskip("triton", reason="the kernel module imports triton")
 from tests.support.tritons import TRITONS, triton_env
 
 HERE = Path(__file__).resolve().parent
-KERNEL = HERE.parents[1] / "backend" / "sparse_mla.py"
 # arch -> (compute capability, opt-in shared memory per block in bytes), from NVIDIA's CUDA C++
 # Programming Guide, "Technical Specifications per Compute Capability" (A100 163 KB; GA10x,
 # AD10x and GB20x 99 KB; H100/H200 and B200 227 KB).
@@ -56,7 +55,7 @@ FP8_ON_SM86 = {
 
 @pytest.fixture(scope="module")
 def kmod() -> ModuleType:
-    return load_module_file(KERNEL, "sparse_mla_targets")
+    return load_sparse_mla("sparse_mla_targets")
 
 
 def _without_gluon_override(env: dict[str, str]) -> dict[str, str]:
@@ -192,7 +191,8 @@ def test_sm120_runs_e4m3_mma_sync_natively_and_hopper_as_fp16(kmod: ModuleType) 
     """The e4m3 mma.sync tile (SM89 and SM120's choice for e4m3 rows with up to 16 heads) runs
     its score MMAs as QMMA on sm_120 and sm_89, whose accumulator keeps 13 mantissa bits, and
     on sm_90 as fp16 HMMAs, which sum in float32: so the H200, which runs this tile as SM120's
-    proxy, measures neither its speed nor its precision there (NOTES.md round 22)."""
+    proxy, measures neither its speed nor its precision there (backend/DESIGN.md, "Precision of the
+    e4m3 tiles")."""
     if not kmod._gluon_mma_usable((12, 0)):
         pytest.skip("the e4m3 mma.sync tile needs the Gluon kernels under this Triton")
     sm120 = kmod.DeviceLimits(*TARGETS[120])

@@ -1,6 +1,6 @@
 """Patch-set item: the rendered triton_mla_sparse.py in vLLM's MLA backends folder.
 
-The kernel source (backend/sparse_mla.py) is embedded verbatim, so the host file is
+The kernel source (backend/sparse_mla/) is embedded verbatim, so the host file is
 self-contained while the kernel keeps one home in this repo. kernel="dense_reuse" renders the
 original deployment's method instead (vLLM's Triton MLA decode with a page_size=1 table).
 """
