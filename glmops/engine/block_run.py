@@ -16,12 +16,12 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from glmops.engine.blocks import Block, Include, names_task
-from glmops.engine.playbook import Play, Task
+from glmops.engine.loading import MAX_DEPTH
+from glmops.engine.nodes import Block, Include, Play, Task, names_task
 from glmops.engine.results import Status, TaskResult
 from glmops.engine.run_state import RunState
 from glmops.engine.sessions import HostSession
-from glmops.engine.structure import MAX_DEPTH, expand_include
+from glmops.engine.structure import expand_include
 from glmops.engine.task_run import TaskRunner
 from glmops.engine.templating import evaluate_condition, render_value
 from glmops.errors import InputError, TemplateError

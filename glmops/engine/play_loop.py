@@ -16,10 +16,9 @@ from typing import Any
 
 from glmops.engine import batches, play_start, prefetch, runlock
 from glmops.engine.block_run import BlockRunner
-from glmops.engine.blocks import Block, Include, Node
 from glmops.engine.inventory import Host
+from glmops.engine.nodes import Block, Include, Node, Play, Task
 from glmops.engine.notifications import play_key, write_pending
-from glmops.engine.playbook import Play, Task
 from glmops.engine.results import PlayRecap, Status, TaskResult
 from glmops.engine.run_state import RunState
 from glmops.engine.sessions import HostSession, SessionPool

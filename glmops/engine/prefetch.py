@@ -22,7 +22,7 @@ from glmops.engine.connection import CommandResult, quote, without_group_lines
 from glmops.errors import CommandTimeout, GlmopsError
 
 if TYPE_CHECKING:
-    from glmops.engine.playbook import Play
+    from glmops.engine.nodes import Play
     from glmops.engine.run_state import RunState
     from glmops.engine.sessions import HostSession, SessionPool
     from glmops.engine.task_run import TaskRunner
