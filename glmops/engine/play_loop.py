@@ -33,7 +33,7 @@ class PlayLoop:
         self._state = state
         self._pool = pool
         self._runner = runner
-        self._blocks = BlockRunner(state, runner, self)
+        self._blocks = BlockRunner(state, runner, self._run_nodes)
 
     def run_play(self, play: Play, playbook: Path, hosts: list[Host]) -> PlayRecap:
         """Run the play batch by batch (`serial`); stop early when a batch's failures say so."""
