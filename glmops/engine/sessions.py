@@ -13,7 +13,8 @@ from typing import TYPE_CHECKING, Any
 
 from glmops.engine import runlock
 from glmops.engine.checkcache import CheckCache
-from glmops.engine.connection import KILL_GRACE_SECONDS, Connection, Release, open_connection
+from glmops.engine.connect import open_connection
+from glmops.engine.connection import KILL_GRACE_SECONDS, Connection, Release
 from glmops.engine.context import RemoteInfo, TaskContext
 from glmops.engine.inventory import Host
 from glmops.engine.nodes import Play, Task
