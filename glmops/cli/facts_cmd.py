@@ -8,8 +8,8 @@ from pathlib import Path
 from rich.table import Table
 
 from glmops.engine.executor import RunOptions
+from glmops.engine.nodes import Play
 from glmops.engine.output import console, event_line
-from glmops.engine.playbook import Play
 from glmops.gpu.facts import parse_facts
 from glmops.run import run_read_only
 

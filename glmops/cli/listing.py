@@ -5,9 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from glmops.engine import batches
-from glmops.engine.blocks import Include, walk_nodes
 from glmops.engine.inventory import Inventory
-from glmops.engine.playbook import Play, Task
+from glmops.engine.nodes import Include, Play, Task, walk_nodes
 
 
 def syntax_ok(playbook: Path, plays: list[Play]) -> str:

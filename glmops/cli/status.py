@@ -19,8 +19,8 @@ from rich.markup import escape
 from rich.table import Table
 
 from glmops.engine.executor import RunOptions
+from glmops.engine.nodes import Play, Task
 from glmops.engine.output import console, event_line
-from glmops.engine.playbook import Play, Task
 from glmops.errors import InputError
 from glmops.fleet.gang import MemberState, verdict
 from glmops.fleet.multinode import DEFAULT_MASTER_PORT, member_plan

@@ -55,7 +55,7 @@ def run_playbook(
 def check_start_at_task(plays: list[Any], pattern: str | None) -> None:
     """--start-at-task must name a task known when the playbook loads (a typo would
     otherwise run nothing)."""
-    from glmops.engine.blocks import names_task, walk_tasks
+    from glmops.engine.nodes import names_task, walk_tasks
 
     if pattern and not any(
         names_task(pattern, task)

@@ -12,31 +12,34 @@ it. An include counts `ok` per item on each host (`skipped` when its `when` is f
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from glmops.engine.blocks import Block, Include, names_task
-from glmops.engine.playbook import Play, Task
+from glmops.engine.loading import MAX_DEPTH
+from glmops.engine.nodes import Block, Include, Node, Play, Task, names_task
 from glmops.engine.results import Status, TaskResult
 from glmops.engine.run_state import RunState
 from glmops.engine.sessions import HostSession
-from glmops.engine.structure import MAX_DEPTH, expand_include
+from glmops.engine.structure import expand_include
 from glmops.engine.task_run import TaskRunner
 from glmops.engine.templating import evaluate_condition, render_value
 from glmops.errors import InputError, TemplateError
 
-if TYPE_CHECKING:
-    from glmops.engine.play_loop import PlayLoop
+#: How the play loop runs a list of nodes on hosts (PlayLoop._run_nodes): blocks and includes
+#: hand their tasks back through it; returns why any_errors_fatal stops the play, or None.
+RunNodes = Callable[[Play, Path, list[Node], list[HostSession], ThreadPoolExecutor], str | None]
 
 
 class BlockRunner:
-    """Blocks and includes for the play loop, which runs their tasks (`_run_nodes`)."""
+    """Blocks and includes for the play loop, which runs their tasks (`run_nodes`, given by
+    the loop, so this module needs no import of it)."""
 
-    def __init__(self, state: RunState, runner: TaskRunner, loop: PlayLoop):
+    def __init__(self, state: RunState, runner: TaskRunner, run_nodes: RunNodes):
         self._state = state
         self._runner = runner
-        self._loop = loop
+        self._run_nodes = run_nodes
         #: --start-at-task: the task name still looked for (tasks before it are skipped).
         self._seeking = state.options.start_at_task
         #: How many blocks with a rescue the play is inside now: a failure there is not
@@ -65,7 +68,7 @@ class BlockRunner:
         """The block on the hosts, then rescue on those it failed, then always on all."""
         for session in sessions:
             session.failure = None
-        run = self._loop._run_nodes
+        run = self._run_nodes
         self.rescuable += bool(block.rescue)
         try:
             reason = run(play, playbook, block.block, sessions, pool)
@@ -137,7 +140,7 @@ class BlockRunner:
                 continue
             self._include_depth += 1
             try:
-                reason = self._loop._run_nodes(play, playbook, nodes, hosts, pool)
+                reason = self._run_nodes(play, playbook, nodes, hosts, pool)
             finally:
                 self._include_depth -= 1
             if reason:

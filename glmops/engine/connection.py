@@ -1,8 +1,9 @@
 """Connections to hosts: Fabric (paramiko) over SSH, or a local shell.
 
-Lifecycle: `open_connection(spec, settings)` connects (with retries for transient network errors)
-and returns a `Connection`; `run` executes one shell command with a timeout and optional stdin;
-`put` uploads bytes; `close` ends it. One connection per host per run, closed by the executor.
+Lifecycle: `open_connection(spec, settings)` (glmops/engine/connect.py) connects (with retries
+for transient network errors) and returns a `Connection`; `run` executes one shell command with
+a timeout and optional stdin; `put` uploads bytes; `close` ends it. One connection per host per
+run, closed by the executor.
 
 Host keys are checked against glmops' own known_hosts file: unknown keys are recorded on first
 contact (`accept-new`, the default) or refused (`strict`); a changed key is always refused.
@@ -611,22 +612,6 @@ def _drain(
         if not busy:
             select.select([channel], [], [], 0.2)
     return out.decode(errors="replace"), err.decode(errors="replace")
-
-
-def open_connection(host: str, spec: ConnectionSpec, settings: ConnectionSettings) -> Connection:
-    """Connect to the host: a local shell, OpenSSH sharing its connection across runs (the
-    host's `persist` seconds, glmops/engine/openssh.py), or Fabric for this run alone."""
-    if spec.connection == "local":
-        return LocalConnection(host)
-    if spec.persist > 0:
-        from glmops.engine.openssh import OpenSSHConnection
-
-        shared = OpenSSHConnection(host, spec, settings)
-        shared.open()
-        return shared
-    conn = SSHConnection(host, spec, settings)
-    conn.open()
-    return conn
 
 
 def quote(value: object) -> str:

@@ -18,16 +18,14 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from glmops.engine.checkcache import CheckCache
 from glmops.engine.connection import CommandResult, Connection, announce_group, quote
 from glmops.engine.inventory import Host
 from glmops.engine.runlog import Masker, RunLog
 from glmops.errors import CommandTimeout, GlmopsError, ModuleError
 from glmops.gpu.facts import HostFacts, parse_facts
-
-if TYPE_CHECKING:
-    from glmops.engine.prefetch import CheckCache
 
 
 class RemoteCommandError(GlmopsError):

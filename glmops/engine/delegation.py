@@ -12,7 +12,7 @@ from typing import Any
 
 from glmops.engine import runlock
 from glmops.engine.inventory import Host, Inventory
-from glmops.engine.playbook import Play, Task
+from glmops.engine.nodes import Play, Task
 from glmops.engine.sessions import HostSession, SessionPool
 from glmops.engine.templating import render_value
 from glmops.errors import HostUnreachable, InputError, ModuleError

@@ -41,9 +41,9 @@ from typing import Any
 from glmops.engine import templating
 from glmops.engine.delegation import Delegates, check_delegates
 from glmops.engine.inventory import Host, Inventory
+from glmops.engine.nodes import Play, Task
 from glmops.engine.output import Reporter
 from glmops.engine.play_loop import PlayLoop
-from glmops.engine.playbook import Play, Task
 from glmops.engine.results import PlayRecap, exit_code
 from glmops.engine.run_state import RunOptions, RunState, default_run_root
 from glmops.engine.runlog import Masker, RunLog

@@ -16,10 +16,9 @@ from typing import Any
 
 from glmops.engine import batches, play_start, prefetch, runlock
 from glmops.engine.block_run import BlockRunner
-from glmops.engine.blocks import Block, Include, Node
 from glmops.engine.inventory import Host
+from glmops.engine.nodes import Block, Include, Node, Play, Task
 from glmops.engine.notifications import play_key, write_pending
-from glmops.engine.playbook import Play, Task
 from glmops.engine.results import PlayRecap, Status, TaskResult
 from glmops.engine.run_state import RunState
 from glmops.engine.sessions import HostSession, SessionPool
@@ -34,7 +33,7 @@ class PlayLoop:
         self._state = state
         self._pool = pool
         self._runner = runner
-        self._blocks = BlockRunner(state, runner, self)
+        self._blocks = BlockRunner(state, runner, self._run_nodes)
 
     def run_play(self, play: Play, playbook: Path, hosts: list[Host]) -> PlayRecap:
         """Run the play batch by batch (`serial`); stop early when a batch's failures say so."""

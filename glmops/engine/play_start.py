@@ -28,7 +28,7 @@ from glmops.engine.unsafe import mark_unsafe
 from glmops.errors import CommandTimeout
 
 if TYPE_CHECKING:
-    from glmops.engine.playbook import Play
+    from glmops.engine.nodes import Play
     from glmops.engine.run_state import RunState
     from glmops.engine.sessions import HostSession, SessionPool
 

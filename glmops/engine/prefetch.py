@@ -4,16 +4,16 @@ each plan then gets its answer from here instead of asking the host again.
 
 Why it stays correct: an answer is the host's state when the probe ran, and it stands only
 while nothing has changed the host since. Every task that applies a change (a handler too)
-drops all answers left (`CheckCache.forget`), so the tasks after it check again, in order, as
-they always did; each answer is used once, so a retried check asks the host. A task whose
-arguments or `when` need an earlier task's result renders differently here or not at all: its
-answer is never asked for, or never made, and it checks as before.
+drops all answers left (`CheckCache.forget`, glmops/engine/checkcache.py), so the tasks after
+it check again, in order, as they always did; each answer is used once, so a retried check
+asks the host. A task whose arguments or `when` need an earlier task's result renders
+differently here or not at all: its answer is never asked for, or never made, and it checks
+as before.
 """
 
 from __future__ import annotations
 
 import base64
-import threading
 from collections.abc import Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -22,40 +22,13 @@ from glmops.engine.connection import CommandResult, quote, without_group_lines
 from glmops.errors import CommandTimeout, GlmopsError
 
 if TYPE_CHECKING:
-    from glmops.engine.playbook import Play
+    from glmops.engine.nodes import Play
     from glmops.engine.run_state import RunState
     from glmops.engine.sessions import HostSession, SessionPool
     from glmops.engine.task_run import TaskRunner
 
 CHECK_TIMEOUT_S = 120
 PROBE_END = "glmops-checks-done"
-
-
-class CheckCache:
-    """One host's answers to checks run ahead, by the command as the connection runs it."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._answers: dict[str, list[CommandResult]] = {}
-
-    def fill(self, answers: dict[str, list[CommandResult]]) -> None:
-        with self._lock:
-            self._answers = answers
-
-    def take(self, command: str) -> CommandResult | None:
-        """The answer to `command` run ahead, once; None when there is none (left)."""
-        with self._lock:
-            found = self._answers.get(command)
-            return found.pop() if found else None
-
-    def forget(self) -> None:
-        """The host may have changed: no answer from before stands."""
-        with self._lock:
-            self._answers = {}
-
-    def __len__(self) -> int:
-        with self._lock:
-            return sum(len(found) for found in self._answers.values())
 
 
 def run_ahead(

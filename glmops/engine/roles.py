@@ -17,19 +17,18 @@ import os
 from pathlib import Path
 from typing import Any
 
-from glmops.engine import playbook as pb
-from glmops.engine.blocks import Block, Node, RoleRef, Scope
+from glmops.engine import playparse as pp
 from glmops.engine.inventory import load_vars_file
-from glmops.engine.structure import (
+from glmops.engine.loading import (
     IMPORT_KEYS,
     ROLE_ARGS,
     STRUCTURE_KEYS,
     PlayBuild,
     inherited,
-    load_task_file,
     nested,
     unsupported,
 )
+from glmops.engine.nodes import Block, Node, RoleRef, Scope
 from glmops.engine.yamlsrc import SourceList, SourceMap, load_yaml, where
 from glmops.errors import InputError
 
@@ -94,10 +93,10 @@ def _entry(entry: Any, parent: Any, index: int, scope: Scope, build: PlayBuild) 
             "a role entry must be a name or a mapping with 'role:'", **where(parent, index)
         )
     for key in entry:
-        if key in pb.TASK_KEYS and key not in ENTRY_KEYS:
+        if key in pp.TASK_KEYS and key not in ENTRY_KEYS:
             raise unsupported(f"'{key}' on a role entry", entry, key)
     params = {k: v for k, v in entry.items() if k not in ENTRY_KEYS}
-    params.update(pb._mapping(entry, "vars"))
+    params.update(pp._mapping(entry, "vars"))
     given = {
         k: v for k, v in inherited(entry).items() if k in ("when", "tags", "become", "become_user")
     }
@@ -170,7 +169,7 @@ def role_nodes(
         if tasks is None and tasks_from != "main":
             raise InputError(f"role '{name}' has no tasks/{tasks_from}.yml", **where(raw))
         block = Block(name=f"role {name}", source=str(folder), line=1)
-        block.block = load_task_file(tasks, inner, build, raw) if tasks else []
+        block.block = build.load_tasks(tasks, inner, build, raw) if tasks else []
     return [*nodes, block]
 
 
@@ -205,7 +204,7 @@ def _register(folder: Path, name: str, scope: Scope, build: PlayBuild) -> None:
             raise InputError("each handler must be a mapping", **where(data, index))
         for key in STRUCTURE_KEYS & set(item):
             raise unsupported(f"'{key}' in handlers", item, key)
-        handler = pb._task(item, "handlers", {"handlers": data}, index, [])
+        handler = pp._task(item, "handlers", {"handlers": data}, index, [])
         plain = handler.name
         handler = scope.apply(handler)
         if handler.name in known:

@@ -12,11 +12,12 @@ from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
 from glmops.engine import runlock
-from glmops.engine.connection import KILL_GRACE_SECONDS, Connection, Release, open_connection
+from glmops.engine.checkcache import CheckCache
+from glmops.engine.connect import open_connection
+from glmops.engine.connection import KILL_GRACE_SECONDS, Connection, Release
 from glmops.engine.context import RemoteInfo, TaskContext
 from glmops.engine.inventory import Host
-from glmops.engine.playbook import Play, Task
-from glmops.engine.prefetch import CheckCache
+from glmops.engine.nodes import Play, Task
 from glmops.engine.results import HostTally
 from glmops.engine.unsafe import mark_unsafe
 from glmops.errors import HostUnreachable

@@ -20,7 +20,7 @@ from glmops.engine.delegation import Delegates
 from glmops.engine.filters import OMIT, to_bool
 from glmops.engine.hostvars import HostVars, groups_of
 from glmops.engine.inventory import Inventory
-from glmops.engine.playbook import Play, Task
+from glmops.engine.nodes import Play, Task
 from glmops.engine.results import Status, TaskResult
 from glmops.engine.run_state import RunState
 from glmops.engine.sessions import HostSession, SessionPool

@@ -16,7 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from glmops.engine.connection import ConnectionSettings, SSHConnection, open_connection
+from glmops.engine.connect import open_connection
+from glmops.engine.connection import ConnectionSettings, SSHConnection
 from glmops.engine.inventory import ConnectionSpec
 from glmops.errors import CommandTimeout
 from glmops.testbed import Testbed

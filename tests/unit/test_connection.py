@@ -11,11 +11,11 @@ from pathlib import Path
 
 import pytest
 
+from glmops.engine.connect import open_connection
 from glmops.engine.connection import (
     ConnectionSettings,
     LocalConnection,
     announce_group,
-    open_connection,
     quote,
 )
 from glmops.engine.inventory import ConnectionSpec

@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 
 from glmops.engine import runlock
-from glmops.engine.connection import ConnectionSettings, open_connection
+from glmops.engine.connect import open_connection
+from glmops.engine.connection import ConnectionSettings
 from glmops.engine.context import RemoteInfo, TaskContext
 from glmops.engine.inventory import load_inventory
 from glmops.engine.runlog import Masker, RunLog

@@ -1,4 +1,6 @@
-"""The nodes of a play's body besides tasks, and what a task inherits from the nodes around it.
+"""A loaded playbook's data: plays, and the nodes of a play's body, with what a task inherits
+from the nodes around it. It imports none of the loaders that build it (playparse, structure,
+roles) nor the runners that read it, so both sides share one home for these types.
 
 A play's body is a list of nodes: a `Task`, a `Block` (`block`/`rescue`/`always`), or an
 `Include` (`include_tasks`/`include_role`: expanded per host at run time). Static structure
@@ -14,10 +16,9 @@ import fnmatch
 from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-if TYPE_CHECKING:
-    from glmops.engine.playbook import Task
+from glmops.engine.batches import SerialEntry
 
 #: Keys a block may carry besides block/rescue/always; each is inherited by its tasks.
 BLOCK_KEYS = frozenset(
@@ -160,7 +161,118 @@ class Include:
         return not (skip_tags and names & skip_tags)
 
 
-Node = Any  # Task | Block | Include (Task lives in playbook.py, which imports this module)
+@dataclass
+class Task:
+    name: str
+    module: str
+    args: dict[str, Any]
+    source: str
+    line: int
+    when: Any = None
+    notify: list[str] = field(default_factory=list)
+    register: str | None = None
+    tags: list[str] = field(default_factory=list)
+    retries: int = 0
+    until: Any = None
+    delay: float = 5
+    timeout: float | None = None
+    #: true/false, or a template rendered when the task runs.
+    become: bool | str | None = None
+    ignore_errors: bool = False
+    vars: dict[str, Any] = field(default_factory=dict)
+    listen: list[str] = field(default_factory=list)
+    changed_when: Any = None
+    failed_when: Any = None
+    #: False: run even under --check (for read-only probes whose output later tasks use).
+    check_mode: bool | None = None
+    #: Run once per item (a list, or a template that renders to one), as `loop_var`.
+    loop: Any = None
+    loop_var: str = "item"
+    #: `with_<kind>:` the loop came from (its value becomes the items as Ansible's lookup does).
+    loop_with: str | None = None
+    #: `loop_control`: the item's index as this variable, and what an item's line shows.
+    index_var: str | None = None
+    loop_label: str | None = None
+    environment: dict[str, Any] = field(default_factory=dict)
+    #: Hide the task's output, diff and commands from the screen, events and run log.
+    no_log: bool = False
+    become_user: str | None = None
+    #: Run on the batch's first host only; the result counts for every host of the batch.
+    run_once: bool = False
+    #: Run over this inventory host's connection (`localhost`: the controller), with the
+    #: original host's variables and facts; a template is rendered per host.
+    delegate_to: str | None = None
+    #: A failure on any host stops the play for every host after this task (None: the play's).
+    any_errors_fatal: bool | None = None
+    #: The role this task came from (its folder is searched first for `src:` files).
+    role: RoleRef | None = None
+    #: Added by the play's structure (the handler flush after pre_tasks), not written.
+    implicit: bool = False
+
+    @property
+    def where(self) -> str:
+        return f"{self.source}:{self.line} task '{self.name}'"
+
+    def errors_fatal(self, play_default: bool) -> bool:
+        """Whether a failure of this task stops the play for every host (`any_errors_fatal`)."""
+        return play_default if self.any_errors_fatal is None else self.any_errors_fatal
+
+    def selected(self, tags: set[str], skip_tags: set[str]) -> bool:
+        """Whether --tags/--skip-tags let this task run (`always` runs unless skipped; `never`
+        only when --tags names it or another of its tags)."""
+        if "never" in self.tags and not (set(self.tags) & tags):
+            return False
+        names = set(self.tags) | {"all"}
+        if tags and not (names & tags) and "always" not in names:
+            return False
+        return not (skip_tags and names & skip_tags)
+
+
+@dataclass
+class Play:
+    name: str
+    hosts: str
+    source: str
+    line: int
+    vars: dict[str, Any] = field(default_factory=dict)
+    #: Lowest-precedence variables: the inventory and -e override them (play vars do not).
+    defaults: dict[str, Any] = field(default_factory=dict)
+    #: The play's body: tasks, blocks and includes, in order.
+    tasks: list[Node] = field(default_factory=list)
+    handlers: list[Task] = field(default_factory=list)
+    become: bool | str | None = None
+    become_user: str | None = None
+    environment: dict[str, Any] = field(default_factory=dict)
+    gather_facts: bool = True
+    tags: list[str] = field(default_factory=list)
+    #: Batch sizes (glmops/engine/batches.py); None: every host in one batch.
+    serial: list[SerialEntry] | None = None
+    max_fail_percentage: float | None = None
+    any_errors_fatal: bool = False
+    #: `connection:` for every host of the play (local or ssh); None: the inventory's.
+    connection: str | None = None
+    #: Run notified handlers even on hosts that failed (`force_handlers`, --force-handlers).
+    force_handlers: bool = False
+
+    def all_tasks(self) -> list[Task]:
+        """Every task written in the play and known at load (blocks' sections, imports,
+        roles; not the implicit handler flushes), then the handlers."""
+        return [*(t for t in walk_tasks(self.tasks) if not t.implicit), *self.handlers]
+
+    @property
+    def stops_on_failure(self) -> bool:
+        """Whether a failed batch can stop the play (and the run), as in Ansible."""
+        return (
+            self.serial is not None or self.max_fail_percentage is not None or self.any_errors_fatal
+        )
+
+    @property
+    def handler_names(self) -> set[str]:
+        """Every name a task may notify: handlers' names and what they listen to."""
+        return {h.name for h in self.handlers} | {n for h in self.handlers for n in h.listen}
+
+
+Node = Any  # Task | Block | Include
 
 
 def names_task(pattern: str, task: Task) -> bool:
