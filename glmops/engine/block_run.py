@@ -6,7 +6,8 @@ As in Ansible: a host whose task fails in a block runs the block's `rescue` (wit
 `ansible_failed_task` and `ansible_failed_result` set); a rescued failure does not fail the
 host and counts as `rescued`, not `failed`, in the recap; `always` runs on every host that
 entered the block, failed or not, and a host whose failure was not rescued stays failed after
-it. An include counts `ok` per item on each host (`skipped` when its `when` is false).
+it. An include shows one result per host (`skipped` when no item's `when` held, or the loop
+is empty) and counts `ok` once per file or role it brought in, as Ansible's recap does.
 """
 
 from __future__ import annotations
@@ -126,8 +127,11 @@ class BlockRunner:
             return None
         groups: dict[str, tuple[str, dict[str, Any], list[HostSession]]] = {}
         for session in sessions:
+            seen: dict[str, int] = {}
             for target, item_vars in self._expansions(play, playbook, include, session):
-                key = json.dumps([target, item_vars], sort_keys=True, default=str)
+                same = json.dumps([target, item_vars], sort_keys=True, default=str)
+                seen[same] = seen.get(same, 0) + 1  # an item repeated runs again, after
+                key = f"{same}#{seen[same]}"
                 groups.setdefault(key, (target, item_vars, []))[2].append(session)
         for target, item_vars, hosts in groups.values():
             try:
@@ -150,8 +154,8 @@ class BlockRunner:
     def _expansions(
         self, play: Play, playbook: Path, include: Include, session: HostSession
     ) -> list[tuple[str, dict[str, Any]]]:
-        """What the include brings in on this host: (file or role, item vars) per item; each
-        is shown and counted (ok; skipped when its `when` is false)."""
+        """What the include brings in on this host: (file or role, item vars) per item whose
+        `when` holds."""
         task = _as_task(include)
         where = f"{include.where} on host '{session.host.name}'"
         try:
@@ -161,23 +165,45 @@ class BlockRunner:
                 items = render_value(include.loop, variables, where=where)
                 if not isinstance(items, list):
                     raise TemplateError(f"{where}: 'loop' rendered to {items!r}, not a list")
-            found = []
+            found: list[tuple[str, dict[str, Any]]] = []
             for item in items:
                 item_vars = {} if include.loop is None else {include.loop_var: item}
                 scope = {**variables, **item_vars}
-                shown = "" if include.loop is None else f" (item={item})"
                 if task.when and not evaluate_condition(task.when, scope, where=where):
-                    self._record(session, task, TaskResult(Status.SKIPPED, "condition false"))
-                    continue
-                target = include.target
-                if include.kind == "include_tasks":
-                    target = _rendered_name(target, scope, where)
-                self._record(session, task, TaskResult(Status.OK, f"included: {target}{shown}"))
-                found.append((target, item_vars))
-            return found
+                    item_result = TaskResult(Status.SKIPPED, "condition false")
+                else:
+                    target = include.target
+                    if include.kind == "include_tasks":
+                        target = _rendered_name(target, scope, where)
+                    found.append((target, item_vars))
+                    item_result = TaskResult(Status.OK, f"included: {target}")
+                if include.loop is not None:
+                    self._state.reporter.item(session.host.name, task.name, str(item), item_result)
         except (TemplateError, InputError) as error:
             self._fail(session, include, str(error))
             return []
+        self._record_expansions(session, task, include, found, len(items))
+        return found
+
+    def _record_expansions(
+        self,
+        session: HostSession,
+        task: Task,
+        include: Include,
+        found: list[tuple[str, dict[str, Any]]],
+        item_count: int,
+    ) -> None:
+        """As Ansible does: one result per host for the include task, looped or not (skipped
+        when nothing was included; each item has its own line), but `ok` counted once per
+        file or role it brought in."""
+        if not found:
+            why = "condition false" if item_count else "no items in the loop"
+            self._record(session, task, TaskResult(Status.SKIPPED, why))
+            return
+        targets = ", ".join(dict.fromkeys(target for target, _ in found))
+        counted = "" if include.loop is None else f" ({len(found)} of {item_count} items)"
+        self._record(session, task, TaskResult(Status.OK, f"included: {targets}{counted}"))
+        session.tally.ok += len(found) - 1
 
     def _record(self, session: HostSession, task: Task, result: TaskResult) -> None:
         self._runner.record(session, task, result, source=f"{task.source}:{task.line}")

@@ -104,13 +104,10 @@ def _glmops_record(cwd: Path, rc: int) -> dict[str, Any]:
     errors = [e["msg"] for e in events if e["event"] == "error"]
     if errors:
         return {"tasks": [], "recap": {}, "rc": rc, "error": errors[0]}
-    # Ansible reports an include that ran through its include callback, not as a task result
-    # (a skipped one is a task result in both).
     tasks = [
         (e["host"], e["task"], e["status"], bool(e.get("ignored")))
         for e in events
         if e["event"] in ("task", "handler")
-        and not (e["status"] == "ok" and str(e.get("msg", "")).startswith("included: "))
     ]
     recap_event = next(e for e in events if e["event"] == "recap")
     keys = ("ok", "changed", "failed", "skipped", "unreachable", "ignored", "rescued")

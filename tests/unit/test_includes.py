@@ -1,7 +1,8 @@
 """include_tasks, import_tasks, include_vars and import_playbook through the real engine on a
 local host, with Ansible's semantics (checked against ansible-core 2.19 runs): includes expand
-at run time per item and count ok per item, imports expand at load with their when/vars/tags
-on each task, relative names resolve beside the including file first."""
+at run time per item, report one result per host and count ok per included file; imports
+expand at load with their when/vars/tags on each task; relative names resolve beside the
+including file first."""
 
 from __future__ import annotations
 
@@ -43,10 +44,60 @@ def test_include_tasks_per_item_with_vars_and_a_templated_name(
     assert outcome.exit_code == 0, outcome.stderr
     assert (tmp_path / "root" / "alpha").read_text() == "alpha s\n"
     assert (tmp_path / "root" / "beta").read_text() == "beta s\n"
-    assert [e["status"] for e in outcome.results() if e["task"] == "each"] == ["ok", "ok"]
+    # one result for the looped include, as Ansible reports it, and a line per item
+    each = [e for e in outcome.results() if e["task"] == "each"]
+    assert [e["status"] for e in each] == ["ok"]
+    assert each[0]["msg"] == "included: tasks/write.yml (2 of 2 items)"
+    items = [(e["item"], e["msg"]) for e in outcome.events if e["event"] == "item"]
+    assert items == [("alpha", "included: tasks/write.yml"), ("beta", "included: tasks/write.yml")]
     assert outcome.status("not included") == "skipped"
-    # one per included item and the two changed writes: ok counts changed, as in Ansible
+    # ok once per included file and for the two changed writes (ok counts changed), as in
+    # Ansible's recap
     assert outcome.recap()["here"]["ok"] == 4
+
+
+def test_a_looped_include_is_skipped_only_when_no_item_is_included(
+    run_playbook: Runner, local_inventory: Path, tmp_path: Path
+) -> None:
+    (tmp_path / "write.yml").write_text(WRITE_ITEM)
+    outcome = run_playbook(
+        """
+        - hosts: all
+          gather_facts: false
+          vars: {suffix: s}
+          tasks:
+            - name: some
+              include_tasks: write.yml
+              loop: [alpha, beta, gamma]
+              when: item != "beta"
+            - name: none
+              include_tasks: write.yml
+              loop: [alpha]
+              when: item == "delta"
+            - name: empty
+              include_tasks: write.yml
+              loop: []
+            - name: repeated
+              include_tasks: write.yml
+              loop: [delta, delta]
+        """,
+        local_inventory,
+    )
+    assert outcome.exit_code == 0, outcome.stderr
+    statuses = [(e["task"], e["status"]) for e in outcome.results()]
+    assert statuses == [
+        ("some", "ok"),
+        ("write one", "changed"),
+        ("write one", "changed"),
+        ("none", "skipped"),
+        ("empty", "skipped"),
+        ("repeated", "ok"),
+        ("write one", "changed"),
+        ("write one", "ok"),
+    ]
+    # ok: 4 included files + 4 writes; skipped once per skipped include, not per item
+    recap = outcome.recap()["here"]
+    assert (recap["ok"], recap["changed"], recap["skipped"]) == (8, 3, 2)
 
 
 def test_an_included_file_finds_its_own_includes_beside_it(
