@@ -12,6 +12,7 @@ from .common import (
     _D_V,
     _GLUON_TRITONS,
     _KV_FMT_CODE,
+    _TRITON,
     DeviceLimits,
     _device_limits,
     _gluon_mma_usable,
@@ -351,10 +352,10 @@ class _MmaTile(Tile):
         q_rows = (2 if kv_format == "fp8" else 1) * block_h  # q passes through the stages
         if self.wide:
             tile_ok = warps == 8 and block_n in (16, 32, 64) and block_n * stages == q_rows
-            return not (rows_ok and tile_ok)
+            return not (rows_ok and tile_ok and _stages_build(stages))
         warps_h = block_h // 8  # one or two warps along the keys
         tile_ok = block_h in (16, 32) and warps in (warps_h, 2 * warps_h) and block_n in (16, 32)
-        tile_ok = tile_ok and block_n >= 16 * (warps // warps_h)
+        tile_ok = tile_ok and block_n >= 16 * (warps // warps_h) and _stages_build(stages)
         return not (rows_ok and tile_ok and stages >= 2 and block_n * stages >= q_rows)
 
     def constexprs(self, cfg, kv_format, q_dtype, split, pdl):  # noqa: D102
@@ -383,7 +384,8 @@ class _MmaE4m3Tile(Tile):
     def problem(self, cfg, kv_format):  # noqa: D102
         block_h, block_n, warps, stages = _shape(cfg)
         tile_ok = block_n == 64 and (block_h, warps) in ((8, 4), (16, 4), (16, 8))
-        return not (tile_ok and 2 <= stages <= 3 and kv_format in ("fp8", "fp8_ds_mla"))
+        tile_ok = tile_ok and 2 <= stages <= 3 and _stages_build(stages)
+        return not (tile_ok and kv_format in ("fp8", "fp8_ds_mla"))
 
     def constexprs(self, cfg, kv_format, q_dtype, split, pdl):  # noqa: D102
         ds = kv_format == "fp8_ds_mla"
@@ -411,7 +413,7 @@ class _WgmmaTile(Tile):
         if cfg.get("DV_SPLIT", 1) != 1:
             return True
         if self.kernel == "_sparse_mla_wgmma_e4m3_kernel":  # a warpgroup per 32 heads at most
-            tile_ok = block_h in (8, 16, 64) and block_n == 64
+            tile_ok = block_h in (8, 16, 64) and block_n == 64 and _stages_build(stages)
             return not (tile_ok and warps == (8 if block_h == 64 else 4) and 2 <= stages <= 3)
         if self.kernel == "_sparse_mla_wgmma_swapped_kernel":  # shared memory for 2 (3 at 8)
             tile_ok = block_n == 64 and warps == 4
@@ -429,6 +431,14 @@ class _WgmmaTile(Tile):
         return constexprs
 
 
+def _stages_build(stages: int) -> bool:
+    """Whether this Triton builds ``stages`` stage buffers in the mma.sync kernels and the
+    e4m3 warpgroup kernel: from 3.7 on it lays them out only for a power-of-two count (at 3 it
+    aborts the process in ``toLinearLayout``, "shape must be a postive power of 2"); 3.6
+    builds any. (The 16-bit warpgroup kernels build 3 under every Triton.)"""
+    return _TRITON < (3, 7) or stages & (stages - 1) == 0
+
+
 def _shape(cfg: dict[str, int]) -> tuple[int, int, int, int]:
     """A config's head block, rows per tile, warps and stages."""
     return cfg["BLOCK_H"], cfg["BLOCK_N"], cfg["num_warps"], cfg["num_stages"]
@@ -437,20 +447,21 @@ def _shape(cfg: dict[str, int]) -> tuple[int, int, int, int]:
 _GLUON_CALL = (
     "16-byte-aligned buffers and strides that are multiples of 16 elements, {tritons} and "
 )
+_POW2_STAGES = "a power-of-two count of them under Triton 3.7 onwards: 2, not 3"
 _WGMMA_RULE = (
     "WGMMA needs BLOCK_H 64 (BLOCK_N 16/32/64, 8 warps, 2 to 128 / BLOCK_N stages) or BLOCK_H "
     "8/16 (BLOCK_N 64, 4 warps, 2 stages, 3 at 8 heads), DV_SPLIT 1, q, out and 16-bit KV rows "
     "of one dtype (or fp8 e4m3 rows, BLOCK_H 8/16 with 4 warps or 64 with 8, BLOCK_N 64, 2 or "
-    f"3 stages, q and out of one 16-bit dtype), {_GLUON_CALL}a Hopper GPU"
+    f"3 stages ({_POW2_STAGES}), q and out of one 16-bit dtype), {_GLUON_CALL}a Hopper GPU"
 )
 TL_DOT = _TlDotTile("_sparse_mla_split_kernel", scale_arg=True)
 TL_DOT_GROUPS = _GroupsTile("_sparse_mla_ds_split_kernel")
 MMA = _MmaTile(
     "_sparse_mla_mma_kernel",
     "MMA_V2 with up to 32 heads needs BLOCK_H 16 or 32 on one warp per 8 heads (BLOCK_N 16 or "
-    "32) or two (BLOCK_N 32), stages that hold q (BLOCK_H rows, twice that for fp8 e4m3 rows), "
-    "16-bit rows (q, out and KV of one dtype) or fp8 e4m3 rows (q and out of one 16-bit "
-    f"dtype), {_COLUMN_GROUPS_RULE}, {_GLUON_CALL}an SM8x, SM90 or SM12x GPU",
+    "32) or two (BLOCK_N 32), stages that hold q (BLOCK_H rows, twice that for fp8 e4m3 rows; "
+    f"{_POW2_STAGES}), 16-bit rows (q, out and KV of one dtype) or fp8 e4m3 rows (q and out "
+    f"of one 16-bit dtype), {_COLUMN_GROUPS_RULE}, {_GLUON_CALL}an SM8x, SM90 or SM12x GPU",
     gluon=True,
     scale_arg=True,
 )
@@ -465,8 +476,8 @@ MMA_WIDE = _MmaWideTile(
 MMA_E4M3 = _MmaE4m3Tile(
     "_sparse_mla_mma_e4m3_kernel",
     "MMA_V2 needs fp8 e4m3 rows (q and out of one 16-bit dtype) or fp8_ds_mla rows (bf16 q and "
-    "out), BLOCK_H 8 (4 warps) or 16 (4 or 8 warps), BLOCK_N 64, 2 or 3 stages, "
-    f"{_GLUON_CALL}an SM89, SM90 or SM12x GPU",
+    "out), BLOCK_H 8 (4 warps) or 16 (4 or 8 warps), BLOCK_N 64, 2 or 3 stages "
+    f"({_POW2_STAGES}), {_GLUON_CALL}an SM89, SM90 or SM12x GPU",
     gluon=True,
     scale_arg=True,
 )

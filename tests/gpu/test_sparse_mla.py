@@ -10,6 +10,7 @@ from __future__ import annotations
 import itertools
 import math
 import zlib
+from collections.abc import Callable
 from types import ModuleType
 
 import pytest
@@ -47,6 +48,20 @@ def _e4m3_rows_640_apart(kv: torch.Tensor, kv_scale: float) -> torch.Tensor:
     wide = torch.full((kv.shape[0], 640), float("nan"), device=kv.device).to(torch.float8_e4m3fn)
     wide[:, :576] = (kv.float() / kv_scale).to(torch.float8_e4m3fn)
     return wide[:, :576]
+
+
+def _stages_built(
+    kmod: ModuleType, stages: tuple[int, ...], launch: Callable[[int], object], refused: str
+) -> tuple[int, ...]:
+    """The stage counts of a sweep that this Triton builds for the mma.sync and e4m3 Gluon
+    tiles: from 3.7 on only powers of two (Triton aborts the process on 3, backend/DESIGN.md
+    "Which Triton runs which kernels"). Each count left out must be refused: ``launch(stages)``
+    raises a ValueError matching ``refused`` before Triton sees the tile."""
+    built = tuple(n for n in stages if kmod._TRITON < (3, 7) or n & (n - 1) == 0)
+    for left_out in sorted(set(stages) - set(built)):
+        with pytest.raises(ValueError, match=refused):
+            launch(left_out)
+    return built
 
 
 # The issue's grid: H x T x topk, both dtypes alternating, a pattern mix in every case.
@@ -415,8 +430,8 @@ def test_fp8_ds_mla_mma_tile(kmod: ModuleType, num_heads: int, num_tokens: int, 
     """fp8_ds_mla rows on the e4m3 Gluon tile with mma.sync (``DS``: group scales on the
     scores and, over each group's largest in the tile, on V as it is widened; run here on
     Hopper, which has mma.sync too): 8-head blocks on 4 warps and 16-head blocks on 4 and 8,
-    at 2 and 3 stages, over 1, 3 and 16 splits, q's rope part in shared memory or in
-    registers; rows inside a wider NaN-padded buffer, NaN in every row not
+    at 2 and 3 stages (3 refused from Triton 3.7), over 1, 3 and 16 splits, q's rope part in
+    shared memory or in registers; rows inside a wider NaN-padded buffer, NaN in every row not
     selected, padded head blocks, several blocks (64 heads), group scales from 1e-6 to 1e2, a
     q 2^18 times larger; an 8-head block on 8 warps is refused."""
     if not kmod._gluon_mma_usable(torch.cuda.get_device_capability(), proxy=True):
@@ -430,7 +445,13 @@ def test_fp8_ds_mla_mma_tile(kmod: ModuleType, num_heads: int, num_tokens: int, 
     blocks = [(8, 4), (16, 4), (16, 8)] if num_heads > 8 else [(8, 4)]
     # A 99 KB GPU holds 2 stages, and 16 heads only with q's rope part in registers.
     roomy = _smem_per_block(kmod) >= kmod._DS_TILE_16_HEADS_SMEM
-    for (block_h, warps), stages in itertools.product(blocks, (2, 3) if roomy else (2,)):
+
+    def launch(stages: int) -> object:
+        cfg = {**tile, "BLOCK_H": 8, "num_warps": 4, "num_stages": stages}
+        return kmod.sparse_mla_decode(q, wide[:, :656], idx, _SM_SCALE, config=cfg)
+
+    swept = _stages_built(kmod, (2, 3) if roomy else (2,), launch, "MMA_V2 needs")
+    for (block_h, warps), stages in itertools.product(blocks, swept):
         cfg = {**tile, "BLOCK_H": block_h, "num_warps": warps, "num_stages": stages}
         if roomy or block_h == 8:
             for splits in (1, 3, 16):
@@ -555,13 +576,13 @@ def test_fp8_e4m3_tile_options(kmod: ModuleType, num_heads: int) -> None:
     + [(128, 2, 1100)],
 )
 def test_fp8_e4m3_hopper_tile(kmod: ModuleType, num_heads: int, num_tokens: int, topk: int) -> None:
-    """The swapped Gluon tile for e4m3 rows (Hopper, Triton 3.6), the default plan's
-    choice there for up to 16 heads and (two warpgroups) for 33+: over 1, 3 and 16 splits at 2
-    and 3 stages, rows 640 bytes apart with NaN between them, padded head blocks (5, 12 and 40
-    heads), two head blocks (128), and a q 2^18 times larger (its per-head power-of-two scale
-    keeps both e4m3 parts in range). An fp16 q (GGUF on SM120 serves float16) runs the same
-    tiles within bf16's bounds; a call with too few 64-row tiles to fill the GPU keeps the
-    tl.dot tile; an out of another dtype than q is refused."""
+    """The swapped Gluon tile for e4m3 rows (Hopper, Triton 3.6), the default plan's choice
+    there for up to 16 heads and (two warpgroups) for 33+: over 1, 3 and 16 splits at 2 and 3
+    stages (3 refused from Triton 3.7), rows 640 bytes apart with NaN between them, padded head
+    blocks (5, 12 and 40 heads), two head blocks (128), and a q 2^18 times larger (its per-head
+    power-of-two scale keeps both e4m3 parts in range). An fp16 q (GGUF on SM120 serves float16)
+    runs the same tiles within bf16's bounds; a call with too few 64-row tiles to fill the GPU
+    keeps the tl.dot tile; an out of another dtype than q is refused."""
     if not kmod._has_wgmma(torch.cuda.current_device()):
         pytest.skip("the e4m3 Gluon tile needs Hopper and Triton 3.6")
     gen = torch.Generator(device="cuda").manual_seed(zlib.crc32(f"e4m3-wg-{num_heads}".encode()))
@@ -572,7 +593,12 @@ def test_fp8_e4m3_hopper_tile(kmod: ModuleType, num_heads: int, num_tokens: int,
     assert cfg["WGMMA"] == 1 and cfg["BLOCK_H"] == (
         8 if num_heads <= 8 else 16 if num_heads <= 16 else 64
     )
-    for stages in (2, 3):
+
+    def launch(stages: int) -> object:
+        tile = {**cfg, "num_stages": stages}
+        return kmod.sparse_mla_decode(q, rows, idx, _SM_SCALE, config=tile, kv_scale=kv_scale)
+
+    for stages in _stages_built(kmod, (2, 3), launch, "WGMMA needs"):
         for splits in (1, 3, 16):
             tile = {**cfg, "num_stages": stages}
             check_call(kmod, q, rows, idx, num_splits=splits, config=tile, kv_scale=kv_scale)
@@ -642,10 +668,11 @@ def test_fp8_e4m3_tiles_score_in_float32_sums(kmod: ModuleType, num_heads: int) 
 )
 def test_fp8_e4m3_mma_tile(kmod: ModuleType, num_heads: int, num_tokens: int, topk: int) -> None:
     """The e4m3 Gluon tile with mma.sync (SM89 and SM120's choice for up to 16 heads under
-    Triton 3.6; run here on Hopper, which has mma.sync too): over 1, 3 and 16 splits at 2 and
-    3 stages (16 heads on 4 and 8 warps), rows 640 bytes apart with NaN between them, padded
-    head blocks (1, 5 and 12 heads), a q 2^18 times larger, an fp16 q (within bf16's bounds);
-    an 8-head block on 8 warps and an out of another dtype than q are refused."""
+    Triton 3.6; run here on Hopper, which has mma.sync too): over 1, 3 and 16 splits at 2 and 3
+    stages (3 refused from Triton 3.7; 16 heads on 4 and 8 warps), rows 640 bytes apart with NaN
+    between them, padded head blocks (1, 5 and 12 heads), a q 2^18 times larger, an fp16 q
+    (within bf16's bounds); an 8-head block on 8 warps and an out of another dtype than q are
+    refused."""
     capability = torch.cuda.get_device_capability()
     if not kmod._gluon_mma_usable(capability, proxy=True):
         pytest.skip("the e4m3 mma.sync tile needs Gluon under this Triton and an SM89+ GPU")
@@ -657,7 +684,13 @@ def test_fp8_e4m3_mma_tile(kmod: ModuleType, num_heads: int, num_tokens: int, to
     cfg = kmod._default_config(num_heads, "fp8", limits=sm120, gluon_mma=True)
     assert cfg["MMA_V2"] == 1 and cfg["BLOCK_H"] == (8 if num_heads <= 8 else 16)
     warps = (4, 8) if cfg["BLOCK_H"] == 16 else (4,)  # 16 heads: one or two groups of 4 warps
-    for stages, num_warps in itertools.product((2, 3), warps):
+
+    def launch(stages: int) -> object:
+        tile = {**cfg, "num_stages": stages}
+        return kmod.sparse_mla_decode(q, rows, idx, _SM_SCALE, config=tile, kv_scale=kv_scale)
+
+    swept = _stages_built(kmod, (2, 3), launch, "MMA_V2 needs")
+    for stages, num_warps in itertools.product(swept, warps):
         for splits in (1, 3, 16):
             tile = {**cfg, "num_stages": stages, "num_warps": num_warps}
             check_call(kmod, q, rows, idx, num_splits=splits, config=tile, kv_scale=kv_scale)
@@ -735,12 +768,12 @@ def test_16bit_mma_tile(
 def test_fp8_e4m3_mma_tile_32_64_heads(
     kmod: ModuleType, num_heads: int, num_tokens: int, topk: int
 ) -> None:
-    """The mma.sync tiles with q in registers over fp8 e4m3 rows (q's two e4m3 parts, V
-    widened in registers; a 99 KB GPU's choice for 17+ heads under Triton 3.6; run here on
-    Hopper): 64 heads in 32-row tiles at 4 stages, 16-row at 8 and 64-row at 2, 32 heads in
-    32-row tiles at 2, 3 and 4 stages; over 1, 3 and 16 splits, rows 640 bytes apart with NaN
-    between them, padded head blocks, two blocks (128), a q 2^18 times larger, an fp16 q
-    (within bf16's bounds); stages that cannot hold q and an out of another dtype than q are
+    """The mma.sync tiles with q in registers over fp8 e4m3 rows (q's two e4m3 parts, V widened
+    in registers; a 99 KB GPU's choice for 17+ heads under Triton 3.6; run here on Hopper): 64
+    heads in 32-row tiles at 4 stages, 16-row at 8 and 64-row at 2, 32 heads in 32-row tiles at
+    2, 3 and 4 stages (3 refused from Triton 3.7); over 1, 3 and 16 splits, rows 640 bytes apart
+    with NaN between them, padded head blocks, two blocks (128), a q 2^18 times larger, an fp16
+    q (within bf16's bounds); stages that cannot hold q and an out of another dtype than q are
     refused."""
     if not kmod._gluon_mma_usable(torch.cuda.get_device_capability(), proxy=True):
         pytest.skip("the mma.sync tiles need the Gluon kernels under this Triton and an SM80+ GPU")
@@ -754,13 +787,19 @@ def test_fp8_e4m3_mma_tile_32_64_heads(
     assert cfg == {"BLOCK_H": 64 if wide else 32, "BLOCK_N": 32, "num_warps": 8,
                    "num_stages": 4 if wide else 2, "WAVES": 1, "MMA_V2": 1,
                    **({"ROUNDS": 4} if wide else {})}  # fmt: skip
-    tiles = ((32, 4), (16, 8), (64, 2)) if wide else ((32, 2), (32, 3), (32, 4))
+
+    def launch(stages: int) -> object:
+        tile = {**cfg, "BLOCK_N": 32, "num_stages": stages}
+        return kmod.sparse_mla_decode(q, rows, idx, _SM_SCALE, config=tile, kv_scale=kv_scale)
+
+    refused = "MMA_V2 with 64 heads needs" if wide else "MMA_V2 with up to 32 heads needs"
+    stages_32 = _stages_built(kmod, (2, 3, 4), launch, refused) if not wide else ()
+    tiles = ((32, 4), (16, 8), (64, 2)) if wide else tuple((32, n) for n in stages_32)
     for block_n, stages in tiles:
         for splits in (1, 3, 16):
             tile = {**cfg, "BLOCK_N": block_n, "num_stages": stages}
             check_call(kmod, q, rows, idx, num_splits=splits, config=tile, kv_scale=kv_scale)
     check_call(kmod, q * 2.0**18, rows, idx, _SM_SCALE * 2.0**-18, config=cfg, kv_scale=kv_scale)
-    refused = "MMA_V2 with 64 heads needs" if wide else "MMA_V2 with up to 32 heads needs"
     with pytest.raises(ValueError, match=refused):
         bad = {**cfg, "num_stages": 2 if wide else 1}
         kmod.sparse_mla_decode(q, rows, idx, _SM_SCALE, config=bad, kv_scale=kv_scale)
