@@ -447,7 +447,7 @@ def _shape(cfg: dict[str, int]) -> tuple[int, int, int, int]:
 _GLUON_CALL = (
     "16-byte-aligned buffers and strides that are multiples of 16 elements, {tritons} and "
 )
-_POW2_STAGES = "a power-of-two count of them under Triton 3.7 onwards: 2, not 3"
+_POW2_STAGES = "a power-of-two count of them under Triton 3.7 onwards, whose compiler aborts on 3"
 _WGMMA_RULE = (
     "WGMMA needs BLOCK_H 64 (BLOCK_N 16/32/64, 8 warps, 2 to 128 / BLOCK_N stages) or BLOCK_H "
     "8/16 (BLOCK_N 64, 4 warps, 2 stages, 3 at 8 heads), DV_SPLIT 1, q, out and 16-bit KV rows "
