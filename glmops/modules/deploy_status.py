@@ -21,6 +21,7 @@ from glmops.fleet.gang import record_path
 from glmops.gpu.serving.flags import INPUTS, listening_address, serving_device
 from glmops.gpu.serving.journal import STATUS_GREP, parse_backend, parse_kernel
 from glmops.gpu.serving.patches import manifest_files
+from glmops.hosthelpers.file_digests import DigestsReply
 from glmops.hosthelpers.vllm_patch import Manifest
 from glmops.hosthelpers.vllm_probe import ProbeReply
 from glmops.modules.base import Arg, Module, Plan, register
@@ -112,9 +113,12 @@ class DeployStatus(Module):
         patched = cast("Manifest | None", facts.patch_manifest)  # the vllm_patch helper's
         wanted = manifest_files(patched, os.path.dirname(base) if base else None)
         out["patch_expected"] = wanted
-        out["patch_on_disk"] = (
-            ctx.run_helper("file_digests", {"paths": sorted(wanted)})["digests"] if wanted else {}
+        digests = (
+            cast(DigestsReply, ctx.run_helper("file_digests", {"paths": sorted(wanted)}))
+            if wanted
+            else None
         )
+        out["patch_on_disk"] = digests["digests"] if digests else {}
         return Plan(False, "observed only", data=out)
 
     def apply(self, ctx: TaskContext, plan: Plan) -> TaskResult:  # pragma: no cover
