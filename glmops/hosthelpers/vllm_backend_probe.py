@@ -6,7 +6,7 @@ get_attn_backend_cls) returns CPU_ATTN for standard attention without logging an
 journal check has nothing to read there. Run with the venv's python (seconds, no model load):
     echo '{"config": "/srv/models/tiny/hf", "dtype": "float32"}' | python vllm_backend_probe.py
 Args: config (folder with config.json: head size, MLA or not), dtype, kv_cache_dtype ("auto").
-Prints {"failed", "changed": false, "msg", "backend", "backend_cls", "platform", "query"}.
+Prints one JSON object, a BackendReply.
 """
 
 from __future__ import annotations
