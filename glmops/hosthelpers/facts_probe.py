@@ -18,7 +18,6 @@ import platform
 import shutil
 import subprocess
 import sys
-from typing import cast
 
 from _envelope import Reply, TypedDict, main
 
@@ -208,7 +207,7 @@ class Probe:
         return p.stdout
 
     # --- host basics -------------------------------------------------------------------------
-    def os_release(self) -> dict | None:
+    def os_release(self) -> OsRelease | None:
         text = self.read("/etc/os-release", "os")
         if text is None:
             return None
@@ -217,16 +216,15 @@ class Probe:
             if "=" in line and not line.startswith("#"):
                 k, v = line.split("=", 1)
                 kv[k.strip()] = v.strip().strip('"').strip("'")
-        keys = {
-            "id": "ID",
-            "id_like": "ID_LIKE",
-            "version_id": "VERSION_ID",
-            "codename": "VERSION_CODENAME",
-            "pretty_name": "PRETTY_NAME",
+        return {
+            "id": kv.get("ID"),
+            "id_like": kv.get("ID_LIKE"),
+            "version_id": kv.get("VERSION_ID"),
+            "codename": kv.get("VERSION_CODENAME"),
+            "pretty_name": kv.get("PRETTY_NAME"),
         }
-        return {k: kv.get(v) for k, v in keys.items()}
 
-    def memory(self) -> dict | None:
+    def memory(self) -> MemoryInfo | None:
         text = self.read("/proc/meminfo", "memory")
         if text is None:
             return None
@@ -237,7 +235,7 @@ class Probe:
                 kb[parts[0].rstrip(":")] = int(parts[1]) * 1024
         return {"total_bytes": kb.get("MemTotal"), "available_bytes": kb.get("MemAvailable")}
 
-    def disk(self, path: str | None) -> dict | None:
+    def disk(self, path: str | None) -> DiskInfo | None:
         """Free space where the model will live; the nearest existing ancestor if not there yet."""
         if not path:
             return self.fail("disk", "no model_dir given")
@@ -444,7 +442,7 @@ class Probe:
         driver = gpus[0]["driver_version"] if gpus else None
         return {"driver_version": driver, "cuda_version": cuda, "gpus": gpus}
 
-    def kernel_module(self) -> dict:
+    def kernel_module(self) -> KernelModuleInfo:
         """Which nvidia module is loaded, its flavour, and whether nouveau holds the GPU."""
         mods_text = self.read("/proc/modules", "modules")
         mods = None
@@ -492,13 +490,13 @@ class Probe:
         return dict(data, gpu_source=source)
 
     # --- venv -------------------------------------------------------------------------------
-    def venv(self, path: str | None) -> dict | None:
+    def venv(self, path: str | None) -> VenvInfo | None:
         if not path:
             return self.fail("venv", "no venv given")
         py = os.path.join(path, "bin", "python")
         if not os.path.exists(py):
             return self.fail("venv", f"{py} absent")
-        info: dict = {"path": path, "python": py, "pyvenv_version": None}
+        info: VenvInfo = {"path": path, "python": py, "pyvenv_version": None}
         cfg = os.path.join(path, "pyvenv.cfg")
         for line in (self.read(cfg, "venv.pyvenv_cfg") or "").splitlines():
             k, _, v = line.partition("=")
@@ -540,7 +538,9 @@ class Probe:
         except ValueError as e:
             return self.fail("patch_manifest", f"invalid JSON in {path}: {e}")
 
-    def collect(self) -> dict:
+    def collect(self) -> FactsReply:
+        """Every fact, each probe in turn (the order matters: driver_mismatch reads the errors
+        the GPU probes left); `msg` says what answered."""
         a = self.args
         venv = a.get("venv")
         manifest_path = a.get("patch_manifest") or (
@@ -548,44 +548,49 @@ class Probe:
         )
         boot = self.read("/proc/sys/kernel/random/boot_id", "boot_id")
         uname = platform.uname()
-        facts = {
+        os_release, memory, disk = self.os_release(), self.memory(), self.disk(a.get("model_dir"))
+        secure_boot, pci_gpus, gpu = self.secure_boot(), self.pci_gpus(), self.gpu_facts()
+        # A userspace/kernel-module version mismatch means the driver changed under a loaded module.
+        mismatch = any(
+            "version mismatch" in self.errors.get(k, "").lower() for k in ("nvml", "nvidia_smi")
+        )
+        n = len(gpu["gpus"] or [])
+        return {
+            "failed": False,
+            "changed": False,
+            "msg": f"{n} GPU(s) via {gpu['gpu_source']}" if n else "no GPU facts",
             "schema": SCHEMA,
             "hostname": uname.node,
-            "os": self.os_release(),
+            "os": os_release,
             "kernel": {"release": uname.release, "machine": uname.machine},
             "cpu_count": os.cpu_count(),
-            "memory": self.memory(),
-            "disk": self.disk(a.get("model_dir")),
+            "memory": memory,
+            "disk": disk,
             "boot_id": boot.strip() if boot else None,
-            "secure_boot": self.secure_boot(),
+            "secure_boot": secure_boot,
             "dgx_release": os.path.exists("/etc/dgx-release"),
             "reboot_required": os.path.exists("/var/run/reboot-required"),
             "python": {
                 "executable": sys.executable,
                 "version": ".".join(map(str, sys.version_info[:3])),
             },
-            "pci_gpus": self.pci_gpus(),
+            "pci_gpus": pci_gpus,
+            "gpus": gpu["gpus"],
+            "gpu_source": gpu["gpu_source"],
+            "driver_version": gpu["driver_version"],
+            "cuda_version": gpu["cuda_version"],
+            "driver_mismatch": mismatch,
+            "kernel_module": self.kernel_module(),
+            "venv": self.venv(venv),
+            "patch_manifest_path": manifest_path,
+            "patch_manifest": self.manifest(manifest_path),
+            "errors": self.errors,  # filled by the probes above, all run by now
         }
-        facts.update(self.gpu_facts())
-        # A userspace/kernel-module version mismatch means the driver changed under a loaded module.
-        facts["driver_mismatch"] = any(
-            "version mismatch" in self.errors.get(k, "").lower() for k in ("nvml", "nvidia_smi")
-        )
-        facts["kernel_module"] = self.kernel_module()
-        facts["venv"] = self.venv(venv)
-        facts["patch_manifest_path"] = manifest_path
-        facts["patch_manifest"] = self.manifest(manifest_path)
-        return facts
 
 
 def gather(args: dict) -> FactsReply:
     """The reply: every fact, and in "errors" why each null one could not be read."""
-    probe = Probe(args)
-    facts = probe.collect()
-    n = len(facts.get("gpus") or [])
-    msg = f"{n} GPU(s) via {facts.get('gpu_source')}" if n else "no GPU facts"
-    out = {"failed": False, "changed": False, "msg": msg, **facts, "errors": probe.errors}
-    return cast(FactsReply, out)  # collect() builds the facts key by key
+    return Probe(args).collect()
 
 
 if __name__ == "__main__":
