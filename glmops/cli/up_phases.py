@@ -31,6 +31,7 @@ from glmops.engine.inventory import Host, parse_extra_vars
 from glmops.engine.secretenv import become_password
 from glmops.errors import ExitCode, GlmopsError, InputError
 from glmops.fleet.topology import fleet_from_inventory, serving_hosts
+from glmops.hosthelpers.model_files import StatReply
 from glmops.run import ModelRequest, RunRequest, fleet_runner, load_inventory, run, run_model
 
 
@@ -248,12 +249,17 @@ def model_files_changed(hosts: list[Host], options: Any) -> dict[str, str]:
     )
     reasons.update({n: f"cannot look: {r.msg}" for n, r in unreachable.items()})
 
-    def look(ctx: Any) -> dict[str, Any]:
+    def look(ctx: Any) -> StatReply:
         try:
-            request = held.stat_request(manifests[ctx.host.name], ctx.host.vars)
-            return ctx.run_helper("model_files", request, timeout=600)
+            return held.stat(ctx, manifests[ctx.host.name], ctx.host.vars, timeout=600)
         except GlmopsError as error:  # that host's trouble: its model phase runs and says so
-            return {"failed": True, "msg": f"cannot look: {error}"}
+            return {
+                "failed": True,
+                "changed": False,
+                "msg": f"cannot look: {error}",
+                "problems": [],
+                "verified_digest": None,
+            }
 
     try:
         replies = parallel(ctxs, look)

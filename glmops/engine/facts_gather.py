@@ -17,6 +17,8 @@ def probe_args(variables: dict[str, Any]) -> dict[str, Any]:
 
 
 def gather(ctx: TaskContext, variables: dict[str, Any]) -> dict[str, Any]:
+    """The facts probe's reply (its FactsReply) less `changed`: the host's `facts` variable,
+    which glmops.gpu.facts.parse_facts reads through that schema."""
     reply = ctx.run_helper("facts_probe", {**probe_args(variables), "check": True}, timeout=120)
     reply.pop("changed", None)
     return reply

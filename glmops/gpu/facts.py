@@ -1,4 +1,5 @@
-"""Typed host facts, parsed from the JSON that hosthelpers/facts_probe.py prints.
+"""Typed host facts, parsed from the JSON that hosthelpers/facts_probe.py prints (read
+through its reply schema, FactsReply, so every key read here is one the probe writes).
 
 The probe reports a missing fact as null plus a reason in `errors`; the parser keeps that shape
 (None fields, `errors` map) so policy code can tell "absent" from "zero" and explain why.
@@ -9,7 +10,19 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
+
+from glmops.hosthelpers.facts_probe import (
+    DiskInfo,
+    FactsReply,
+    GpuInfo,
+    KernelInfo,
+    KernelModuleInfo,
+    MemoryInfo,
+    OsRelease,
+    PythonInfo,
+    VenvInfo,
+)
 
 
 def parse_cc(text: str | None) -> tuple[int, int] | None:
@@ -42,7 +55,7 @@ class GpuFacts:
     uuid: str | None = None
 
     @classmethod
-    def from_dict(cls, d: Mapping[str, Any], pos: int = 0) -> GpuFacts:
+    def from_dict(cls, d: GpuInfo, pos: int = 0) -> GpuFacts:
         idx = _int(d.get("index"))
         return cls(
             index=pos if idx is None else idx,
@@ -68,7 +81,7 @@ class VenvFacts:
     vllm_path: str | None = None
 
     @classmethod
-    def from_dict(cls, d: Mapping[str, Any]) -> VenvFacts:
+    def from_dict(cls, d: VenvInfo) -> VenvFacts:
         arch = d.get("torch_cuda_arch_list")
         return cls(
             path=d.get("path", ""),
@@ -153,11 +166,12 @@ class HostFacts:
 
 def parse_facts(data: Mapping[str, Any] | str | bytes) -> HostFacts:
     """Probe JSON (text or decoded) -> HostFacts; tolerant of nulls and missing keys."""
-    d: Mapping[str, Any] = json.loads(data) if isinstance(data, (str, bytes)) else data
-    os_ = d.get("os") or {}
-    kern = d.get("kernel") or {}
-    disk = d.get("disk") or {}
-    km = d.get("kernel_module") or {}
+    d = cast(FactsReply, json.loads(data) if isinstance(data, (str, bytes)) else data)
+    # A fact the probe could not read is null: read it as a record with no keys.
+    os_ = d.get("os") or cast(OsRelease, {})
+    kern = d.get("kernel") or cast(KernelInfo, {})
+    disk = d.get("disk") or cast(DiskInfo, {})
+    km = d.get("kernel_module") or cast(KernelModuleInfo, {})
     gpus_raw = d.get("gpus")
     gpus = None
     if gpus_raw is not None:
@@ -172,11 +186,11 @@ def parse_facts(data: Mapping[str, Any] | str | bytes) -> HostFacts:
         kernel_release=kern.get("release"),
         machine=kern.get("machine"),
         cpu_count=_int(d.get("cpu_count")),
-        mem_total_bytes=_int((d.get("memory") or {}).get("total_bytes")),
+        mem_total_bytes=_int((d.get("memory") or cast(MemoryInfo, {})).get("total_bytes")),
         disk_free_bytes=_int(disk.get("free_bytes")),
         disk_path=disk.get("path"),
         boot_id=d.get("boot_id"),
-        python_version=(d.get("python") or {}).get("version"),
+        python_version=(d.get("python") or cast(PythonInfo, {})).get("version"),
         gpus=gpus,
         gpu_source=d.get("gpu_source"),
         pci_gpu_count=len(pci) if pci is not None else None,

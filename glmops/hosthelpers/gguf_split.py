@@ -26,7 +26,7 @@ import sys
 import tempfile
 import time
 
-from _envelope import failure, file_sha256, main, write_atomic
+from _envelope import Reply, TypedDict, failure, file_sha256, main, write_atomic
 
 MAGIC = b"GGUF"
 ALIGN_DEFAULT = 32
@@ -75,6 +75,67 @@ QUANT = {
     40: (64, 36),
     41: (128, 18),
 }
+
+
+class ShardInfo(TypedDict):
+    name: str  # the file's base name
+    size: int
+    tensors: int
+
+
+class ValidateReply(Reply, total=False):
+    """Mode `validate`: `errors` always; the rest when the set is valid."""
+
+    errors: list  # what is wrong with the set, one line each
+    first_shard: str  # the -00001-of-N file's path
+    shards: list[ShardInfo]
+    tensor_count: int
+    kv_count: int  # metadata keys in the first shard
+    architecture: str | None  # general.architecture
+    alignment: int
+    merged_size: int  # bytes of the merged file (split.* keys dropped)
+
+
+class MergeReply(Reply, total=False):
+    """Mode `merge`: output, size, tensor_count and shards unless the set is invalid."""
+
+    output: str  # the merged file's absolute path
+    size: int  # the merged file's bytes
+    tensor_count: int
+    shards: int  # how many shards the set has
+    skipped: bool  # the merged file already matches its inputs (sidecar fingerprint)
+    errors: list  # an invalid set, or a merged file that failed its check
+    free_bytes: int  # under check, or when there is no room
+    replaces_bytes: int  # under check: the bytes of an older merged file replaced
+    copy_mode: str | None  # how the data was copied: copy_file_range, sendfile or read
+    elapsed_s: float
+
+
+class VerifyReply(Reply, total=False):
+    """Mode `verify`: all but `content_sha256` always; it only when asked and valid."""
+
+    errors: list
+    files: list  # the base names of the files read
+    tensor_count: int
+    data_bytes: int
+    content_sha256: str  # sha256 over the tensor data, as merged_sha256 orders it
+
+
+class MergedOnlyReply(Reply, total=False):
+    """Mode `merged_only`: the keys below unless failed."""
+
+    output: str
+    size: int
+    tensor_count: int
+    shards: list  # the base names of the shards removed after the verified merge
+    hashed_bytes: int  # 0 when size and mtime matched the record
+
+
+class RemoveReply(Reply, total=False):
+    """Mode `remove_shards`: `freed_bytes` once shards were removed."""
+
+    errors: list  # an invalid split set
+    freed_bytes: int
 
 
 class GGUFError(Exception):
@@ -413,7 +474,7 @@ def up_to_date(out: str, fp: dict, n_tensors: int, size: int) -> str | None:
     return f"{os.path.basename(out)} matches its inputs ({os.path.basename(side)})"
 
 
-def merge(args: dict) -> dict:
+def merge(args: dict) -> MergeReply:
     """Merge a split set into one file: check the headers, write the data, record a sidecar."""
     out = os.path.abspath(args["output"])
     keep = bool(args.get("keep_split_keys", False))
@@ -455,7 +516,7 @@ def merge(args: dict) -> dict:
     )
 
 
-def _room_for(out: str, size: int, args: dict, res: dict, shards: int) -> dict | None:
+def _room_for(out: str, size: int, args: dict, res: dict, shards: int) -> MergeReply | None:
     """The reply when the merge cannot or (check mode) will not go ahead, else None."""
     outdir = os.path.dirname(out)
     if not os.path.isdir(outdir):
@@ -575,7 +636,7 @@ def _tensor_sha256(h, headers: list, pad_to) -> str:
     return h.hexdigest()
 
 
-def verify(args: dict) -> dict:
+def verify(args: dict) -> VerifyReply:
     """A merged (single) file, or a split set: structure; content sha256 on request."""
     path = args["path"]
     if SHARD_RE.match(os.path.basename(path)) or os.path.isdir(path):
@@ -604,7 +665,7 @@ def verify(args: dict) -> dict:
     return res
 
 
-def validate(args: dict) -> dict:
+def validate(args: dict) -> ValidateReply:
     headers, errs = load_set(args["path"])
     if errs:
         return {"failed": True, "changed": False, "msg": errs[0], "errors": errs}
@@ -651,7 +712,7 @@ def _removed_output(args: dict) -> str:
     return os.path.abspath(shard_paths(path)[0] + ".gguf")
 
 
-def merged_only(args: dict) -> dict:
+def merged_only(args: dict) -> MergedOnlyReply:
     """The shards are gone: is there a merged file that a verified merge left in their place,
     unchanged since (size and mtime as recorded, else its sha256 again; always with sha256)?"""
     out = _removed_output(args)
@@ -690,7 +751,7 @@ def merged_only(args: dict) -> dict:
     }
 
 
-def remove_shards(args: dict) -> dict:
+def remove_shards(args: dict) -> RemoveReply:
     """Delete the shards of a merged set once the merged file is proven to hold them: its
     sha256 equals that of the merge recomputed from the shards. The sidecar records the
     sha256 and the removal before any shard goes, so an interrupted removal is finished."""
@@ -734,7 +795,7 @@ def _stat(path: str) -> list:
     return [st.st_size, st.st_mtime_ns]
 
 
-def _unlink(paths: list, args: dict, what: str) -> dict:
+def _unlink(paths: list, args: dict, what: str) -> RemoveReply:
     if args.get("check"):
         return {"failed": False, "changed": True, "msg": f"would remove {len(paths)} {what}"}
     freed = 0
@@ -750,7 +811,7 @@ def _unlink(paths: list, args: dict, what: str) -> dict:
     return {"failed": False, "changed": True, "freed_bytes": freed, "msg": msg}
 
 
-def run(args: dict) -> dict:
+def run(args: dict) -> Reply:
     mode = args.get("mode")
     fn = {
         "validate": validate,

@@ -11,13 +11,22 @@ than the listed size is cut off and refused, so a hostile listing can neither wr
 model_dir nor fill the disk. Replies through the shared envelope.
 """
 
+from __future__ import annotations
+
 import os
 import urllib.error
 import urllib.request
 
-from _envelope import UnsafePath, confined, file_sha256, main
+from _envelope import Reply, UnsafePath, confined, file_sha256, main
 
 PARTIAL = ".glmops-partial"
+
+
+class FetchReply(Reply):
+    """Failed when any file failed; the files that arrived are kept either way."""
+
+    received_bytes: int  # downloaded by this run, over all files (a resume counts its rest)
+    errors: list  # one "<path>: why" per file that did not arrive
 
 
 class TooLong(OSError):
@@ -73,7 +82,7 @@ def fetch(root, entry, headers):
     return received, f"{entry['path']}: the downloaded file does not match its sha256"
 
 
-def run(args):
+def run(args: dict) -> FetchReply:
     total, errors = 0, []
     for entry in args.get("files") or []:
         try:
@@ -83,14 +92,13 @@ def run(args):
         total += received
         if error:
             errors.append(error)
-    out = {
+    return {
         "failed": bool(errors),
         "changed": total > 0,
+        "msg": "; ".join(errors) if errors else f"{total} bytes downloaded",
         "received_bytes": total,
         "errors": errors,
-        "msg": "; ".join(errors) if errors else f"{total} bytes downloaded",
     }
-    return out
 
 
 if __name__ == "__main__":

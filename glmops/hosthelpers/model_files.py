@@ -30,15 +30,43 @@ Every listed path is confined to model_dir (_envelope.confined) before it is loo
 request naming one that is not fails whole, before anything is deleted.
 """
 
+from __future__ import annotations
+
 import json
 import os
 from concurrent.futures import ThreadPoolExecutor
 
-from _envelope import UnsafePath, confined, failure, file_sha256, main, write_atomic
+from _envelope import Reply, UnsafePath, confined, failure, file_sha256, main, write_atomic
 
 STATE = ".glmops-model-state.json"
 MANIFEST = ".glmops-model-manifest.json"
 SIDECAR = ".glmops.json"  # gguf_split's record beside a merged file
+
+
+class RoomReply(Reply):
+    """Mode `preflight`."""
+
+    ok: bool  # free >= needed
+    path: str  # the filesystem's folder that was measured: model_dir's nearest existing parent
+    needed: int  # bytes: the files not yet there, extra_bytes and margin_bytes
+    free: int  # bytes available to an unprivileged user there
+
+
+class VerifyReply(Reply):
+    """Mode `verify`: files as manifest paths."""
+
+    complete: bool  # nothing missing, nothing bad
+    missing: list
+    bad: list  # failed their size or sha256 check (deleted unless `check`)
+    merged: list  # GGUF shards absent but held by their verified merged file
+    hashed_bytes: int
+
+
+class StatReply(Reply):
+    """Mode `stat`: nothing hashed or written."""
+
+    problems: list  # [path, why] pairs, empty when all holds
+    verified_digest: str | None  # the manifest digest the host's state file last verified
 
 
 def nearest_existing(path):
@@ -47,7 +75,7 @@ def nearest_existing(path):
     return path
 
 
-def preflight(args):
+def preflight(args: dict) -> RoomReply:
     root = args["model_dir"]
     needed = int(args.get("extra_bytes") or 0) + int(args.get("margin_bytes") or 0)
     for rel, size in args["files"]:
@@ -60,9 +88,15 @@ def preflight(args):
     st = os.statvfs(mount)
     free = st.f_bavail * st.f_frsize
     ok = free >= needed
-    msg = f"{mount}: {needed} bytes needed, {free} free"
-    reply = {"failed": False, "changed": False, "ok": ok, "path": mount, "needed": needed}
-    return {**reply, "free": free, "msg": msg}
+    return {
+        "failed": False,
+        "changed": False,
+        "msg": f"{mount}: {needed} bytes needed, {free} free",
+        "ok": ok,
+        "path": mount,
+        "needed": needed,
+        "free": free,
+    }
 
 
 def read_json(path):
@@ -186,7 +220,7 @@ def verified(root, digest):
     return state, state.get("files", {}) if state.get("digest") == digest else {}
 
 
-def verify(args):
+def verify(args: dict) -> VerifyReply:
     root = args["model_dir"]
     state, known = verified(root, args["digest"])
     files = args["manifest"]["files"]
@@ -226,12 +260,12 @@ def verify(args):
     return {
         "failed": False,
         "changed": changed or (bool(bad or merges.dropped) and write),
+        "msg": msg,
         "complete": complete,
         "missing": missing,
         "bad": bad,
         "merged": merged,
         "hashed_bytes": hashed,
-        "msg": msg,
     }
 
 
@@ -251,7 +285,7 @@ def stat_file(root, rel, size, known, merges):
     return None
 
 
-def stat_files(args):
+def stat_files(args: dict) -> StatReply:
     root = args["model_dir"]
     state, known = verified(root, args["digest"])
     merges = Merges(root, known, full=False, write=False, hashing=False)
@@ -270,13 +304,13 @@ def stat_files(args):
     return {
         "failed": False,
         "changed": False,
+        "msg": msg,
         "problems": problems,
         "verified_digest": state.get("digest"),
-        "msg": msg,
     }
 
 
-def run(args):
+def run(args: dict) -> Reply:
     mode = args.get("mode")
     if mode == "preflight":
         return preflight(args)

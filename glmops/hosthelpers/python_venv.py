@@ -21,9 +21,20 @@ import subprocess
 import sys
 import zipfile
 
-from _envelope import main
+from _envelope import Reply, main
 
 VERSION_SCRIPT = "import sys; print('%d.%d.%d' % sys.version_info[:3])"
+
+
+class VenvReply(Reply, total=False):
+    """All keys on success; a failed reply (any exception) carries only the envelope's."""
+
+    uv: str  # the uv binary, <uv_dir>/bin/uv
+    venv: str
+    uv_version_before: str | None  # None: no uv there (or it did not run)
+    python_before: str | None  # the venv's Python (x.y.z) before; None: no venv
+    python_version: str | None  # the venv's Python after (unchanged under check)
+    changes: list  # what was done, or would be under check, one line each
 
 
 def run(argv: list, env: dict | None = None, timeout: float = 900) -> subprocess.CompletedProcess:
@@ -96,16 +107,14 @@ def venv_python_version(venv: str) -> str | None:
     return out.stdout.strip() if out.returncode == 0 else None
 
 
-def ensure(a: dict) -> dict:
+def ensure(a: dict) -> VenvReply:
     check = bool(a.get("check"))
     venv, want_py, want_uv = a["venv"], str(a["python"]), str(a["uv_version"])
     uv_dir = a.get("uv_dir") or "/opt/glmops/uv"
     uv = os.path.join(uv_dir, "bin", "uv")
     changes: list = []
-    out: dict = {"failed": False, "changed": False, "uv": uv, "venv": venv}
 
     have_uv = uv_version(uv)
-    out["uv_version_before"] = have_uv
     if have_uv != want_uv:
         wheel = find_uv_wheel(a.get("wheelhouse"), want_uv)
         source = f"wheel {os.path.basename(wheel)}" if wheel else "PyPI (pip, bootstrap venv)"
@@ -119,8 +128,7 @@ def ensure(a: dict) -> dict:
             if got != want_uv:
                 raise RuntimeError(f"uv {want_uv} installed but {uv} reports {got}")
 
-    have_py = venv_python_version(venv)
-    out["python_before"] = have_py
+    have_py = python_before = venv_python_version(venv)
     same = have_py is not None and (have_py + ".").startswith(want_py + ".")
     if not same:
         verb = "create" if have_py is None else f"recreate (has Python {have_py})"
@@ -137,14 +145,21 @@ def ensure(a: dict) -> dict:
             if res.returncode != 0:
                 raise RuntimeError(f"uv venv failed: {(res.stderr or res.stdout).strip()[-800:]}")
             have_py = venv_python_version(venv)
-    out["python_version"] = have_py
-    out["changed"] = bool(changes)
-    out["changes"] = changes
     if changes:
-        out["msg"] = ("would " if check else "") + "; ".join(changes)
+        msg = ("would " if check else "") + "; ".join(changes)
     else:
-        out["msg"] = f"uv {have_uv} at {uv}; {venv} has Python {have_py}"
-    return out
+        msg = f"uv {have_uv} at {uv}; {venv} has Python {have_py}"
+    return {
+        "failed": False,
+        "changed": bool(changes),
+        "msg": msg,
+        "uv": uv,
+        "venv": venv,
+        "uv_version_before": have_uv,
+        "python_before": python_before,
+        "python_version": have_py,
+        "changes": changes,
+    }
 
 
 if __name__ == "__main__":

@@ -6,7 +6,7 @@ get_attn_backend_cls) returns CPU_ATTN for standard attention without logging an
 journal check has nothing to read there. Run with the venv's python (seconds, no model load):
     echo '{"config": "/srv/models/tiny/hf", "dtype": "float32"}' | python vllm_backend_probe.py
 Args: config (folder with config.json: head size, MLA or not), dtype, kv_cache_dtype ("auto").
-Prints {"failed", "changed": false, "msg", "backend", "backend_cls", "platform", "query"}.
+Prints one JSON object, a BackendReply.
 """
 
 from __future__ import annotations
@@ -16,10 +16,34 @@ import json
 import os
 import time
 
-from _envelope import main
+from _envelope import Reply, TypedDict, main
 
 
-def attention_shape(config: dict) -> dict:
+class AttentionShape(TypedDict):
+    head_size: int
+    num_heads: int
+    use_mla: bool
+    use_sparse: bool  # the model has an indexer (DeepSeek sparse attention)
+
+
+class AttentionQuery(AttentionShape):
+    """What the selector was asked: the model's attention shape and the dtypes."""
+
+    dtype: str  # the torch dtype, e.g. "torch.bfloat16"
+    kv_cache_dtype: str
+
+
+class BackendReply(Reply, total=False):
+    """All keys on success; a failed reply (any exception) carries only the envelope's."""
+
+    backend: str  # the selected backend's name, upper case (e.g. "FLASH_ATTN", "CPU_ATTN")
+    backend_cls: str  # module.qualname of the backend class
+    platform: str  # vLLM's current platform class (e.g. "CudaPlatform")
+    query: AttentionQuery
+    elapsed_s: float
+
+
+def attention_shape(config: dict) -> AttentionShape:
     """Head size, head count and MLA/sparse flags from an HF config.json, as vLLM derives them."""
     text = config.get("text_config") or config
     heads = int(text.get("num_attention_heads") or 1)
@@ -36,7 +60,7 @@ def attention_shape(config: dict) -> dict:
     }
 
 
-def probe(args: dict) -> dict:
+def probe(args: dict) -> BackendReply:
     started = time.monotonic()
     import torch
     from vllm.platforms import current_platform
@@ -46,7 +70,7 @@ def probe(args: dict) -> dict:
         shape = attention_shape(json.load(f))
     dtype = getattr(torch, str(args.get("dtype") or "bfloat16"))
     kv = args.get("kv_cache_dtype") or "auto"
-    query = {**shape, "dtype": str(dtype), "kv_cache_dtype": kv}
+    query: AttentionQuery = {**shape, "dtype": str(dtype), "kv_cache_dtype": kv}
     wanted = {
         "head_size": shape["head_size"],
         "dtype": dtype,

@@ -15,9 +15,17 @@ import time
 import urllib.error
 import urllib.request
 
-from _envelope import main
+from _envelope import Reply, main
 
 HELD = re.compile(r"^vllm:num_requests_(?:running|waiting)(?:\{[^}]*\})?\s+([0-9.eE+-]+)\s*$", re.M)
+
+
+class DrainReply(Reply, total=False):
+    """Always `held` and `waited_s`; `timed_out` when the timeout ended the wait."""
+
+    held: float | None  # requests held at the last look; None: nothing listens; -1: no answer
+    waited_s: float
+    timed_out: bool
 
 
 class NoAnswer(Exception):
@@ -40,7 +48,7 @@ def held(url: str, timeout: float) -> float | None:
     return sum(float(value) for value in HELD.findall(text))
 
 
-def drain(args: dict) -> dict:
+def drain(args: dict) -> DrainReply:
     url = "http://{}:{}/metrics".format(args.get("address", "127.0.0.1"), int(args["port"]))
     interval = float(args.get("interval", 0.5))
     settle = float(args.get("settle", 2))
@@ -65,7 +73,13 @@ def drain(args: dict) -> dict:
             break
         time.sleep(min(interval, settle) if zero_since is not None else interval)
     waited = round(time.monotonic() - started, 1)
-    reply: dict = {"failed": False, "changed": False, "held": seen, "waited_s": waited}
+    reply: DrainReply = {
+        "failed": False,
+        "changed": False,
+        "msg": "",
+        "held": seen,
+        "waited_s": waited,
+    }
     if seen is None:
         reply["msg"] = f"{url} does not answer: nothing runs there"
     elif seen == 0:

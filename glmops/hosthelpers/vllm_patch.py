@@ -25,7 +25,7 @@ import shutil
 import time
 from pathlib import Path
 
-from _envelope import TypedDict, failure, main, write_atomic
+from _envelope import Reply, TypedDict, failure, main, write_atomic
 
 
 class ManifestEntry(TypedDict, total=False):
@@ -258,7 +258,7 @@ def mode_manifest(args: dict) -> dict:
 MODES = {"read": mode_read, "apply": mode_apply, "restore": mode_restore, "manifest": mode_manifest}
 
 
-def run(args: dict) -> dict:
+def run(args: dict) -> Reply | dict:
     mode = MODES.get(args.get("mode", ""))
     return failure(f"unknown mode {args.get('mode')!r}") if mode is None else mode(args)
 

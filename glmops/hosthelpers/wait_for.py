@@ -10,7 +10,11 @@ import time
 import urllib.error
 import urllib.request
 
-from _envelope import main
+from _envelope import Reply, main
+
+
+class WaitReply(Reply):
+    elapsed: float  # seconds waited, ready or not
 
 
 def probe(args: dict) -> str | None:
@@ -33,7 +37,7 @@ def probe(args: dict) -> str | None:
         return f"port closed ({error.strerror or error})"
 
 
-def wait(args: dict) -> dict:
+def wait(args: dict) -> WaitReply:
     target = args.get("url") or "{}:{}".format(args.get("host", "127.0.0.1"), args.get("port"))
     started = time.monotonic()
     deadline = started + float(args.get("timeout", 300))

@@ -7,11 +7,15 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
+from glmops.hosthelpers.model_files import StatReply
 from glmops.model.fetch import ModelCache, default_cache_root
 from glmops.model.manifest import Manifest, load_manifest
 from glmops.model.source import model_dir, parse_source
+
+if TYPE_CHECKING:
+    from glmops.engine.context import TaskContext
 
 SHOWN = 5  # files named in a finding; the rest are counted
 
@@ -28,12 +32,18 @@ def cached_manifest(
     return load_manifest(cache.manifest_path)
 
 
-def stat_request(manifest: Manifest, variables: Mapping[str, Any]) -> dict[str, Any]:
-    """model_files' `stat` request for the host's model folder."""
-    return manifest.stat_request(model_dir(variables))
+def stat(
+    ctx: TaskContext,
+    manifest: Manifest,
+    variables: Mapping[str, Any],
+    timeout: float | None = None,
+) -> StatReply:
+    """model_files' `stat` reply for the host's model folder, read through its schema."""
+    request = manifest.stat_request(model_dir(variables))
+    return cast(StatReply, ctx.run_helper("model_files", request, timeout=timeout))
 
 
-def findings(reply: Mapping[str, Any]) -> str | None:
+def findings(reply: StatReply) -> str | None:
     """What model_files' `stat` reply found, in words (the first files and a count), or None
     when every file is as verified."""
     problems = reply.get("problems") or []

@@ -8,7 +8,7 @@ import json
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
-from typing import Any
+from typing import Any, cast
 
 from glmops.engine import runlock
 from glmops.engine.connection import quote
@@ -23,6 +23,8 @@ from glmops.engine.sessions import SessionPool
 from glmops.errors import GlmopsError, HostUnreachable
 from glmops.gpu.facts import parse_facts
 from glmops.gpu.serving import needs_single_file
+from glmops.hosthelpers.model_fetch import FetchReply
+from glmops.hosthelpers.model_files import RoomReply, VerifyReply
 from glmops.model.access import RUN_DIR, RunKey, authorize_script, known_host_lines, revoke_script
 from glmops.model.fanout import Plan, Target, file_list
 from glmops.model.fetch import HubAccess
@@ -86,7 +88,7 @@ def parallel(ctxs: dict[str, TaskContext], work: Callable[[TaskContext], Any]) -
         return dict(zip(ctxs, pool.map(work, ctxs.values()), strict=True))
 
 
-def verify(ctx: TaskContext, manifest: Manifest, full: bool = False) -> dict[str, Any]:
+def verify(ctx: TaskContext, manifest: Manifest, full: bool = False) -> VerifyReply:
     """The host helper's verdict on model_dir (complete, missing, bad); in check mode it
     writes and deletes nothing."""
     args = {
@@ -97,7 +99,7 @@ def verify(ctx: TaskContext, manifest: Manifest, full: bool = False) -> dict[str
         "full": full,
         "check": ctx.check,
     }
-    return ctx.run_helper("model_files", args, timeout=6 * 3600)
+    return cast(VerifyReply, ctx.run_helper("model_files", args, timeout=6 * 3600))
 
 
 def preflight(
@@ -115,16 +117,14 @@ def preflight(
         if margin is not None
         else max(MARGIN_MIN, int(manifest.total_bytes * MARGIN_FRACTION))
     )
-    reply = ctx.run_helper(
-        "model_files",
-        {
-            "mode": "preflight",
-            "model_dir": model_dir(variables),
-            "files": [[f.path, f.size] for f in manifest.files if f.path not in merged],
-            "extra_bytes": extra,
-            "margin_bytes": margin,
-        },
-    )
+    request = {
+        "mode": "preflight",
+        "model_dir": model_dir(variables),
+        "files": [[f.path, f.size] for f in manifest.files if f.path not in merged],
+        "extra_bytes": extra,
+        "margin_bytes": margin,
+    }
+    reply = cast(RoomReply, ctx.run_helper("model_files", request))
     if reply["ok"]:
         return None
     merge_note = f" + {extra} for the merged file ({why})" if extra else ""
@@ -172,10 +172,13 @@ def seed_fetch(
     with Meter(
         "seed fetch", manifest.total_bytes, lambda: arrived([target], manifest), reporter.note, 30
     ):
-        reply = seed.run_helper(
-            "model_fetch",
-            {"model_dir": root, "files": files, "headers": headers},
-            timeout=24 * 3600,
+        reply = cast(
+            FetchReply,
+            seed.run_helper(
+                "model_fetch",
+                {"model_dir": root, "files": files, "headers": headers},
+                timeout=24 * 3600,
+            ),
         )
     if reply.get("failed"):
         return TaskResult(Status.FAILED, f"seed {seed.host.name} could not fetch: {reply['msg']}")

@@ -259,7 +259,7 @@ def _distribute(
         per_source=options.per_source,
         tree=options.tree,
         controller=options.seed is None,
-        verify=lambda t: verify(t.ctx, manifest),
+        verify=lambda t: dict(verify(t.ctx, manifest)),
     )
     lock = threading.Lock()
 

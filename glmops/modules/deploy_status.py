@@ -21,10 +21,12 @@ from glmops.fleet.gang import record_path
 from glmops.gpu.serving.flags import INPUTS, listening_address, serving_device
 from glmops.gpu.serving.journal import STATUS_GREP, parse_backend, parse_kernel
 from glmops.gpu.serving.patches import manifest_files
+from glmops.hosthelpers.file_digests import DigestsReply
+from glmops.hosthelpers.gguf_split import MergeReply
 from glmops.hosthelpers.vllm_patch import Manifest
 from glmops.hosthelpers.vllm_probe import ProbeReply
 from glmops.modules.base import Arg, Module, Plan, register
-from glmops.modules.gguf_model import _default_output
+from glmops.modules.gguf_model import _default_output, validate
 
 
 def _deployed(name: str) -> Arg:
@@ -112,9 +114,12 @@ class DeployStatus(Module):
         patched = cast("Manifest | None", facts.patch_manifest)  # the vllm_patch helper's
         wanted = manifest_files(patched, os.path.dirname(base) if base else None)
         out["patch_expected"] = wanted
-        out["patch_on_disk"] = (
-            ctx.run_helper("file_digests", {"paths": sorted(wanted)})["digests"] if wanted else {}
+        digests = (
+            cast(DigestsReply, ctx.run_helper("file_digests", {"paths": sorted(wanted)}))
+            if wanted
+            else None
         )
+        out["patch_on_disk"] = digests["digests"] if digests else {}
         return Plan(False, "observed only", data=out)
 
     def apply(self, ctx: TaskContext, plan: Plan) -> TaskResult:  # pragma: no cover
@@ -137,7 +142,7 @@ class DeployStatus(Module):
         shards = v["gguf_shards"]
         if not shards:
             return {"state": "unknown", "why": "gguf_shards not set in the inventory"}
-        checked = ctx.run_helper("gguf_split", {"mode": "validate", "path": str(shards)})
+        checked = validate(ctx, str(shards))
         if checked.get("failed"):
             return {"state": "invalid", "why": checked.get("msg"), "shards_ok": False}
         first = checked["first_shard"]
@@ -148,16 +153,14 @@ class DeployStatus(Module):
             "first_shard": first,
             "merged_path": merged,
         }
-        current = ctx.run_helper(
-            "gguf_split",
-            {
-                "mode": "merge",
-                "path": first,
-                "output": merged,
-                "check": True,
-                "free_margin_bytes": 0,
-            },
-        )
+        request = {
+            "mode": "merge",
+            "path": first,
+            "output": merged,
+            "check": True,
+            "free_margin_bytes": 0,
+        }
+        current = cast(MergeReply, ctx.run_helper("gguf_split", request))
         if current.get("skipped"):
             model.update(merged=True, verified=True, why=current.get("msg"))
         else:

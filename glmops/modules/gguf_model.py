@@ -10,12 +10,19 @@ from them; later runs accept the missing shards while the merged file matches th
 from __future__ import annotations
 
 import os
-from typing import Any
+from typing import Any, cast
 
 from glmops.engine.context import TaskContext
 from glmops.engine.results import Status, TaskResult
 from glmops.errors import ModuleError
 from glmops.gpu.serving import ServeError, needs_single_file
+from glmops.hosthelpers.gguf_split import (
+    MergedOnlyReply,
+    MergeReply,
+    RemoveReply,
+    ValidateReply,
+    VerifyReply,
+)
 from glmops.modules.base import Arg, Module, Plan, register
 
 
@@ -39,7 +46,7 @@ class GgufModel(Module):
     }
 
     def plan(self, ctx: TaskContext) -> Plan:
-        checked = ctx.run_helper("gguf_split", {"mode": "validate", "path": self.params["shards"]})
+        checked = validate(ctx, self.params["shards"])
         if checked.get("failed"):  # the shards may have been removed after a verified merge
             kept = self._merged_only(ctx)
             if kept:
@@ -68,8 +75,11 @@ class GgufModel(Module):
             )
         output = self.params["output"] or _default_output(first)
         data.update(output=output, serve_path=output, merged=True)
-        merge = ctx.run_helper(
-            "gguf_split", {"mode": "merge", "path": first, "output": output, "check": True}
+        merge = cast(
+            MergeReply,
+            ctx.run_helper(
+                "gguf_split", {"mode": "merge", "path": first, "output": output, "check": True}
+            ),
         )
         if merge.get("failed"):
             raise ModuleError(f"cannot merge into {output}: {merge.get('msg')}")
@@ -91,15 +101,15 @@ class GgufModel(Module):
 
     def _merged_only(self, ctx: TaskContext) -> Plan | None:
         """The shards were removed after a verified merge: the merged file, if it still holds."""
-        kept = ctx.run_helper(
-            "gguf_split",
-            {
-                "mode": "merged_only",
-                "path": self.params["shards"],
-                "output": self.params["output"],
-                "sha256": self.params["sha256"],
-            },
-            timeout=float(self.params["timeout"]),
+        request = {
+            "mode": "merged_only",
+            "path": self.params["shards"],
+            "output": self.params["output"],
+            "sha256": self.params["sha256"],
+        }
+        kept = cast(
+            MergedOnlyReply,
+            ctx.run_helper("gguf_split", request, timeout=float(self.params["timeout"])),
         )
         if kept.get("failed"):
             if "changed since its verified merge" in kept["msg"]:
@@ -126,9 +136,8 @@ class GgufModel(Module):
             return None
         if merge:
             return "remove the shards once the merged file's sha256 is verified"
-        would = ctx.run_helper(
-            "gguf_split", {"mode": "remove_shards", "path": first, "output": output, "check": True}
-        )
+        request = {"mode": "remove_shards", "path": first, "output": output, "check": True}
+        would = cast(RemoveReply, ctx.run_helper("gguf_split", request))
         if would.get("failed"):
             raise ModuleError(f"cannot remove the shards of {first}: {would['msg']}")
         return would["msg"] if would.get("changed") else None
@@ -138,23 +147,26 @@ class GgufModel(Module):
         if not data["merge"]:
             return self._remove(ctx, data, None)
         output = data["output"]
-        merged = ctx.run_helper(
-            "gguf_split",
-            {"mode": "merge", "path": data["first_shard"], "output": output},
-            timeout=float(self.params["timeout"]),
+        merged = cast(
+            MergeReply,
+            ctx.run_helper(
+                "gguf_split",
+                {"mode": "merge", "path": data["first_shard"], "output": output},
+                timeout=float(self.params["timeout"]),
+            ),
         )
         if merged.get("failed"):
             errors = "; ".join(map(str, merged.get("errors") or []))
             return TaskResult(Status.FAILED, f"{merged.get('msg')} {errors}".strip(), data=data)
-        verified = ctx.run_helper(
-            "gguf_split",
-            {
-                "mode": "verify",
-                "path": output,
-                "expect_tensor_count": data["tensor_count"],
-                "sha256": self.params["sha256"],
-            },
-            timeout=float(self.params["timeout"]),
+        request = {
+            "mode": "verify",
+            "path": output,
+            "expect_tensor_count": data["tensor_count"],
+            "sha256": self.params["sha256"],
+        }
+        verified = cast(
+            VerifyReply,
+            ctx.run_helper("gguf_split", request, timeout=float(self.params["timeout"])),
         )
         data.update(
             verify=verified.get("msg"),
@@ -186,7 +198,9 @@ class GgufModel(Module):
             assert merged is not None
             return merged
         args = {"mode": "remove_shards", "path": data["first_shard"], "output": data["output"]}
-        removed = ctx.run_helper("gguf_split", args, timeout=float(self.params["timeout"]))
+        removed = cast(
+            RemoveReply, ctx.run_helper("gguf_split", args, timeout=float(self.params["timeout"]))
+        )
         before = f"{merged.msg}; " if merged else ""
         diff = merged.diff if merged else None
         if removed.get("failed"):
@@ -209,6 +223,13 @@ def _default_output(first: str) -> str:
     return os.path.join(folder, f"{stem}.gguf")
 
 
-def _fingerprint(checked: dict[str, Any]) -> dict[str, Any]:
+def validate(ctx: TaskContext, shards: str) -> ValidateReply:
+    """gguf_split's verdict on the split set (the first shard or its folder), read through its
+    schema (deploy_status asks the same)."""
+    request = {"mode": "validate", "path": shards}
+    return cast(ValidateReply, ctx.run_helper("gguf_split", request))
+
+
+def _fingerprint(checked: ValidateReply) -> dict[str, Any]:
     """What identifies the shards vLLM will read (for restart-on-change)."""
     return {"shards": [[s["name"], s["size"]] for s in checked.get("shards", [])]}

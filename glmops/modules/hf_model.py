@@ -9,12 +9,13 @@ inputs file. Observes only: it never writes.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 from glmops.engine.connection import quote
 from glmops.engine.context import TaskContext
 from glmops.engine.results import TaskResult
 from glmops.errors import ModuleError
+from glmops.hosthelpers.file_digests import DigestsReply
 from glmops.modules.base import Arg, Module, Plan, register
 
 
@@ -43,7 +44,7 @@ class HfModel(Module):
         if missing:
             raise ModuleError(f"model folder {path} lacks {', '.join(missing)}")
         small = sorted(f"{path}/{n}" for n in files if n.endswith(".json"))
-        digests = ctx.run_helper("file_digests", {"paths": small})["digests"]
+        digests = cast(DigestsReply, ctx.run_helper("file_digests", {"paths": small}))["digests"]
         fingerprint: dict[str, Any] = {
             "folder": path,
             "files": sorted([name, size] for name, size in files.items()),

@@ -37,7 +37,7 @@ class ModelManifest(Module):
         if isinstance(manifest, str):
             raise ModuleError(manifest)
         root = model_dir(variables)
-        reply = ctx.run_helper("model_files", held.stat_request(manifest, variables))
+        reply = held.stat(ctx, manifest, variables)
         found = held.findings(reply)
         if found:
             other = reply.get("verified_digest")

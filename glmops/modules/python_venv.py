@@ -7,11 +7,12 @@ without internet), else from PyPI. A venv with another Python minor version is r
 
 from __future__ import annotations
 
-from typing import Any
+from typing import cast
 
 from glmops.engine.context import TaskContext
 from glmops.engine.results import Status, TaskResult
 from glmops.errors import ModuleError
+from glmops.hosthelpers.python_venv import VenvReply
 from glmops.modules.base import Arg, Module, Plan, register
 
 UV_DIR = "/opt/glmops/uv"
@@ -37,9 +38,9 @@ class PythonVenv(Module):
         ),
     }
 
-    def _call(self, ctx: TaskContext, check: bool) -> dict[str, Any]:
+    def _call(self, ctx: TaskContext, check: bool) -> VenvReply:
         p = self.params
-        return ctx.run_helper(
+        reply = ctx.run_helper(
             "python_venv",
             {
                 "venv": p["path"],
@@ -52,16 +53,19 @@ class PythonVenv(Module):
             },
             timeout=1200,
         )
+        return cast(VenvReply, reply)
 
     def plan(self, ctx: TaskContext) -> Plan:
         reply = self._call(ctx, check=True)
         if reply.get("failed"):
             raise ModuleError(f"python_venv: {reply.get('msg')}")
-        return Plan(bool(reply.get("changed")), reply.get("msg", ""), data=reply)
+        return Plan(bool(reply.get("changed")), reply.get("msg", ""), data=dict(reply))
 
     def apply(self, ctx: TaskContext, plan: Plan) -> TaskResult:
         reply = self._call(ctx, check=False)
         if reply.get("failed"):
-            return TaskResult(Status.FAILED, reply.get("msg", "python_venv failed"), data=reply)
+            return TaskResult(
+                Status.FAILED, reply.get("msg", "python_venv failed"), data=dict(reply)
+            )
         status = Status.CHANGED if reply.get("changed") else Status.OK
-        return TaskResult(status, reply.get("msg", ""), data=reply)
+        return TaskResult(status, reply.get("msg", ""), data=dict(reply))

@@ -8,10 +8,11 @@ vllm_backend_probe); it must be one of `expected`. Observes only: skipped under 
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 from glmops.engine.context import TaskContext
 from glmops.engine.results import Status, TaskResult
+from glmops.hosthelpers.vllm_backend_probe import BackendReply
 from glmops.modules._serving import UNIT_ARGS, collect_artifacts, dead, probe
 from glmops.modules.base import Arg, Module, Plan, register
 
@@ -41,11 +42,14 @@ class VllmBackendAsk(Module):
         why = dead(unit, None)
         if why:
             return self._fail(ctx, f"{p['unit']}: {why}", data)
-        reply = ctx.run_helper(
-            "vllm_backend_probe",
-            {"config": p["config"], "dtype": p["dtype"]},
-            python=p["python"],
-            timeout=300,
+        reply = cast(
+            BackendReply,
+            ctx.run_helper(
+                "vllm_backend_probe",
+                {"config": p["config"], "dtype": p["dtype"]},
+                python=p["python"],
+                timeout=300,
+            ),
         )
         data.update(
             backend=reply.get("backend"),

@@ -10,8 +10,11 @@ restarted.
 
 from __future__ import annotations
 
+from typing import cast
+
 from glmops.engine.context import TaskContext
 from glmops.engine.results import Status, TaskResult
+from glmops.hosthelpers.vllm_drain import DrainReply
 from glmops.modules._serving import ADDRESS_ARG
 from glmops.modules.base import Arg, Module, Plan, register
 
@@ -37,10 +40,15 @@ class VllmDrain(Module):
 
     def apply(self, ctx: TaskContext, plan: Plan) -> TaskResult:
         p = self.params
-        reply = ctx.run_helper(
-            "vllm_drain",
-            {k: p[k] for k in ("address", "port", "timeout", "interval", "settle")},
-            timeout=float(p["timeout"]) + float(p["settle"]) + 30,
+        reply = cast(
+            DrainReply,
+            ctx.run_helper(
+                "vllm_drain",
+                {k: p[k] for k in ("address", "port", "timeout", "interval", "settle")},
+                timeout=float(p["timeout"]) + float(p["settle"]) + 30,
+            ),
         )
         failed = reply.get("failed") or (reply.get("timed_out") and p["fail_on_timeout"])
-        return TaskResult(Status.FAILED if failed else Status.OK, reply.get("msg", ""), data=reply)
+        return TaskResult(
+            Status.FAILED if failed else Status.OK, reply.get("msg", ""), data=dict(reply)
+        )

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+from typing import cast
+
 from glmops.engine.context import TaskContext
 from glmops.engine.results import Status, TaskResult
 from glmops.errors import ModuleError
+from glmops.hosthelpers.wait_for import WaitReply
 from glmops.modules.base import Arg, Module, Plan, register
 
 
@@ -32,10 +35,13 @@ class WaitFor(Module):
         return Plan(None, f"wait for {target}")
 
     def apply(self, ctx: TaskContext, plan: Plan) -> TaskResult:
-        reply = ctx.run_helper(
-            "wait_for",
-            {k: v for k, v in self.params.items() if v is not None},
-            timeout=float(self.params["timeout"]) + 30,
+        reply = cast(
+            WaitReply,
+            ctx.run_helper(
+                "wait_for",
+                {k: v for k, v in self.params.items() if v is not None},
+                timeout=float(self.params["timeout"]) + 30,
+            ),
         )
         status = Status.FAILED if reply.get("failed") else Status.OK
-        return TaskResult(status, reply.get("msg", ""), data=reply)
+        return TaskResult(status, reply.get("msg", ""), data=dict(reply))
