@@ -101,14 +101,19 @@ class _Door:
 
     _pool: SessionPool | None = None
     _masker: Masker | None = None
+    _password: str | None = None
 
     @classmethod
     def start(cls, hosts: list[Host]) -> Masker:
         """The run's output, wired once (glmops.run.open_output): its masker knows the
         secrets glmops reads from its environment (the sudo password, the Hub token) and the
-        hosts' secret-named variables; the checks' own output is masked by it too."""
+        hosts' secret-named variables; the checks' own output is masked by it too. Sessions
+        opened with another sudo password (an earlier run in this process) are not reused."""
+        password = sudo_password()
+        if cls._pool is not None and password != cls._password:
+            cls.close()
         if cls._pool is None:
-            password = sudo_password()
+            cls._password = password
             output = open_output(sudo_password=password, check=True)
             for value in secret_values():
                 output.masker.add(value)
@@ -131,7 +136,7 @@ class _Door:
     def close(cls) -> None:
         if cls._pool is not None:
             cls._pool.close()
-        cls._pool = cls._masker = None
+        cls._pool = cls._masker = cls._password = None
 
 
 class _HandedPassword:
