@@ -25,6 +25,7 @@ import struct
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 
 from _envelope import Reply, TypedDict, failure, file_sha256, main, write_atomic
 
@@ -138,6 +139,18 @@ class RemoveReply(Reply, total=False):
     freed_bytes: int
 
 
+class CopyState(TypedDict, total=False):
+    """What a merge's data copy carries from call to call: progress, and the copy method."""
+
+    copied: int  # bytes of tensor data written so far
+    total: int
+    t0: float  # time.monotonic() at the start
+    last: float  # when progress was last reported
+    interval: float  # seconds between progress reports
+    mode: str  # copy_file_range, sendfile or read: the method that last worked
+    buf: bytearray  # the bounce buffer of the read mode
+
+
 class GGUFError(Exception):
     """A problem with one file; the message names it."""
 
@@ -157,7 +170,7 @@ class Header:
         self.pos = 0
         with open(path, "rb") as self.f:
             self._parse()
-        self.f = None
+        del self.f  # parsing is over: nothing reads the (closed) file again
         self.header_len = self.pos
         self.digest = hashlib.sha256(self.buf[: self.pos]).hexdigest()
         if not keep_raw:
@@ -391,7 +404,7 @@ def fingerprint(headers: list, keep_split_keys: bool) -> dict:
     return {"version": FINGERPRINT_VERSION, "keep_split_keys": keep_split_keys, "inputs": inputs}
 
 
-def copy_range(src: int, dst: int, offset: int, n: int, state: dict) -> None:
+def copy_range(src: int, dst: int, offset: int, n: int, state: CopyState) -> None:
     """Kernel-side copy (copy_file_range, else sendfile), else a bounded read/write loop."""
     while n > 0:
         step = min(n, CHUNK)
@@ -422,7 +435,7 @@ def copy_range(src: int, dst: int, offset: int, n: int, state: dict) -> None:
         _progress(state)
 
 
-def _progress(state: dict, force: bool = False) -> None:
+def _progress(state: CopyState, force: bool = False) -> None:
     now = time.monotonic()
     if force or now - state["last"] >= state["interval"]:
         state["last"] = now
@@ -485,14 +498,22 @@ def merge(args: dict) -> MergeReply:
     n_tensors = sum(h.n_tensors for h in headers)
     size = len(head) + data_size(headers)
     fp = fingerprint(headers, keep)
-    res = {"output": out, "size": size, "tensor_count": n_tensors, "shards": len(headers)}
+    res: MergeReply = {  # what every reply below shares; each sets its own outcome
+        "failed": False,
+        "changed": False,
+        "msg": "",
+        "output": out,
+        "size": size,
+        "tensor_count": n_tensors,
+        "shards": len(headers),
+    }
     why = None if args.get("force") else up_to_date(out, fp, n_tensors, size)
     if why:
-        return dict(res, failed=False, changed=False, skipped=True, msg=why)
+        return {**res, "failed": False, "changed": False, "skipped": True, "msg": why}
     refused = _room_for(out, size, args, res, len(headers))
     if refused:
         return refused
-    state = {
+    state: CopyState = {
         "copied": 0,
         "total": size - len(head),
         "t0": time.monotonic(),
@@ -503,52 +524,59 @@ def merge(args: dict) -> MergeReply:
     _write_data(out, head, headers, size, state)
     errs = quick_check(out, n_tensors, size)
     if errs:
-        return dict(res, failed=True, changed=True, msg="merged file failed its check", errors=errs)
+        return {
+            **res,
+            "failed": True,
+            "changed": True,
+            "msg": "merged file failed its check",
+            "errors": errs,
+        }
     _write_sidecar(out, fp, n_tensors, head)
     el = time.monotonic() - state["t0"]
-    return dict(
-        res,
-        failed=False,
-        changed=True,
-        copy_mode=state.get("mode"),
-        elapsed_s=round(el, 2),
-        msg=f"merged {len(headers)} shards into {out}",
-    )
+    return {
+        **res,
+        "failed": False,
+        "changed": True,
+        "copy_mode": state.get("mode"),
+        "elapsed_s": round(el, 2),
+        "msg": f"merged {len(headers)} shards into {out}",
+    }
 
 
-def _room_for(out: str, size: int, args: dict, res: dict, shards: int) -> MergeReply | None:
+def _room_for(out: str, size: int, args: dict, res: MergeReply, shards: int) -> MergeReply | None:
     """The reply when the merge cannot or (check mode) will not go ahead, else None."""
     outdir = os.path.dirname(out)
     if not os.path.isdir(outdir):
-        return dict(res, failed=True, changed=False, msg=f"output directory {outdir} missing")
+        msg = f"output directory {outdir} missing"
+        return {**res, "failed": True, "changed": False, "msg": msg}
     st = os.statvfs(outdir)
     free = st.f_bavail * st.f_frsize
     margin = int(args.get("free_margin_bytes", 1 << 30))
     old = os.path.getsize(out) if os.path.isfile(out) else 0  # replaced, but only after rename
     if free < size + margin:
-        return dict(
-            res,
-            failed=True,
-            changed=False,
-            free_bytes=free,
-            msg=(
+        return {
+            **res,
+            "failed": True,
+            "changed": False,
+            "free_bytes": free,
+            "msg": (
                 f"not enough free space in {outdir}: need {size + margin} (merged {size} + margin "
                 f"{margin}), have {free}"
             ),
-        )
+        }
     if args.get("check"):
-        return dict(
-            res,
-            failed=False,
-            changed=True,
-            free_bytes=free,
-            replaces_bytes=old,
-            msg=f"would merge {shards} shards into {out} ({size} bytes)",
-        )
+        return {
+            **res,
+            "failed": False,
+            "changed": True,
+            "free_bytes": free,
+            "replaces_bytes": old,
+            "msg": f"would merge {shards} shards into {out} ({size} bytes)",
+        }
     return None
 
 
-def _write_data(out: str, head: bytes, headers: list, size: int, state: dict) -> None:
+def _write_data(out: str, head: bytes, headers: list, size: int, state: CopyState) -> None:
     """Header then every shard's tensors into a temporary file, renamed over `out` when whole."""
     outdir = os.path.dirname(out)
     fd, tmp = tempfile.mkstemp(dir=outdir, prefix="." + os.path.basename(out) + ".", suffix=".part")
@@ -646,9 +674,10 @@ def verify(args: dict) -> VerifyReply:
         errs = headers[0].layout_errors()
         if (headers[0].get("split.count") or 0) > 1:  # loaders would look for sibling shards
             errs.append(f"{headers[0].name}: split.count > 1 in a single file")
-    res = {
+    res: VerifyReply = {
         "failed": bool(errs),
         "changed": False,
+        "msg": "",
         "errors": errs,
         "files": [h.name for h in headers],
         "tensor_count": sum(h.n_tensors for h in headers),
@@ -712,7 +741,7 @@ def _removed_output(args: dict) -> str:
     return os.path.abspath(shard_paths(path)[0] + ".gguf")
 
 
-def merged_only(args: dict) -> MergedOnlyReply:
+def merged_only(args: dict) -> MergedOnlyReply | Reply:
     """The shards are gone: is there a merged file that a verified merge left in their place,
     unchanged since (size and mtime as recorded, else its sha256 again; always with sha256)?"""
     out = _removed_output(args)
@@ -751,7 +780,7 @@ def merged_only(args: dict) -> MergedOnlyReply:
     }
 
 
-def remove_shards(args: dict) -> RemoveReply:
+def remove_shards(args: dict) -> RemoveReply | Reply:
     """Delete the shards of a merged set once the merged file is proven to hold them: its
     sha256 equals that of the merge recomputed from the shards. The sidecar records the
     sha256 and the removal before any shard goes, so an interrupted removal is finished."""
@@ -813,13 +842,14 @@ def _unlink(paths: list, args: dict, what: str) -> RemoveReply:
 
 def run(args: dict) -> Reply:
     mode = args.get("mode")
-    fn = {
+    handlers: dict[str, Callable[[dict], Reply]] = {
         "validate": validate,
         "merge": merge,
         "verify": verify,
         "merged_only": merged_only,
         "remove_shards": remove_shards,
-    }.get(mode)
+    }
+    fn = handlers.get(mode) if isinstance(mode, str) else None  # a list would not hash
     return failure(f"unknown mode {mode!r}") if fn is None else fn(args)
 
 
