@@ -364,8 +364,8 @@ def _read_group(
     if not isinstance(group_vars, dict):
         raise InputError(f"'vars' of group '{name}' must be a mapping", **where(body, "vars"))
     group.vars.update(group_vars)
-    hosts = body.get("hosts") or {}
-    if not isinstance(hosts, dict):
+    hosts = body.get("hosts") or _empty_map(body, "hosts")
+    if not isinstance(hosts, SourceMap):  # an `!unsafe` mapping has no lines to name
         raise InputError(f"'hosts' of group '{name}' must be a mapping", **where(body, "hosts"))
     for host_name, host_body in hosts.items():
         _check_host_name(host_name, hosts)
@@ -383,8 +383,8 @@ def _read_group(
         if host_body or host_name not in host_inline:
             host_inline[host_name] = host_body or _empty_map(hosts, host_name)
         group.hosts.append(host_name)
-    children = body.get("children") or {}
-    if not isinstance(children, dict):
+    children = body.get("children") or _empty_map(body, "children")
+    if not isinstance(children, SourceMap):
         raise InputError(
             f"'children' of group '{name}' must be a mapping", **where(body, "children")
         )

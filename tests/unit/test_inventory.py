@@ -97,6 +97,8 @@ def test_limit_matching_nothing_names_the_file(inventory_file: Path) -> None:
         ("all:\n  hosts:\n    a: {adress: 1.2.3.4}\n", 3, "did you mean 'address'"),
         ("all:\n  hosts:\n    a: {}\n    a: {}\n", 4, "duplicate key 'a'"),
         ("all:\n  hosts:\n    a: [1]\n", 3, "must be a mapping"),
+        ("all:\n  hosts: !unsafe\n    a:\n", 2, "'hosts' of group 'all' must be a mapping"),
+        ("all:\n  children: !unsafe\n    g:\n", 2, "'children' of group 'all' must be"),
         ("all:\n  hosts: {a: {}\n", None, "invalid YAML"),
         (
             "all:\n  children:\n    g1: {hosts: {a: {port: 1}}}\n    g2: {hosts: {a: {port: 2}}}\n",
