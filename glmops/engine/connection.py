@@ -211,7 +211,7 @@ class SSHConnection:
     def _make(
         self, address: str, user: str | None, port: int | None, jump: str | None
     ) -> fabric.Connection:
-        connect_kwargs = {
+        connect_kwargs: dict[str, float | str] = {
             "banner_timeout": self.spec.connect_timeout,
             "auth_timeout": self.spec.connect_timeout,
         }
