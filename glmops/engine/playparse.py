@@ -162,7 +162,7 @@ def _task(raw: Any, section: str, play: Any, index: int, play_tags: list[str]) -
         retries=_int(raw, "retries", 0),
         until=raw.get("until"),
         delay=_number(raw, "delay", 5),
-        timeout=_number(raw, "timeout", None),
+        timeout=_optional_number(raw, "timeout"),
         become=_become(raw),
         ignore_errors=bool(raw.get("ignore_errors", False)),
         vars=_mapping(raw, "vars"),
@@ -375,7 +375,15 @@ def _int(raw: SourceMap, key: str, default: int) -> int:
     return value
 
 
-def _number(raw: SourceMap, key: str, default: float | None) -> float | None:
+def _number(raw: SourceMap, key: str, default: float) -> float:
+    """raw[key], else `default`: a null is refused (a retry would sleep on it)."""
+    value = _optional_number(raw, key, default)
+    if value is None:
+        raise InputError(f"'{key}' must be a non-negative number", **where(raw, key))
+    return value
+
+
+def _optional_number(raw: SourceMap, key: str, default: float | None = None) -> float | None:
     value = raw.get(key, default)
     if value is not None and (
         isinstance(value, bool) or not isinstance(value, int | float) or value < 0

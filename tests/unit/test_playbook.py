@@ -68,6 +68,11 @@ def test_loads_tasks_and_handlers(tmp_path: Path) -> None:
         ("- hosts: a\n  taks: []\n", 2, "unknown play key 'taks'"),
         ("- tasks: []\n", 1, "needs 'hosts:'"),
         ("- hosts: a\n  tasks:\n    - command: ls\n      retries: -1\n", 4, "non-negative integer"),
+        (  # a null delay would reach time.sleep() on the first retry
+            "- hosts: a\n  tasks:\n    - command: ls\n      retries: 2\n      delay:\n",
+            5,
+            "'delay' must be a non-negative number",
+        ),
         ("- hosts: a\n  name: p\n  serial: abc\n  tasks: []\n", 3, "'serial' entry 'abc'"),
         ("- hosts: a\n  serial: [1, 150%]\n  tasks: []\n", 2, "'serial' entry '150%'"),
         (
