@@ -7,10 +7,12 @@ import os
 import signal
 import time
 from pathlib import Path
+from typing import TypeGuard
 
 
-def alive(pid: int | None) -> bool:
-    """True for a live process; a zombie (PID 1 here may never reap it) counts as dead."""
+def alive(pid: int | None) -> TypeGuard[int]:
+    """True for a live process; a zombie (PID 1 here may never reap it) counts as dead. True
+    also tells the type checker that `pid` is an int."""
     if not pid:
         return False
     try:
