@@ -279,14 +279,23 @@ def _plan_plugin(sources: dict[str, str | None]) -> list[FileChange]:
             + "; ".join(f"{a.path}: {a.symbol}" for a in missing)
             + ")"
         )
-    entry = sources[PLUGIN_ENTRY]
+    weight_utils = sources.get(PLUGIN_WEIGHT_UTILS)
+    registry = sources.get(PLUGIN_REGISTRY)
+    entry = sources.get(PLUGIN_ENTRY)
+    if weight_utils is None or registry is None or entry is None:  # PLUGIN_ANCHORS needs all 3
+        absent = [
+            p
+            for p in (PLUGIN_WEIGHT_UTILS, PLUGIN_REGISTRY, PLUGIN_ENTRY)
+            if sources.get(p) is None
+        ]
+        raise PatchError(f"vllm-gguf-plugin layout not supported: {absent} missing")
     speculators = (
         "already upstream: plugin.py's _patch_speculator_probe skips the speculator probe "
         "for GGUF models"
     )
     return [
-        _plan_plugin_weight_utils(sources[PLUGIN_WEIGHT_UTILS]),
-        _plan_plugin_registry(sources[PLUGIN_REGISTRY]),
+        _plan_plugin_weight_utils(weight_utils),
+        _plan_plugin_registry(registry),
         _plan_rendered(PLUGIN_ADAPTER, sources.get(PLUGIN_ADAPTER), plugin=True),
         FileChange(PLUGIN_ENTRY, entry, entry, NAME, "ok", speculators),
     ]
