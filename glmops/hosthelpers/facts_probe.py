@@ -179,31 +179,36 @@ class Probe:
         self.timeout = float(args.get("timeout", 20))
 
     def fail(self, key: str, reason: str) -> None:
+        """Record why a fact is missing (the reply's `errors`); the probe then answers None."""
         self.errors[key] = reason
-        return None
 
     def read(self, path: str, key: str) -> str | None:
         try:
             with open(path, encoding="utf-8", errors="replace") as f:
                 return f.read()
         except OSError as e:
-            return self.fail(key, f"{path}: {e.strerror or e}")
+            self.fail(key, f"{path}: {e.strerror or e}")
+            return None
 
     def run(self, argv: list, key: str, timeout: float | None = None) -> str | None:
         """stdout of argv, or None with the reason (missing tool, timeout, non-zero exit)."""
         if shutil.which(argv[0]) is None and not os.path.isfile(argv[0]):
-            return self.fail(key, f"{argv[0]} not found")
+            self.fail(key, f"{argv[0]} not found")
+            return None
         try:
             p = subprocess.run(
                 argv, capture_output=True, timeout=timeout or self.timeout, text=True
             )
         except subprocess.TimeoutExpired:
-            return self.fail(key, f"{argv[0]} timed out after {timeout or self.timeout}s")
+            self.fail(key, f"{argv[0]} timed out after {timeout or self.timeout}s")
+            return None
         except OSError as e:
-            return self.fail(key, f"{argv[0]}: {e}")
+            self.fail(key, f"{argv[0]}: {e}")
+            return None
         if p.returncode != 0:
             text = (p.stderr.strip() or p.stdout.strip())[-300:]
-            return self.fail(key, f"{argv[0]} exited {p.returncode}: {text}")
+            self.fail(key, f"{argv[0]} exited {p.returncode}: {text}")
+            return None
         return p.stdout
 
     # --- host basics -------------------------------------------------------------------------
@@ -238,14 +243,16 @@ class Probe:
     def disk(self, path: str | None) -> DiskInfo | None:
         """Free space where the model will live; the nearest existing ancestor if not there yet."""
         if not path:
-            return self.fail("disk", "no model_dir given")
+            self.fail("disk", "no model_dir given")
+            return None
         probed = os.path.abspath(path)
         while not os.path.exists(probed) and probed != "/":
             probed = os.path.dirname(probed)
         try:
             st = os.statvfs(probed)
         except OSError as e:
-            return self.fail("disk", f"statvfs {probed}: {e}")
+            self.fail("disk", f"statvfs {probed}: {e}")
+            return None
         mount, fstype = None, None
         mounts = self.read("/proc/self/mounts", "disk.mount") or ""
         real = os.path.realpath(probed)
@@ -271,15 +278,18 @@ class Probe:
         try:
             names = [n for n in os.listdir(d) if n.startswith("SecureBoot-")]
         except OSError:
-            return self.fail("secure_boot", "no EFI variables (legacy boot or not exposed)")
+            self.fail("secure_boot", "no EFI variables (legacy boot or not exposed)")
+            return None
         if not names:
-            return self.fail("secure_boot", "SecureBoot variable absent")
+            self.fail("secure_boot", "SecureBoot variable absent")
+            return None
         try:
             with open(os.path.join(d, names[0]), "rb") as f:
                 data = f.read()
             return bool(data[-1]) if data else None
         except OSError as e:
-            return self.fail("secure_boot", str(e))
+            self.fail("secure_boot", str(e))
+            return None
 
     # --- GPUs -------------------------------------------------------------------------------
     def pci_gpus(self) -> list | None:
@@ -288,7 +298,8 @@ class Probe:
         try:
             devs = sorted(os.listdir(base))
         except OSError as e:
-            return self.fail("pci_gpus", f"{base}: {e}")
+            self.fail("pci_gpus", f"{base}: {e}")
+            return None
         found = []
         for dev in devs:
             p = os.path.join(base, dev)
@@ -313,7 +324,8 @@ class Probe:
         try:
             lib = ctypes.CDLL("libnvidia-ml.so.1")
         except OSError as e:
-            return self.fail("nvml", f"libnvidia-ml.so.1 not loadable: {e}")
+            self.fail("nvml", f"libnvidia-ml.so.1 not loadable: {e}")
+            return None
 
         def check(rc: int, what: str) -> None:
             if rc != 0:
@@ -341,7 +353,8 @@ class Probe:
         try:
             check(lib.nvmlInit_v2(), "nvmlInit")
         except RuntimeError as e:
-            return self.fail("nvml", str(e))
+            self.fail("nvml", str(e))
+            return None
         try:
             buf = ctypes.create_string_buffer(96)
             check(lib.nvmlSystemGetDriverVersion(buf, 96), "driver version")
@@ -387,7 +400,8 @@ class Probe:
                 gpus.append(g)
             return {"driver_version": driver, "cuda_version": cuda_s, "gpus": gpus}
         except (RuntimeError, AttributeError) as e:
-            return self.fail("nvml", str(e))
+            self.fail("nvml", str(e))
+            return None
         finally:
             lib.nvmlShutdown()
 
@@ -403,7 +417,8 @@ class Probe:
         for line in out.strip().splitlines():
             f = [x.strip() for x in line.split(",")]
             if len(f) < 5:
-                return self.fail("nvidia_smi", f"unexpected CSV line: {line!r}")
+                self.fail("nvidia_smi", f"unexpected CSV line: {line!r}")
+                return None
             mem = int(f[3]) if f[3].isdigit() else None
             gpus.append(
                 {
@@ -492,10 +507,12 @@ class Probe:
     # --- venv -------------------------------------------------------------------------------
     def venv(self, path: str | None) -> VenvInfo | None:
         if not path:
-            return self.fail("venv", "no venv given")
+            self.fail("venv", "no venv given")
+            return None
         py = os.path.join(path, "bin", "python")
         if not os.path.exists(py):
-            return self.fail("venv", f"{py} absent")
+            self.fail("venv", f"{py} absent")
+            return None
         info: VenvInfo = {"path": path, "python": py, "pyvenv_version": None}
         cfg = os.path.join(path, "pyvenv.cfg")
         for line in (self.read(cfg, "venv.pyvenv_cfg") or "").splitlines():
@@ -529,14 +546,17 @@ class Probe:
 
     def manifest(self, path: str | None) -> dict | None:
         if not path:
-            return self.fail("patch_manifest", "no venv, so no manifest path")
+            self.fail("patch_manifest", "no venv, so no manifest path")
+            return None
         if not os.path.exists(path):
-            return self.fail("patch_manifest", f"absent: {path}")
+            self.fail("patch_manifest", f"absent: {path}")
+            return None
         text = self.read(path, "patch_manifest")
         try:
             return json.loads(text) if text is not None else None
         except ValueError as e:
-            return self.fail("patch_manifest", f"invalid JSON in {path}: {e}")
+            self.fail("patch_manifest", f"invalid JSON in {path}: {e}")
+            return None
 
     def collect(self) -> FactsReply:
         """Every fact, each probe in turn (the order matters: driver_mismatch reads the errors
