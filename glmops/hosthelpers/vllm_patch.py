@@ -259,8 +259,9 @@ MODES = {"read": mode_read, "apply": mode_apply, "restore": mode_restore, "manif
 
 
 def run(args: dict) -> Reply | dict:
-    mode = MODES.get(args.get("mode", ""))
-    return failure(f"unknown mode {args.get('mode')!r}") if mode is None else mode(args)
+    name = args.get("mode")
+    mode = MODES.get(name) if isinstance(name, str) else None  # a list would not hash
+    return failure(f"unknown mode {name!r}") if mode is None else mode(args)
 
 
 if __name__ == "__main__":

@@ -56,6 +56,16 @@ def test_every_helper_answers_through_the_envelope(name: str) -> None:
     }
 
 
+@pytest.mark.parametrize("mode", ["split", ["merge"], None])
+@pytest.mark.parametrize("name", ["gguf_split", "model_files", "vllm_patch"])
+def test_an_unknown_mode_is_a_failed_reply_not_a_crash(name: str, mode: object) -> None:
+    """A mode that is not a string (a JSON list does not hash) is refused like a wrong name."""
+    done = launch(name, helper_stdin(name, {"mode": mode, "path": "unused"}))
+    assert done.returncode == 0, done.stderr
+    reply = json.loads(done.stdout)
+    assert reply == {"failed": True, "changed": False, "msg": f"unknown mode {mode!r}"}
+
+
 def test_arguments_travel_on_stdin_and_never_in_the_command() -> None:
     secret = "s3cr3t-value"
     command = helper_command("file_digests")

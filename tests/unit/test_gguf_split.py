@@ -166,13 +166,6 @@ def test_validate_bad_names(tmp_path: Path, name: str, why: str) -> None:
     assert res["failed"] and why in res["msg"] and name in res["msg"]
 
 
-@pytest.mark.parametrize("mode", ["split", ["merge"], None])
-def test_an_unknown_mode_is_a_failed_reply_not_a_crash(mode: object) -> None:
-    """A mode that is not a string (a JSON list does not hash) is refused like a wrong name."""
-    res, _ = run_cli({"mode": mode, "path": "unused"})
-    assert res == {"failed": True, "changed": False, "msg": f"unknown mode {mode!r}"}
-
-
 def test_lfs_pointer_and_truncation_are_named(tmp_path: Path) -> None:
     p = tmp_path / "x-00001-of-00001.gguf"
     p.write_text("version https://git-lfs.github.com/spec/v1\noid sha256:00\nsize 1\n")
