@@ -74,7 +74,7 @@ def _dotted(version: tuple[int, ...]) -> str:
 # verifies one before it is added here.
 _GLUON_FIRST, _GLUON_LAST = (3, 6), (3, 8)
 _GLUON_COMPILES = gluon is not None and _GLUON_FIRST <= _TRITON <= _GLUON_LAST
-_GLUON_VERIFIED = ((3, 6),)
+_GLUON_VERIFIED = ((3, 6), (3, 7), (3, 8))
 _GLUON_RANGE = f"Triton {_dotted(_GLUON_FIRST)} to {_dotted(_GLUON_LAST)}"
 _GLUON_TRITONS = (  # what the refusals say of the Triton
     f"a Triton that runs the Gluon kernels ({', '.join(map(_dotted, _GLUON_VERIFIED))}, "

@@ -17,7 +17,8 @@ There, with `.thirdparty` carried (PYTHONPATH first, so torch keeps its own Trit
     python3 -m pytest tests/gpu -q -p no:cacheprovider -n 4
 
 (`GLMOPS_SPARSE_MLA_GLUON=1` runs the Gluon kernels under a Triton they compile under but that
-no GPU suite has verified yet: backend/sparse_mla/, ``_GLUON_VERIFIED``.)
+no GPU suite has verified yet: backend/sparse_mla/, ``_GLUON_VERIFIED``; the run that passes
+verifies it.)
 """
 
 from __future__ import annotations

@@ -191,11 +191,10 @@ def test_the_kernel_serving_the_layers_is_logged_once_for_glmops_status(
 TRITON_TILES = {
     ("3.5.1", None): "tl.dot tile 16x32, 4 warps; Triton 3.5.1 (the Gluon mma.sync tile 8x64, "
     "4 warps needs Triton 3.6 to 3.8)",
-    ("3.8.0", None): "tl.dot tile 16x32, 4 warps; Triton 3.8.0 (the Gluon mma.sync tile 8x64, "
-    "4 warps is not yet verified on a GPU under Triton 3.8.0; GLMOPS_SPARSE_MLA_GLUON=1 runs it)",
+    ("3.8.0", None): "Gluon mma.sync tile 8x64, 4 warps (the tl.dot tile for batches too small "
+    "to fill the GPU with 64-row tiles); Triton 3.8.0",
     ("3.8.0", "1"): "Gluon mma.sync tile 8x64, 4 warps (the tl.dot tile for batches too small "
-    "to fill the GPU with 64-row tiles); Triton 3.8.0 (GLMOPS_SPARSE_MLA_GLUON=1: the Gluon "
-    "tiles are not verified under it)",
+    "to fill the GPU with 64-row tiles); Triton 3.8.0",
     ("3.5.1", "1"): "tl.dot tile 16x32, 4 warps; Triton 3.5.1 (the Gluon mma.sync tile 8x64, "
     "4 warps needs Triton 3.6 to 3.8)",
 }
@@ -204,8 +203,8 @@ TRITON_TILES = {
 @pytest.mark.parametrize(("version", "forced"), list(TRITON_TILES))
 def test_other_tritons_name_their_tile(version: str, forced: str | None) -> None:
     """Under vLLM 0.16's Triton (3.5) the Gluon kernels do not exist; under 0.27 onwards' (3.7,
-    3.8) they compile but are off until a GPU suite run verifies them, and the line says so;
-    GLMOPS_SPARSE_MLA_GLUON=1 runs them where they compile, and only there."""
+    3.8) a GPU suite run has verified them, so they run by default, as under 3.6;
+    GLMOPS_SPARSE_MLA_GLUON=1 cannot bring them to a Triton they do not compile under."""
     code = (
         "import sys, torch; from tests.support.module_file import load_sparse_mla; "
         "m = load_sparse_mla('k'); "
