@@ -20,12 +20,12 @@ for arg in "$@"; do
 done
 
 testbed_log=$(mktemp /tmp/glmops-testbed-tier.XXXXXX)
-python3 -m pytest tests/testbed "$@" >"$testbed_log" 2>&1 &
+python3 -m pytest tests/testbed --durations=15 "$@" >"$testbed_log" 2>&1 &
 testbed_pid=$!
 trap 'kill "$testbed_pid" 2>/dev/null || true' EXIT
 
 set +e
-python3 -m pytest --ignore=tests/testbed "$@"
+python3 -m pytest --ignore=tests/testbed --durations=15 "$@"
 others=$?
 echo "--- the testbed tier, run alongside (its output follows once it ends) ---"
 wait "$testbed_pid"
