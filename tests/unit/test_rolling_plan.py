@@ -37,7 +37,10 @@ all:
 
 
 @pytest.fixture
-def deploy(tmp_path: Path) -> Iterator[tuple[FleetDeploy, list[tuple[str, str, dict, dict]], dict]]:
+def deploy(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[tuple[FleetDeploy, list[tuple[str, str, dict, dict]], dict]]:
+    monkeypatch.setenv("GLMOPS_HOME", str(tmp_path / "home"))  # the router's admin key
     (tmp_path / "hosts.yml").write_text(textwrap.dedent(FLEET))
     inventory = load_inventory(tmp_path / "hosts.yml")
     calls: list[tuple[str, str, dict, dict]] = []
