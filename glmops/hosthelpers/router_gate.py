@@ -102,15 +102,20 @@ def parse_head(head: bytes) -> Head:
         name, colon, value = line.partition(b":")
         if not colon or not TOKEN.match(name):
             raise Refusal(400, "Bad Request", "malformed header line")
-        headers.append((name.lower(), value.strip(b" \t")))
+        headers.append((name, value.strip(b" \t")))
     return method, target, version, headers
+
+
+def values(headers: list[tuple[bytes, bytes]], name: bytes) -> list[bytes]:
+    """The values of every header called `name` (lower case), in any case."""
+    return [value for key, value in headers if key.lower() == name]
 
 
 def body_length(headers: list[tuple[bytes, bytes]]) -> int:
     """The request body's length: Content-Length only, one value, digits only."""
-    if any(name == b"transfer-encoding" for name, _ in headers):
+    if values(headers, b"transfer-encoding"):
         raise Refusal(411, "Length Required", "send the body with Content-Length, not chunked")
-    lengths = [value for name, value in headers if name == b"content-length"]
+    lengths = values(headers, b"content-length")
     if not lengths:
         return 0
     if len(lengths) > 1 or not lengths[0].isdigit():
@@ -120,14 +125,14 @@ def body_length(headers: list[tuple[bytes, bytes]]) -> int:
 
 def authorized(headers: list[tuple[bytes, bytes]], key: bytes) -> bool:
     """Whether the request carries exactly one admin key header, equal to `key`."""
-    given = [value for name, value in headers if name == KEY_HEADER]
+    given = values(headers, KEY_HEADER)
     return len(given) == 1 and hmac.compare_digest(given[0], key)
 
 
 def upstream_head(request: Head) -> bytes:
     """The head sent to the router: the key and hop headers dropped, one request only."""
     method, target, version, headers = request
-    kept = [(n, v) for n, v in headers if n != KEY_HEADER and n not in HOP_HEADERS]
+    kept = [(n, v) for n, v in headers if n.lower() != KEY_HEADER and n.lower() not in HOP_HEADERS]
     lines = [b" ".join((method, target, version))]
     lines += [n + b": " + v for n, v in kept]
     lines.append(b"Connection: close")
