@@ -209,6 +209,22 @@ class GateHandler(socketserver.BaseRequestHandler):
         print(f"router_gate: {refusal.status} {refusal.body}", file=sys.stderr, flush=True)
         with contextlib.suppress(OSError):
             self.request.sendall(refusal_bytes(refusal))
+            linger(self.request)
+
+
+def linger(client: socket.socket, seconds: float = 1.0, limit: int = 1 << 20) -> None:
+    """Close the way HTTP servers do: stop sending, then read what the client still sends for
+    a moment (bounded in time and bytes), so that closing with unread bytes does not reset the
+    connection before the client read the refusal."""
+    client.shutdown(socket.SHUT_WR)
+    deadline = time.monotonic() + seconds
+    drained = 0
+    while drained < limit and (left := deadline - time.monotonic()) > 0:
+        client.settimeout(left)
+        chunk = client.recv(65536)
+        if not chunk:
+            return
+        drained += len(chunk)
 
 
 def read_head(client: socket.socket, timeout: float) -> tuple[bytes, bytes]:

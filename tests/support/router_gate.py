@@ -230,6 +230,6 @@ def raw_exchange(url: str, data: bytes, *, read_timeout: float = 5.0) -> bytes:
         try:
             while chunk := sock.recv(65536):
                 reply += chunk
-        except TimeoutError:
+        except (TimeoutError, ConnectionResetError):
             pass
     return reply
