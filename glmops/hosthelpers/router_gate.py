@@ -29,6 +29,7 @@ import sys
 import threading
 import time
 import urllib.parse
+from typing import TYPE_CHECKING
 
 KEY_ENV = "GLMOPS_ROUTER_ADMIN_KEY"
 KEY_HEADER_NAME = "X-Glmops-Router-Key"
@@ -82,7 +83,8 @@ def path_is_free(target: str) -> bool:
     return path in FREE_PATHS or path.startswith(FREE_PREFIXES) and path not in FREE_PREFIXES
 
 
-Head = tuple[bytes, bytes, bytes, list[tuple[bytes, bytes]]]
+if TYPE_CHECKING:  # the gate may run on an older python: no subscripted builtins at run time
+    Head = tuple[bytes, bytes, bytes, list[tuple[bytes, bytes]]]
 
 
 def parse_head(head: bytes) -> Head:
@@ -241,7 +243,7 @@ def read_head(client: socket.socket, timeout: float) -> tuple[bytes, bytes]:
         client.settimeout(left)
         try:
             chunk = client.recv(8192)
-        except TimeoutError:
+        except socket.timeout:  # noqa: UP041 - TimeoutError only from python 3.10
             raise Refusal(408, "Request Timeout", "request head not sent in time") from None
         if not chunk:
             raise OSError("client closed before its request head ended")
