@@ -111,6 +111,13 @@ def confined(root: str, rel: str) -> str:
     return os.path.join(root, rel)
 
 
+def http_base(address: str, port: int) -> str:
+    """`http://address:port`, an IPv6 address in brackets (RFC 3986), so that the port is not
+    read as part of the address."""
+    host = f"[{address}]" if ":" in address and not address.startswith("[") else address
+    return f"http://{host}:{int(port)}"
+
+
 def file_sha256(path: str) -> str:
     """The file's sha256, read in 8 MiB blocks (model files are many GB)."""
     h = hashlib.sha256()
