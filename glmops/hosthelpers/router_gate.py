@@ -198,7 +198,11 @@ class GateHandler(socketserver.BaseRequestHandler):
         if not path_is_free(target.decode("ascii")) and not authorized(headers, self.server.key):
             raise Refusal(403, "Forbidden", "this path needs the router's admin key")
         client.settimeout(self.server.client_timeout)
-        with socket.create_connection(self.server.upstream, timeout=10) as upstream:
+        try:
+            upstream = socket.create_connection(self.server.upstream, timeout=10)
+        except OSError:
+            raise Refusal(502, "Bad Gateway", "the router does not answer") from None
+        with upstream:
             upstream.settimeout(self.server.upstream_timeout)
             upstream.sendall(upstream_head(request))
             pump = threading.Thread(target=send_body, args=(client, upstream, rest, length))
@@ -255,11 +259,14 @@ def read_head(client: socket.socket, timeout: float) -> tuple[bytes, bytes]:
 
 
 def send_body(client: socket.socket, upstream: socket.socket, first: bytes, length: int) -> None:
-    """Exactly `length` body bytes to the router; anything after them is never read on."""
+    """Exactly `length` body bytes to the router; anything after them is never read on. A
+    client that stops short of its Content-Length ends the router's side too, so the request
+    does not hold a connection until the router's timeout."""
+    left = length
     try:
         sent = first[:length]
         upstream.sendall(sent)
-        left = length - len(sent)
+        left -= len(sent)
         while left > 0:
             chunk = client.recv(min(left, 65536))
             if not chunk:
@@ -268,6 +275,9 @@ def send_body(client: socket.socket, upstream: socket.socket, first: bytes, leng
             left -= len(chunk)
     except OSError:
         pass
+    if left > 0:
+        with contextlib.suppress(OSError):
+            upstream.shutdown(socket.SHUT_RDWR)
 
 
 def main(argv: list[str] | None = None) -> int:

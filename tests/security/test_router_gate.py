@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import select
 import socket
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -221,3 +222,37 @@ def test_the_real_router_keeps_its_workers_against_every_trick(tmp_path: Path, h
         workers == direct == [worker],
         f"the router lists {workers}",
     )
+
+
+def test_a_body_cut_short_does_not_hold_the_router(hostile) -> None:
+    """A client that closes before its Content-Length is sent ends the router's side too
+    (the router here never answers: without that, the gate would wait for it an hour)."""
+    with socket.create_server(("127.0.0.1", 0)) as silent:
+        held: list[socket.socket] = []
+        threading.Thread(target=lambda: held.append(silent.accept()[0]), daemon=True).start()
+        with gate(silent.getsockname()[1], KEY) as url:
+            host, port = url.split("//")[1].rsplit(":", 1)
+            started = time.monotonic()
+            with socket.create_connection((host, int(port)), timeout=5) as sock:
+                sock.sendall(request(b"POST", b"/v1/completions", b"Content-Length: 100") + b"x")
+                sock.shutdown(socket.SHUT_WR)
+                try:
+                    ended = sock.recv(1024) == b""
+                except TimeoutError:
+                    ended = False
+            waited = time.monotonic() - started
+        for conn in held:
+            conn.close()
+    hostile.check(
+        "router gate, a body cut short",
+        ended and waited < 3,
+        f"connection still open after {waited:.1f} s",
+    )
+
+
+def test_a_router_that_is_down_is_a_502(hostile) -> None:
+    with socket.socket() as unused:
+        unused.bind(("127.0.0.1", 0))  # bound, never listening: connections are refused
+        with gate(unused.getsockname()[1], KEY) as url:
+            reply = raw_exchange(url, request(b"GET", b"/v1/models"))
+    hostile.check("router gate, router down", status(reply) == 502, repr(reply[:80]))
