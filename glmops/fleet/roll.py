@@ -86,7 +86,11 @@ def router_vars(inventory: Inventory, fleet: Fleet, workers: Sequence[str]) -> d
         source=str(inventory.path),
     )
     gated = needs_gate(listen, host.get("router_gate", True))
-    internal = int(host.get("router_internal_port", fleet.router.port + 1))
+    internal = host.get("router_internal_port", fleet.router.port + 1)
+    if isinstance(internal, bool) or not isinstance(internal, int):
+        raise InputError(
+            f"router_internal_port must be an integer, got {internal!r}", source=str(inventory.path)
+        )
     bind_host, bind_port = ("127.0.0.1", internal) if gated else (listen, fleet.router.port)
     argv = router_argv(
         f"{venv}/bin/vllm-router",

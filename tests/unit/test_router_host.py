@@ -191,3 +191,9 @@ def test_the_router_play_refuses_a_host_that_is_not_the_router_host(
     [result] = outcome.results("r1")
     assert (result["task"], result["status"]) == ("the router host only", "failed")
     assert "on router_host (localhost) only" in result["msg"]
+
+
+def test_a_router_internal_port_that_is_not_a_number_is_refused(tmp_path: Path) -> None:
+    inventory = inventory_of(tmp_path, REMOTE, {"router_internal_port": "30001x"})
+    with pytest.raises(InputError, match="router_internal_port must be an integer"):
+        router_vars(inventory, fleet_from_inventory(inventory, []), [])
