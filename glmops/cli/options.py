@@ -170,7 +170,9 @@ def reports_errors(func: Callable[..., Any]) -> Callable[..., Any]:
 
 def fail(error: Exception, code: int, as_json: bool) -> NoReturn:
     """The one error line on stderr (with --json also an `error` event on stdout); exit."""
-    click.secho(f"error: {error}", fg="red", err=True)
+    from glmops.engine.output import printable
+
+    click.secho(f"error: {printable(str(error))}", fg="red", err=True)
     if as_json:
         from glmops.engine.output import event_line
 

@@ -9,6 +9,7 @@ Output that is not a terminal is never cut to a width: tables take the width the
 from __future__ import annotations
 
 import json
+import re
 import sys
 import threading
 import time
@@ -95,7 +96,7 @@ class Reporter:
         self._event("note", host=host, msg=message)
         with self._lock:
             prefix = f"[{host}] " if host else ""
-            self.err.print(f"[dim]{prefix}{self.masker.mask(message)}[/]", markup=True)
+            self.err.print(f"[dim]{_escape(prefix + self.masker.mask(message))}[/]")
 
     def task_start(self, host: str, task: str, source: str, *, handler: bool = False) -> None:
         """A task starts on a host: a line now, so a long task is never silent."""
@@ -252,7 +253,18 @@ class Reporter:
                     self.out.print(f"  never reached: {', '.join(play.not_reached)}", style="red")
 
 
+#: Characters a terminal acts on (C0 but newline and tab, DEL, C1): what a host or a Hub says
+#: must not move the cursor, retitle the window or hide a line (`\x1b[2K`, `\r`).
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+
+
+def printable(text: str) -> str:
+    """`text` with every terminal control character shown as its Python escape (`\x1b`)."""
+    return _CONTROL.sub(lambda m: repr(m.group())[1:-1], text)
+
+
 def _escape(text: str) -> str:
+    """For a rich console line: control characters shown as escapes, markup as text."""
     from rich.markup import escape
 
-    return escape(text)
+    return escape(printable(text))

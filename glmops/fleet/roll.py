@@ -25,7 +25,17 @@ from glmops.engine import batches
 from glmops.engine.batches import SerialEntry
 from glmops.engine.inventory import Inventory
 from glmops.errors import ExitCode, InputError
-from glmops.fleet.router import admin_exposure_warning, listen_address, router_argv
+from glmops.fleet.router import (
+    GATE_ENV,
+    GATE_SCRIPT,
+    GATE_SOURCE,
+    admin_exposure_warning,
+    gate_argv,
+    listen_address,
+    needs_gate,
+    router_argv,
+)
+from glmops.fleet.router_key import ensure_key
 from glmops.fleet.topology import Fleet, Replica, fleet_from_inventory, serving_hosts
 
 
@@ -62,7 +72,9 @@ def fleet_vars(fleet: Fleet) -> dict[str, Any]:
 
 
 def router_vars(inventory: Inventory, fleet: Fleet, workers: Sequence[str]) -> dict[str, Any]:
-    """What router.yml reads: the unit's argv, the URL, the worker list, the wheelhouse."""
+    """What router.yml reads: the unit's argv, the URL, the worker list, the wheelhouse; for
+    a router others reach, the gate's argv and the admin key (the router then listens on
+    127.0.0.1, `router_internal_port`, default the router port + 1)."""
     router = inventory.host(fleet.router.host) if fleet.router else None
     assert fleet.router is not None and router is not None  # the topology checked both
     host = router.vars
@@ -73,20 +85,42 @@ def router_vars(inventory: Inventory, fleet: Fleet, workers: Sequence[str]) -> d
         host=fleet.router.host,
         source=str(inventory.path),
     )
+    gated = needs_gate(listen, host.get("router_gate", True))
+    internal = host.get("router_internal_port", fleet.router.port + 1)
+    if isinstance(internal, bool) or not isinstance(internal, int):
+        raise InputError(
+            f"router_internal_port must be an integer, got {internal!r}", source=str(inventory.path)
+        )
+    bind_host, bind_port = ("127.0.0.1", internal) if gated else (listen, fleet.router.port)
     argv = router_argv(
         f"{venv}/bin/vllm-router",
-        host=listen,
-        port=fleet.router.port,
+        host=bind_host,
+        port=bind_port,
         workers=list(workers),
         policy=str(host.get("router_policy", "round_robin")),
     )
     out: dict[str, Any] = {
         "fleet_router_argv": argv,
         "fleet_router_url": fleet.router.url,
+        "fleet_router_bind": f"{bind_host}:{bind_port}",
         "fleet_workers": list(workers),
         "router_port": fleet.router.port,
-        "fleet_router_warning": admin_exposure_warning(listen) or "",
+        "fleet_router_warning": admin_exposure_warning(listen, gated=gated) or "",
+        "fleet_router_gate_argv": [],
     }
+    if gated:
+        script = f"{venv}/{GATE_SCRIPT}"
+        out["fleet_router_gate_argv"] = gate_argv(
+            f"{venv}/bin/python",
+            script,
+            listen=listen,
+            port=fleet.router.port,
+            upstream_port=internal,
+        )
+        out["fleet_router_gate_script"] = script
+        out["fleet_router_gate_source"] = str(GATE_SOURCE)
+        out["fleet_router_gate_env"] = GATE_ENV
+        out["fleet_router_admin_secret"] = ensure_key(fleet.router.url)
     if "router_wheelhouse" not in host:
         from glmops.gpu import wheelcache
 

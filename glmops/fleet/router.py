@@ -7,8 +7,10 @@ on failure and checks their health. Its admin endpoints: `GET /list_workers`,
 them on its one client port and asks no credentials for them, even with `--api-key` (that key
 only goes to workers for data-parallel-aware routing; a client's `Authorization` header is passed
 on to the worker unchanged, so replicas with an API key check the clients' keys themselves).
-Whoever reaches the router's address can therefore change its worker list: it listens on one
-address only (`listen_address`), never on every interface unless told so.
+So a router that other machines reach runs on 127.0.0.1 behind glmops' gate
+(hosthelpers/router_gate.py), which listens on the router's address and lets the admin API
+through only with the controller's key (fleet/router_key.py); the router listens on one address
+only (`listen_address`), never on every interface unless told so.
 """
 
 from __future__ import annotations
@@ -18,9 +20,19 @@ import urllib.parse
 import urllib.request
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 from glmops.errors import GlmopsError, InputError
+from glmops.fleet.router_key import KEY_HEADER_NAME, read_key
 from glmops.gpu.serving.flags import LOOPBACK_PREFIXES
+from glmops.hosthelpers import router_gate
+
+#: Where the gate's script goes on the router host, in the router's venv (its python runs it).
+GATE_SCRIPT = "glmops_router_gate.py"
+#: The gate's environment file on the router host (0600, root): its one copy of the key.
+GATE_ENV = "/etc/glmops/vllm-router-gate.env"
+#: The gate's script on the controller, copied there.
+GATE_SOURCE = Path(router_gate.__file__)
 
 
 class RouterError(GlmopsError):
@@ -44,17 +56,38 @@ def listen_address(router_address: str, configured: object, *, host: str, source
     return listen
 
 
-def admin_exposure_warning(listen: str) -> str | None:
+def needs_gate(listen: str, configured: object = True) -> bool:
+    """Whether the router goes behind the admin-key gate: whenever it listens where other
+    machines reach it, unless the inventory says `router_gate: false`."""
+    return configured is not False and not listen.startswith(LOOPBACK_PREFIXES)
+
+
+def admin_exposure_warning(listen: str, *, gated: bool) -> str | None:
     """vllm-router serves /add_worker and /remove_worker on its client port without
     credentials (its CLI has no admin key; --api-key only goes to workers), so on an address
-    other machines reach, every client can change the worker list: said at each deploy."""
-    if listen.startswith(LOOPBACK_PREFIXES):
+    other machines reach and without the gate, every client can change the worker list: said
+    at each deploy."""
+    if gated or listen.startswith(LOOPBACK_PREFIXES):
         return None
     return (
         f"the router's admin API (/add_worker, /remove_worker) answers every client that "
-        f"reaches {listen}; vllm-router has no credentials for it: keep that address on a "
-        "network only trusted clients reach (or run the router on the controller)"
+        f"reaches {listen}: router_gate is off, and vllm-router has no credentials for it; keep "
+        "that address on a network only trusted clients reach (or leave router_gate on)"
     )
+
+
+def gate_argv(python: str, script: str, *, listen: str, port: int, upstream_port: int) -> list[str]:
+    """The gate's ExecStart argv (its key comes from its EnvironmentFile, never from here)."""
+    return [
+        python,
+        script,
+        "--listen",
+        listen,
+        "--port",
+        str(port),
+        "--upstream-port",
+        str(upstream_port),
+    ]
 
 
 def router_argv(
@@ -115,11 +148,13 @@ def _norm(url: str) -> str:
 
 
 class RouterClient:
-    """The admin API of one running vllm-router."""
+    """The admin API of one running vllm-router, with the controller's key for its gate
+    (none for a router glmops made no key for: one without a gate)."""
 
-    def __init__(self, base_url: str, *, timeout: float = 10.0):
+    def __init__(self, base_url: str, *, timeout: float = 10.0, admin_key: str | None = None):
         self.base_url = base_url.rstrip("/")
         self.timeout = timeout
+        self.admin_key = admin_key if admin_key is not None else read_key(self.base_url)
 
     def workers(self) -> list[str]:
         reply = self._call("GET", "/list_workers")
@@ -137,6 +172,8 @@ class RouterClient:
 
     def _call(self, method: str, path: str, timeout: float | None = None) -> object:
         request = urllib.request.Request(self.base_url + path, method=method)
+        if self.admin_key:
+            request.add_header(KEY_HEADER_NAME, self.admin_key)
         try:
             with urllib.request.urlopen(request, timeout=timeout or self.timeout) as response:
                 body = response.read().decode("utf-8", "replace")

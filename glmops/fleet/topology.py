@@ -24,6 +24,7 @@ from typing import Any
 from glmops.engine.inventory import Host, Inventory
 from glmops.engine.yamlsrc import SourceMap, load_yaml, where
 from glmops.errors import InputError
+from glmops.hosthelpers._envelope import http_base
 
 DEFAULT_VLLM_PORT = 8000
 DEFAULT_ROUTER_PORT = 30000
@@ -68,7 +69,7 @@ class Replica:
     @property
     def url(self) -> str:
         """What the router sends requests to: the head's API server."""
-        return f"http://{self.head.address}:{self.port}"
+        return http_base(self.head.address, self.port)
 
     def member(self, host: str) -> Member:
         return next(m for m in self.members if m.host == host)
@@ -86,7 +87,7 @@ class Router:
 
     @property
     def url(self) -> str:
-        return f"http://{self.address}:{self.port}"
+        return http_base(self.address, self.port)
 
 
 @dataclass(frozen=True)

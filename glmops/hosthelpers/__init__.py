@@ -8,7 +8,8 @@ Stdlib only, at module level (the vLLM helpers import vllm inside functions: the
 the host venv's python), and nothing of glmops: what helpers share (the reply envelope, the
 TypedDict fallback, atomic writes, sha256 of a file) goes in `_envelope`. Each helper declares
 its reply as a TypedDict (e.g. `vllm_probe.ProbeReply`) that the controller reads through.
-Checked by tests/unit/test_layers.py.
+One is a service instead: `router_gate`, copied to the router host and run by its own unit for
+as long as the router runs (stdlib only as well). Checked by tests/unit/test_layers.py.
 """
 
 import sys

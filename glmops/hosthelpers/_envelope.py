@@ -89,13 +89,10 @@ class UnsafePath(ValueError):
     """A path from a listing, manifest or reply that could leave its root."""
 
 
-def confined(root: str, rel: str) -> str:
-    """`rel` joined to `root`, refused unless it stays inside: relative, no `..` or `.` or
-    empty parts, no control characters, and (symbolic links followed) still under root.
-
-    The one check every path from a Hub listing, a manifest or a host's reply passes, on the
-    controller and on hosts, before anything is written or deleted there.
-    """
+def relative_path(rel: object) -> str:
+    """`rel` if it is a path that can only name something below a root: relative, without
+    `..`, `.` or empty parts, backslashes or control characters. What `confined` checks
+    before it looks at the disk, and what a manifest's paths pass as soon as it is loaded."""
     if not isinstance(rel, str) or not rel:
         raise UnsafePath(f"not a relative path: {rel!r}")
     if any(ord(c) < 32 or ord(c) == 127 for c in rel):
@@ -104,11 +101,29 @@ def confined(root: str, rel: str) -> str:
         raise UnsafePath(f"not a relative path: {rel!r}")
     if any(part in ("", ".", "..") for part in rel.split("/")):
         raise UnsafePath(f"empty, '.' or '..' part in path {rel!r}")
+    return rel
+
+
+def confined(root: str, rel: str) -> str:
+    """`rel` joined to `root`, refused unless it stays inside: relative, no `..` or `.` or
+    empty parts, no control characters, and (symbolic links followed) still under root.
+
+    The one check every path from a Hub listing, a manifest or a host's reply passes, on the
+    controller and on hosts, before anything is written or deleted there.
+    """
+    relative_path(rel)
     base = os.path.realpath(root)
     path = os.path.realpath(os.path.join(base, rel))
     if os.path.commonpath([base, path]) != base or path == base:
         raise UnsafePath(f"{rel!r} resolves outside {root}")
     return os.path.join(root, rel)
+
+
+def http_base(address: str, port: int) -> str:
+    """`http://address:port`, an IPv6 address in brackets (RFC 3986), so that the port is not
+    read as part of the address."""
+    host = f"[{address}]" if ":" in address and not address.startswith("[") else address
+    return f"http://{host}:{int(port)}"
 
 
 def file_sha256(path: str) -> str:

@@ -36,7 +36,16 @@ import json
 import os
 from concurrent.futures import ThreadPoolExecutor
 
-from _envelope import Reply, UnsafePath, confined, failure, file_sha256, main, write_atomic
+from _envelope import (
+    Reply,
+    UnsafePath,
+    confined,
+    failure,
+    file_sha256,
+    main,
+    relative_path,
+    write_atomic,
+)
 
 STATE = ".glmops-model-state.json"
 MANIFEST = ".glmops-model-manifest.json"
@@ -310,7 +319,15 @@ def stat_files(args: dict) -> StatReply:
     }
 
 
+def listed_paths(args: dict) -> list:
+    """Every path of a request ([path, size] pairs in "files", or the manifest's entries),
+    each checked before any mode looks at one: a manifest is refused whole, as it arrives."""
+    files = args.get("files") or (args.get("manifest") or {}).get("files") or []
+    return [relative_path(f["path"] if isinstance(f, dict) else f[0]) for f in files]
+
+
 def run(args: dict) -> Reply:
+    listed_paths(args)
     mode = args.get("mode")
     if mode == "preflight":
         return preflight(args)

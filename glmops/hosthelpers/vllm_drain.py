@@ -15,7 +15,7 @@ import time
 import urllib.error
 import urllib.request
 
-from _envelope import Reply, main
+from _envelope import Reply, http_base, main
 
 HELD = re.compile(r"^vllm:num_requests_(?:running|waiting)(?:\{[^}]*\})?\s+([0-9.eE+-]+)\s*$", re.M)
 
@@ -49,7 +49,7 @@ def held(url: str, timeout: float) -> float | None:
 
 
 def drain(args: dict) -> DrainReply:
-    url = "http://{}:{}/metrics".format(args.get("address", "127.0.0.1"), int(args["port"]))
+    url = http_base(args.get("address", "127.0.0.1"), args["port"]) + "/metrics"
     interval = float(args.get("interval", 0.5))
     settle = float(args.get("settle", 2))
     started = time.monotonic()

@@ -17,7 +17,7 @@ import subprocess
 import urllib.error
 import urllib.request
 
-from _envelope import Reply, TypedDict, main
+from _envelope import Reply, TypedDict, http_base, main
 
 PROPS = "LoadState,ActiveState,SubState,Result,MainPID,NRestarts,InvocationID,UnitFileState"
 
@@ -137,7 +137,7 @@ def request(url: str, key: str | None, body: dict | None, timeout: float) -> dic
 
 def look(args: dict) -> ProbeReply:
     unit = args.get("unit", "vllm-glm5")
-    base = "http://{}:{}".format(args.get("address", "127.0.0.1"), int(args.get("port", 8000)))
+    base = http_base(args.get("address", "127.0.0.1"), args.get("port", 8000))
     timeout = float(args.get("request_timeout", 10))
     state = unit_state(unit)
     out: ProbeReply = {"failed": False, "changed": False, "msg": "", "unit": state}

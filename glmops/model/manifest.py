@@ -65,10 +65,21 @@ class Manifest:
 
 
 def load_manifest(path: Path) -> Manifest:
+    """The manifest at `path`, refused (UnsafePath, a ValueError) if any of its paths or part
+    names could leave the model folder: checked here, once, and again where files are written
+    or deleted."""
     doc = json.loads(path.read_text())
     if doc.get("format") != FORMAT:
         raise ValueError(f"{path}: manifest format {doc.get('format')!r}, expected {FORMAT}")
     files = tuple(FileEntry(**f) for f in doc["files"])
+    try:
+        for entry in files:
+            envelope.relative_path(entry.path)
+        for source in doc["sources"]:
+            if "part" in source:
+                envelope.relative_path(source["part"])
+    except envelope.UnsafePath as error:
+        raise envelope.UnsafePath(f"{path}: {error}") from None
     return Manifest(tuple(doc["sources"]), files)
 
 

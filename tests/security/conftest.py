@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import pytest
 
@@ -38,6 +39,12 @@ _TALLY = HostileTally()
 @pytest.fixture
 def hostile() -> Iterator[HostileTally]:
     yield _TALLY
+
+
+@pytest.fixture(autouse=True)
+def glmops_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """glmops' home (known hosts, the router's admin keys) of each case's own."""
+    monkeypatch.setenv("GLMOPS_HOME", str(tmp_path / "glmops-home"))
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:

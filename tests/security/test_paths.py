@@ -9,6 +9,7 @@ from a hostile Hub imitation on 127.0.0.1; the host helper model_files runs here
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 from pathlib import Path
 
@@ -20,6 +21,7 @@ from glmops.engine.runlog import Masker, RunLog
 from glmops.errors import InputError
 from glmops.hosthelpers._envelope import UnsafePath
 from glmops.model.fetch import FetchError, HubAccess, ModelCache, download, resolve
+from glmops.model.manifest import FileEntry, Manifest, load_manifest, write_atomic
 from glmops.model.source import parse_source
 from tests.security.hostile_hub import REPO, Listed, hostile_hub
 
@@ -198,6 +200,35 @@ def test_host_helper_deletes_nothing_outside_model_dir(
         and (dirs["victim"] / "x.gguf").exists()
         and wrong_size.exists(),
         f"reply {reply.get('msg')!r}; victim kept: {(dirs['victim'] / 'x.gguf').exists()}",
+    )
+
+
+@pytest.mark.parametrize("trick", [*hostile_paths(Path("/o")), "part"])
+def test_a_tampered_manifest_is_refused_when_it_is_loaded(
+    tmp_path: Path, hostile, trick: str
+) -> None:
+    """The controller's kept manifest (written by Manifest itself), edited on disk: its paths
+    and part names are checked as it is read, before anything uses them."""
+    entry = FileEntry("weights/UD/x.gguf", 5, "0" * 64, "lfs")
+    manifest = Manifest(({"part": "weights", "repo": REPO, "commit": "0" * 40},), (entry,))
+    path = tmp_path / "manifest.json"
+    write_atomic(path, manifest.to_json())
+    assert load_manifest(path) == manifest
+    doc = json.loads(path.read_text())
+    if trick == "part":
+        doc["sources"][0]["part"] = ".."
+    else:
+        doc["files"][0]["path"] = hostile_paths(tmp_path / "outside")[trick]
+    path.write_text(json.dumps(doc))
+    try:
+        load_manifest(path)
+        refused = ""
+    except UnsafePath as error:
+        refused = str(error)
+    hostile.check(
+        f"kept manifest edited: {trick}",
+        refused.startswith(f"{path}: "),
+        f"loaded without complaint: {doc}",
     )
 
 

@@ -1,6 +1,7 @@
 """Safer serving defaults: vLLM binds the host's fleet address (never every interface unless
 the inventory says so), a server others reach without an API key is a warning in deploy and
-status, and a router whose unauthenticated admin API others reach is said at each deploy."""
+status, and a router others reach goes behind the admin-key gate (or, with the gate off, is said
+at each deploy)."""
 
 from __future__ import annotations
 
@@ -138,22 +139,26 @@ all:
 """
 
 
-def test_a_router_others_reach_is_said_at_each_deploy(tmp_path: Path, hostile) -> None:
+def test_a_router_others_reach_is_gated_or_said_at_each_deploy(tmp_path: Path, hostile) -> None:
     path = tmp_path / "hosts.yml"
-    warnings = {}
+    said, gated = {}, {}
     for name, text in (
         ("remote", ROUTED),
+        ("ungated", ROUTED.replace("router_wheelhouse: /nowhere", "router_gate: false")),
         ("local", ROUTED.replace("router_host: rt", "router_host: localhost")),
     ):
         path.write_text(textwrap.dedent(text))
         inventory = load_inventory(path)
-        warnings[name] = router_vars(inventory, fleet_from_inventory(inventory, []), [])[
-            "fleet_router_warning"
-        ]
+        variables = router_vars(inventory, fleet_from_inventory(inventory, []), [])
+        said[name] = variables["fleet_router_warning"]
+        gated[name] = bool(variables["fleet_router_gate_argv"])
     router = load_playbook(Path(__file__).parents[2] / "playbooks" / "router.yml")
     says = [t for t in router[0].tasks if t.args.get("msg") == "{{ fleet_router_warning }}"]
     hostile.check(
         "router admin API on 10.0.0.9",
-        "10.0.0.9" in warnings["remote"] and warnings["local"] == "" and len(says) == 1,
-        f"{warnings}; router.yml shows it: {bool(says)}",
+        gated == {"remote": True, "ungated": False, "local": False}
+        and said["remote"] == said["local"] == ""
+        and "10.0.0.9" in said["ungated"]
+        and len(says) == 1,
+        f"gated {gated}; said {said}; router.yml shows it: {bool(says)}",
     )

@@ -5,7 +5,9 @@ CLI. vllm-router 0.1.17 passes a client's `Authorization` header on to the repli
 and has no client key of its own, so the replica decides: a completion through the router with
 the key is served, without it or with another key refused. The key is written only to the
 replica's 0600 environment file: no process's command line, unit file, `systemctl show` or
-glmops run log on either host holds it. The router answers on its inventory address only.
+glmops run log on either host holds it. The router answers on its inventory address only,
+through glmops' gate: its worker admin API needs the controller's admin key (kept like the API
+key: only in the gate's 0600 environment file on the router host).
 """
 
 from __future__ import annotations
@@ -19,6 +21,8 @@ from pathlib import Path
 
 import pytest
 
+from glmops.fleet.router import RouterClient, RouterError
+from glmops.fleet.router_key import read_key
 from tests.support.fleet_bed import FleetBed
 from tests.support.testbed import booted
 
@@ -28,6 +32,7 @@ FIRST_INDEX = 245  # tb245 serves, tb246 runs the router
 MODEL = "tiny-llama"
 KEY = "fleet-key-" + secrets.token_hex(12)
 ROUTER_PORT_HEX = f"{30000:04X}"
+INTERNAL_PORT_HEX = f"{30001:04X}"
 
 
 @pytest.fixture(scope="module")
@@ -75,13 +80,26 @@ def test_the_key_is_in_no_command_line_unit_or_log(fleet: FleetBed) -> None:
             ["ps", "-eo", "args"],
             ["systemctl", "cat", "vllm-router"],
             ["systemctl", "show", "vllm-router"],
+            ["systemctl", "cat", "vllm-router-gate"],
+            ["systemctl", "show", "vllm-router-gate"],
         ],
     }
+    admin_key = read_key(fleet.router_url)
+    assert admin_key, "the deploy made no admin key for the router"
     for host, commands in looks.items():
         for argv in commands:
             out = fleet.bed.exec(host, argv).stdout
             assert out.strip(), f"{host}: {argv} printed nothing"
             assert KEY not in out, f"{host}: the key is in `{' '.join(argv)}`"
+            assert admin_key not in out, f"{host}: the admin key is in `{' '.join(argv)}`"
+    gate_env = fleet.bed.exec(
+        router, ["systemctl", "show", "vllm-router-gate", "-p", "EnvironmentFiles", "--value"]
+    ).stdout.split()[0]
+    assert fleet.bed.exec(router, ["stat", "-c", "%a %U", gate_env]).stdout.split() == [
+        "600",
+        "root",
+    ]
+    assert admin_key in fleet.bed.exec(router, ["cat", gate_env]).stdout
     show = ["systemctl", "show", "vllm-glm5", "--value", "-p"]
     exec_start = fleet.bed.exec(replica, [*show, "ExecStart"]).stdout
     pid = fleet.bed.exec(replica, [*show, "MainPID"]).stdout.strip()
@@ -96,6 +114,7 @@ def test_the_key_is_in_no_command_line_unit_or_log(fleet: FleetBed) -> None:
     assert KEY in fleet.bed.exec(replica, ["cat", env_file]).stdout, "the key's one home"
     logs = [p for p in (fleet.work / "runs").rglob("*") if p.is_file()]
     assert logs and not [p for p in logs if KEY in p.read_text(errors="replace")]
+    assert not [p for p in logs if admin_key in p.read_text(errors="replace")]
 
 
 def test_the_router_listens_on_its_inventory_address_only(fleet: FleetBed) -> None:
@@ -110,4 +129,29 @@ def test_the_router_listens_on_its_inventory_address_only(fleet: FleetBed) -> No
     address = fleet.router_url.split("//")[1].rsplit(":", 1)[0]
     little_endian = "".join(f"{int(part):02X}" for part in reversed(address.split(".")))
     assert bound == [little_endian], (bound, address)
+    internal = [
+        line.split()[1].split(":")[0]
+        for line in tcp
+        if line.split()[1].endswith(":" + INTERNAL_PORT_HEX) and line.split()[3] == "0A"
+    ]
+    assert internal == ["0100007F"], "vllm-router itself listens on 127.0.0.1 only"
     assert fleet.router_workers() == [fleet.urls[fleet.replicas[0]]]
+
+
+def test_the_routers_admin_api_needs_the_admin_key(fleet: FleetBed) -> None:
+    """From the controller: /add_worker and /list_workers without the admin key are refused
+    (the list unchanged), with it they work; a client reaches /v1/models without it."""
+    replica = fleet.urls[fleet.replicas[0]]
+    for path in ("/add_worker?url=http://203.0.113.7:8000", "/list_workers"):
+        request = urllib.request.Request(fleet.router_url + path, method="POST")
+        with pytest.raises(urllib.error.HTTPError) as refused:
+            urllib.request.urlopen(request, timeout=30)
+        assert refused.value.code == 403, path
+    with pytest.raises(RouterError, match="HTTP 403"):
+        RouterClient(fleet.router_url, admin_key="not-the-key").workers()
+    assert RouterClient(fleet.router_url).workers() == [replica]
+    models = urllib.request.Request(
+        fleet.router_url + "/v1/models", headers={"Authorization": f"Bearer {KEY}"}
+    )
+    with urllib.request.urlopen(models, timeout=60) as response:
+        assert [m["id"] for m in json.load(response)["data"]] == [MODEL]

@@ -12,10 +12,13 @@ import pytest
 
 from glmops.engine.context import helper_command, helper_stdin, sudo_wrap
 
+#: Host services: run by a systemd unit of their own for as long as it runs, not one request
+#: through the envelope (the router gate, templates/systemd/vllm-router-gate.service.j2).
+SERVICES = {"router_gate"}
 HELPERS = sorted(
     p.name[:-3]
     for p in resources.files("glmops.hosthelpers").iterdir()
-    if p.name.endswith(".py") and not p.name.startswith("_")
+    if p.name.endswith(".py") and not p.name.startswith("_") and p.name[:-3] not in SERVICES
 )
 ENVELOPE = Path(str(resources.files("glmops.hosthelpers").joinpath("_envelope.py")))
 

@@ -55,6 +55,23 @@ def fleet_of(tmp_path: Path, text: str, group: str = "serving"):
     return fleet_from_inventory(inventory, inventory.select(group))
 
 
+def test_ipv6_addresses_are_bracketed_in_the_fleets_urls(tmp_path: Path) -> None:
+    text = """
+all:
+  vars: {router_host: rt}
+  children:
+    serving:
+      hosts:
+        r1: {address: "fd00::11"}
+    routers:
+      hosts:
+        rt: {address: "fd00::9", router_port: 30000}
+"""
+    fleet = fleet_of(tmp_path, text)
+    assert fleet.worker_urls == ("http://[fd00::11]:8000",)
+    assert fleet.router is not None and fleet.router.url == "http://[fd00::9]:30000"
+
+
 def test_single_hosts_are_replicas_and_shared_names_are_gangs(tmp_path: Path) -> None:
     fleet = fleet_of(tmp_path, FLEET)
     assert [r.name for r in fleet.replicas] == ["r1", "r2", "big"]

@@ -37,7 +37,10 @@ all:
 
 
 @pytest.fixture
-def deploy(tmp_path: Path) -> Iterator[tuple[FleetDeploy, list[tuple[str, str, dict, dict]], dict]]:
+def deploy(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[tuple[FleetDeploy, list[tuple[str, str, dict, dict]], dict]]:
+    monkeypatch.setenv("GLMOPS_HOME", str(tmp_path / "home"))  # the router's admin key
     (tmp_path / "hosts.yml").write_text(textwrap.dedent(FLEET))
     inventory = load_inventory(tmp_path / "hosts.yml")
     calls: list[tuple[str, str, dict, dict]] = []
@@ -238,6 +241,24 @@ def test_drain_bounds_the_wait_and_never_takes_silence_for_drained(metrics: int)
     args = {"port": metrics, "interval": 0.1, "timeout": 0.5, "http_timeout": 0.2}
     slow = run_helper_here("vllm_drain", args)
     assert slow.get("timed_out") and "did not answer" in slow["msg"], slow
+
+
+class QuietServer6(QuietServer):
+    address_family = socket.AF_INET6
+
+
+def test_drain_reaches_a_replica_at_an_ipv6_address() -> None:
+    """The address goes into the URL in brackets, or the port would read as part of it."""
+    Metrics.script, Metrics.looks, Metrics.delay_s = [(0.0, 0.0)], 0, 0.0
+    server = QuietServer6(("::1", 0), Metrics)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        args = {"address": "::1", "port": server.server_address[1], "settle": 0, "timeout": 5}
+        reply = run_helper_here("vllm_drain", args)
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert reply["held"] == 0 and Metrics.looks >= 1, reply
 
 
 def test_drain_of_a_server_that_is_gone() -> None:

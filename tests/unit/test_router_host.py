@@ -14,6 +14,7 @@ from glmops.cli.listing import list_hosts
 from glmops.engine.playbook import load_playbook
 from glmops.errors import ExitCode, InputError
 from glmops.fleet.roll import FleetDeploy, RunOutcome, router_vars
+from glmops.fleet.router_key import key_path
 from glmops.fleet.topology import fleet_from_inventory
 from glmops.run import load_inventory
 from tests.support.engine import Runner
@@ -114,9 +115,17 @@ REMOTE = (
 )
 
 
+@pytest.fixture(autouse=True)
+def glmops_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """router_vars makes the admin key of a gated router: in a home of the test's own."""
+    monkeypatch.setenv("GLMOPS_HOME", str(tmp_path / "home"))
+
+
 def router_bind(inventory) -> str:
-    argv = router_vars(inventory, fleet_from_inventory(inventory, []), [])["fleet_router_argv"]
-    return argv[argv.index("--host") + 1]
+    """Where clients reach the router: the gate's address when it has one, else its own."""
+    variables = router_vars(inventory, fleet_from_inventory(inventory, []), [])
+    argv = variables["fleet_router_gate_argv"] or variables["fleet_router_argv"]
+    return argv[argv.index("--listen" if variables["fleet_router_gate_argv"] else "--host") + 1]
 
 
 def test_the_router_listens_where_the_controller_reaches_it_not_on_every_interface(
@@ -126,6 +135,32 @@ def test_the_router_listens_where_the_controller_reaches_it_not_on_every_interfa
     assert router_bind(inventory_of(tmp_path, REMOTE)) == "10.0.0.9"
     wide = inventory_of(tmp_path, REMOTE, {"router_listen": "0.0.0.0"})
     assert router_bind(wide) == "0.0.0.0", "every interface only when asked"
+
+
+def test_a_router_others_reach_listens_on_loopback_behind_the_gate(tmp_path: Path) -> None:
+    inventory = inventory_of(tmp_path, REMOTE, {"router_internal_port": 31000})
+    variables = router_vars(inventory, fleet_from_inventory(inventory, []), [])
+    argv = variables["fleet_router_argv"]
+    assert argv[argv.index("--host") + 1 :][:3] == ["127.0.0.1", "--port", "31000"]
+    assert variables["fleet_router_bind"] == "127.0.0.1:31000"
+    assert variables["fleet_router_gate_argv"][2:] == [
+        "--listen",
+        "10.0.0.9",
+        "--port",
+        "30007",
+        "--upstream-port",
+        "31000",
+    ]
+    key = variables["fleet_router_admin_secret"]
+    assert key and key not in " ".join(variables["fleet_router_gate_argv"])
+    again = router_vars(inventory, fleet_from_inventory(inventory, []), [])
+    assert again["fleet_router_admin_secret"] == key, "one key per router, kept"
+    key_file = key_path("http://10.0.0.9:30007")
+    assert key_file.read_text().strip() == key and key_file.stat().st_mode & 0o777 == 0o600
+    assert key_file.parent.stat().st_mode & 0o777 == 0o700
+    controller = inventory_of(tmp_path, FLEET)
+    local = router_vars(controller, fleet_from_inventory(controller, []), [])
+    assert local["fleet_router_gate_argv"] == [] and "fleet_router_admin_secret" not in local
 
 
 def test_a_loopback_router_listen_on_a_remote_router_host_is_refused(tmp_path: Path) -> None:
@@ -156,3 +191,9 @@ def test_the_router_play_refuses_a_host_that_is_not_the_router_host(
     [result] = outcome.results("r1")
     assert (result["task"], result["status"]) == ("the router host only", "failed")
     assert "on router_host (localhost) only" in result["msg"]
+
+
+def test_a_router_internal_port_that_is_not_a_number_is_refused(tmp_path: Path) -> None:
+    inventory = inventory_of(tmp_path, REMOTE, {"router_internal_port": "30001x"})
+    with pytest.raises(InputError, match="router_internal_port must be an integer"):
+        router_vars(inventory, fleet_from_inventory(inventory, []), [])

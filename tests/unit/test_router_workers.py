@@ -7,12 +7,8 @@ fleet's testbed test.
 
 from __future__ import annotations
 
-import os
-import socket
 import subprocess
 import sys
-import time
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -20,41 +16,12 @@ import pytest
 
 from glmops.fleet.router import RouterClient
 from tests.support.engine import Runner
-
-ROUTER_VERSION = "0.1.17"
-CACHE = Path(os.environ.get("GLMOPS_CACHE", Path.home() / ".cache" / "glmops"))
+from tests.support.router_gate import free_port, vllm_router_binary, wait_http
 
 
 @pytest.fixture(scope="session")
 def vllm_router() -> Path:
-    venv = CACHE / "vllm-router" / ROUTER_VERSION
-    binary = venv / "bin" / "vllm-router"
-    if not binary.exists():
-        subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
-        pip = [str(venv / "bin" / "python"), "-m", "pip", "install", "-q"]
-        done = subprocess.run(
-            [*pip, f"vllm-router=={ROUTER_VERSION}"], capture_output=True, text=True
-        )
-        assert done.returncode == 0, f"pip install vllm-router: {done.stderr[-800:]}"
-    return binary
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def wait_http(url: str, timeout: float = 30) -> None:
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            urllib.request.urlopen(url, timeout=2).close()
-            return
-        except OSError:
-            if time.monotonic() > deadline:
-                raise
-            time.sleep(0.2)
+    return vllm_router_binary()
 
 
 @pytest.fixture
