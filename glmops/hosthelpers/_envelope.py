@@ -34,8 +34,10 @@ __all__ = [
     "confined",
     "failure",
     "file_sha256",
+    "http_base",
     "main",
     "read_args",
+    "relative_path",
     "write_atomic",
 ]
 
