@@ -1,6 +1,6 @@
 """Run the rendered indexer fallback's paged-logits Triton kernel under Triton's interpreter
-(the test sets TRITON_INTERPRET=1) against the float64 reference, and its top-k against
-torch.topk; run by test_indexer.py in a
+(the test sets TRITON_INTERPRET=1) against the float64 reference, and its top-k against the
+selection torch.topk's k-th value fixes; run by test_indexer.py in a
 fresh process, because the interpreter caches kernels by their source text, so a module with
 the same source compiled earlier in the process would be reused. Reads a JSON object on stdin
 (the module's path). Prints one JSON object: the cases checked and every mismatch."""
@@ -37,25 +37,43 @@ def main() -> None:
                     assert_logits(got, ref, exact)
                 except AssertionError as error:
                     problems.append(f"{case}: {str(error).splitlines()[0]}")
-    checked.append("topk next_n=2")  # next_n 2 covers 1's rows too; ~15 s interpreted
-    problems += [f"topk next_n=2: {p}" for p in topk_problems(fb, 2)]
+    # next_n 2 covers 1's rows too; one chunk a program puts two programs on the long rows
+    for chunks_per_program in (None, 1):
+        case = f"topk next_n=2 chunks_per_program={chunks_per_program}"
+        checked.append(case)
+        problems += [f"{case}: {p}" for p in topk_problems(fb, 2, chunks_per_program)]
     print(json.dumps({"checked": checked, "problems": problems}))
 
 
-def topk_problems(fb, next_n: int, k: int = 64) -> list[str]:
-    """topk_per_row on logits whose rows see fewer, exactly k and more positions than k (one
-    of them all ties, one over two chunks): what differs from torch.topk's values."""
+def topk_rows(next_n: int, k: int):
+    """Logits whose rows see fewer, exactly k and more positions than k, each past one 4096-key
+    chunk: continuous values (the k-th key's 16-bit bin holds a few keys), integers (its bin
+    holds more ties than wanted), all equal (more than 4096 keys in the bin: the finishing pass
+    reads the row), and continuous values with duplicates straddling the k-th."""
     import torch
 
     g = torch.Generator().manual_seed(next_n)
-    lens = torch.tensor([40, k + next_n - 1, 300, 5000], dtype=torch.int32)
+    lens = torch.tensor([40, k + next_n - 1, 5000, 5000, 5000, 5000], dtype=torch.int32)
     rows, mml = lens.numel() * next_n, 5000
     logits = torch.randn(rows, mml, generator=g) * 3
-    logits[next_n : 2 * next_n] = 1.5
-    logits[2 * next_n :] = torch.randint(-3, 3, (rows - 2 * next_n, mml), generator=g).float()
-    out = fb.topk_per_row(logits, lens, next_n, k)
+    ints = torch.randint(-3, 3, (next_n, mml), generator=g).float()
+    logits[3 * next_n : 4 * next_n] = ints.masked_fill(ints == 0, 0.5)  # no -0.0 against +0.0
+    logits[4 * next_n : 5 * next_n] = 1.5
+    dup = logits[5 * next_n :]
+    kth = dup.topk(k, dim=1).values[:, -1:]
+    dup[:, ::7] = kth  # the k-th value, 700+ times, among distinct others
+    return logits, lens, mml
+
+
+def topk_problems(fb, next_n: int, chunks_per_program: int | None, k: int = 64) -> list[str]:
+    """topk_per_row against the one selection it must make: every visible position above the
+    k-th largest logit, then the lowest positions of those equal to it; -1 past a short row."""
+    import torch
+
+    logits, lens, mml = topk_rows(next_n, k)
+    out = fb.topk_per_row(logits, lens, next_n, k, chunks_per_program=chunks_per_program)
     problems = []
-    for r in range(rows):
+    for r in range(logits.shape[0]):
         n = min(int(lens[r // next_n]) - next_n + r % next_n + 1, mml)
         got = out[r].long()
         if n <= k:
@@ -63,10 +81,13 @@ def topk_problems(fb, next_n: int, k: int = 64) -> list[str]:
             if not torch.equal(got, want):
                 problems.append(f"row {r} ({n} visible): {got.tolist()}")
             continue
-        top = torch.topk(logits[r, :n], k).values.sort().values
-        ok = got.unique().numel() == k and int(got.min()) >= 0 and int(got.max()) < n
-        if not (ok and torch.equal(logits[r, got].sort().values, top)):
-            problems.append(f"row {r}: not the top {k} of {n}")
+        row = logits[r, :n]
+        kth = torch.topk(row, k).values[-1]
+        above = (row > kth).nonzero().flatten()
+        ties = (row == kth).nonzero().flatten()[: k - above.numel()]
+        want = torch.cat([above, ties]).sort().values
+        if not torch.equal(got.sort().values, want):
+            problems.append(f"row {r}: not the top {k} of {n} (lowest positions of ties)")
     return problems
 
 
