@@ -396,14 +396,16 @@ def topk_per_row(
     chunks = triton.cdiv(max(max_model_len, k), _TOPK_CHUNK)
     subs = chunks_per_program or _blocks_per_program(rows, chunks, logits.device)
     grid = (rows, triton.cdiv(chunks, subs))
-    shape = dict(K=k, CHUNK=_TOPK_CHUNK, SUBS=subs, WS=_TOPK_WS, num_warps=8)
     for p in range(2):
         _topk_hist_kernel[grid](
-            logits, lens, work, next_n, max_model_len, logits.stride(0), PASS=p, **shape
-        )
+            logits, lens, work, next_n, max_model_len, logits.stride(0),
+            K=k, PASS=p, CHUNK=_TOPK_CHUNK, SUBS=subs, WS=_TOPK_WS, num_warps=8,
+        )  # fmt: skip
+    # The same keys a program in half-chunk steps: its scans and slots at 4096 keys took 136
+    # registers a thread on sm_90 (one 8-warp program an SM).
     _topk_split_kernel[grid](
         logits, lens, work, out, cand, next_n, max_model_len, logits.stride(0), out.stride(0),
-        CAP=_TOPK_CAP, **shape,
+        K=k, CHUNK=_TOPK_CHUNK // 2, SUBS=2 * subs, WS=_TOPK_WS, CAP=_TOPK_CAP, num_warps=8,
     )  # fmt: skip
     _topk_finish_kernel[(rows,)](
         logits, lens, work, out, cand, next_n, max_model_len, logits.stride(0), out.stride(0),
