@@ -20,7 +20,7 @@ interpreter) fp8 values are widened to fp16 by moving their bits (exact), produc
 fp16, summed in fp32.
 
 topk_per_row: each decode row's top-k positions from those logits (what vLLM's
-top_k_per_row_decode computes), by radix select over the floats' order: two 8-bit histogram
+top_k_per_row_decode computes), by radix select over the floats' order: two or three histogram
 passes over every row (split across the GPU) find the k-th key's top 16 bits; a split pass
 writes every position above that bin and copies the bin aside; one program a row finishes the
 select on the bin (see topk_per_row).
@@ -200,57 +200,69 @@ def _visible(CTX, row, next_n, max_model_len):
 
 
 @triton.jit
-def _pick_digit(hist, prefix, known, left, PASS: tl.constexpr):
-    """One radix step: the 8-bit digit (bits 31-8*PASS..24-8*PASS) of the key still sought,
-    given the histogram of that digit among the keys with ``prefix``; returns the longer
-    prefix, its mask, how many keys with it are still to be taken, and how many have it."""
-    bins = tl.arange(0, 256)
+def _pick_digit(hist, prefix, known, left, SHIFT: tl.constexpr, BITS: tl.constexpr):
+    """One radix step: the BITS-bit digit at bit SHIFT of the key still sought, given the
+    histogram of that digit among the keys with ``prefix``; returns the longer prefix, its
+    mask, how many keys with it are still to be taken, and how many have it."""
+    bins = tl.arange(0, 1 << BITS)
     at_or_above = tl.sum(hist) - tl.cumsum(hist, 0) + hist  # keys with digit >= bin
     digit = tl.max(tl.where(at_or_above >= left, bins, -1), 0)
     left -= tl.sum(tl.where(bins > digit, hist, 0))
     count = tl.sum(tl.where(bins == digit, hist, 0))
-    prefix |= digit.to(tl.uint32) << (24 - 8 * PASS)
-    known |= tl.full([], 0xFF, tl.uint32) << (24 - 8 * PASS)
+    prefix |= digit.to(tl.uint32) << SHIFT
+    known |= tl.full([], (1 << BITS) - 1, tl.uint32) << SHIFT
     return prefix, known, left, count
 
 
 @triton.jit
-def _radix_prefix(WORK, row, K: tl.constexpr, PASSES: tl.constexpr, WS: tl.constexpr):
-    """From a row's first PASSES histograms (its workspace): the key prefix the K-th largest
-    key has, its mask, how many keys with it are still to be taken, and how many have it."""
+def _radix_prefix(
+    WORK, row, K: tl.constexpr, PASSES: tl.constexpr, WS: tl.constexpr,
+    D0: tl.constexpr, D1: tl.constexpr, D2: tl.constexpr,
+):  # fmt: skip
+    """From a row's first PASSES histograms (its workspace; pass p's digit is Dp bits wide,
+    from the top): the key prefix the K-th largest key has, its mask, how many keys with it are
+    still to be taken, and how many have it."""
     prefix = tl.zeros([], dtype=tl.uint32)
     known = tl.zeros([], dtype=tl.uint32)
     left = tl.full([], K, tl.int32)
     count = tl.zeros([], dtype=tl.int32)
-    for p in tl.static_range(PASSES):
-        hist = tl.load(WORK + row.to(tl.int64) * WS + p * 256 + tl.arange(0, 256))
-        prefix, known, left, count = _pick_digit(hist, prefix, known, left, p)
+    work = WORK + row.to(tl.int64) * WS
+    if PASSES > 0:
+        hist = tl.load(work + tl.arange(0, 1 << D0))
+        prefix, known, left, count = _pick_digit(hist, prefix, known, left, 32 - D0, D0)
+    if PASSES > 1:
+        hist = tl.load(work + 256 + tl.arange(0, 1 << D1))
+        prefix, known, left, count = _pick_digit(hist, prefix, known, left, 32 - D0 - D1, D1)
+    if PASSES > 2:
+        hist = tl.load(work + 512 + tl.arange(0, 1 << D2))
+        prefix, known, left, count = _pick_digit(hist, prefix, known, left, 32 - D0 - D1 - D2, D2)
     return prefix, known, left, count
 
 
 @triton.jit
 def _topk_hist_kernel(
     LOGITS, CTX, WORK, next_n, max_model_len, stride_logits,
-    K: tl.constexpr, PASS: tl.constexpr, CHUNK: tl.constexpr, SUBS: tl.constexpr,
-    WS: tl.constexpr,
+    K: tl.constexpr, PASS: tl.constexpr, SHIFT: tl.constexpr, BITS: tl.constexpr,
+    CHUNK: tl.constexpr, SUBS: tl.constexpr, WS: tl.constexpr,
+    D0: tl.constexpr, D1: tl.constexpr, D2: tl.constexpr,
 ):  # fmt: skip
-    """Pass PASS (0 or 1) of the radix select over the whole row: SUBS chunks of a row build,
-    in registers, the histogram of their keys' next 8 bits among the keys with the prefix the
-    earlier pass found, then add it to the row's with one atomic per bin."""
+    """Pass PASS of the radix select over the whole row (its digit: BITS bits at SHIFT): SUBS
+    chunks of a row build, in registers, the histogram of their keys' digit among the keys with
+    the prefix the earlier passes found, then add it to the row's with one atomic per bin."""
     row = tl.program_id(0)
     first = tl.program_id(1) * SUBS * CHUNK
     n = _visible(CTX, row, next_n, max_model_len)
     if (n > K) & (first < n):
-        prefix, known, _, _ = _radix_prefix(WORK, row, K, PASS, WS)
+        prefix, known, _, _ = _radix_prefix(WORK, row, K, PASS, WS, D0, D1, D2)
         src = LOGITS + row.to(tl.int64) * stride_logits
-        hist = tl.zeros([256], dtype=tl.int32)
+        hist = tl.zeros([1 << BITS], dtype=tl.int32)
         for s in range(SUBS):
             at = first + s * CHUNK + tl.arange(0, CHUNK)
             key = _orderable(tl.load(src + at, mask=at < n, other=0.0))
             match = (at < n) & ((key & known) == prefix)
-            digits = ((key >> (24 - 8 * PASS)) & 0xFF).to(tl.int32)
-            hist += tl.histogram(digits, 256, mask=match)
-        bins = tl.arange(0, 256)
+            digits = ((key >> SHIFT) & ((1 << BITS) - 1)).to(tl.int32)
+            hist += tl.histogram(digits, 1 << BITS, mask=match)
+        bins = tl.arange(0, 1 << BITS)
         tl.atomic_add(WORK + row.to(tl.int64) * WS + PASS * 256 + bins, hist, mask=hist > 0)
 
 
@@ -258,7 +270,8 @@ def _topk_hist_kernel(
 def _topk_split_kernel(
     LOGITS, CTX, WORK, OUT, CAND, next_n, max_model_len, stride_logits, stride_out,
     K: tl.constexpr, CHUNK: tl.constexpr, SUBS: tl.constexpr, WS: tl.constexpr,
-    CAP: tl.constexpr,
+    CAP: tl.constexpr, PASSES: tl.constexpr, D0: tl.constexpr, D1: tl.constexpr,
+    D2: tl.constexpr,
 ):  # fmt: skip
     """With the K-th largest key's top 16 bits known: SUBS chunks of a row write the positions
     whose key is above that 16-bit bin (slots claimed with one atomic per chunk; the set is
@@ -273,7 +286,7 @@ def _topk_split_kernel(
             at = first + s * CHUNK + tl.arange(0, CHUNK)
             tl.store(dst + at, tl.where(at < n, at, -1), mask=at < K)
     elif first < n:
-        bin16, _, _, in_bin = _radix_prefix(WORK, row, K, 2, WS)
+        bin16, _, _, in_bin = _radix_prefix(WORK, row, K, PASSES, WS, D0, D1, D2)
         collect = in_bin <= CAP
         src = LOGITS + row.to(tl.int64) * stride_logits
         work = WORK + row.to(tl.int64) * WS
@@ -283,10 +296,10 @@ def _topk_split_kernel(
             key = _orderable(tl.load(src + at, mask=at < n, other=0.0))
             top16 = key & 0xFFFF0000
             over = ((at < n) & (top16 > bin16)).to(tl.int32)
-            base = tl.atomic_add(work + 512, tl.sum(over))
+            base = tl.atomic_add(work + WS - 2, tl.sum(over))
             tl.store(dst + base + tl.cumsum(over, 0) - 1, at, mask=over > 0)
             tie = ((at < n) & (top16 == bin16) & collect).to(tl.int32)
-            slot = tl.atomic_add(work + 513, tl.sum(tie)) + tl.cumsum(tie, 0) - 1
+            slot = tl.atomic_add(work + WS - 1, tl.sum(tie)) + tl.cumsum(tie, 0) - 1
             tl.store(cand_key + slot, key.to(tl.int32, bitcast=True), mask=tie > 0)
             tl.store(cand_key + CAP + slot, at, mask=tie > 0)
 
@@ -310,6 +323,7 @@ def _finish_items(src, cand_key, start, length, from_row, CAP: tl.constexpr, SLI
 def _topk_finish_kernel(
     LOGITS, CTX, WORK, OUT, CAND, next_n, max_model_len, stride_logits, stride_out,
     K: tl.constexpr, WS: tl.constexpr, CAP: tl.constexpr, SLICE: tl.constexpr,
+    PASSES: tl.constexpr, D0: tl.constexpr, D1: tl.constexpr, D2: tl.constexpr,
 ):  # fmt: skip
     """One program a row: the low 16 bits of the K-th largest key, from the candidates (the
     whole row where more than CAP keys share its 16-bit bin), then the bin's positions above
@@ -318,21 +332,21 @@ def _topk_finish_kernel(
     row = tl.program_id(0)
     n = _visible(CTX, row, next_n, max_model_len)
     if n > K:
-        prefix, known, left16, in_bin = _radix_prefix(WORK, row, K, 2, WS)
+        prefix, known, left16, in_bin = _radix_prefix(WORK, row, K, PASSES, WS, D0, D1, D2)
         src = LOGITS + row.to(tl.int64) * stride_logits
         cand_key = CAND + row.to(tl.int64) * 2 * CAP
         from_row = in_bin > CAP
         length = tl.where(from_row, n, in_bin)
         left = left16
         ties = in_bin
-        for p in tl.static_range(2, 4):
+        for p in tl.static_range(2):  # the low 16 bits, 8 at a time
             hist = tl.zeros([256], dtype=tl.int32)
             for start in range(0, length, SLICE):
                 key, pos, ok = _finish_items(src, cand_key, start, length, from_row, CAP, SLICE)
                 match = ok & ((key & known) == prefix)
-                digits = ((key >> (24 - 8 * p)) & 0xFF).to(tl.int32)
+                digits = ((key >> (8 - 8 * p)) & 0xFF).to(tl.int32)
                 hist += tl.histogram(digits, 256, mask=match)
-            prefix, known, left, ties = _pick_digit(hist, prefix, known, left, p)
+            prefix, known, left, ties = _pick_digit(hist, prefix, known, left, 8 - 8 * p, 8)
         # prefix is now the K-th largest key; `ties` positions have it, `left` are wanted.
         dst = OUT + row.to(tl.int64) * stride_out + (K - left16)
         taken = 0
@@ -360,7 +374,16 @@ def _topk_finish_kernel(
 _TOPK_CHUNK = 4096  # keys a histogram or split step loads at once (8 warps: 16 a thread)
 _TOPK_CAP = 4096  # candidates kept per row: keys in the K-th largest key's 16-bit bin
 _TOPK_SLICE = 1024  # keys the finishing program scans at once
-_TOPK_WS = 2 * 256 + 2  # a row's workspace: two histograms, two slot counters
+_TOPK_WS = 3 * 256 + 2  # a row's workspace: up to three histograms, two slot counters
+_TOPK_MANY_KEYS = 1 << 22  # rows x positions from which narrower digits pay for a third pass
+
+
+def _row_digits(rows: int, max_model_len: int) -> tuple[int, ...]:
+    """Digit widths of the row-wide passes (the keys' top 16 bits). tl.histogram costs, per
+    key, a warp ballot per digit bit and a popcount per bin a thread owns: 256 bins about
+    three times 64. Two 8-bit passes where launches and latency dominate (fewer keys), three
+    passes of 6, 6 and 4 bits where the histograms' work does."""
+    return (6, 6, 4) if rows * max_model_len >= _TOPK_MANY_KEYS else (8, 8)
 
 
 def topk_per_row(
@@ -371,16 +394,18 @@ def topk_per_row(
     out: torch.Tensor | None = None,
     *,
     chunks_per_program: int | None = None,
+    digits: tuple[int, ...] | None = None,
 ) -> torch.Tensor:
     """int32 [rows, k]: each decode row's k highest-scoring visible positions, in no fixed
     order (what vLLM's top_k_per_row_decode computes), into ``out`` (e.g. the indexer's top-k
     buffer) when given; of equal logits at the k-th, the lowest positions. Radix select over
-    the floats' order in five launches: one memset, two 8-bit histogram passes over every row
-    (each row split across the GPU), a split pass that writes every position above the k-th
-    key's 16-bit bin and copies that bin (usually tens of keys) aside, and one program a row
-    that finishes the select on the bin. No host synchronisation: capturable in a CUDA graph.
-    ``chunks_per_program``: 4096-key chunks a program of the row-wide passes takes (default:
-    as many as keep about four programs an SM)."""
+    the floats' order: one memset, two or three histogram passes over every row (each row
+    split across the GPU) for the k-th key's top 16 bits, a split pass that writes every
+    position above that 16-bit bin and copies the bin (usually tens of keys) aside, and one
+    program a row that finishes the select on the bin. No host synchronisation: capturable in
+    a CUDA graph. ``chunks_per_program``: 4096-key chunks a program of the row-wide passes
+    takes (default: as many as keep about four programs an SM); ``digits``: the row-wide
+    passes' digit widths, 2 or 3 of 1-8 bits summing to 16 (default: _row_digits)."""
     rows, max_model_len = logits.shape
     if out is None:
         out = torch.empty((rows, k), dtype=torch.int32, device=logits.device)
@@ -388,6 +413,9 @@ def topk_per_row(
         raise ValueError(f"out must be int32 [>= {rows}, >= {k}], unit column stride")
     if logits.dtype != torch.float32 or logits.stride(1) != 1:
         raise ValueError("logits must be fp32 with unit column stride")
+    digits = tuple(digits or _row_digits(rows, max_model_len))
+    if sum(digits) != 16 or len(digits) not in (2, 3) or not all(1 <= d <= 8 for d in digits):
+        raise ValueError(f"digits must be 2 or 3 widths of 1-8 bits summing to 16, got {digits}")
     if rows == 0:
         return out
     lens = context_lens.to(torch.int32)
@@ -396,19 +424,22 @@ def topk_per_row(
     chunks = triton.cdiv(max(max_model_len, k), _TOPK_CHUNK)
     subs = chunks_per_program or _blocks_per_program(rows, chunks, logits.device)
     grid = (rows, triton.cdiv(chunks, subs))
-    for p in range(2):
+    plan = dict(K=k, WS=_TOPK_WS, D0=digits[0], D1=digits[1], D2=(digits + (0,))[2])
+    for p, bits in enumerate(digits):
         _topk_hist_kernel[grid](
-            logits, lens, work, next_n, max_model_len, logits.stride(0),
-            K=k, PASS=p, CHUNK=_TOPK_CHUNK, SUBS=subs, WS=_TOPK_WS, num_warps=8,
+            logits, lens, work, next_n, max_model_len, logits.stride(0), PASS=p,
+            SHIFT=32 - sum(digits[: p + 1]), BITS=bits, CHUNK=_TOPK_CHUNK, SUBS=subs,
+            num_warps=8, **plan,
         )  # fmt: skip
     # The same keys a program in half-chunk steps: its scans and slots at 4096 keys took 136
     # registers a thread on sm_90 (one 8-warp program an SM).
     _topk_split_kernel[grid](
         logits, lens, work, out, cand, next_n, max_model_len, logits.stride(0), out.stride(0),
-        K=k, CHUNK=_TOPK_CHUNK // 2, SUBS=2 * subs, WS=_TOPK_WS, CAP=_TOPK_CAP, num_warps=8,
+        CHUNK=_TOPK_CHUNK // 2, SUBS=2 * subs, CAP=_TOPK_CAP, PASSES=len(digits), num_warps=8,
+        **plan,
     )  # fmt: skip
     _topk_finish_kernel[(rows,)](
         logits, lens, work, out, cand, next_n, max_model_len, logits.stride(0), out.stride(0),
-        K=k, WS=_TOPK_WS, CAP=_TOPK_CAP, SLICE=_TOPK_SLICE, num_warps=4,
+        CAP=_TOPK_CAP, SLICE=_TOPK_SLICE, PASSES=len(digits), num_warps=4, **plan,
     )  # fmt: skip
     return out

@@ -39,9 +39,11 @@ def main() -> None:
                     problems.append(f"{case}: {str(error).splitlines()[0]}")
     # next_n 2 covers 1's rows too; one chunk a program puts two programs on the long rows
     for chunks_per_program in (None, 1):
-        case = f"topk next_n=2 chunks_per_program={chunks_per_program}"
-        checked.append(case)
-        problems += [f"{case}: {p}" for p in topk_problems(fb, 2, chunks_per_program)]
+        for digits in ((8, 8), (6, 6, 4)):
+            case = f"topk next_n=2 chunks_per_program={chunks_per_program} digits={digits}"
+            checked.append(case)
+            found = topk_problems(fb, 2, chunks_per_program, digits)
+            problems += [f"{case}: {p}" for p in found]
     print(json.dumps({"checked": checked, "problems": problems}))
 
 
@@ -65,13 +67,17 @@ def topk_rows(next_n: int, k: int):
     return logits, lens, mml
 
 
-def topk_problems(fb, next_n: int, chunks_per_program: int | None, k: int = 64) -> list[str]:
+def topk_problems(
+    fb, next_n: int, chunks_per_program: int | None, digits: tuple[int, ...], k: int = 64
+) -> list[str]:
     """topk_per_row against the one selection it must make: every visible position above the
     k-th largest logit, then the lowest positions of those equal to it; -1 past a short row."""
     import torch
 
     logits, lens, mml = topk_rows(next_n, k)
-    out = fb.topk_per_row(logits, lens, next_n, k, chunks_per_program=chunks_per_program)
+    out = fb.topk_per_row(
+        logits, lens, next_n, k, chunks_per_program=chunks_per_program, digits=digits
+    )
     problems = []
     for r in range(logits.shape[0]):
         n = min(int(lens[r // next_n]) - next_n + r % next_n + 1, mml)
