@@ -195,6 +195,14 @@ def glmops_topk(case: StepCase, fb: Any, s: int) -> None:
     fb.topk_per_row(case.logits[s], case.lens, 1, TOPK, out=case.bufs[s])
 
 
+DIGIT_PLANS = ((8, 8), (6, 6, 4))  # topk_per_row's row-wide passes: both timed in every case
+
+
+def plan_topk(case: StepCase, fb: Any, s: int, digits: tuple[int, ...]) -> None:
+    """The rendered top-k with its row-wide digit plan forced (the default picks by size)."""
+    fb.topk_per_row(case.logits[s], case.lens, 1, TOPK, out=case.bufs[s], digits=digits)
+
+
 def old_topk(case: StepCase, s: int) -> None:
     """The previous glmops top-k (frozen in topk_baseline.py) into set ``s``'s buffer."""
     topk_baseline.topk_per_row(case.logits[s], case.lens, 1, TOPK, out=case.bufs[s])
@@ -231,8 +239,13 @@ def run_case(
     t_topk = graph_us([lambda s=s: topk_into(case.logits[s], case.bufs[s]) for s in sets], reps)
     t_topk_old = graph_us([lambda s=s: old_topk(case, s) for s in sets], reps)
     topk_old_ok = same_topk(case.logits[-1], case.bufs[-1], ctx)
+    t_plans, plans_ok = {}, True
+    for digits in DIGIT_PLANS:
+        steps = [lambda s=s, d=digits: plan_topk(case, fb, s, d) for s in sets]
+        t_plans[",".join(map(str, digits))] = graph_us(steps, reps)
+        plans_ok &= same_topk(case.logits[-1], case.bufs[-1], ctx)
     t_topk_ours = graph_us([lambda s=s: glmops_topk(case, fb, s) for s in sets], reps)
-    topk_ok = same_topk(case.logits[-1], case.bufs[-1], ctx)
+    topk_ok = same_topk(case.logits[-1], case.bufs[-1], ctx) and plans_ok
     t_mla = graph_us([lambda s=s: attend(ours_impls, s, f"o{s}") for s in sets], reps)
     t_base_mla = graph_us([lambda s=s: attend(base_impls, s, f"b{s}") for s in sets], reps)
     t_step_old = graph_us(
@@ -271,6 +284,7 @@ def run_case(
         "step_over_floor_old_topk": t_step_old / floor,
         "topk_glmops_us": t_topk_ours,
         "topk_glmops_matches": topk_ok,
+        "topk_glmops_by_digits_us": t_plans,
         "topk_old_us": t_topk_old,
         "topk_old_matches": topk_old_ok,
         "topk_torch_us": t_topk,
@@ -367,13 +381,15 @@ def render_md(result: dict[str, Any]) -> str:
         "the probe's bandwidth; the logits are not counted (a fused step never writes them).",
         "",
         "- step = ours as rendered; step (old top-k) = the same with the previous glmops top-k; "
-        "each top-k's selection is checked against `torch.topk`'s values (MISMATCH if not); "
-        "shares are of the step's parts.",
+        "top-k by digits = glmops' top-k with its row-wide passes forced to two 8-bit or three "
+        "6/6/4-bit digits (the default picks by rows x positions); each top-k's selection is "
+        "checked against `torch.topk`'s values (MISMATCH if not); shares are of the step's parts.",
         "",
         "| B | ctx | H | floor µs | step µs | / floor | step (old top-k) µs | / floor "
-        "| logits µs (share) | top-k µs (share) | top-k old / torch µs | MLA µs (share) "
+        "| logits µs (share) | top-k µs (share) | top-k by digits 8,8 / 6,6,4 µs "
+        "| top-k old / torch µs | MLA µs (share) "
         "| vLLM 0.16 µs | speedup | indexer diff | MLA diff |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in result["rows"]:
         lines.append(
@@ -383,6 +399,7 @@ def render_md(result: dict[str, Any]) -> str:
             f"| {r['logits_us']:.1f} ({r['logits_share']:.0%}) "
             f"| {r['topk_glmops_us']:.1f} ({r['topk_share']:.0%})"
             f"{'' if r['topk_glmops_matches'] else ' MISMATCH'} "
+            f"| {' / '.join(f'{us:.1f}' for us in r['topk_glmops_by_digits_us'].values())} "
             f"| {r['topk_old_us']:.1f}{'' if r['topk_old_matches'] else ' MISMATCH'} "
             f"/ {r['topk_torch_us']:.1f} "
             f"| {r['mla_us']:.1f} ({r['mla_share']:.0%}) | {r['base_step_us']:.0f} "
@@ -433,7 +450,8 @@ def main() -> None:
                     f"B={batch:4d} ctx={ctx:6d} H={heads:3d} step {row['step_us']:8.1f} us "
                     f"floor {row['floor_us']:7.1f} (x{row['step_over_floor']:.2f}) logits "
                     f"{row['logits_us']:7.1f} topk {row['topk_glmops_us']:7.1f}"
-                    f"{'' if row['topk_glmops_matches'] else ' MISMATCH'} (old "
+                    f"{'' if row['topk_glmops_matches'] else ' MISMATCH'} (digits "
+                    f"{row['topk_glmops_by_digits_us']}, old "
                     f"{row['topk_old_us']:.1f}, torch {row['topk_torch_us']:.1f}) mla "
                     f"{row['mla_us']:6.1f} old-topk step {row['step_old_topk_us']:8.1f} "
                     f"(x{row['step_over_floor_old_topk']:.2f})"
