@@ -44,7 +44,30 @@ def main() -> None:
             checked.append(case)
             found = topk_problems(fb, 2, chunks_per_program, digits)
             problems += [f"{case}: {p}" for p in found]
+    checked.append("top_k_per_row_decode routed to topk_per_row")
+    problems += routed_decode_problems(fb)
     print(json.dumps({"checked": checked, "problems": problems}))
+
+
+def routed_decode_problems(fb, next_n: int = 2, k: int = 64) -> list[str]:
+    """The routed call as sparse_attn_indexer makes it (vLLM's op's arguments, into a slice of
+    a wider indexer buffer) writes what topk_per_row writes and nothing else. The backend
+    decision is fixed to Triton here; it is tested through vLLM's module on the real wheel."""
+    import torch
+
+    logits, lens, _ = topk_rows(next_n, k)
+    rows = logits.shape[0]
+    buf = torch.full((rows + 2, k + 16), 777, dtype=torch.int32)
+    fb.use_triton_topk = lambda: True
+    strides = logits.stride()
+    fb.top_k_per_row_decode(logits, next_n, lens, buf[:rows, :k], rows, *strides, k)
+    want = fb.topk_per_row(logits, lens, next_n, k)
+    problems = []
+    if not ((buf[:rows, k:] == 777).all() and (buf[rows:] == 777).all()):
+        problems.append("wrote outside the rows' first k columns")
+    if not torch.equal(buf[:rows, :k].sort(dim=1).values, want.sort(dim=1).values):
+        problems.append("selected other positions than topk_per_row")
+    return problems
 
 
 def topk_rows(next_n: int, k: int):
