@@ -23,7 +23,8 @@ topk_per_row: each decode row's top-k positions from those logits (what vLLM's
 top_k_per_row_decode computes), by radix select over the floats' order: two or three histogram
 passes over every row (split across the GPU) find the k-th key's top 16 bits; a split pass
 writes every position above that bin and copies the bin aside; one program a row finishes the
-select on the bin (see topk_per_row).
+select on the bin (see topk_per_row). A TopkPlan shared by both calls moves the first histogram
+pass into the logits kernel.
 
 No host synchronisation, so every launch can be captured in a CUDA graph. Only torch, triton
 and os are imported, so this file can be embedded verbatim elsewhere.
@@ -57,6 +58,7 @@ def _paged_logits_kernel(
     CTX,  # int32 [B]
     TABLE,  # int32 [B, max_blocks]
     OUT,  # fp32 [B * next_n, max_model_len]
+    HIST,  # int32 top-k workspace [B * next_n, HIST_STRIDE] (read only when HIST_BITS > 0)
     next_n,
     num_heads,
     num_blocks,
@@ -69,6 +71,8 @@ def _paged_logits_kernel(
     BLOCK_H: tl.constexpr,
     BLOCKS_PER_PROGRAM: tl.constexpr,  # cache blocks one program scores, in a pipelined loop
     FP8_DOT: tl.constexpr,  # SM89+: the MMA takes the e4m3 bytes as they are
+    HIST_BITS: tl.constexpr,  # > 0: also the top-k's first histogram (of the top HIST_BITS)
+    HIST_STRIDE: tl.constexpr,
 ):
     row = tl.program_id(0)  # b * next_n + j
     group = tl.program_id(1)  # BLOCKS_PER_PROGRAM logical cache blocks
@@ -87,6 +91,8 @@ def _paged_logits_kernel(
     else:
         q = tl.trans(_e4m3_to_f16(q_bits))
     w = tl.load(W + row.to(tl.int64) * num_heads + offs_h, mask=mask_h, other=0.0)
+    seen = tl.minimum(last + 1, max_model_len)  # the positions the top-k ranks
+    hist = tl.zeros([1 << HIST_BITS], dtype=tl.int32)
 
     # Branch-free body (masked loads read nothing for blocks past the context), so the
     # compiler can prefetch the next blocks' table entry, keys and scales under this one's MMA.
@@ -108,7 +114,14 @@ def _paged_logits_kernel(
         logits = tl.sum(s * w[None, :], axis=1)
         visible = (pos <= last) & (pos < ctx) & live
         out_ptr = OUT + row.to(tl.int64) * stride_out + pos
-        tl.store(out_ptr, tl.where(visible, logits, float("-inf")), mask=pos < max_model_len)
+        value = tl.where(visible, logits, float("-inf"))
+        tl.store(out_ptr, value, mask=pos < max_model_len)
+        if HIST_BITS > 0:
+            digits = (_orderable(value) >> (32 - HIST_BITS)).to(tl.int32)
+            hist += tl.histogram(digits, 1 << HIST_BITS, mask=pos < seen)
+    if HIST_BITS > 0:
+        bins = tl.arange(0, 1 << HIST_BITS)
+        tl.atomic_add(HIST + row.to(tl.int64) * HIST_STRIDE + bins, hist, mask=hist > 0)
 
 
 def _fp8_mma(device: torch.device) -> bool:
@@ -139,8 +152,11 @@ def paged_mqa_logits(
     context_lens: torch.Tensor,
     block_tables: torch.Tensor,
     max_model_len: int,
+    topk_plan: TopkPlan | None = None,
 ) -> torch.Tensor:
-    """fp32 logits [B * next_n, max_model_len]; see the module docstring for the contract."""
+    """fp32 logits [B * next_n, max_model_len]; see the module docstring for the contract.
+    ``topk_plan`` (for these rows and max_model_len): the kernel also builds the top-k's first
+    histogram into it, so topk_per_row given the same plan skips its first row-wide pass."""
     batch, next_n, heads, dim = q.shape
     num_blocks, block = kv_cache.shape[0], kv_cache.shape[1]
     if kv_cache.shape[-1] != dim + 4 or kv_cache.dtype != torch.uint8:
@@ -157,6 +173,11 @@ def paged_mqa_logits(
     if block_tables.stride(-1) != 1:
         block_tables = block_tables.contiguous()
     cache = kv_cache.contiguous().view(-1)
+    hist_bits = 0
+    if topk_plan is not None:
+        if topk_plan.work.shape[0] < batch * next_n or topk_plan.first_pass_built:
+            raise ValueError("topk_plan is for fewer rows or already has its first histogram")
+        hist_bits, topk_plan.first_pass_built = topk_plan.digits[0], True
     per_program = _blocks_per_program(batch * next_n, triton.cdiv(max_model_len, block), q.device)
     grid = (batch * next_n, triton.cdiv(max_model_len, block * per_program))
     _paged_logits_kernel[grid](
@@ -167,6 +188,7 @@ def paged_mqa_logits(
         context_lens.to(torch.int32),
         block_tables,
         out,
+        out if topk_plan is None else topk_plan.work,
         next_n,
         heads,
         num_blocks,
@@ -179,6 +201,8 @@ def paged_mqa_logits(
         BLOCK_H=max(16, triton.next_power_of_2(heads)),
         BLOCKS_PER_PROGRAM=per_program,
         FP8_DOT=_fp8_mma(q.device),
+        HIST_BITS=hist_bits,
+        HIST_STRIDE=_TOPK_WS,
         num_warps=4,
         num_stages=3,
     )
@@ -386,6 +410,32 @@ def _row_digits(rows: int, max_model_len: int) -> tuple[int, ...]:
     return (6, 6, 4) if rows * max_model_len >= _TOPK_MANY_KEYS else (8, 8)
 
 
+class TopkPlan:
+    """One call's top-k plan: the row-wide passes' digit widths (default: _row_digits) and
+    their zeroed workspace. Given to paged_mqa_logits first, its kernel builds the first
+    histogram while it writes the logits, and topk_per_row, given it next, skips that pass."""
+
+    def __init__(
+        self,
+        rows: int,
+        max_model_len: int,
+        device: torch.device,
+        digits: tuple[int, ...] | None = None,
+    ) -> None:
+        self.digits = tuple(digits or _row_digits(rows, max_model_len))
+        if (
+            sum(self.digits) != 16
+            or len(self.digits) not in (2, 3)
+            or not all(1 <= d <= 8 for d in self.digits)
+        ):
+            raise ValueError(
+                f"digits must be 2 or 3 widths of 1-8 bits summing to 16, got {self.digits}"
+            )
+        self.work = torch.zeros((rows, _TOPK_WS), dtype=torch.int32, device=device)
+        self.first_pass_built = False  # set by paged_mqa_logits
+        self.used = False  # set by topk_per_row: its counters are spent
+
+
 def topk_per_row(
     logits: torch.Tensor,
     context_lens: torch.Tensor,
@@ -395,6 +445,7 @@ def topk_per_row(
     *,
     chunks_per_program: int | None = None,
     digits: tuple[int, ...] | None = None,
+    plan: TopkPlan | None = None,
 ) -> torch.Tensor:
     """int32 [rows, k]: each decode row's k highest-scoring visible positions, in no fixed
     order (what vLLM's top_k_per_row_decode computes), into ``out`` (e.g. the indexer's top-k
@@ -405,7 +456,9 @@ def topk_per_row(
     program a row that finishes the select on the bin. No host synchronisation: capturable in
     a CUDA graph. ``chunks_per_program``: 4096-key chunks a program of the row-wide passes
     takes (default: as many as keep about four programs an SM); ``digits``: the row-wide
-    passes' digit widths, 2 or 3 of 1-8 bits summing to 16 (default: _row_digits)."""
+    passes' digit widths, 2 or 3 of 1-8 bits summing to 16 (default: _row_digits); ``plan``:
+    instead of digits, a TopkPlan, used once (paged_mqa_logits may have built its first
+    histogram)."""
     rows, max_model_len = logits.shape
     if out is None:
         out = torch.empty((rows, k), dtype=torch.int32, device=logits.device)
@@ -413,33 +466,37 @@ def topk_per_row(
         raise ValueError(f"out must be int32 [>= {rows}, >= {k}], unit column stride")
     if logits.dtype != torch.float32 or logits.stride(1) != 1:
         raise ValueError("logits must be fp32 with unit column stride")
-    digits = tuple(digits or _row_digits(rows, max_model_len))
-    if sum(digits) != 16 or len(digits) not in (2, 3) or not all(1 <= d <= 8 for d in digits):
-        raise ValueError(f"digits must be 2 or 3 widths of 1-8 bits summing to 16, got {digits}")
+    if plan is None:
+        plan = TopkPlan(rows, max_model_len, logits.device, digits)
+    elif digits is not None or plan.used or plan.work.shape[0] < rows:
+        raise ValueError("a plan brings its digits, serves one call, and must cover the rows")
+    plan.used = True
+    digits, work = plan.digits, plan.work
     if rows == 0:
         return out
     lens = context_lens.to(torch.int32)
-    work = torch.zeros((rows, _TOPK_WS), dtype=torch.int32, device=logits.device)
     cand = torch.empty((rows, 2, _TOPK_CAP), dtype=torch.int32, device=logits.device)
     chunks = triton.cdiv(max(max_model_len, k), _TOPK_CHUNK)
     subs = chunks_per_program or _blocks_per_program(rows, chunks, logits.device)
     grid = (rows, triton.cdiv(chunks, subs))
-    plan = dict(K=k, WS=_TOPK_WS, D0=digits[0], D1=digits[1], D2=(digits + (0,))[2])
+    shape = dict(K=k, WS=_TOPK_WS, D0=digits[0], D1=digits[1], D2=(digits + (0,))[2])
     for p, bits in enumerate(digits):
+        if p == 0 and plan.first_pass_built:
+            continue
         _topk_hist_kernel[grid](
             logits, lens, work, next_n, max_model_len, logits.stride(0), PASS=p,
             SHIFT=32 - sum(digits[: p + 1]), BITS=bits, CHUNK=_TOPK_CHUNK, SUBS=subs,
-            num_warps=8, **plan,
+            num_warps=8, **shape,
         )  # fmt: skip
     # The same keys a program in half-chunk steps: its scans and slots at 4096 keys took 136
     # registers a thread on sm_90 (one 8-warp program an SM).
     _topk_split_kernel[grid](
         logits, lens, work, out, cand, next_n, max_model_len, logits.stride(0), out.stride(0),
         CHUNK=_TOPK_CHUNK // 2, SUBS=2 * subs, CAP=_TOPK_CAP, PASSES=len(digits), num_warps=8,
-        **plan,
+        **shape,
     )  # fmt: skip
     _topk_finish_kernel[(rows,)](
         logits, lens, work, out, cand, next_n, max_model_len, logits.stride(0), out.stride(0),
-        CAP=_TOPK_CAP, SLICE=_TOPK_SLICE, PASSES=len(digits), num_warps=4, **plan,
+        CAP=_TOPK_CAP, SLICE=_TOPK_SLICE, PASSES=len(digits), num_warps=4, **shape,
     )  # fmt: skip
     return out

@@ -203,6 +203,16 @@ def plan_topk(case: StepCase, fb: Any, s: int, digits: tuple[int, ...]) -> None:
     fb.topk_per_row(case.logits[s], case.lens, 1, TOPK, out=case.bufs[s], digits=digits)
 
 
+def fused_logits_topk(case: StepCase, fb: Any, s: int) -> None:
+    """Logits then top-k with a shared TopkPlan: the logits kernel builds the top-k's first
+    histogram (the rendered path does not do this yet; timed to decide whether it should)."""
+    plan = fb.TopkPlan(case.batch, case.ctx, case.lens.device)
+    case.logits[s] = fb.paged_mqa_logits(
+        case.q_idx[s], case.icache, case.w[s], case.lens, case.itables[s], case.ctx, plan
+    )
+    fb.topk_per_row(case.logits[s], case.lens, 1, TOPK, out=case.bufs[s], plan=plan)
+
+
 def old_topk(case: StepCase, s: int) -> None:
     """The previous glmops top-k (frozen in topk_baseline.py) into set ``s``'s buffer."""
     topk_baseline.topk_per_row(case.logits[s], case.lens, 1, TOPK, out=case.bufs[s])
@@ -246,6 +256,9 @@ def run_case(
         plans_ok &= same_topk(case.logits[-1], case.bufs[-1], ctx)
     t_topk_ours = graph_us([lambda s=s: glmops_topk(case, fb, s) for s in sets], reps)
     topk_ok = same_topk(case.logits[-1], case.bufs[-1], ctx) and plans_ok
+    t_pair = graph_us([lambda s=s: (logits(s), glmops_topk(case, fb, s)) for s in sets], reps)
+    t_pair_fused = graph_us([lambda s=s: fused_logits_topk(case, fb, s) for s in sets], reps)
+    topk_ok &= same_topk(case.logits[-1], case.bufs[-1], ctx)
     t_mla = graph_us([lambda s=s: attend(ours_impls, s, f"o{s}") for s in sets], reps)
     t_base_mla = graph_us([lambda s=s: attend(base_impls, s, f"b{s}") for s in sets], reps)
     t_step_old = graph_us(
@@ -285,6 +298,8 @@ def run_case(
         "topk_glmops_us": t_topk_ours,
         "topk_glmops_matches": topk_ok,
         "topk_glmops_by_digits_us": t_plans,
+        "logits_topk_us": t_pair,
+        "logits_topk_fused_us": t_pair_fused,
         "topk_old_us": t_topk_old,
         "topk_old_matches": topk_old_ok,
         "topk_torch_us": t_topk,
@@ -384,12 +399,14 @@ def render_md(result: dict[str, Any]) -> str:
         "top-k by digits = glmops' top-k with its row-wide passes forced to two 8-bit or three "
         "6/6/4-bit digits (the default picks by rows x positions); each top-k's selection is "
         "checked against `torch.topk`'s values (MISMATCH if not); shares are of the step's parts.",
+        "- logits+top-k fused = the logits kernel also builds the top-k's first histogram "
+        "(a TopkPlan shared by both calls; the rendered path does not do this yet).",
         "",
         "| B | ctx | H | floor µs | step µs | / floor | step (old top-k) µs | / floor "
         "| logits µs (share) | top-k µs (share) | top-k by digits 8,8 / 6,6,4 µs "
-        "| top-k old / torch µs | MLA µs (share) "
+        "| top-k old / torch µs | logits+top-k µs: separate / fused | MLA µs (share) "
         "| vLLM 0.16 µs | speedup | indexer diff | MLA diff |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in result["rows"]:
         lines.append(
@@ -402,6 +419,7 @@ def render_md(result: dict[str, Any]) -> str:
             f"| {' / '.join(f'{us:.1f}' for us in r['topk_glmops_by_digits_us'].values())} "
             f"| {r['topk_old_us']:.1f}{'' if r['topk_old_matches'] else ' MISMATCH'} "
             f"/ {r['topk_torch_us']:.1f} "
+            f"| {r['logits_topk_us']:.1f} / {r['logits_topk_fused_us']:.1f} "
             f"| {r['mla_us']:.1f} ({r['mla_share']:.0%}) | {r['base_step_us']:.0f} "
             f"| {r['speedup']:.0f}x "
             f"| {r['indexer_rel_diff']:.1e} "
@@ -453,7 +471,9 @@ def main() -> None:
                     f"{'' if row['topk_glmops_matches'] else ' MISMATCH'} (digits "
                     f"{row['topk_glmops_by_digits_us']}, old "
                     f"{row['topk_old_us']:.1f}, torch {row['topk_torch_us']:.1f}) mla "
-                    f"{row['mla_us']:6.1f} old-topk step {row['step_old_topk_us']:8.1f} "
+                    f"{row['mla_us']:6.1f} logits+topk {row['logits_topk_us']:.1f}/fused "
+                    f"{row['logits_topk_fused_us']:.1f} old-topk step "
+                    f"{row['step_old_topk_us']:8.1f} "
                     f"(x{row['step_over_floor_old_topk']:.2f})"
                     f" | vllm {row['base_step_us']:10.0f} x{row['speedup']:.0f} (logits "
                     f"{row['base_logits_us']:.0f}, mla {row['base_mla_us']:.1f}) err "

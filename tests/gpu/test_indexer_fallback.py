@@ -32,6 +32,7 @@ from tests.support.indexer_cases import (  # noqa: E402
     assert_logits,
     decode_inputs,
     decode_reference,
+    first_digit_histograms,
     pack_indexer_cache,
     prefill_inputs,
     prefill_reference,
@@ -217,6 +218,40 @@ def test_triton_paged_logits_equal_torch_at_glm5_shapes(
     graph.replay()
     torch.cuda.synchronize()
     assert torch.equal(captured, expected)
+
+
+@pytest.mark.parametrize("digits", [(8, 8), (6, 6, 4)])
+def test_logits_kernel_builds_the_topk_first_histogram(
+    fb: ModuleType, glm5_decode: dict, digits: tuple[int, ...]
+) -> None:
+    """paged_mqa_logits given a TopkPlan, at GLM-5's shapes: its kernel's histogram of the
+    keys' first digit equals one counted from its logits (the MMA layout's replicated values
+    counted once), its logits are the same, and topk_per_row given the plan selects exactly
+    what it selects alone; all replayed from one CUDA graph too."""
+    case, mml = glm5_decode, glm5_decode["max_model_len"]
+    lens, next_n = case["lens"], case["q"].shape[1]
+    rows = case["q"].shape[0] * next_n
+    alone = fb.paged_mqa_logits(*decode_args(case), mml)
+    want = fb.topk_per_row(alone, lens, next_n, 2048, digits=digits).sort(dim=1).values
+    first = first_digit_histograms(alone, lens, next_n, digits[0])
+
+    def fused() -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        plan = fb.TopkPlan(rows, mml, CUDA, digits)
+        logits = fb.paged_mqa_logits(*decode_args(case), mml, plan)
+        return logits, fb.topk_per_row(logits, lens, next_n, 2048, plan=plan), plan.work
+
+    def check(logits: torch.Tensor, got: torch.Tensor, work: torch.Tensor) -> None:
+        assert torch.equal(work[:, : 1 << digits[0]], first), "first histograms differ"
+        assert torch.equal(logits, alone), "logits differ"
+        assert torch.equal(got.sort(dim=1).values, want), "selections differ"
+
+    check(*fused())
+    graph, stream = torch.cuda.CUDAGraph(), torch.cuda.Stream()
+    with torch.cuda.stream(stream), torch.cuda.graph(graph, stream=stream):
+        captured = fused()
+    graph.replay()
+    torch.cuda.synchronize()
+    check(*captured)
 
 
 def test_capture_is_refused(fb: ModuleType) -> None:

@@ -14,6 +14,7 @@ from tests.support.indexer_cases import (  # noqa: E402
     assert_logits,
     decode_inputs,
     decode_reference,
+    first_digit_histograms,
     pack_indexer_cache,
 )
 from tests.support.module_file import load_module_file  # noqa: E402
@@ -44,9 +45,43 @@ def main() -> None:
             checked.append(case)
             found = topk_problems(fb, 2, chunks_per_program, digits)
             problems += [f"{case}: {p}" for p in found]
+    for digits in ((8, 8), (6, 6, 4)):
+        case = f"logits with the top-k's first histogram, digits={digits}"
+        checked.append(case)
+        problems += [f"{case}: {p}" for p in fused_first_pass_problems(fb, digits)]
     checked.append("top_k_per_row_decode routed to topk_per_row")
     problems += routed_decode_problems(fb)
     print(json.dumps({"checked": checked, "problems": problems}))
+
+
+def fused_first_pass_problems(fb, digits: tuple[int, ...], k: int = 16) -> list[str]:
+    """paged_mqa_logits given a TopkPlan (its kernel builds the first histogram, equal to one
+    counted from its logits) writes the same logits, and topk_per_row given that plan selects
+    what it selects alone: rows shorter
+    than k, rows past their block table (-inf positions ranked too), a cut max_model_len,
+    integer logits with many ties."""
+    import torch
+
+    problems = []
+    for exact in (False, True):
+        q, kv, scale, w, lens, table, bs = decode_inputs(exact=exact, next_n=2)
+        cache = pack_indexer_cache(kv, scale, bs)
+        for max_model_len in (120, 200):
+            rows = q.shape[0] * q.shape[1]
+            plan = fb.TopkPlan(rows, max_model_len, q.device, digits)
+            fused = fb.paged_mqa_logits(q, cache, w, lens, table, max_model_len, topk_plan=plan)
+            alone = fb.paged_mqa_logits(q, cache, w, lens, table, max_model_len)
+            got = fb.topk_per_row(fused, lens, 2, k, plan=plan)
+            want = fb.topk_per_row(alone, lens, 2, k, digits=digits)
+            case = f"exact={exact} max_model_len={max_model_len}"
+            if not torch.equal(fused, alone):
+                problems.append(f"{case}: the logits differ")
+            if not torch.equal(got.sort(dim=1).values, want.sort(dim=1).values):
+                problems.append(f"{case}: the selections differ")
+            first = first_digit_histograms(alone, lens, 2, digits[0])
+            if not torch.equal(plan.work[:, : 1 << digits[0]], first):
+                problems.append(f"{case}: the first histogram differs from the logits'")
+    return problems
 
 
 def routed_decode_problems(fb, next_n: int = 2, k: int = 64) -> list[str]:

@@ -1,9 +1,9 @@
-"""The indexer top-k's Triton kernels (backend/indexer_logits.py) compiled for the GPUs the
-fallback serves, SM120 and SM90 (the GPU suite's stand-in), by Triton's own compiler without a
-GPU: the interpreter tests (tests/patchset/test_indexer.py) check what they compute, not that
-they compile. Each must compile without spilling, under both digit plans, and the row-wide
-passes must keep two 8-warp programs an SM (at most 128 registers a thread), which their
-latency hiding relies on."""
+"""The indexer top-k's Triton kernels (backend/indexer_logits.py), and the logits kernel
+building the top-k's first histogram, compiled for the GPUs the fallback serves, SM120 and SM90
+(the GPU suite's stand-in), by Triton's own compiler without a GPU: the interpreter tests
+(tests/patchset/test_indexer.py) check what they compute, not that they compile. Each must
+compile without spilling, under both digit plans, and the row-wide passes must keep two 8-warp
+programs an SM (at most 128 registers a thread), which their latency hiding relies on."""
 
 from __future__ import annotations
 
@@ -21,6 +21,8 @@ from tests.unit.sparse_mla_compile import _resources  # noqa: E402
 KERNELS = Path(__file__).resolve().parents[2] / "backend" / "indexer_logits.py"
 ROW = dict(LOGITS="fp32", CTX="i32", WORK="i32")
 OUTPUTS = dict(ROW, OUT="i32", CAND="i32")
+LOGITS = dict(Q="u8", KV="u8", KV_F32="fp32", W="fp32", CTX="i32", TABLE="i32", OUT="fp32")
+LOGITS["HIST"] = "i32"
 
 
 @pytest.fixture(scope="module")
@@ -36,7 +38,12 @@ def _jobs(mod: ModuleType, digits: tuple[int, ...]) -> list[tuple[str, dict, dic
         dict(plan, PASS=p, SHIFT=32 - sum(digits[: p + 1]), BITS=bits, CHUNK=chunk, SUBS=4)
         for p, bits in enumerate(digits)
     ]
+    logits = dict(
+        BLOCK=64, D=128, BLOCK_H=32, BLOCKS_PER_PROGRAM=16, FP8_DOT=True,
+        HIST_BITS=digits[0], HIST_STRIDE=mod._TOPK_WS,
+    )  # fmt: skip
     return [
+        ("_paged_logits_kernel", LOGITS, logits, 4),  # GLM-5's indexer, the first histogram
         *[("_topk_hist_kernel", ROW, constexprs, 8) for constexprs in hist],
         (
             "_topk_split_kernel",
