@@ -7,11 +7,13 @@ takes the top 2048, then attends over those rows. Ours, each part the code a pat
 1. indexer logits: ``paged_mqa_logits`` of the rendered fallback (.thirdparty/rendered/
    v0_16-indexer/glmops_dsa_indexer.py, backend/indexer_logits.py embedded) over the paged fp8
    cache, GLM-5's indexer (32 heads, dim 128, 64-token blocks);
-2. top-k: vLLM's sparse_attn_indexer calls ``torch.ops._C.top_k_per_row_decode``, a compiled
-   vLLM op that cannot run on the GPU machine (no vLLM there): ``torch.topk`` (unsorted) into
-   the indexer's int32 buffer stands in, on both paths, and the column says so; a second step
-   graph runs the rendered fallback's own Triton ``topk_per_row`` instead (which the rendered
-   path does not call yet), its selection checked against torch.topk's values;
+2. top-k: the rendered fallback's Triton ``topk_per_row``, which the patched
+   sparse_attn_indexer calls instead of vLLM's compiled ``torch.ops._C.top_k_per_row_decode``
+   wherever the logits fallback runs; its selection is checked against torch.topk's values.
+   Timed beside it in the same run: the previous glmops top-k (benchmarks/dsa_step/
+   topk_baseline.py, frozen; a second step graph runs it) and ``torch.topk`` (unsorted, into
+   the indexer's int32 buffer), which stands in for vLLM's op (no vLLM on the GPU machine) on
+   vLLM 0.16's path;
 3. sparse MLA: the rendered v0_16 backend's real ``TritonMLASparseImpl.forward_mqa`` (vLLM 0.16's
    own index conversion, then glmops' kernel) on a bf16 cache, with the tile the plan picks for
    a 99 KB SM120 (the kernel's ``_plan`` under SM120's limits, as an override: this GPU is not
@@ -49,6 +51,7 @@ from typing import Any
 import torch
 
 from benchmarks import gpu_device
+from benchmarks.dsa_step import topk_baseline
 from benchmarks.indexer_fallback.bench import load_baseline as load_indexer_refs
 from tests.gpu import test_rendered_backend as rb
 from tests.support.module_file import load_module_file
@@ -192,6 +195,29 @@ def glmops_topk(case: StepCase, fb: Any, s: int) -> None:
     fb.topk_per_row(case.logits[s], case.lens, 1, TOPK, out=case.bufs[s])
 
 
+DIGIT_PLANS = ((8, 8), (6, 6, 4))  # topk_per_row's row-wide passes: both timed in every case
+
+
+def plan_topk(case: StepCase, fb: Any, s: int, digits: tuple[int, ...]) -> None:
+    """The rendered top-k with its row-wide digit plan forced (the default picks by size)."""
+    fb.topk_per_row(case.logits[s], case.lens, 1, TOPK, out=case.bufs[s], digits=digits)
+
+
+def fused_logits_topk(case: StepCase, fb: Any, s: int) -> None:
+    """Logits then top-k with a shared TopkPlan: the logits kernel builds the top-k's first
+    histogram (the rendered path does not do this yet; timed to decide whether it should)."""
+    plan = fb.TopkPlan(case.batch, case.ctx, case.lens.device)
+    case.logits[s] = fb.paged_mqa_logits(
+        case.q_idx[s], case.icache, case.w[s], case.lens, case.itables[s], case.ctx, plan
+    )
+    fb.topk_per_row(case.logits[s], case.lens, 1, TOPK, out=case.bufs[s], plan=plan)
+
+
+def old_topk(case: StepCase, s: int) -> None:
+    """The previous glmops top-k (frozen in topk_baseline.py) into set ``s``'s buffer."""
+    topk_baseline.topk_per_row(case.logits[s], case.lens, 1, TOPK, out=case.bufs[s])
+
+
 def run_case(
     case: StepCase,
     mods: SimpleNamespace,
@@ -221,23 +247,27 @@ def run_case(
     sets = range(case.n_sets)
     t_logits = graph_us([lambda s=s: logits(s) for s in sets], reps)
     t_topk = graph_us([lambda s=s: topk_into(case.logits[s], case.bufs[s]) for s in sets], reps)
+    t_topk_old = graph_us([lambda s=s: old_topk(case, s) for s in sets], reps)
+    topk_old_ok = same_topk(case.logits[-1], case.bufs[-1], ctx)
+    t_plans, plans_ok = {}, True
+    for digits in DIGIT_PLANS:
+        steps = [lambda s=s, d=digits: plan_topk(case, fb, s, d) for s in sets]
+        t_plans[",".join(map(str, digits))] = graph_us(steps, reps)
+        plans_ok &= same_topk(case.logits[-1], case.bufs[-1], ctx)
     t_topk_ours = graph_us([lambda s=s: glmops_topk(case, fb, s) for s in sets], reps)
-    topk_ok = same_topk(case.logits[-1], case.bufs[-1], ctx)
+    topk_ok = same_topk(case.logits[-1], case.bufs[-1], ctx) and plans_ok
+    t_pair = graph_us([lambda s=s: (logits(s), glmops_topk(case, fb, s)) for s in sets], reps)
+    t_pair_fused = graph_us([lambda s=s: fused_logits_topk(case, fb, s) for s in sets], reps)
+    topk_ok &= same_topk(case.logits[-1], case.bufs[-1], ctx)
     t_mla = graph_us([lambda s=s: attend(ours_impls, s, f"o{s}") for s in sets], reps)
     t_base_mla = graph_us([lambda s=s: attend(base_impls, s, f"b{s}") for s in sets], reps)
-    t_step_ours = graph_us(
-        [
-            lambda s=s: (logits(s), glmops_topk(case, fb, s), attend(ours_impls, s, f"o{s}"))
-            for s in sets
-        ],
+    t_step_old = graph_us(
+        [lambda s=s: (logits(s), old_topk(case, s), attend(ours_impls, s, f"o{s}")) for s in sets],
         reps,
     )
     t_step = graph_us(
         [
-            lambda s=s: (
-                topk_into(logits(s), case.bufs[s]),
-                attend(ours_impls, s, f"o{s}"),
-            )
+            lambda s=s: (logits(s), glmops_topk(case, fb, s), attend(ours_impls, s, f"o{s}"))
             for s in sets
         ],
         reps,
@@ -263,16 +293,19 @@ def run_case(
         "H": heads,
         "n_sets": case.n_sets,
         "step_us": t_step,
-        "step_glmops_topk_us": t_step_ours,
+        "step_old_topk_us": t_step_old,
+        "step_over_floor_old_topk": t_step_old / floor,
         "topk_glmops_us": t_topk_ours,
         "topk_glmops_matches": topk_ok,
-        "frac_of_floor_glmops_topk": floor / t_step_ours,
-        "step_over_floor_glmops_topk": t_step_ours / floor,
-        "speedup_glmops_topk": (t_base_logits + t_topk + t_base_mla) / t_step_ours,
+        "topk_glmops_by_digits_us": t_plans,
+        "logits_topk_us": t_pair,
+        "logits_topk_fused_us": t_pair_fused,
+        "topk_old_us": t_topk_old,
+        "topk_old_matches": topk_old_ok,
+        "topk_torch_us": t_topk,
         "logits_us": t_logits,
-        "topk_us": t_topk,
         "mla_us": t_mla,
-        "parts_sum_us": t_logits + t_topk + t_mla,
+        "parts_sum_us": t_logits + t_topk_ours + t_mla,
         "floor_us": floor,
         "step_bytes": nbytes,
         "frac_of_floor": floor / t_step,
@@ -286,7 +319,7 @@ def run_case(
         "indexer_rel_diff": idx_err,
         "mla_rel_diff_vs_base": mla_err,
     }
-    parts = {"logits": t_logits, "topk": t_topk_ours, "mla": t_mla}  # the glmops top-k step's
+    parts = {"logits": t_logits, "topk": t_topk_ours, "mla": t_mla}
     for part, us in parts.items():
         row[f"{part}_share"] = us / sum(parts.values())
     return row
@@ -354,31 +387,41 @@ def render_md(result: dict[str, Any]) -> str:
         "- vLLM 0.16 = its torch indexer reference (eager: host loop; timed on a sub-batch of "
         f"<= {SUB_TOKENS >> 20} Mi context tokens, scaled by B / sub-batch) + the same top-k + "
         "Triton MLA `decode_attention_fwd` with a page_size=1 table (graph).",
-        "- top-k: vLLM calls its compiled `top_k_per_row_decode`, which cannot run without "
-        "vLLM: `torch.topk` (unsorted) stands in on both paths.",
+        "- top-k: the rendered path calls glmops' Triton `topk_per_row` (backend/"
+        "indexer_logits.py) where the logits fallback runs; old = the previous glmops top-k "
+        "(benchmarks/dsa_step/topk_baseline.py), timed in the same run; torch = `torch.topk` "
+        "(unsorted), standing in for vLLM's compiled `top_k_per_row_decode` (no vLLM on the "
+        "GPU machine) on vLLM 0.16's path.",
         "- floor = indexer keys/scales + q/weights + 2048 rows + q/out, read/written once, at "
         "the probe's bandwidth; the logits are not counted (a fused step never writes them).",
         "",
-        "- step = ours as rendered today (vLLM's top-k op, `torch.topk` standing in); step "
-        "(glmops top-k) = the same with the rendered fallback's Triton `topk_per_row` "
-        "(backend/indexer_logits.py), whose selection is checked against `torch.topk`'s values; "
-        "shares are of that step's parts.",
+        "- step = ours as rendered; step (old top-k) = the same with the previous glmops top-k; "
+        "top-k by digits = glmops' top-k with its row-wide passes forced to two 8-bit or three "
+        "6/6/4-bit digits (the default picks by rows x positions); each top-k's selection is "
+        "checked against `torch.topk`'s values (MISMATCH if not); shares are of the step's parts.",
+        "- logits+top-k fused = the logits kernel also builds the top-k's first histogram "
+        "(a TopkPlan shared by both calls; the rendered path does not do this yet).",
         "",
-        "| B | ctx | H | floor µs | step µs | / floor | step (glmops top-k) µs | / floor "
-        "| logits µs (share) | top-k µs: torch / glmops (share) | MLA µs (share) "
-        "| vLLM 0.16 µs | speedup: step / glmops top-k | indexer diff | MLA diff |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "| B | ctx | H | floor µs | step µs | / floor | step (old top-k) µs | / floor "
+        "| logits µs (share) | top-k µs (share) | top-k by digits 8,8 / 6,6,4 µs "
+        "| top-k old / torch µs | logits+top-k µs: separate / fused | MLA µs (share) "
+        "| vLLM 0.16 µs | speedup | indexer diff | MLA diff |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in result["rows"]:
         lines.append(
             f"| {r['B']} | {r['ctx'] // 1024}k | {r['H']} | {r['floor_us']:.1f} "
             f"| {r['step_us']:.1f} | {r['step_over_floor']:.2f} "
-            f"| {r['step_glmops_topk_us']:.1f} | {r['step_over_floor_glmops_topk']:.2f} "
+            f"| {r['step_old_topk_us']:.1f} | {r['step_over_floor_old_topk']:.2f} "
             f"| {r['logits_us']:.1f} ({r['logits_share']:.0%}) "
-            f"| {r['topk_us']:.1f} / {r['topk_glmops_us']:.1f} ({r['topk_share']:.0%})"
+            f"| {r['topk_glmops_us']:.1f} ({r['topk_share']:.0%})"
             f"{'' if r['topk_glmops_matches'] else ' MISMATCH'} "
+            f"| {' / '.join(f'{us:.1f}' for us in r['topk_glmops_by_digits_us'].values())} "
+            f"| {r['topk_old_us']:.1f}{'' if r['topk_old_matches'] else ' MISMATCH'} "
+            f"/ {r['topk_torch_us']:.1f} "
+            f"| {r['logits_topk_us']:.1f} / {r['logits_topk_fused_us']:.1f} "
             f"| {r['mla_us']:.1f} ({r['mla_share']:.0%}) | {r['base_step_us']:.0f} "
-            f"| {r['speedup']:.0f}x / {r['speedup_glmops_topk']:.0f}x "
+            f"| {r['speedup']:.0f}x "
             f"| {r['indexer_rel_diff']:.1e} "
             f"| {r['mla_rel_diff_vs_base']:.1e} |"
         )
@@ -424,11 +467,14 @@ def main() -> None:
                 print(
                     f"B={batch:4d} ctx={ctx:6d} H={heads:3d} step {row['step_us']:8.1f} us "
                     f"floor {row['floor_us']:7.1f} (x{row['step_over_floor']:.2f}) logits "
-                    f"{row['logits_us']:7.1f} topk {row['topk_us']:7.1f}/"
-                    f"{row['topk_glmops_us']:.1f}"
-                    f"{'' if row['topk_glmops_matches'] else ' MISMATCH'} mla {row['mla_us']:6.1f}"
-                    f" glmops-topk step {row['step_glmops_topk_us']:8.1f} "
-                    f"(x{row['step_over_floor_glmops_topk']:.2f})"
+                    f"{row['logits_us']:7.1f} topk {row['topk_glmops_us']:7.1f}"
+                    f"{'' if row['topk_glmops_matches'] else ' MISMATCH'} (digits "
+                    f"{row['topk_glmops_by_digits_us']}, old "
+                    f"{row['topk_old_us']:.1f}, torch {row['topk_torch_us']:.1f}) mla "
+                    f"{row['mla_us']:6.1f} logits+topk {row['logits_topk_us']:.1f}/fused "
+                    f"{row['logits_topk_fused_us']:.1f} old-topk step "
+                    f"{row['step_old_topk_us']:8.1f} "
+                    f"(x{row['step_over_floor_old_topk']:.2f})"
                     f" | vllm {row['base_step_us']:10.0f} x{row['speedup']:.0f} (logits "
                     f"{row['base_logits_us']:.0f}, mla {row['base_mla_us']:.1f}) err "
                     f"{row['indexer_rel_diff']:.1e}/{row['mla_rel_diff_vs_base']:.1e}",

@@ -1,6 +1,6 @@
 """Run the rendered indexer fallback's paged-logits Triton kernel under Triton's interpreter
-(the test sets TRITON_INTERPRET=1) against the float64 reference, and its top-k against
-torch.topk; run by test_indexer.py in a
+(the test sets TRITON_INTERPRET=1) against the float64 reference, and its top-k against the
+selection torch.topk's k-th value fixes; run by test_indexer.py in a
 fresh process, because the interpreter caches kernels by their source text, so a module with
 the same source compiled earlier in the process would be reused. Reads a JSON object on stdin
 (the module's path). Prints one JSON object: the cases checked and every mismatch."""
@@ -14,6 +14,7 @@ from tests.support.indexer_cases import (  # noqa: E402
     assert_logits,
     decode_inputs,
     decode_reference,
+    first_digit_histograms,
     pack_indexer_cache,
 )
 from tests.support.module_file import load_module_file  # noqa: E402
@@ -37,25 +38,106 @@ def main() -> None:
                     assert_logits(got, ref, exact)
                 except AssertionError as error:
                     problems.append(f"{case}: {str(error).splitlines()[0]}")
-    checked.append("topk next_n=2")  # next_n 2 covers 1's rows too; ~15 s interpreted
-    problems += [f"topk next_n=2: {p}" for p in topk_problems(fb, 2)]
+    # next_n 2 covers 1's rows too; one chunk a program puts two programs on the long rows
+    for chunks_per_program in (None, 1):
+        for digits in ((8, 8), (6, 6, 4)):
+            case = f"topk next_n=2 chunks_per_program={chunks_per_program} digits={digits}"
+            checked.append(case)
+            found = topk_problems(fb, 2, chunks_per_program, digits)
+            problems += [f"{case}: {p}" for p in found]
+    for digits in ((8, 8), (6, 6, 4)):
+        case = f"logits with the top-k's first histogram, digits={digits}"
+        checked.append(case)
+        problems += [f"{case}: {p}" for p in fused_first_pass_problems(fb, digits)]
+    checked.append("top_k_per_row_decode routed to topk_per_row")
+    problems += routed_decode_problems(fb)
     print(json.dumps({"checked": checked, "problems": problems}))
 
 
-def topk_problems(fb, next_n: int, k: int = 64) -> list[str]:
-    """topk_per_row on logits whose rows see fewer, exactly k and more positions than k (one
-    of them all ties, one over two chunks): what differs from torch.topk's values."""
+def fused_first_pass_problems(fb, digits: tuple[int, ...], k: int = 16) -> list[str]:
+    """paged_mqa_logits given a TopkPlan (its kernel builds the first histogram, equal to one
+    counted from its logits) writes the same logits, and topk_per_row given that plan selects
+    what it selects alone: rows shorter
+    than k, rows past their block table (-inf positions ranked too), a cut max_model_len,
+    integer logits with many ties."""
+    import torch
+
+    problems = []
+    for exact in (False, True):
+        q, kv, scale, w, lens, table, bs = decode_inputs(exact=exact, next_n=2)
+        cache = pack_indexer_cache(kv, scale, bs)
+        for max_model_len in (120, 200):
+            rows = q.shape[0] * q.shape[1]
+            plan = fb.TopkPlan(rows, max_model_len, q.device, digits)
+            fused = fb.paged_mqa_logits(q, cache, w, lens, table, max_model_len, topk_plan=plan)
+            alone = fb.paged_mqa_logits(q, cache, w, lens, table, max_model_len)
+            got = fb.topk_per_row(fused, lens, 2, k, plan=plan)
+            want = fb.topk_per_row(alone, lens, 2, k, digits=digits)
+            case = f"exact={exact} max_model_len={max_model_len}"
+            if not torch.equal(fused, alone):
+                problems.append(f"{case}: the logits differ")
+            if not torch.equal(got.sort(dim=1).values, want.sort(dim=1).values):
+                problems.append(f"{case}: the selections differ")
+            first = first_digit_histograms(alone, lens, 2, digits[0])
+            if not torch.equal(plan.work[:, : 1 << digits[0]], first):
+                problems.append(f"{case}: the first histogram differs from the logits'")
+    return problems
+
+
+def routed_decode_problems(fb, next_n: int = 2, k: int = 64) -> list[str]:
+    """The routed call as sparse_attn_indexer makes it (vLLM's op's arguments, into a slice of
+    a wider indexer buffer) writes what topk_per_row writes and nothing else. The backend
+    decision is fixed to Triton here; it is tested through vLLM's module on the real wheel."""
+    import torch
+
+    logits, lens, _ = topk_rows(next_n, k)
+    rows = logits.shape[0]
+    buf = torch.full((rows + 2, k + 16), 777, dtype=torch.int32)
+    fb.use_triton_topk = lambda: True
+    strides = logits.stride()
+    fb.top_k_per_row_decode(logits, next_n, lens, buf[:rows, :k], rows, *strides, k)
+    want = fb.topk_per_row(logits, lens, next_n, k)
+    problems = []
+    if not ((buf[:rows, k:] == 777).all() and (buf[rows:] == 777).all()):
+        problems.append("wrote outside the rows' first k columns")
+    if not torch.equal(buf[:rows, :k].sort(dim=1).values, want.sort(dim=1).values):
+        problems.append("selected other positions than topk_per_row")
+    return problems
+
+
+def topk_rows(next_n: int, k: int):
+    """Logits whose rows see fewer, exactly k and more positions than k, each past one 4096-key
+    chunk: continuous values (the k-th key's 16-bit bin holds a few keys), integers (its bin
+    holds more ties than wanted), all equal (more than 4096 keys in the bin: the finishing pass
+    reads the row), and continuous values with duplicates straddling the k-th."""
     import torch
 
     g = torch.Generator().manual_seed(next_n)
-    lens = torch.tensor([40, k + next_n - 1, 300, 5000], dtype=torch.int32)
+    lens = torch.tensor([40, k + next_n - 1, 5000, 5000, 5000, 5000], dtype=torch.int32)
     rows, mml = lens.numel() * next_n, 5000
     logits = torch.randn(rows, mml, generator=g) * 3
-    logits[next_n : 2 * next_n] = 1.5
-    logits[2 * next_n :] = torch.randint(-3, 3, (rows - 2 * next_n, mml), generator=g).float()
-    out = fb.topk_per_row(logits, lens, next_n, k)
+    ints = torch.randint(-3, 3, (next_n, mml), generator=g).float()
+    logits[3 * next_n : 4 * next_n] = ints.masked_fill(ints == 0, 0.5)  # no -0.0 against +0.0
+    logits[4 * next_n : 5 * next_n] = 1.5
+    dup = logits[5 * next_n :]
+    kth = dup.topk(k, dim=1).values[:, -1:]
+    dup[:, ::7] = kth  # the k-th value, 700+ times, among distinct others
+    return logits, lens, mml
+
+
+def topk_problems(
+    fb, next_n: int, chunks_per_program: int | None, digits: tuple[int, ...], k: int = 64
+) -> list[str]:
+    """topk_per_row against the one selection it must make: every visible position above the
+    k-th largest logit, then the lowest positions of those equal to it; -1 past a short row."""
+    import torch
+
+    logits, lens, mml = topk_rows(next_n, k)
+    out = fb.topk_per_row(
+        logits, lens, next_n, k, chunks_per_program=chunks_per_program, digits=digits
+    )
     problems = []
-    for r in range(rows):
+    for r in range(logits.shape[0]):
         n = min(int(lens[r // next_n]) - next_n + r % next_n + 1, mml)
         got = out[r].long()
         if n <= k:
@@ -63,10 +145,13 @@ def topk_problems(fb, next_n: int, k: int = 64) -> list[str]:
             if not torch.equal(got, want):
                 problems.append(f"row {r} ({n} visible): {got.tolist()}")
             continue
-        top = torch.topk(logits[r, :n], k).values.sort().values
-        ok = got.unique().numel() == k and int(got.min()) >= 0 and int(got.max()) < n
-        if not (ok and torch.equal(logits[r, got].sort().values, top)):
-            problems.append(f"row {r}: not the top {k} of {n}")
+        row = logits[r, :n]
+        kth = torch.topk(row, k).values[-1]
+        above = (row > kth).nonzero().flatten()
+        ties = (row == kth).nonzero().flatten()[: k - above.numel()]
+        want = torch.cat([above, ties]).sort().values
+        if not torch.equal(got.sort().values, want):
+            problems.append(f"row {r}: not the top {k} of {n} (lowest positions of ties)")
     return problems
 
 

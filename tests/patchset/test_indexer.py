@@ -106,11 +106,15 @@ def test_paged_triton_kernel_matches_reference(tmp_path):
     """The embedded Triton kernel, run by Triton's interpreter on the CPU (a fresh process, see
     indexer_kernel_probe.py), against the float64 reference: exact inputs bit for bit, next_n
     1-3, positions past the block table and a cut last block; and its top-k (topk_per_row)
-    against torch.topk. On a GPU both run compiled in tests/gpu/test_indexer_fallback.py."""
+    against the selection torch.topk's k-th value fixes (ties: lowest positions), one and
+    several programs a row, two 8-bit and three 6/6/4-bit row-wide passes, its first pass
+    built by the logits kernel, and called as sparse_attn_indexer's routed
+    top_k_per_row_decode. On a GPU both run compiled in
+    tests/gpu/test_indexer_fallback.py."""
     module = tmp_path / "glmops_dsa_indexer.py"
     module.write_text(render_fallback(profile_by_name("v0_16"), {}))
     out = run_interpreted("tests.patchset.indexer_kernel_probe", {"module": str(module)}, 600)
-    assert len(out["checked"]) == 13 and out["problems"] == [], out
+    assert len(out["checked"]) == 19 and out["problems"] == [], out
 
 
 def test_paged_triton_kernel_refuses_other_layouts(fb):
@@ -215,6 +219,26 @@ def test_choose_logits_backend_rejects_unknown(fb):
         fb.choose_logits_backend((12, 0), True, "cutlass")
 
 
+@pytest.mark.parametrize(
+    "logits_fallback,vllm_op,override,expected",
+    [
+        (True, True, "auto", "triton"),  # SM120 / SM8x: our logits, our top-k
+        (True, False, "auto", "triton"),
+        (False, True, "auto", "vllm"),  # DeepGEMM's logits: vLLM's op
+        (False, False, "auto", "triton"),  # vLLM's op missing
+        (True, True, "vllm", "vllm"),
+        (False, True, " Triton ", "triton"),
+    ],
+)
+def test_choose_topk_backend(fb, logits_fallback, vllm_op, override, expected):
+    assert fb.choose_topk_backend(logits_fallback, vllm_op, override) == expected
+
+
+def test_choose_topk_backend_rejects_unknown(fb):
+    with pytest.raises(ValueError, match="GLMOPS_INDEXER_TOPK"):
+        fb.choose_topk_backend(True, True, "torch")
+
+
 # ---- on the real wheels ----
 
 
@@ -241,10 +265,15 @@ def test_plan_per_profile(vllm_version, vllm_scratch, tmp_path):
         py_compile.compile(str(sp / c.path), doraise=True, cfile=str(tmp_path / "x.pyc"))
     again = plan_patchset(profile, _sources(sp), {"items": ["indexer"]})
     assert [(c.status, c.reason) for c in again] == [("ok", "already applied")] * 3
-    # the insertions are small: one line in the op, one method in the builder
+    # the changes are small: one line in the op (and its decode top-k call routed through the
+    # fallback module's dispatcher), one method in the builder
     for path, added in ((SPARSE_INDEXER, 1), (INDEXER_BUILDER, 5)):
         before, after = sources[path] or "", (sp / path).read_text()
         assert len(after.splitlines()) - len(before.splitlines()) == added
+    op = (sp / SPARSE_INDEXER).read_text()
+    assert "torch.ops._C.top_k_per_row_decode(" not in op
+    assert op.count("        glmops_top_k_per_row_decode(") == 1
+    assert "import fp8_mqa_logits, fp8_paged_mqa_logits, top_k_per_row_decode as glmops_" in op
 
 
 @pytest.mark.wheels
@@ -253,6 +282,7 @@ def test_plan_per_profile(vllm_version, vllm_scratch, tmp_path):
     [
         (SPARSE_INDEXER, "import fp8_mqa_logits, fp8_paged_mqa_logits", "import fp8_mqa_logits"),
         (INDEXER_BUILDER, "    _cudagraph_support: ClassVar", "    _cg_support: ClassVar"),
+        (SPARSE_INDEXER, "torch.ops._C.top_k_per_row_decode(", "torch.ops._C.top_k_per_row("),
     ],
 )
 def test_016_anchor_missing_refused(path, old, new, tmp_path):
@@ -307,10 +337,12 @@ k = torch.randn(6, 8, generator=g).to(torch.float8_e4m3fn)
 sc, w = torch.rand(6, generator=g) + 0.1, torch.randn(4, 2, generator=g)
 ks = torch.zeros(4, dtype=torch.int32)
 ke = torch.tensor([3, 4, 5, 6], dtype=torch.int32)
-result = {"bound": [op.fp8_mqa_logits.__module__, op.fp8_paged_mqa_logits.__module__]}
+bound = (op.fp8_mqa_logits, op.fp8_paged_mqa_logits, op.glmops_top_k_per_row_decode)
+result = {"bound": [f.__module__ for f in bound]}
 for cap in args["caps"]:
     use(cap)
     fb.use_torch_fallback.cache_clear()
+    fb.use_triton_topk.cache_clear()
     calls.clear()
     out = op.fp8_mqa_logits(q, (k, sc), w, ks, ke, clean_logits=False)
     torch_path = isinstance(out, torch.Tensor)
@@ -320,6 +352,7 @@ for cap in args["caps"]:
         "logits": "torch" if torch_path else "deepgemm",
         "deep_gemm_calls": list(calls),
         "cudagraph": B.get_cudagraph_support(None, None).name,
+        "topk": "triton" if fb.use_triton_topk() else "vllm",
     }
 print(json.dumps(result))
 """
@@ -328,9 +361,10 @@ print(json.dumps(result))
 @pytest.mark.wheels
 @pytest.mark.parametrize("fake_deep_gemm", [False, True], ids=["no-deep_gemm", "deep_gemm"])
 def test_patched_016_dispatch(fake_deep_gemm, tmp_path):
-    """Through vLLM's own module: the op's names are rebound to the dispatch, capability 12.0
-    takes the torch fallback (and the builder reports NEVER), 9.0 / 10.0 still reach
-    vllm.utils.deep_gemm's kernels when deep_gemm is importable; absent, torch everywhere."""
+    """Through vLLM's own module: the op's names (its decode top-k call's too) are rebound to
+    the dispatch, capability 12.0 takes the torch fallback (and the builder reports NEVER) and
+    glmops' top-k, 9.0 / 10.0 still reach vllm.utils.deep_gemm's kernels when deep_gemm is
+    importable; absent, torch everywhere."""
     from tests.support import vllm_wheels
 
     sp = vllm_wheels.scratch_copy("0.16.0", tmp_path / "venv")
@@ -360,14 +394,22 @@ def test_patched_016_dispatch(fake_deep_gemm, tmp_path):
     assert proc.returncode == 0, proc.stderr[-4000:]
     out = json.loads(proc.stdout.strip().splitlines()[-1])
     module = INDEXER_FALLBACK.removesuffix(".py").replace("/", ".")
-    assert out["bound"] == [module, module]
-    assert out["12.0"] == {"logits": "torch", "deep_gemm_calls": [], "cudagraph": "NEVER"}
+    assert out["bound"] == [module, module, module]
+    assert out["12.0"] == {
+        "logits": "torch",
+        "deep_gemm_calls": [],
+        "cudagraph": "NEVER",
+        "topk": "triton",
+    }
     for cap in ("9.0", "10.0"):
         if fake_deep_gemm:
+            # vLLM's compiled ops are not loaded on this CPU machine: its top-k op is missing
             assert out[cap] == {
                 "logits": "deepgemm",
                 "deep_gemm_calls": ["fp8_mqa_logits"],
                 "cudagraph": "UNIFORM_SINGLE_TOKEN_DECODE",
+                "topk": "triton",
             }
         else:
             assert out[cap]["logits"] == "torch" and out[cap]["cudagraph"] == "NEVER"
+            assert out[cap]["topk"] == "triton"

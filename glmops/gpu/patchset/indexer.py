@@ -8,7 +8,10 @@ to dispatchers (DeepGEMM where it runs; elsewhere a Triton kernel for the paged 
 logits, backend/indexer_logits.py embedded, and chunked torch for prefill), and a
 get_cudagraph_support override on DeepseekV32IndexerMetadataBuilder that reports NEVER while
 the fallback is active, so vLLM keeps the indexer out of FULL CUDA graphs (PIECEWISE, where
-vllm::sparse_attn_indexer is a splitting op and runs eagerly).
+vllm::sparse_attn_indexer is a splitting op and runs eagerly). The decode top-k call,
+torch.ops._C.top_k_per_row_decode(, becomes glmops_top_k_per_row_decode( (one exact
+replacement, reversed before re-planning), which the import line binds to a dispatcher: glmops'
+Triton topk_per_row wherever the logits fallback runs, vLLM's op elsewhere.
 
 Layouts whose CUDA platform lists SM120 in support_deep_gemm (0.24+, e.g. 0.33 with its
 vendored deep_gemm and SM120 paged-MQA page sizes) already run DeepGEMM's logits there: ok.
@@ -27,6 +30,8 @@ FILES = (SPARSE_INDEXER, INDEXER_BUILDER, INDEXER_FALLBACK)
 MODULE = INDEXER_FALLBACK.removesuffix(".py").replace("/", ".")
 DEFAULT_MAX_TILE_BYTES = 256 * 2**20
 _IMPORT = "from vllm.utils.deep_gemm import fp8_mqa_logits, fp8_paged_mqa_logits\n"
+_TOPK_CALL = "        torch.ops._C.top_k_per_row_decode(\n"
+_TOPK_ROUTED = "        glmops_top_k_per_row_decode(  # routed by glmops-patch (indexer item)\n"
 _CG_BLOCK = re.compile(
     r"^class DeepseekV32IndexerMetadataBuilder\(AttentionMetadataBuilder\):\n"
     r"(    )_cudagraph_support: ClassVar\[AttentionCGSupport\] = \(\n[^\n]*\n    \)\n",
@@ -67,13 +72,20 @@ def _change(path: str, current: str | None, after: str, reason: str) -> FileChan
     return FileChange(path, current, after, NAME, "apply", reason)
 
 
-def _plan_import(current: str) -> FileChange:
-    pristine = strip_marked(current, NAME)
+def _plan_op(current: str) -> FileChange:
+    """The op: the import line that binds glmops' dispatchers, and its decode top-k call
+    routed to one of them."""
+    pristine = strip_marked(current, NAME).replace(_TOPK_ROUTED, _TOPK_CALL)
     if pristine.count(_IMPORT) != 1:
         raise PatchError(f"{SPARSE_INDEXER}: DeepGEMM logits import not found exactly once")
+    if pristine.count(_TOPK_CALL) != 1:
+        raise PatchError(
+            f"{SPARSE_INDEXER}: the decode top-k call torch.ops._C.top_k_per_row_decode( "
+            "not found exactly once"
+        )
     line = render("indexer_import.py.j2", module=MODULE, marker=marker(NAME))
-    after = pristine.replace(_IMPORT, _IMPORT + line)
-    return _change(SPARSE_INDEXER, current, after, "indexer logits through glmops dispatch")
+    after = pristine.replace(_IMPORT, _IMPORT + line).replace(_TOPK_CALL, _TOPK_ROUTED)
+    return _change(SPARSE_INDEXER, current, after, "indexer logits and top-k through glmops")
 
 
 def _plan_builder(current: str) -> FileChange:
@@ -109,7 +121,7 @@ def plan(profile: Profile, sources: dict[str, str | None], options: dict) -> lis
         missing = SPARSE_INDEXER if indexer is None else INDEXER_BUILDER
         raise PatchError(f"{missing} missing: the DSA indexer cannot be patched in this layout")
     return [
-        _plan_import(indexer),
+        _plan_op(indexer),
         _plan_builder(builder),
         _plan_fallback(profile, sources.get(INDEXER_FALLBACK), options),
     ]

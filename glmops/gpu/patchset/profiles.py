@@ -135,6 +135,12 @@ PROFILES: tuple[Profile, ...] = (
                 r"^from vllm\.utils\.deep_gemm import fp8_mqa_logits, fp8_paged_mqa_logits$",
             ),
             Anchor(
+                SPARSE_INDEXER,
+                "torch.ops._C.top_k_per_row_decode( (the decode top-k call)",
+                # as shipped, or as the indexer item routes it
+                r"^        (?:torch\.ops\._C\.|glmops_)top_k_per_row_decode\($",
+            ),
+            Anchor(
                 INDEXER_BUILDER,
                 "DeepseekV32IndexerMetadataBuilder._cudagraph_support",
                 r"^class DeepseekV32IndexerMetadataBuilder\(AttentionMetadataBuilder\):\n"
