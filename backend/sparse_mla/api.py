@@ -1,5 +1,6 @@
-"""The public API: ``sparse_mla_decode`` and its launchers, the support checks the rendered
-backend calls at start-up, the float32 reference and the fp8_ds_mla quantizer."""
+"""The public API: ``sparse_mla_decode``, its launchers and where the merge launches (PDL), the
+support checks the rendered backend calls at start-up, the float32 reference and the fp8_ds_mla
+quantizer."""
 
 from __future__ import annotations
 
@@ -16,16 +17,12 @@ from .common import (
     _fits_cp_async,
     _gluon_takes,
     _has_gluon_mma,
+    _has_pdl,
     _has_wgmma,
     _num_sms,
 )
 from .plan import _merge_columns, _merge_warps, _plan, _split_chunk
-from .tiles import (
-    SplitCall,
-    _early_merge,
-    _late_trigger,
-    tile_kind,
-)
+from .tiles import SplitCall, Tile
 from .tl_dot import (
     _sparse_mla_combine_kernel,
 )
@@ -43,7 +40,6 @@ def _check_inputs(
     kv_rows: torch.Tensor,
     indices: torch.Tensor,
     kv_scale: float,
-    config: dict[str, int] | None,
 ) -> str:
     """Raises on a malformed call; returns the KV row format."""
     if q.dim() != 3 or q.shape[-1] != _D_QK:
@@ -61,8 +57,6 @@ def _check_inputs(
         raise ValueError("indices must be int32 [T, topk] with T = q.shape[0]")
     if q.stride(-1) != 1 or kv_rows.stride(-1) != 1 or indices.stride(-1) != 1:
         raise ValueError("the last dimension of q, kv_rows and indices must be contiguous")
-    if kv_format != "16bit" and (config or {}).get("DV_SPLIT", 1) != 1:
-        raise ValueError("DV_SPLIT is a 16-bit-cache tuning option; fp8 rows need 1")
     return kv_format
 
 
@@ -103,13 +97,32 @@ def _split_scratch(
     return part_o, workspace[n_po : n_po + num_tokens * num_splits * num_heads]
 
 
+def _early_merge(is_split: bool, dev: int) -> bool:
+    """Whether the merge launches as a programmatic dependent of the split kernel: wherever
+    the GPU has PDL (with the Gluon tiles' trigger where ``_late_trigger`` puts it, it pays at
+    every batch measured: DESIGN.md "The merge and its launch"; the benchmark's ``PDL`` turns
+    it off)."""
+    return is_split and _has_pdl(dev)
+
+
+def _late_trigger(tile: Tile, programs: int, dev: int) -> bool:
+    """Where a Gluon split kernel lets the merge launch: after its main loop (True), or as its
+    programs exit. The merge's programs, launched early, take the SMs the split grid leaves
+    idle and slow its last programs. Measured on the H200 (16-bit and e4m3 rows): after the
+    main loop is 8-11% faster than a plain launch for 8/16-head blocks at about one program per
+    SM; 64-head blocks there gain most from the exit (1-6%); a grid that leaves half the SMs
+    idle gains from either, least from the exit. 32-head blocks (17-32 heads) follow the
+    64-head rule, unmeasured (the benchmark's ``PDL_LATE`` overrides this rule; DESIGN.md "The
+    merge and its launch")."""
+    return tile.block_h <= 16 or 2 * programs <= _num_sms(dev)
+
+
 def _launch_merge(
     part_o: torch.Tensor,
     part_lse: torch.Tensor,
     out: torch.Tensor,
     lse: torch.Tensor,
     num_splits: int,
-    cfg: dict[str, int],
     use_pdl: bool,
     dev: int,
 ) -> None:
@@ -148,18 +161,20 @@ def sparse_mla_decode(
     lse: torch.Tensor | None = None,
     num_splits: int | None = None,
     workspace: torch.Tensor | None = None,
-    config: dict[str, int] | None = None,
+    tile: Tile | None = None,
     kv_scale: float = 1.0,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Sparse MLA decode: each token attends to the KV rows its ``indices`` name.
 
     ``num_splits`` overrides the top-k split count (``None``: fill the GPU), ``workspace`` is an
     optional flat fp32 buffer of at least ``sparse_mla_workspace_numel`` elements (lets a
-    CUDA-graph caller own the scratch), ``config`` overrides the tile shape (tuning only),
+    CUDA-graph caller own the scratch), ``tile`` replaces the plan's (the benchmark's sweeps),
     ``kv_scale`` is the one scale of fp8 e4m3 rows (a row's values are its fp8 values times it).
     Returns ``(out [T, H, 512], lse [T, H] fp32)``.
     """
-    kv_format = _check_inputs(q, kv_rows, indices, kv_scale, config)
+    kv_format = _check_inputs(q, kv_rows, indices, kv_scale)
+    if tile is not None:
+        tile.validate(kv_format)
     out, lse = _outputs(q, out, lse)
     num_tokens, num_heads, _ = q.shape
     topk = indices.shape[1]
@@ -175,19 +190,18 @@ def sparse_mla_decode(
     )
     wgmma = gluon_inputs and _has_wgmma(dev)
     gluon_mma = gluon_inputs and _has_gluon_mma(dev)
-    cfg, num_splits = _plan(
-        num_tokens, num_heads, topk, q.device, num_splits, config, kv_format, wgmma, None, gluon_mma
+    tile, num_splits = _plan(
+        num_tokens, num_heads, topk, q.device, num_splits, tile, kv_format, wgmma, None, gluon_mma
     )
-    tile = tile_kind(cfg, kv_format)
-    num_hb = triton.cdiv(num_heads, cfg["BLOCK_H"])
-    chunk = _split_chunk(topk, num_splits, cfg["BLOCK_N"])
+    num_hb = triton.cdiv(num_heads, tile.block_h)
+    chunk = _split_chunk(topk, num_splits, tile.block_n)
     is_split = num_splits > 1
     if is_split:
         part_o, part_lse = _split_scratch(q, num_splits, tile.gluon, workspace)
     else:
         part_o, part_lse = lse, lse  # unused placeholders
     programs = num_tokens * num_splits * num_hb
-    use_pdl = _early_merge(cfg, is_split, dev)
+    use_pdl = _early_merge(is_split, dev)
 
     args = (
         q,
@@ -213,11 +227,11 @@ def sparse_mla_decode(
         lse.stride(0),
         lse.stride(1),
     )
-    late = tile.gluon and use_pdl and _late_trigger(cfg, programs, dev)
+    late = tile.gluon and use_pdl and _late_trigger(tile, programs, dev)
     call = SplitCall(args, programs, kv_format, kv_scale, is_split, use_pdl, late)
-    tile.launch(cfg, call, gluon_inputs, dev)
+    tile.launch(call, gluon_inputs, dev)
     if is_split:
-        _launch_merge(part_o, part_lse, out, lse, num_splits, cfg, use_pdl, dev)
+        _launch_merge(part_o, part_lse, out, lse, num_splits, use_pdl, dev)
     return out, lse
 
 

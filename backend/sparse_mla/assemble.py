@@ -15,6 +15,7 @@ import ast
 import hashlib
 import importlib.util
 import os
+import sys
 import tempfile
 from pathlib import Path
 from types import ModuleType
@@ -100,10 +101,17 @@ def write(folder: Path = HERE, directory: Path | None = None) -> Path:
 
 def load(name: str = "sparse_mla", folder: Path = HERE) -> ModuleType:
     """The kernel module, joined from ``folder``'s parts, imported under ``name`` (each caller
-    its own name gets its own module: its own caches and monkeypatches)."""
+    its own name gets its own module: its own caches and monkeypatches), and registered in
+    ``sys.modules`` under it, as an import would: its tile dataclasses resolve their
+    annotations there."""
     path = write(folder)
     spec = importlib.util.spec_from_file_location(name, path)
     assert spec is not None and spec.loader is not None, path
     module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    sys.modules[name] = module
+    try:
+        spec.loader.exec_module(module)
+    except BaseException:
+        sys.modules.pop(name, None)
+        raise
     return module

@@ -115,7 +115,7 @@ def _gluon_mma_usable(
     Triton's Gluon (``_GLUON_API``; their e4m3 tile needs SM89+, as fp8 rows do:
     ``_unsupported``).
     ``proxy``: Hopper may run them too (the benchmark's stand-in for SM120); its plan takes
-    the 32-head one and, for fp8_ds_mla rows, the e4m3 one (``_default_config``), its own
+    the 32-head one and, for fp8_ds_mla rows, the e4m3 one (``_default_tile``), its own
     tiles being faster elsewhere. ``api`` as for ``_gluon_usable``."""
     target = capability[0] in (8, 12) or (proxy and capability[0] == 9)
     return (_GLUON_API if api is None else api) and target
@@ -143,11 +143,6 @@ def _device_index(device: torch.device | int) -> int:
 @functools.lru_cache(maxsize=16)
 def _has_gluon_mma(device_index: int) -> bool:
     return _gluon_mma_usable(torch.cuda.get_device_capability(device_index))
-
-
-def _gluon_tile(cfg: dict[str, int]) -> bool:
-    """Whether a config names one of the Gluon kernels (16-bit partials, Gluon launch)."""
-    return bool(cfg.get("WGMMA") or cfg.get("MMA_V2"))
 
 
 def _fits_cp_async(*tensors: torch.Tensor) -> bool:

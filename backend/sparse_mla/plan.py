@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 
 import torch
@@ -23,14 +24,21 @@ from .common import (
     _gluon_mma_usable,
     _gluon_off_reason,
     _gluon_takes,
-    _gluon_tile,
     _gluon_usable,
     _has_gluon_mma,
     _has_wgmma,
-    _mma_family,
     _num_sms,
 )
-from .tiles import _TILES, _planned_column_groups
+from .tiles import (
+    _TILES,
+    MmaE4m3Tile,
+    MmaTile,
+    MmaWideTile,
+    Tile,
+    WgmmaE4m3Tile,
+    WgmmaSwappedTile,
+    WgmmaTile,
+)
 
 
 def _unsupported(num_heads: int, kv_format: str, limits: DeviceLimits) -> str | None:
@@ -46,8 +54,7 @@ def _unsupported(num_heads: int, kv_format: str, limits: DeviceLimits) -> str | 
     if not 1 <= num_heads <= MAX_HEADS:
         return f"{num_heads} query heads per GPU: supported are 1 to {MAX_HEADS}"
     block_h = min(64, max(16, triton.next_power_of_2(num_heads)))
-    family = _mma_family(limits.capability)
-    if all(smem[family] > limits.smem_per_block for _, smem in _TILES[kv_format, block_h]):
+    if not any(tile.fits(limits) for tile in _TILES[kv_format, block_h]):
         return f"{device}: no {kv_format} tile for {num_heads} heads fits"
     return None
 
@@ -81,29 +88,24 @@ def sparse_mla_kernel_summary(
     limits = _device_limits(_device_index(device))
     kv_dtype = q_dtype if kv_format == "16bit" else torch.uint8
 
-    def tile(api: bool | None, q_ok: bool) -> dict[str, int]:
+    def planned(api: bool | None, q_ok: bool) -> Tile:
         wgmma = q_ok and _gluon_usable(limits.capability, api)
         gluon_mma = q_ok and _gluon_mma_usable(limits.capability, api=api)
-        return _default_config(num_heads, kv_format, wgmma, limits, gluon_mma)
-
-    def words(cfg: dict[str, int]) -> str:
-        kinds = {"WGMMA": "Gluon warpgroup-MMA", "MMA_V2": "Gluon mma.sync"}
-        kind = next((name for key, name in kinds.items() if cfg.get(key)), "tl.dot")
-        return f"{kind} tile {cfg['BLOCK_H']}x{cfg['BLOCK_N']}, {cfg['num_warps']} warps"
+        return _default_tile(num_heads, kv_format, wgmma, limits, gluon_mma)
 
     q_ok = _gluon_takes(q_dtype, kv_dtype, kv_format)
-    cfg, best = tile(None, q_ok), tile(True, True)
-    text = words(cfg)
-    if _gluon_tile(cfg) and kv_format != "16bit":
+    tile, best = planned(None, q_ok), planned(True, True)
+    text = tile.words()
+    if tile.gluon and kv_format != "16bit":
         text += " (the tl.dot tile for batches too small to fill the GPU with 64-row tiles)"
     text += f"; Triton {triton.__version__}"
-    if _gluon_tile(cfg) and _TRITON not in _GLUON_VERIFIED:
+    if tile.gluon and _TRITON not in _GLUON_VERIFIED:
         text += " (GLMOPS_SPARSE_MLA_GLUON=1: the Gluon tiles are not verified under it)"
-    if _gluon_tile(best) and not _gluon_tile(cfg):
+    if best.gluon and not tile.gluon:
         why = [reason] if (reason := _gluon_off_reason()) else []
         q_name = str(q_dtype).removeprefix("torch.")
         why += [] if q_ok else [f"does not take a {q_name} q over {kv_format} rows"]
-        text += f" (the {words(best)} {' and '.join(why)})"
+        text += f" (the {best.words()} {' and '.join(why)})"
     major, minor = limits.capability
     return (
         f"{num_heads} query heads, {str(q_dtype).removeprefix('torch.')} q over {kv_format} "
@@ -116,41 +118,44 @@ def sparse_mla_kernel_summary(
 _DS_TILE_16_HEADS_SMEM = 103_168
 
 
-def _ds_rope_in_registers(cfg: dict[str, int], kv_format: str, limits: DeviceLimits) -> dict:
-    """``cfg`` with q's rope part in registers (``ROPE_REGS``) where it is the 16-head e4m3
-    mma.sync tile over fp8_ds_mla rows on a GPU whose blocks cannot hold its shared-memory
-    form (under 103,168 bytes), unless it says otherwise: the plan's tile and overrides."""
-    ds_16 = kv_format == "fp8_ds_mla" and cfg.get("MMA_V2") and cfg["BLOCK_H"] == 16
-    if ds_16 and limits.smem_per_block < _DS_TILE_16_HEADS_SMEM:
-        return {"ROPE_REGS": 1, **cfg}
-    return cfg
+def _rope_in_registers(kv_format: str, block_h: int, limits: DeviceLimits) -> bool:
+    """Whether the 16-head e4m3 mma.sync tile over fp8_ds_mla rows keeps q's rope part in
+    registers (``ROPE_REGS``): on a GPU whose blocks cannot hold its shared-memory form
+    (under 103,168 bytes)."""
+    ds_16 = kv_format == "fp8_ds_mla" and block_h == 16
+    return ds_16 and limits.smem_per_block < _DS_TILE_16_HEADS_SMEM
 
 
-def _e4m3_mma_tile(num_heads: int, waves: int) -> dict[str, int]:
+def _e4m3_mma_tile(num_heads: int, waves: int, kv_format: str, limits: DeviceLimits) -> Tile:
     """``_sparse_mla_mma_e4m3_kernel``'s tile for up to 16 heads: 64-row tiles at 2 stages, 8
     heads on 4 warps or 16 on two groups of 4."""
     block_h = 8 if num_heads <= 8 else 16
-    return {"BLOCK_H": block_h, "BLOCK_N": 64, "num_warps": block_h // 2, "num_stages": 2,
-            "WAVES": waves, "MMA_V2": 1}  # fmt: skip
+    rope_regs = _rope_in_registers(kv_format, block_h, limits)
+    return MmaE4m3Tile(block_h, 64, block_h // 2, 2, waves, rope_regs=rope_regs)
 
 
-def _column_groups(kv_format: str) -> dict[str, int]:
+def _with_column_groups(tile: MmaTile, kv_format: str, limits: DeviceLimits) -> MmaTile:
     """``_sparse_mla_mma_kernel``'s scores over 16-bit rows as a dot batched over two groups
-    of columns, 16 heads a warp (DESIGN.md "The Gluon tiles"); e4m3 rows keep one (q's two parts
-    would need twice the registers)."""
-    return {"COL_WARPS": 2} if kv_format == "16bit" else {}
+    of columns, 16 heads a warp (DESIGN.md "The Gluon tiles"), where the tile takes them and
+    fits the block's shared memory with their scratch; e4m3 rows keep one (q's two parts would
+    need twice the registers)."""
+    grouped = dataclasses.replace(tile, col_warps=2)
+    fits = kv_format == "16bit" and grouped.column_groups_fit(kv_format)
+    if fits and grouped.smem_bound() <= limits.smem_per_block:
+        return grouped
+    return tile
 
 
-def _default_config(
+def _default_tile(
     num_heads: int,
     kv_format: str = "16bit",
     wgmma: bool = False,
     limits: DeviceLimits = H200_LIMITS,
     gluon_mma: bool = False,
-) -> dict[str, int]:
-    """Tile shape by head count, row format and device: the first tl.dot tile in ``_TILES``
-    that fits the device's shared memory, or a Gluon tile. ``WAVES`` is how many programs per
-    SM the split count aims for; ``ROUNDS``, how many rounds of them it may queue to fill SMs
+) -> Tile:
+    """Tile by head count, row format and device: the first tl.dot tile in ``_TILES`` that
+    fits the device's shared memory, or a Gluon tile. ``waves`` is how many programs per
+    SM the split count aims for; ``rounds``, how many rounds of them it may queue to fill SMs
     that a power of two leaves idle (one program per SM only; default 1). ``wgmma`` (Hopper,
     16-bit rows) picks the Gluon kernels: the swapped tile for up to 16 heads (two 64-row
     stages, ~158-168 KB, one per SM), the 32-head mma.sync tile for 17-32 (e4m3 rows too) and the
@@ -171,12 +176,11 @@ def _default_config(
         # per SM on Hopper), 16 on 8 warps (103 KB; 101,120 bytes with q's rope part in
         # registers, which a 99 KB GPU needs): 1.2-1.6x over the grouped tl.dot tile at
         # B >= 8 with 8 heads, 1.05-1.21x with 16 (DESIGN.md "fp8_ds_mla rows").
-        tile = _e4m3_mma_tile(num_heads, waves=2 if wgmma and num_heads <= 8 else 1)
-        return _ds_rope_in_registers(tile, kv_format, limits)
+        return _e4m3_mma_tile(num_heads, 2 if wgmma and num_heads <= 8 else 1, kv_format, limits)
     if gluon_mma and kv_format == "fp8" and num_heads <= 16:
         # 84 KB at 8 heads, 94 KB at 16: one program per SM on a 99 KB GPU. 16 heads run on
         # two groups of 4 warps, 8 heads each (5-14% faster than one group on the H200).
-        return _e4m3_mma_tile(num_heads, waves=1)
+        return _e4m3_mma_tile(num_heads, 1, kv_format, limits)
     mma_rows = kv_format == "16bit" or (kv_format == "fp8" and num_heads > 16)
     if mma_rows and num_heads <= 32 and (gluon_mma or (wgmma and num_heads > 16)):
         # q in registers, two warps along the keys and one per 8 heads (one program per SM):
@@ -185,45 +189,36 @@ def _default_config(
         # e4m3 tl.dot tiles (DESIGN.md "The Gluon tiles"). Hopper keeps its swapped tiles
         # for up to 16.
         block_h = 16 if num_heads <= 16 else 32
-        return {"BLOCK_H": block_h, "BLOCK_N": 32, "num_warps": block_h // 4, "num_stages": 2,
-                "WAVES": 1, "MMA_V2": 1, **_column_groups(kv_format)}  # fmt: skip
-    family = _mma_family(limits.capability)
+        return _with_column_groups(MmaTile(block_h, 32, block_h // 4, 2), kv_format, limits)
     block_h = min(64, max(16, triton.next_power_of_2(num_heads)))
-    wide_tl_dot = any(
-        cfg["BLOCK_H"] == 64 and smem[family] <= limits.smem_per_block
-        for cfg, smem in _TILES[kv_format, 64]
-    )
+    wide_tl_dot = any(t.block_h == 64 and t.fits(limits) for t in _TILES[kv_format, 64])
     if gluon_mma and kv_format in ("16bit", "fp8") and block_h == 64 and not wide_tl_dot:
         # 64-head blocks that gather each row once where no 64-head tl.dot tile fits (99 KB
         # GPUs), q in registers, 78 KB (16-bit rows: 96.5 KB with the column groups' scratch);
         # the stages hold q on its way there: 64 16-bit rows, 128 e4m3 ones (DESIGN.md "The Gluon
         # tiles"). Bound by its MMAs, it queues up to 4 rounds of programs per SM where powers of
         # two leave SMs idle (``_fill_splits``; DESIGN.md "Splits").
-        return {"BLOCK_H": 64, "BLOCK_N": 32, "num_warps": 8,
-                "num_stages": 4 if kv_format == "fp8" else 2, "WAVES": 1, "ROUNDS": 4,
-                "MMA_V2": 1, **_column_groups(kv_format)}  # fmt: skip
+        wide = MmaWideTile(64, 32, 8, 4 if kv_format == "fp8" else 2, rounds=4)
+        return _with_column_groups(wide, kv_format, limits)
     gluon = wgmma and kv_format in ("16bit", "fp8")
     if gluon and num_heads <= 16:
         # The swapped tile: 8 or 16 heads are the MMA's N, so H=8 computes no padding rows.
         # Its e4m3 twin widens V in registers (84-95 KB) and runs two programs per SM where
         # each split keeps 8+ tiles (DESIGN.md "Splits").
-        tile = {"BLOCK_H": 8 if num_heads <= 8 else 16, "BLOCK_N": 64, "num_warps": 4,
-                "num_stages": 2, "WAVES": 1, "WGMMA": 1}  # fmt: skip
-        return {**tile, "WAVES": 2, "MIN_TILES": 8} if kv_format == "fp8" else tile
+        block_h = 8 if num_heads <= 8 else 16
+        if kv_format == "fp8":
+            return WgmmaE4m3Tile(block_h, 64, 4, 2, waves=2, min_tiles=8)
+        return WgmmaSwappedTile(block_h, 64, 4, 2)
     if gluon and block_h == 64:
         # The 64-head tile; for e4m3 rows, the e4m3 tile with two warpgroups sharing its
         # gathers (32 heads each for the scores, half of V's columns each for P.V; DESIGN.md "The
         # Gluon tiles"). 128 heads run two blocks.
-        return {"BLOCK_H": 64, "BLOCK_N": 64, "num_warps": 8, "num_stages": 2, "WAVES": 1,
-                "WGMMA": 1}  # fmt: skip
-    cfg, smem = next(
-        (cfg, smem[family])
-        for cfg, smem in _TILES[kv_format, block_h]
-        if smem[family] <= limits.smem_per_block
-    )
+        return (WgmmaE4m3Tile if kv_format == "fp8" else WgmmaTile)(64, 64, 8, 2)
+    tile = next(tile for tile in _TILES[kv_format, block_h] if tile.fits(limits))
     # Two programs per SM where the SM holds two (Hopper, Blackwell datacenter), else one, whose
     # split count then fills the SMs (``_fill_splits``; DESIGN.md "Splits").
-    return {**cfg, "WAVES": min(cfg["WAVES"], _blocks_per_sm(smem, limits))}
+    smem = tile.smem.on(limits.capability) if tile.smem else 0
+    return dataclasses.replace(tile, waves=min(tile.waves, _blocks_per_sm(smem, limits)))
 
 
 @functools.lru_cache(maxsize=256)  # on every call's path: the fill tries many counts
@@ -313,73 +308,51 @@ def _pow2_floor(n: int) -> int:
     return 1 << (n.bit_length() - 1)
 
 
-# Keys that shape the tile: an override that sets any of them without naming a Gluon kernel
-# (WGMMA, MMA_V2) means the tl.dot kernel (the tuning plans were written for it), its default
-# tile updated by the override, whatever the default kernel would have been.
-_TILE_KEYS = frozenset(
-    {"BLOCK_H", "BLOCK_N", "num_warps", "num_stages", "DV_SPLIT", "PREFETCH_IDX", "FP8_TWICE"}
-    | {"FP16_DOTS", "V_ASM", "E4M3_BITS", "FP8_GROUPS", "ROPE_REGS"}
-)
-
-
 def _plan(
     num_tokens: int,
     num_heads: int,
     topk: int,
     device: torch.device,
     num_splits: int | None = None,
-    config: dict[str, int] | None = None,
+    tile: Tile | None = None,
     kv_format: str = "16bit",
     wgmma: bool | None = None,
     limits: DeviceLimits | None = None,
     gluon_mma: bool | None = None,
-) -> tuple[dict[str, int], int]:
-    """Tile config and split count for a call (also used by the benchmark to report them).
+) -> tuple[Tile, int]:
+    """The tile and split count for a call (also used by the benchmark to report them):
+    ``tile`` where the caller names one (the benchmark's sweeps), checked, else the plan's.
     ``wgmma``, ``gluon_mma``: whether the Hopper Gluon kernels, or the tiles with mma.sync,
     may run (``None``: whenever the device has them); ``limits``: the device's (``None``: read
     from it; the benchmark passes a smaller GPU's)."""
-
-    if wgmma is None:
-        wgmma = _has_wgmma(_device_index(device))
-    if gluon_mma is None:
-        gluon_mma = _has_gluon_mma(_device_index(device))
     if limits is None:
         limits = _device_limits(_device_index(device))
-    if config and _TILE_KEYS & config.keys():
-        # The tile the override was written for, from its kernel's defaults up.
-        wgmma = wgmma and "WGMMA" in config
-        gluon_mma = gluon_mma and "MMA_V2" in config
-    cfg = dict(_default_config(num_heads, kv_format, wgmma, limits, gluon_mma))
-    tiles_64 = num_tokens * triton.cdiv(topk, 64)
-    if kv_format != "16bit" and _gluon_tile(cfg) and tiles_64 < _num_sms(_device_index(device)):
-        # Too few 64-row tiles to fill the GPU (one token): the tl.dot tile's 32-row tiles are
-        # faster there (H200, two programs per SM: B=1 8.1 against 8.6 µs, DESIGN.md "The Gluon
-        # tiles").
-        cfg = dict(_default_config(num_heads, kv_format, False, limits))
-    cfg.pop("ROPE_REGS", None)  # the rule below decides it for the merged tile
-    if any(config[key] != cfg.get(key) for key in ("BLOCK_H", "BLOCK_N") if key in (config or {})):
-        cfg.pop("ROUNDS", None)  # measured for the default tile's shape, not for a reshaped one
-    cfg = _ds_rope_in_registers({**cfg, **(config or {})}, kv_format, limits)
-    cfg = _planned_column_groups(cfg, config or {}, kv_format, limits)
-    if cfg.get("SCORE_COLS", 0) not in (0, 32, 64, 128):
-        raise ValueError(
-            f"sparse MLA decode: SCORE_COLS {cfg['SCORE_COLS']}: latent columns per chain of "
-            "e4m3 score MMAs, 32, 64 or 128 (0: one chain)"
-        )
-    num_hb = triton.cdiv(num_heads, cfg["BLOCK_H"]) * cfg.get("DV_SPLIT", 1)
+    if tile is None:
+        if wgmma is None:
+            wgmma = _has_wgmma(_device_index(device))
+        if gluon_mma is None:
+            gluon_mma = _has_gluon_mma(_device_index(device))
+        tile = _default_tile(num_heads, kv_format, wgmma, limits, gluon_mma)
+        tiles_64 = num_tokens * triton.cdiv(topk, 64)
+        if kv_format != "16bit" and tile.gluon and tiles_64 < _num_sms(_device_index(device)):
+            # Too few 64-row tiles to fill the GPU (one token): the tl.dot tile's 32-row tiles
+            # are faster there (H200, two programs per SM: B=1 8.1 against 8.6 µs, DESIGN.md
+            # "The Gluon tiles").
+            tile = _default_tile(num_heads, kv_format, False, limits)
+    tile.validate(kv_format, limits)
     if num_splits is None:
         num_splits = _choose_splits(
             num_tokens,
-            num_hb,
+            triton.cdiv(num_heads, tile.block_h) * tile.head_block_programs(),
             topk,
             num_heads,
-            cfg["BLOCK_N"],
+            tile.block_n,
             _num_sms(_device_index(device)),
-            cfg.get("WAVES", 2),
-            cfg.get("MIN_TILES", 1),
-            cfg.get("ROUNDS", 1),
+            tile.waves,
+            tile.min_tiles,
+            tile.rounds,
         )
-    return cfg, max(1, min(int(num_splits), max(1, triton.cdiv(topk, cfg["BLOCK_N"]))))
+    return tile, max(1, min(int(num_splits), max(1, triton.cdiv(topk, tile.block_n))))
 
 
 def _merge_columns(rows: int, block_s: int, num_sms: int) -> int:

@@ -159,11 +159,10 @@ class Case:
         config = kw.pop("config", None)
 
         def call(i: int) -> Any:
-            with overrides.applied(kmod, config) as cfg:
-                return kmod.sparse_mla_decode(
-                    self.qs[i], self.kv, self.idx[i], SM_SCALE, out=self.outs[i],
-                    lse=self.lses[i], config=cfg, **kw,
-                )  # fmt: skip
+            return overrides.decode(
+                kmod, self.qs[i], self.kv, self.idx[i], SM_SCALE, out=self.outs[i],
+                lse=self.lses[i], config=config, **kw,
+            )  # fmt: skip
 
         return [lambda i=i: call(i) for i in range(self.n_sets)]
 
@@ -328,13 +327,14 @@ def run_bench(
                 # picks for a 99 KB SM120 under this Triton (with Triton 3.6 the Gluon tiles
                 # with mma.sync) and under the others (vLLM 0.16's 3.5, 0.27+'s 3.7 and 3.8:
                 # tl.dot tiles), all as overrides.
-                tl_dot_cfg = kmod._default_config(heads, kv_format, limits=kmod.H200_LIMITS)
+                tl_dot_tile = kmod._default_tile(heads, kv_format, limits=kmod.H200_LIMITS)
+                tl_dot_cfg = overrides.config_of(kmod, tl_dot_tile)
                 sm120 = kmod.DeviceLimits(*SM120_LIMITS)
                 takes = kmod._gluon_takes(dtype, case.kv.dtype, kv_format)
                 sm120_cfg, sm120_tl_dot_cfg = (
-                    kmod._plan(
-                        batch, heads, TOPK, torch.device("cuda"), None, None, kv_format, False,
-                        sm120, gluon_mma,
+                    overrides.plan(
+                        kmod, batch, heads, TOPK, torch.device("cuda"), None, None, kv_format,
+                        False, sm120, gluon_mma,
                     )[0]
                     for gluon_mma in (takes and kmod._gluon_mma_usable(sm120.capability), False)
                 )  # fmt: skip
@@ -355,8 +355,8 @@ def run_bench(
                 t_mem, t_comp = floors_us(batch, heads, case.row_bytes, mem_bw)
                 flops = 2.0 * batch * heads * TOPK * (576 + 512)
                 target = TARGET_US.get((batch, heads)) if kv_format == "16bit" else None
-                cfg, splits = kmod._plan(
-                    batch, heads, TOPK, torch.device("cuda"), None, None, kv_format
+                cfg, splits = overrides.plan(
+                    kmod, batch, heads, TOPK, torch.device("cuda"), None, None, kv_format
                 )
                 row = {
                     "dtype": dname,
@@ -701,7 +701,7 @@ def run_sweep_v2(
         case = cases[key]
         if splits is None:  # the plan's split count for this config
             cuda = torch.device("cuda")
-            splits = kmod._plan(batch, heads, TOPK, cuda, None, cfg, KV_FORMAT[name])[1]
+            splits = overrides.plan(kmod, batch, heads, TOPK, cuda, None, cfg, KV_FORMAT[name])[1]
         try:
             if args.one_per_sm:  # compile this point's variants, then hold them to one per SM
                 case.ours(kmod, num_splits=splits, config=cfg)[0]()

@@ -20,7 +20,10 @@ import datetime
 
 import torch
 
-from backend import sparse_mla as kmod
+from benchmarks.sparse_mla import overrides
+from tests.support.module_file import load_sparse_mla
+
+kmod = load_sparse_mla("sparse_mla_fp8_precision")
 
 SM_SCALE = 0.0625
 ROWS = 65536
@@ -43,8 +46,9 @@ def tiles(num_heads: int) -> dict[str, dict[str, int]]:
         for cols in (128, 64, 32):
             out[f"Hopper, float32 sums per {cols}"] = {**hopper, "SCORE_COLS": cols}
     if num_heads <= 16 and kmod._gluon_mma_usable(capability, proxy=True):
-        out["mma.sync"] = kmod._e4m3_mma_tile(num_heads, waves=1)
-    out["tl.dot"] = kmod._default_config(num_heads, "fp8", wgmma=False)
+        tile = kmod._e4m3_mma_tile(num_heads, 1, "fp8", kmod.H200_LIMITS)
+        out["mma.sync"] = overrides.config_of(kmod, tile)
+    out["tl.dot"] = overrides.config_of(kmod, kmod._default_tile(num_heads, "fp8", wgmma=False))
     return out
 
 
@@ -68,7 +72,7 @@ def probe(
     largest = ref_l.abs().max().item()
     results = []
     for name, cfg in tiles(num_heads).items():
-        out, lse = kmod.sparse_mla_decode(q, rows, idx, SM_SCALE, config=cfg, kv_scale=kv_scale)
+        out, lse = overrides.decode(kmod, q, rows, idx, SM_SCALE, config=cfg, kv_scale=kv_scale)
         rel_lse = (lse - ref_l).abs().max().item() / largest
         rel_out = ((out.float() - ref_o).norm() / ref_o.norm()).item()
         results.append((name, largest, rel_lse, rel_out, rows_own))

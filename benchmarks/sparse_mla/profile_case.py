@@ -14,7 +14,7 @@ import json
 
 import torch
 
-from benchmarks.sparse_mla import bench
+from benchmarks.sparse_mla import bench, overrides
 
 
 def main() -> None:
@@ -33,10 +33,10 @@ def main() -> None:
     idx = torch.randint(0, kv.shape[0], (args.batch, bench.TOPK), device="cuda", dtype=torch.int32)
     config = json.loads(args.config) if args.config else None
     for _ in range(args.calls):
-        kmod.sparse_mla_decode(q, kv, idx, bench.SM_SCALE, config=config, kv_scale=kv_scale)
+        overrides.decode(kmod, q, kv, idx, bench.SM_SCALE, config=config, kv_scale=kv_scale)
     torch.cuda.synchronize()
     fmt = "fp8" if args.rows == "e4m3" else "16bit"
-    print(kmod._plan(args.batch, args.heads, bench.TOPK, q.device, config=config, kv_format=fmt))
+    print(overrides.plan(kmod, args.batch, args.heads, bench.TOPK, q.device, None, config, fmt))
 
 
 if __name__ == "__main__":

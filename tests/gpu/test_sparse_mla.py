@@ -15,6 +15,7 @@ from types import ModuleType
 
 import pytest
 
+from benchmarks.sparse_mla import overrides
 from tests.support.module_file import load_sparse_mla
 
 torch = pytest.importorskip("torch", reason="torch is not installed (GPU tests need it)")
@@ -22,6 +23,12 @@ pytest.importorskip("triton", reason="triton is not installed (GPU tests need it
 
 from tests.support.sparse_mla_cases import SM_SCALE as _SM_SCALE  # noqa: E402 (needs torch)
 from tests.support.sparse_mla_cases import check_call, make_inputs  # noqa: E402
+
+
+def default_config(kmod: ModuleType, *args: object, **kwargs: object) -> dict[str, int]:
+    """The plan's default tile as the benchmark's config: a tuning config updates it."""
+    return overrides.config_of(kmod, kmod._default_tile(*args, **kwargs))
+
 
 pytestmark = [
     pytest.mark.gpu,
@@ -95,7 +102,7 @@ def test_both_index_schedules(kmod: ModuleType, num_heads: int, prefetch: int) -
     last split's chunk ends in the middle of a tile) and with no split at all."""
     gen = torch.Generator(device="cuda").manual_seed(4321 + num_heads + prefetch)
     q, kv, idx = make_inputs(gen, 5, num_heads, 2000, torch.bfloat16, "mixed")
-    cfg = {**kmod._default_config(num_heads), "PREFETCH_IDX": prefetch}
+    cfg = {**default_config(kmod, num_heads), "PREFETCH_IDX": prefetch}
     for splits in (1, 3):
         check_call(kmod, q, kv, idx, num_splits=splits, config=cfg)
 
@@ -161,10 +168,10 @@ def test_the_plan_fills_idle_sms(
     sm120 = kmod.DeviceLimits((12, 0), 101376)
     cfg = None
     if tile == "H200 tl.dot":
-        cfg = kmod._default_config(num_heads, rows, limits=kmod.H200_LIMITS)
+        cfg = default_config(kmod, num_heads, rows, limits=kmod.H200_LIMITS)
     elif tile != "own":
-        cfg = kmod._default_config(num_heads, rows, limits=sm120, gluon_mma=tile == "99 KB")
-    planned, splits = kmod._plan(num_tokens, num_heads, 2048, q.device, None, cfg, rows)
+        cfg = default_config(kmod, num_heads, rows, limits=sm120, gluon_mma=tile == "99 KB")
+    planned, splits = overrides.plan(kmod, num_tokens, num_heads, 2048, q.device, None, cfg, rows)
     assert (splits, planned.get("ROUNDS", 1)) == expected
     assert tile != "99 KB tl.dot" or (planned["WAVES"] == 1 and "MMA_V2" not in planned)
     check_call(kmod, q, kv, idx, config=cfg)
@@ -198,17 +205,18 @@ def test_dependent_launch_changes_nothing(
         kv = _e4m3_rows_640_apart(kv, kv_scale)
     sm120 = {"limits": kmod.DeviceLimits((12, 0), 101376), "wgmma": False, "gluon_mma": True}
     planned = {"H200": {}, "SM120": sm120}[tile]
-    cfg, splits = kmod._plan(num_tokens, num_heads, 2048, q.device, None, None, kv_format,
-                             **planned)  # fmt: skip
-    assert kmod._gluon_tile(cfg) and splits > 1, f"a split Gluon tile, not {cfg} x {splits}"
-    programs = num_tokens * splits * -(-num_heads // cfg["BLOCK_H"])
-    assert kmod._late_trigger(cfg, programs, dev) == late
+    tile, splits = kmod._plan(num_tokens, num_heads, 2048, q.device, None, None, kv_format,
+                              **planned)  # fmt: skip
+    assert tile.gluon and splits > 1, f"a split Gluon tile, not {tile} x {splits}"
+    programs = num_tokens * splits * -(-num_heads // tile.block_h)
+    assert kmod._late_trigger(tile, programs, dev) == late
+    cfg = overrides.config_of(kmod, tile)
     numel = kmod.sparse_mla_workspace_numel(num_tokens, num_heads, splits)
     results = []
     for pdl in (1, 0):
         workspace = torch.full((numel,), float("nan"), device="cuda")
-        out = kmod.sparse_mla_decode(
-            q, kv, idx, _SM_SCALE, num_splits=splits, config={**cfg, "PDL": pdl},
+        out = overrides.decode(
+            kmod, q, kv, idx, _SM_SCALE, num_splits=splits, config={**cfg, "PDL": pdl},
             workspace=workspace, kv_scale=kv_scale,
         )  # fmt: skip
         results.append(out)
@@ -226,8 +234,8 @@ def test_duplicates_count_twice(kmod: ModuleType, dtype: str) -> None:
     idx[0] = -1  # one empty token stays empty when doubled
     twice = torch.cat([idx, idx], dim=1)
     check_call(kmod, q, kv, twice)
-    o1, l1 = kmod.sparse_mla_decode(q, kv, idx, _SM_SCALE)
-    o2, l2 = kmod.sparse_mla_decode(q, kv, twice, _SM_SCALE)
+    o1, l1 = overrides.decode(kmod, q, kv, idx, _SM_SCALE)
+    o2, l2 = overrides.decode(kmod, q, kv, twice, _SM_SCALE)
     tol = 2e-3 if dtype == "fp16" else 1.5e-2
     torch.testing.assert_close(o2[1:].float(), o1[1:].float(), atol=tol, rtol=tol)
     torch.testing.assert_close(l2[1:], l1[1:] + math.log(2.0), atol=1e-3, rtol=0)
@@ -259,8 +267,8 @@ def test_strided_out_and_lse(kmod: ModuleType, num_heads: int, num_splits: int) 
     wide_out = torch.full((5, num_heads, 640), float("nan"), dtype=q.dtype, device="cuda")
     lse_by_head = torch.full((num_heads, 5), float("nan"), dtype=torch.float32, device="cuda")
     out, lse = wide_out[..., :512], lse_by_head.t()
-    kmod.sparse_mla_decode(q, kv, idx, _SM_SCALE, out=out, lse=lse, num_splits=num_splits)
-    dense_out, dense_lse = kmod.sparse_mla_decode(q, kv, idx, _SM_SCALE, num_splits=num_splits)
+    overrides.decode(kmod, q, kv, idx, _SM_SCALE, out=out, lse=lse, num_splits=num_splits)
+    dense_out, dense_lse = overrides.decode(kmod, q, kv, idx, _SM_SCALE, num_splits=num_splits)
     torch.cuda.synchronize()
     assert wide_out[..., 512:].isnan().all(), "a store landed beside out's rows"
     assert torch.equal(out, dense_out) and torch.equal(lse, dense_lse)
@@ -270,9 +278,9 @@ def test_strided_out_and_lse(kmod: ModuleType, num_heads: int, num_splits: int) 
 def _64_head_tiles(kmod: ModuleType) -> list[dict[str, int]]:
     """The tl.dot 64-head tile (every GPU but Hopper) and, on Hopper with Triton 3.6, the Gluon
     tile at each shape it offers (64 rows x 2 stages is the default)."""
-    tiles = [{**kmod._default_config(64, wgmma=False), "WGMMA": 0}]
+    tiles = [{**default_config(kmod, 64, wgmma=False), "WGMMA": 0}]
     if kmod._has_wgmma(torch.cuda.current_device()):
-        wgmma = kmod._default_config(64, wgmma=True)
+        wgmma = default_config(kmod, 64, wgmma=True)
         tiles += [wgmma] + [
             {**wgmma, "BLOCK_N": n, "num_stages": st} for n, st in ((32, 3), (16, 4))
         ]
@@ -299,7 +307,7 @@ def test_64_head_tiles(
 def _small_head_tiles(kmod: ModuleType) -> list[dict[str, int]]:
     """The 16-head tl.dot tile and, on Hopper with Triton 3.6, the swapped Gluon tile at 16 and
     8 heads per block (2 stages; 3 fit at 8)."""
-    tiles = [{**kmod._default_config(16, wgmma=False), "WGMMA": 0}]
+    tiles = [{**default_config(kmod, 16, wgmma=False), "WGMMA": 0}]
     if kmod._has_wgmma(torch.cuda.current_device()):
         swapped = {"BLOCK_N": 64, "num_warps": 4, "WGMMA": 1}
         tiles += [
@@ -347,20 +355,20 @@ def test_inputs_the_gluon_kernel_cannot_copy_fall_back(kmod: ModuleType) -> None
     check_call(kmod, q, kv, idx, out_dtype=torch.float32)
     fp32_out = torch.empty(3, 64, 512, dtype=torch.float32, device="cuda")
     tl_dot_out = torch.empty_like(fp32_out)
-    tl_dot = {**kmod._default_config(64, wgmma=False), "WGMMA": 0}
-    kmod.sparse_mla_decode(q, kv, idx, _SM_SCALE, out=fp32_out)
-    kmod.sparse_mla_decode(q, kv, idx, _SM_SCALE, out=tl_dot_out, config=tl_dot)
+    tl_dot = {**default_config(kmod, 64, wgmma=False), "WGMMA": 0}
+    overrides.decode(kmod, q, kv, idx, _SM_SCALE, out=fp32_out)
+    overrides.decode(kmod, q, kv, idx, _SM_SCALE, out=tl_dot_out, config=tl_dot)
     assert torch.equal(fp32_out, tl_dot_out), "an fp32 out must take the tl.dot tile"
 
     if kmod._has_wgmma(torch.cuda.current_device()):
-        gluon = kmod._default_config(64, wgmma=True)
+        gluon = default_config(kmod, 64, wgmma=True)
         refused = [(q_in, kv_in, None, gluon) for q_in, kv_in in cases]
         refused += [(q, kv, fp32_out, gluon), (q, kv, None, {**gluon, "num_stages": 3})]
-        swapped = kmod._default_config(16, wgmma=True)  # 3 stages fit at 8 heads, not at 16
+        swapped = default_config(kmod, 16, wgmma=True)  # 3 stages fit at 8 heads, not at 16
         refused += [(q, kv, None, {**swapped, "num_stages": 3})]
         for q_in, kv_in, out, cfg in refused:  # the last two overflow shared memory
             with pytest.raises(ValueError, match="WGMMA needs"):
-                kmod.sparse_mla_decode(q_in, kv_in, idx, _SM_SCALE, out=out, config=cfg)
+                overrides.decode(kmod, q_in, kv_in, idx, _SM_SCALE, out=out, config=cfg)
 
 
 _FP8_GRID = [
@@ -404,7 +412,7 @@ def test_fp8_ds_mla_strided_rows_and_splits(kmod: ModuleType, num_heads: int) ->
     wide[:, :656] = rows
     for splits in (1, 3, 16):
         check_call(kmod, q, wide[:, :656], idx, num_splits=splits)
-    prefetch = {**kmod._default_config(num_heads, "fp8_ds_mla"), "PREFETCH_IDX": 1, "num_stages": 3}
+    prefetch = {**default_config(kmod, num_heads, "fp8_ds_mla"), "PREFETCH_IDX": 1, "num_stages": 3}
     check_call(kmod, q, wide[:, :656], idx, num_splits=3, config=prefetch)
     check_call(kmod, q, wide[:, :656], torch.cat([idx, idx], dim=1))
     exponents = torch.randint(-6, 3, (kv.shape[0], 4), generator=gen, device="cuda")
@@ -412,7 +420,7 @@ def test_fp8_ds_mla_strided_rows_and_splits(kmod: ModuleType, num_heads: int) ->
     spread[:, :512] = (10.0**exponents).repeat_interleave(128, dim=1)
     spread_rows = kmod.quantize_fp8_ds_mla(kv * spread)
     sm120 = kmod.DeviceLimits((12, 0), 101376)
-    grouped = kmod._default_config(num_heads, "fp8_ds_mla", limits=sm120)  # FP8_GROUPS
+    grouped = default_config(kmod, num_heads, "fp8_ds_mla", limits=sm120)  # FP8_GROUPS
     bare = {k: v for k, v in grouped.items() if k not in ("FP8_TWICE", "FP16_DOTS", "E4M3_BITS")}
     # The groups gathered again or kept, widened to bf16 or to fp16 (by conversion or bits).
     widen = ({}, {"FP16_DOTS": 1}, {"FP16_DOTS": 1, "E4M3_BITS": 1})
@@ -448,7 +456,7 @@ def test_fp8_ds_mla_mma_tile(kmod: ModuleType, num_heads: int, num_tokens: int, 
 
     def launch(stages: int) -> object:
         cfg = {**tile, "BLOCK_H": 8, "num_warps": 4, "num_stages": stages}
-        return kmod.sparse_mla_decode(q, wide[:, :656], idx, _SM_SCALE, config=cfg)
+        return overrides.decode(kmod, q, wide[:, :656], idx, _SM_SCALE, config=cfg)
 
     swept = _stages_built(kmod, (2, 3) if roomy else (2,), launch, "MMA_V2 needs")
     for (block_h, warps), stages in itertools.product(blocks, swept):
@@ -466,7 +474,7 @@ def test_fp8_ds_mla_mma_tile(kmod: ModuleType, num_heads: int, num_tokens: int, 
     check_call(kmod, q, spread_rows, idx, config=cfg)
     check_call(kmod, q * 2.0**18, rows, idx, _SM_SCALE * 2.0**-18, config=cfg)
     with pytest.raises(ValueError, match="MMA_V2 needs"):
-        kmod.sparse_mla_decode(q, rows, idx, _SM_SCALE, config={**cfg, "num_warps": 8})
+        overrides.decode(kmod, q, rows, idx, _SM_SCALE, config={**cfg, "num_warps": 8})
 
 
 @pytest.mark.gpu
@@ -485,10 +493,10 @@ def test_fp8_ds_mla_mma_tile_keeps_a_small_group(kmod: ModuleType, num_heads: in
     spread[:, :512] = factors.repeat_interleave(128)
     rows = kmod.quantize_fp8_ds_mla(kv * spread)
     ref, _ = kmod.reference_sparse_mla(q, rows, idx, _SM_SCALE)
-    tile = kmod._e4m3_mma_tile(num_heads, waves=1)
+    tile = overrides.config_of(kmod, kmod._e4m3_mma_tile(num_heads, 1, "fp8", kmod.H200_LIMITS))
     roomy = num_heads <= 8 or _smem_per_block(kmod) >= kmod._DS_TILE_16_HEADS_SMEM
     for cfg in ([tile] if roomy else []) + [{**tile, "ROPE_REGS": 1}]:
-        out, _ = kmod.sparse_mla_decode(q, rows, idx, _SM_SCALE, num_splits=3, config=cfg)
+        out, _ = overrides.decode(kmod, q, rows, idx, _SM_SCALE, num_splits=3, config=cfg)
         for group in range(4):
             cols = slice(128 * group, 128 * group + 128)
             o, r = out[..., cols].float(), ref[..., cols]
@@ -515,7 +523,7 @@ def _fp16_q_in_bf16_bounds(
         )  # fmt: skip
     other = torch.empty(*q.shape[:2], 512, dtype=torch.float16, device=q.device)
     with pytest.raises(ValueError, match=refused):
-        kmod.sparse_mla_decode(q, rows, idx, _SM_SCALE, out=other, config=cfg, kv_scale=kv_scale)
+        overrides.decode(kmod, q, rows, idx, _SM_SCALE, out=other, config=cfg, kv_scale=kv_scale)
 
 
 @pytest.mark.gpu
@@ -589,14 +597,14 @@ def test_fp8_e4m3_hopper_tile(kmod: ModuleType, num_heads: int, num_tokens: int,
     q, kv, idx = make_inputs(gen, num_tokens, num_heads, topk, torch.bfloat16, "mixed")
     kv_scale = 0.03125
     rows = _e4m3_rows_640_apart(kv, kv_scale)
-    cfg = kmod._default_config(num_heads, "fp8", wgmma=True)
+    cfg = default_config(kmod, num_heads, "fp8", wgmma=True)
     assert cfg["WGMMA"] == 1 and cfg["BLOCK_H"] == (
         8 if num_heads <= 8 else 16 if num_heads <= 16 else 64
     )
 
     def launch(stages: int) -> object:
         tile = {**cfg, "num_stages": stages}
-        return kmod.sparse_mla_decode(q, rows, idx, _SM_SCALE, config=tile, kv_scale=kv_scale)
+        return overrides.decode(kmod, q, rows, idx, _SM_SCALE, config=tile, kv_scale=kv_scale)
 
     for stages in _stages_built(kmod, (2, 3), launch, "WGMMA needs"):
         for splits in (1, 3, 16):
@@ -605,11 +613,11 @@ def test_fp8_e4m3_hopper_tile(kmod: ModuleType, num_heads: int, num_tokens: int,
     check_call(kmod, q * 2.0**18, rows, idx, _SM_SCALE * 2.0**-18, config=cfg, kv_scale=kv_scale)
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     fills = num_tokens * -(-topk // 64) >= sms
-    planned = cfg if fills else kmod._default_config(num_heads, "fp8", wgmma=False)
+    planned = cfg if fills else default_config(kmod, num_heads, "fp8", wgmma=False)
     for q_any in (q, q.half()):
-        by_default = kmod.sparse_mla_decode(q_any, rows, idx, _SM_SCALE, kv_scale=kv_scale)
-        by_plan = kmod.sparse_mla_decode(
-            q_any, rows, idx, _SM_SCALE, config=planned, kv_scale=kv_scale
+        by_default = overrides.decode(kmod, q_any, rows, idx, _SM_SCALE, kv_scale=kv_scale)
+        by_plan = overrides.decode(
+            kmod, q_any, rows, idx, _SM_SCALE, config=planned, kv_scale=kv_scale
         )
         assert all(map(torch.equal, by_default, by_plan)), f"the plan must take {planned}"
     _fp16_q_in_bf16_bounds(kmod, q, rows, idx, cfg, kv_scale, refused="WGMMA needs")
@@ -637,13 +645,13 @@ def test_fp8_e4m3_tiles_score_in_float32_sums(kmod: ModuleType, num_heads: int) 
     assert largest > 15.0, f"the logits this test is about: |lse| up to {largest:.1f}"
 
     def errors(cfg: dict[str, int]) -> tuple[float, float]:
-        out, lse = kmod.sparse_mla_decode(q, rows, idx, _SM_SCALE, config=cfg, kv_scale=kv_scale)
+        out, lse = overrides.decode(kmod, q, rows, idx, _SM_SCALE, config=cfg, kv_scale=kv_scale)
         rel_lse = (lse - ref_l).abs().max().item() / largest
         return rel_lse, ((out.float() - ref_o).norm() / ref_o.norm()).item()
 
-    hopper = kmod._default_config(num_heads, "fp8", wgmma=True)
+    hopper = default_config(kmod, num_heads, "fp8", wgmma=True)
     assert hopper.get("WGMMA") == 1
-    assert kmod._e4m3_score_cols(hopper) == (32 if num_heads <= 16 else 64)
+    assert overrides.tile_of(kmod, hopper, "fp8").chain_columns() == (32 if num_heads <= 16 else 64)
     rel_lse, rel_out = errors(hopper)
     assert rel_lse < 6e-4, f"Hopper tile: lse error {rel_lse:.2e} of the largest |lse|"
     assert rel_out < 4e-3, f"Hopper tile: relative L2 error {rel_out:.2e}"
@@ -652,8 +660,8 @@ def test_fp8_e4m3_tiles_score_in_float32_sums(kmod: ModuleType, num_heads: int) 
     with pytest.raises(ValueError, match="SCORE_COLS 48"):
         errors({**hopper, "SCORE_COLS": 48})
     if kmod._gluon_mma_usable(torch.cuda.get_device_capability(), proxy=True):
-        mma = kmod._default_config(
-            num_heads, "fp8", limits=kmod.DeviceLimits((12, 0), 101376), gluon_mma=True
+        mma = default_config(
+            kmod, num_heads, "fp8", limits=kmod.DeviceLimits((12, 0), 101376), gluon_mma=True
         )
         assert mma.get("MMA_V2") == 1
         rel_lse, rel_out = errors(mma)
@@ -681,13 +689,13 @@ def test_fp8_e4m3_mma_tile(kmod: ModuleType, num_heads: int, num_tokens: int, to
     kv_scale = 0.03125
     rows = _e4m3_rows_640_apart(kv, kv_scale)
     sm120 = kmod.DeviceLimits((12, 0), 101376)
-    cfg = kmod._default_config(num_heads, "fp8", limits=sm120, gluon_mma=True)
+    cfg = default_config(kmod, num_heads, "fp8", limits=sm120, gluon_mma=True)
     assert cfg["MMA_V2"] == 1 and cfg["BLOCK_H"] == (8 if num_heads <= 8 else 16)
     warps = (4, 8) if cfg["BLOCK_H"] == 16 else (4,)  # 16 heads: one or two groups of 4 warps
 
     def launch(stages: int) -> object:
         tile = {**cfg, "num_stages": stages}
-        return kmod.sparse_mla_decode(q, rows, idx, _SM_SCALE, config=tile, kv_scale=kv_scale)
+        return overrides.decode(kmod, q, rows, idx, _SM_SCALE, config=tile, kv_scale=kv_scale)
 
     swept = _stages_built(kmod, (2, 3), launch, "MMA_V2 needs")
     for stages, num_warps in itertools.product(swept, warps):
@@ -696,8 +704,8 @@ def test_fp8_e4m3_mma_tile(kmod: ModuleType, num_heads: int, num_tokens: int, to
             check_call(kmod, q, rows, idx, num_splits=splits, config=tile, kv_scale=kv_scale)
     check_call(kmod, q * 2.0**18, rows, idx, _SM_SCALE * 2.0**-18, config=cfg, kv_scale=kv_scale)
     with pytest.raises(ValueError, match="MMA_V2 needs"):
-        kmod.sparse_mla_decode(
-            q, rows, idx, _SM_SCALE, config={**cfg, "BLOCK_H": 8, "num_warps": 8}
+        overrides.decode(
+            kmod, q, rows, idx, _SM_SCALE, config={**cfg, "BLOCK_H": 8, "num_warps": 8}
         )
     _fp16_q_in_bf16_bounds(kmod, q, rows, idx, cfg, kv_scale, refused="MMA_V2 needs")
 
@@ -735,7 +743,7 @@ def test_16bit_mma_tile(
     q, kv, idx = make_inputs(gen, num_tokens, num_heads, topk, dtype, "mixed")
     block_h = 16 if num_heads <= 16 else 32 if num_heads <= 32 else 64
     sm120 = kmod.DeviceLimits((12, 0), 101376)
-    cfg = kmod._default_config(num_heads, "16bit", limits=sm120, gluon_mma=True)
+    cfg = default_config(kmod, num_heads, "16bit", limits=sm120, gluon_mma=True)
     assert cfg == {"BLOCK_H": block_h, "BLOCK_N": 32,
                    "num_warps": 8 if block_h == 64 else block_h // 4, "num_stages": 2,
                    "WAVES": 1, "MMA_V2": 1, "COL_WARPS": 2,
@@ -745,19 +753,20 @@ def test_16bit_mma_tile(
         for splits in (1, 3, 16):
             check_call(kmod, q, kv, idx, num_splits=splits, config=tile)
         four = {**tile, "COL_WARPS": 4}
-        assert kmod._column_groups_fit(four, "16bit") == (block_h > 16)  # 16 heads a warp
+        grouped = overrides.tile_of(kmod, four, "16bit").column_groups_fit("16bit")
+        assert grouped == (block_h > 16)  # 16 heads a warp
         for groups in (1, 4) if block_h > 16 else (1,):
             check_call(kmod, q, kv, idx, num_splits=3, config={**tile, "COL_WARPS": groups})
     big = 2.0**18 if dtype == torch.bfloat16 else 2.0**14  # within fp16's range
     check_call(kmod, q * big, kv, idx, _SM_SCALE / big, config=cfg)
     refused = "MMA_V2 with 64 heads needs" if block_h == 64 else "MMA_V2 with up to 32 heads needs"
     with pytest.raises(ValueError, match=refused):
-        kmod.sparse_mla_decode(q, kv, idx, _SM_SCALE, config={**cfg, "num_stages": 1})
+        overrides.decode(kmod, q, kv, idx, _SM_SCALE, config={**cfg, "num_stages": 1})
     with pytest.raises(ValueError, match=refused):
-        kmod.sparse_mla_decode(q, kv, idx, _SM_SCALE, config={**cfg, "COL_WARPS": 3})
+        overrides.decode(kmod, q, kv, idx, _SM_SCALE, config={**cfg, "COL_WARPS": 3})
     other = torch.float16 if dtype == torch.bfloat16 else torch.bfloat16
     with pytest.raises(ValueError, match=refused):
-        kmod.sparse_mla_decode(q.to(other), kv, idx, _SM_SCALE, config=cfg)
+        overrides.decode(kmod, q.to(other), kv, idx, _SM_SCALE, config=cfg)
 
 
 @pytest.mark.gpu
@@ -782,7 +791,7 @@ def test_fp8_e4m3_mma_tile_32_64_heads(
     kv_scale = 0.03125
     rows = _e4m3_rows_640_apart(kv, kv_scale)
     sm120 = kmod.DeviceLimits((12, 0), 101376)
-    cfg = kmod._default_config(num_heads, "fp8", limits=sm120, gluon_mma=True)
+    cfg = default_config(kmod, num_heads, "fp8", limits=sm120, gluon_mma=True)
     wide = num_heads > 32
     assert cfg == {"BLOCK_H": 64 if wide else 32, "BLOCK_N": 32, "num_warps": 8,
                    "num_stages": 4 if wide else 2, "WAVES": 1, "MMA_V2": 1,
@@ -790,7 +799,7 @@ def test_fp8_e4m3_mma_tile_32_64_heads(
 
     def launch(stages: int) -> object:
         tile = {**cfg, "BLOCK_N": 32, "num_stages": stages}
-        return kmod.sparse_mla_decode(q, rows, idx, _SM_SCALE, config=tile, kv_scale=kv_scale)
+        return overrides.decode(kmod, q, rows, idx, _SM_SCALE, config=tile, kv_scale=kv_scale)
 
     refused = "MMA_V2 with 64 heads needs" if wide else "MMA_V2 with up to 32 heads needs"
     stages_32 = _stages_built(kmod, (2, 3, 4), launch, refused) if not wide else ()
@@ -802,11 +811,11 @@ def test_fp8_e4m3_mma_tile_32_64_heads(
     check_call(kmod, q * 2.0**18, rows, idx, _SM_SCALE * 2.0**-18, config=cfg, kv_scale=kv_scale)
     with pytest.raises(ValueError, match=refused):
         bad = {**cfg, "num_stages": 2 if wide else 1}
-        kmod.sparse_mla_decode(q, rows, idx, _SM_SCALE, config=bad, kv_scale=kv_scale)
+        overrides.decode(kmod, q, rows, idx, _SM_SCALE, config=bad, kv_scale=kv_scale)
     _fp16_q_in_bf16_bounds(kmod, q, rows, idx, cfg, kv_scale, refused=refused)
     with pytest.raises(ValueError, match=refused):  # q's two e4m3 parts: one group
         bad = {**cfg, "COL_WARPS": 2}
-        kmod.sparse_mla_decode(q, rows, idx, _SM_SCALE, config=bad, kv_scale=kv_scale)
+        overrides.decode(kmod, q, rows, idx, _SM_SCALE, config=bad, kv_scale=kv_scale)
 
 
 @pytest.mark.gpu
@@ -827,7 +836,7 @@ def test_tiles_of_smaller_gpus(kmod: ModuleType, kv_format: str, num_heads: int)
         kv = kmod.quantize_fp8_ds_mla(kv)
     for limits in (kmod.DeviceLimits((12, 0), 101376), kmod.DeviceLimits((10, 0), 232448)):
         gluon_mma = kmod._gluon_mma_usable(limits.capability)  # the plan's pick with Triton 3.6
-        cfg = kmod._default_config(num_heads, kv_format, limits=limits, gluon_mma=gluon_mma)
+        cfg = default_config(kmod, num_heads, kv_format, limits=limits, gluon_mma=gluon_mma)
         for splits in (1, 8):
             check_call(kmod, q, kv, idx, num_splits=splits, config=cfg, kv_scale=kv_scale)
 
@@ -855,12 +864,12 @@ def test_workspace_and_graph_replay(kmod: ModuleType, num_heads: int) -> None:
     out = torch.empty(8, num_heads, 512, dtype=q.dtype, device="cuda")
     lse = torch.empty(8, num_heads, dtype=torch.float32, device="cuda")
     with pytest.raises(ValueError, match="workspace must be flat"):
-        kmod.sparse_mla_decode(q, kv, idx, _SM_SCALE, num_splits=splits, workspace=ws[None])
-    kmod.sparse_mla_decode(q, kv, idx, _SM_SCALE, out=out, lse=lse, num_splits=splits, workspace=ws)
+        overrides.decode(kmod, q, kv, idx, _SM_SCALE, num_splits=splits, workspace=ws[None])
+    overrides.decode(kmod, q, kv, idx, _SM_SCALE, out=out, lse=lse, num_splits=splits, workspace=ws)
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
-        kmod.sparse_mla_decode(
-            q, kv, idx, _SM_SCALE, out=out, lse=lse, num_splits=splits, workspace=ws
+        overrides.decode(
+            kmod, q, kv, idx, _SM_SCALE, out=out, lse=lse, num_splits=splits, workspace=ws
         )
     q2, kv2, idx2 = make_inputs(gen, 8, num_heads, 2048, torch.bfloat16, "scattered")
     n = min(kv.shape[0], kv2.shape[0])
@@ -904,7 +913,7 @@ def test_the_kernel_summary_names_the_tile_a_full_batch_runs(
     planned = []
     plan = kmod._plan
     monkeypatch.setattr(kmod, "_plan", lambda *a, **k: planned.append(plan(*a, **k)) or planned[-1])
-    kmod.sparse_mla_decode(q, kv, idx, _SM_SCALE, kv_scale=0.25 if kv_format == "fp8" else 1.0)
+    overrides.decode(kmod, q, kv, idx, _SM_SCALE, kv_scale=0.25 if kv_format == "fp8" else 1.0)
     (cfg, _), *_ = planned
     summary = kmod.sparse_mla_kernel_summary(num_heads, kv_format, q.device, dtype)
     kind = (

@@ -4,6 +4,7 @@ and the GPU machine has neither glmops' dependencies nor vLLM. Only the stdlib i
 from __future__ import annotations
 
 import importlib.util
+import sys
 from pathlib import Path
 from types import ModuleType
 
@@ -12,10 +13,17 @@ SPARSE_MLA = Path(__file__).resolve().parents[2] / "backend" / "sparse_mla"
 
 
 def load_module_file(path: Path | str, name: str) -> ModuleType:
+    """The file as module ``name``, registered in ``sys.modules`` as an import would (a
+    dataclass in it, such as the kernel's tiles, resolves its annotations there)."""
     spec = importlib.util.spec_from_file_location(name, path)
     assert spec is not None and spec.loader is not None, path
     module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    sys.modules[name] = module
+    try:
+        spec.loader.exec_module(module)
+    except BaseException:
+        sys.modules.pop(name, None)
+        raise
     return module
 
 

@@ -9,6 +9,8 @@ from types import ModuleType
 
 import torch
 
+from benchmarks.sparse_mla import overrides
+
 SM_SCALE = 1.0 / 16.0  # GLM-5's scale
 
 
@@ -67,12 +69,13 @@ def check_call(
 ) -> None:
     """Run on poisoned outputs (``out_dtype``: q's unless given) and compare with the fp32
     reference, within the bounds of ``precision`` (q's dtype unless given: the Gluon e4m3
-    tiles hold an fp16 q to bf16's precision)."""
+    tiles hold an fp16 q to bf16's precision). ``config``: a tuning config, as the benchmark
+    runs one (``overrides.decode``)."""
     num_tokens, num_heads, _ = q.shape
     out_shape = (num_tokens, num_heads, 512)
     out = torch.full(out_shape, float("nan"), dtype=out_dtype or q.dtype, device=q.device)
     lse = torch.full((num_tokens, num_heads), float("nan"), dtype=torch.float32, device=q.device)
-    o2, l2 = kmod.sparse_mla_decode(q, kv, idx, sm_scale, out=out, lse=lse, **kwargs)
+    o2, l2 = overrides.decode(kmod, q, kv, idx, sm_scale, out=out, lse=lse, **kwargs)
     if q.is_cuda:
         torch.cuda.synchronize()
     assert o2 is out and l2 is lse

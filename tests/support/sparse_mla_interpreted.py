@@ -26,6 +26,7 @@ import triton
 import triton.language as tl
 from triton.runtime import interpreter
 
+from benchmarks.sparse_mla.overrides import tile_of
 from tests.support.module_file import load_sparse_mla
 from tests.support.sparse_mla_cases import check_call, make_inputs
 
@@ -161,7 +162,8 @@ def run_tile_case(kmod: ModuleType, case: dict[str, Any]) -> None:
     dtype = {"fp16": torch.float16, "bf16": torch.bfloat16}[case["q_dtype"]]
     q, rows, idx, kv_scale = _inputs(kmod, case["id"], case["num_heads"], dtype, case["kv_format"])
     for splits in (1, 3):
-        check_call(kmod, q, rows, idx, num_splits=splits, config=case["cfg"], kv_scale=kv_scale)
+        tile = tile_of(kmod, case["cfg"], case["kv_format"])
+        check_call(kmod, q, rows, idx, num_splits=splits, tile=tile, kv_scale=kv_scale)
 
 
 def run_plan_case(kmod: ModuleType) -> None:
@@ -169,8 +171,8 @@ def run_plan_case(kmod: ModuleType) -> None:
     tile on a 99 KB GPU, and 3 tokens split to fill the SMs (4 ways on 32), so the merge runs,
     its partials written to the caller's workspace."""
     q, kv, idx, _ = _inputs(kmod, "plan", 64, torch.bfloat16, "16bit")
-    cfg, splits = kmod._plan(3, 64, TOPK, q.device)
-    assert (cfg["BLOCK_H"], "MMA_V2" in cfg, "WGMMA" in cfg) == (32, False, False), cfg
+    tile, splits = kmod._plan(3, 64, TOPK, q.device)
+    assert type(tile) is kmod.TlDotTile and tile.block_h == 32, tile
     assert splits == 4, splits
     workspace = torch.full((kmod.sparse_mla_workspace_numel(3, 64, splits),), float("nan"))
     check_call(kmod, q, kv, idx, workspace=workspace)

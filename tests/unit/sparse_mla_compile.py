@@ -7,12 +7,14 @@ writes {"triton": version, "gluon": whether the module runs its Gluon kernels un
 result, ...]} to stdout. Run as a subprocess so that
 the Triton under test can be another version than the installed one (PYTHONPATH first). A job
 names a kernel of the module, its target, pointer types, constexprs, warps and stages; its
-result is the compiled shared memory per block, registers and stack per thread, or the error.
+result is the compiled shared memory per block, registers and stack per thread, or the error;
+a job of the plan also names its tile (``tile_fields``).
 Only the stdlib, torch (the kernel module imports it) and the Triton under test are used.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import re
@@ -95,28 +97,33 @@ def compile_job(module, job: dict) -> dict:
     return result
 
 
-def _split_job(module, arch: int, kv_format: str, cfg: dict) -> dict:
-    """The split kernel that runs ``cfg`` and its constexprs, both from the module's ``Tile``
-    (what the launch passes), for a bf16 q, split, with PDL on SM90+ (the larger epilogue)."""
+def tile_fields(tile) -> dict:
+    """A tile as JSON: its class's name and its fields but the table's shared memory."""
+    fields = {f.name: getattr(tile, f.name) for f in dataclasses.fields(tile) if f.name != "smem"}
+    return {"class": type(tile).__name__, **fields}
+
+
+def _split_job(module, arch: int, kv_format: str, tile) -> dict:
+    """The split kernel that runs ``tile`` and its constexprs, both from the tile (what the
+    launch passes), for a bf16 q, split, with PDL on SM90+ (the larger epilogue)."""
     import torch
 
     kv = {"16bit": "bf16", "fp8": "fp8e4nv", "fp8_ds_mla": "u8"}[kv_format]
     pointers = dict(Q="bf16", KV=kv, IDX="i32", Out="bf16", LSE="fp32", PO="fp32", PLSE="fp32")
-    tile = module.tile_kind(cfg, kv_format)
-    constexprs = tile.constexprs(cfg, kv_format, torch.bfloat16, True, arch >= 90)
+    constexprs = tile.constexprs(kv_format, torch.bfloat16, True, arch >= 90)
     if tile.gluon:
         pointers["PO"] = "bf16"  # 16-bit partials
     if constexprs.get("DS"):
         pointers["KV"] = "fp8e4nv"  # fp8_ds_mla rows: their bytes, read as e4m3
     return {
-        "kernel": tile.kernel,
+        "kernel": tile.kernel(kv_format),
         "arch": arch,
         "kv_format": kv_format,
-        "config": cfg,
+        "tile": tile_fields(tile),
         "pointers": pointers,
         "constexprs": constexprs,
-        "num_warps": cfg["num_warps"],
-        "num_stages": cfg["num_stages"],
+        "num_warps": tile.warps,
+        "num_stages": tile.stages,
     }
 
 
@@ -134,7 +141,7 @@ def _merge_jobs(module, arch: int, gluon: bool) -> list[dict]:
                     "kernel": "_sparse_mla_combine_kernel",
                     "arch": arch,
                     "kv_format": None,
-                    "config": {"BLOCK_S": block_s, "BLOCK_DV": block_dv},
+                    "tile": {"BLOCK_S": block_s, "BLOCK_DV": block_dv},
                     "pointers": dict(PO=partial, PLSE="fp32", Out="bf16", LSE="fp32"),
                     "constexprs": dict(
                         BLOCK_S=block_s, D_V=512, BLOCK_DV=block_dv, USE_PDL=arch >= 90
@@ -161,13 +168,12 @@ def plan_jobs(module, target: dict) -> list[dict]:
             if module._unsupported(heads, kv_format, limits) is not None:
                 continue
             for gluon in (False, True) if wgmma or gluon_mma else (False,):
-                cfg = module._default_config(
+                tile = module._default_tile(
                     heads, kv_format, gluon and wgmma, limits, gluon and gluon_mma
                 )
-                key = (kv_format, json.dumps(cfg, sort_keys=True))
-                if key not in seen:
-                    seen.add(key)
-                    jobs.append(_split_job(module, target["arch"], kv_format, cfg))
+                if (kv_format, tile) not in seen:
+                    seen.add((kv_format, tile))
+                    jobs.append(_split_job(module, target["arch"], kv_format, tile))
     return jobs + _merge_jobs(module, target["arch"], wgmma or gluon_mma)
 
 

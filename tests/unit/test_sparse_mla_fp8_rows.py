@@ -78,4 +78,5 @@ def test_v_half_split_is_refused_for_fp8_rows(kmod: ModuleType) -> None:
     rows = torch.zeros(4, 656, dtype=torch.uint8)
     idx = torch.zeros(2, 64, dtype=torch.int32)
     with pytest.raises(ValueError, match="DV_SPLIT"):
-        kmod.sparse_mla_decode(q, rows, idx, 1 / 16, num_splits=2, config={"DV_SPLIT": 2})
+        tile = kmod.TlDotTile(16, 32, 4, 2, dv_split=2)
+        kmod.sparse_mla_decode(q, rows, idx, 1 / 16, num_splits=2, tile=tile)

@@ -24,6 +24,7 @@ from typing import Any
 import numpy as np
 import pytest
 
+from benchmarks.sparse_mla.overrides import config_of
 from tests.support.interpreted import run_interpreted
 from tests.support.module_file import load_sparse_mla
 
@@ -42,10 +43,11 @@ Q_DTYPES = {"16bit": ("fp16", "bf16"), "fp8": ("bf16", "fp16"), "fp8_ds_mla": ("
 HEADS = {16: (8, 16), 32: (24,), 64: (48, 128)}  # fill the block, pad it, take two
 # Keys of a table tile that shape it or its split count rather than switch a kernel option.
 SHAPE_KEYS = {"BLOCK_H", "BLOCK_N", "num_warps", "num_stages", "WAVES", "ROUNDS"}
-TABLE = load_sparse_mla("sparse_mla_tiles")._TILES
-# Every option some table tile sets: each case names them all, 0 where its tile has none, since
-# an override updates the plan's default tile, whose options would otherwise leak into the case.
-OPTIONS = sorted({key for tiles in TABLE.values() for cfg, _ in tiles for key in cfg} - SHAPE_KEYS)
+_KMOD = load_sparse_mla("sparse_mla_tiles")
+# The plan's table of tl.dot tiles, each as the benchmark's config (a case crosses a process).
+TABLE = {key: [config_of(_KMOD, tile) for tile in tiles] for key, tiles in _KMOD._TILES.items()}
+# Every option some table tile sets: each case names them all, 0 where its tile has none.
+OPTIONS = sorted({key for tiles in TABLE.values() for cfg in tiles for key in cfg} - SHAPE_KEYS)
 
 
 def _case(
@@ -61,13 +63,13 @@ def _case(
     return {
         "id": f"{kv_format}-{block_h}-tile{n}{named}-{q_dtype}-H{num_heads}",
         "kv_format": kv_format,
-        "cfg": {**dict.fromkeys(OPTIONS, 0), **TABLE[kv_format, block_h][n][0], **(extra or {})},
+        "cfg": {**dict.fromkeys(OPTIONS, 0), **TABLE[kv_format, block_h][n], **(extra or {})},
         "q_dtype": q_dtype,
         "num_heads": num_heads,
     }
 
 
-# Options an override can reach that no table tile takes (tuning): the GPU suite runs the
+# Options a tile can take that no table tile does (tuning): the GPU suite runs the
 # fp8_ds_mla ones; DV_SPLIT runs nowhere else.
 OPTION_CASES = [
     _case("16bit", 64, 0, "bf16", 64, {"DV_SPLIT": 2}),

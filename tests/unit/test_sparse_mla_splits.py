@@ -23,6 +23,17 @@ def kmod() -> ModuleType:
     return load_sparse_mla("sparse_mla_splits")
 
 
+def default_config(kmod: ModuleType, *args: object, **kwargs: object) -> dict[str, int]:
+    """The plan's default tile (``_default_tile``) as the benchmark's config, the form these
+    pins are written in."""
+    return overrides.config_of(kmod, kmod._default_tile(*args, **kwargs))
+
+
+def _gluon(cfg: dict[str, int]) -> bool:
+    """Whether a config names one of the Gluon kernels."""
+    return bool(cfg.get("WGMMA") or cfg.get("MMA_V2"))
+
+
 # (B, H) -> split count at topk 2048 on 132 SMs (see the module docstring)
 SPLITS = {
     (1, 8): 64, (1, 16): 64, (1, 64): 32, (1, 128): 32,
@@ -46,7 +57,7 @@ def test_split_rule_on_the_benchmark_grid(
     """Both 64-head tiles (tl.dot, and Gluon on Hopper) take the same split counts (a pin; round
     6's sweep compared two split counts per case for the Gluon tile, and these were faster);
     at 8 and 16 heads, Hopper's swapped tile takes its own."""
-    cfg = kmod._default_config(heads, wgmma=wgmma)
+    cfg = default_config(kmod, heads, wgmma=wgmma)
     head_blocks = -(-heads // cfg["BLOCK_H"])
     got = kmod._choose_splits(
         batch, head_blocks, 2048, heads, cfg["BLOCK_N"], H200_SMS, cfg["WAVES"]
@@ -63,7 +74,7 @@ E4M3_SPLITS = {(8, 8): 16, (8, 16): 16, (32, 8): 4, (32, 16): 4, (128, 8): 2, (1
 
 @pytest.mark.parametrize(("batch", "heads"), sorted(E4M3_SPLITS))
 def test_split_rule_for_the_e4m3_hopper_tile(kmod: ModuleType, batch: int, heads: int) -> None:
-    cfg = kmod._default_config(heads, "fp8", wgmma=True)
+    cfg = default_config(kmod, heads, "fp8", wgmma=True)
     assert cfg["WGMMA"] == 1
     got = kmod._choose_splits(
         batch, 1, 2048, heads, cfg["BLOCK_N"], H200_SMS, cfg["WAVES"], cfg["MIN_TILES"]
@@ -124,7 +135,9 @@ def test_the_plan_fills_sm120_in_rounds_only_on_the_measured_tile(
     sm120 = kmod.DeviceLimits((12, 0), 101376)
 
     def plan(heads: int, config: dict[str, int] | None) -> tuple[dict[str, int], int]:
-        return kmod._plan(128, heads, 2048, gpu, None, config, "16bit", False, sm120, True)
+        return overrides.plan(
+            kmod, 128, heads, 2048, gpu, None, config, "16bit", False, sm120, True
+        )
 
     assert plan(64, None) == ({**plan(64, None)[0], "ROUNDS": 4}, 4)
     assert plan(128, None)[1] == 2
@@ -180,7 +193,7 @@ FP8_SPLITS = {(1, 8): 64, (8, 8): 16, (32, 8): 8, (32, 16): 8, (128, 8): 2, (128
 
 @pytest.mark.parametrize(("batch", "heads"), sorted(FP8_SPLITS))
 def test_split_rule_for_fp8_rows(kmod: ModuleType, batch: int, heads: int) -> None:
-    cfg = kmod._default_config(heads, "fp8_ds_mla")
+    cfg = default_config(kmod, heads, "fp8_ds_mla")
     assert cfg["num_stages"] == 2 and not cfg.get("PREFETCH_IDX")  # the fp8 small-head tile
     got = kmod._choose_splits(batch, 1, 2048, heads, cfg["BLOCK_N"], H200_SMS, cfg["WAVES"])
     assert got == FP8_SPLITS[(batch, heads)]
@@ -190,20 +203,20 @@ def test_the_gluon_tiles_serve_16_bit_rows_at_up_to_16_or_33_plus_heads(kmod: Mo
     """64-head blocks (33+ heads, padded) and the swapped tile's 8 or 16 heads, for 16-bit and
     e4m3 rows; 17-32 heads and GPUs without warpgroup MMA take the tl.dot tiles (fp8_ds_mla
     rows: the next test)."""
-    assert kmod._default_config(64, wgmma=True).get("WGMMA") == 1
-    assert kmod._default_config(128, wgmma=True).get("WGMMA") == 1
-    assert kmod._default_config(33, wgmma=True).get("WGMMA") == 1  # padded to 64 rows
-    assert not kmod._default_config(32, wgmma=True).get("WGMMA")
+    assert default_config(kmod, 64, wgmma=True).get("WGMMA") == 1
+    assert default_config(kmod, 128, wgmma=True).get("WGMMA") == 1
+    assert default_config(kmod, 33, wgmma=True).get("WGMMA") == 1  # padded to 64 rows
+    assert not default_config(kmod, 32, wgmma=True).get("WGMMA")
     for heads, block_h in ((1, 8), (8, 8), (9, 16), (16, 16)):
-        cfg = kmod._default_config(heads, wgmma=True)
+        cfg = default_config(kmod, heads, wgmma=True)
         assert cfg["WGMMA"] == 1 and cfg["BLOCK_H"] == block_h and cfg["num_warps"] == 4
-    assert not kmod._default_config(8, "fp8_ds_mla", wgmma=True).get("WGMMA")  # mma.sync
+    assert not default_config(kmod, 8, "fp8_ds_mla", wgmma=True).get("WGMMA")  # mma.sync
     for heads in (33, 64, 128):  # e4m3 rows: two warpgroups of 32 heads
-        cfg = kmod._default_config(heads, "fp8", wgmma=True)
+        cfg = default_config(kmod, heads, "fp8", wgmma=True)
         assert cfg["WGMMA"] == 1 and cfg["BLOCK_H"] == 64 and cfg["num_warps"] == 8
-    assert not kmod._default_config(32, "fp8", wgmma=True).get("WGMMA")
-    assert not kmod._default_config(64, wgmma=False).get("WGMMA")
-    assert not kmod._default_config(16, wgmma=False).get("WGMMA")
+    assert not default_config(kmod, 32, "fp8", wgmma=True).get("WGMMA")
+    assert not default_config(kmod, 64, wgmma=False).get("WGMMA")
+    assert not default_config(kmod, 16, wgmma=False).get("WGMMA")
 
 
 def test_fp8_ds_mla_rows_take_the_e4m3_mma_tile_with_up_to_16_heads(kmod: ModuleType) -> None:
@@ -213,18 +226,15 @@ def test_fp8_ds_mla_rows_take_the_e4m3_mma_tile_with_up_to_16_heads(kmod: Module
     heads, the grouped tl.dot kernel."""
     sm120 = kmod.DeviceLimits((12, 0), 101376)
     for heads, block_h, warps, waves in ((1, 8, 4, 2), (8, 8, 4, 2), (9, 16, 8, 1), (16, 16, 8, 1)):
-        cfg = kmod._default_config(heads, "fp8_ds_mla", wgmma=True)
-        assert cfg == {"BLOCK_H": block_h, "BLOCK_N": 64, "num_warps": warps, "num_stages": 2,
-                       "WAVES": waves, "MMA_V2": 1}  # fmt: skip
-        cfg = kmod._default_config(heads, "fp8_ds_mla", limits=sm120, gluon_mma=True)
-        rope = {"ROPE_REGS": 1} if heads > 8 else {}
-        assert cfg == {"BLOCK_H": block_h, "BLOCK_N": 64, "num_warps": warps, "num_stages": 2,
-                       "WAVES": 1, "MMA_V2": 1, **rope}  # fmt: skip
+        tile = kmod._default_tile(heads, "fp8_ds_mla", wgmma=True)
+        assert tile == kmod.MmaE4m3Tile(block_h, 64, warps, 2, waves)
+        tile = kmod._default_tile(heads, "fp8_ds_mla", limits=sm120, gluon_mma=True)
+        assert tile == kmod.MmaE4m3Tile(block_h, 64, warps, 2, 1, rope_regs=heads > 8)
     for heads in (17, 32, 64):
-        cfg = kmod._default_config(heads, "fp8_ds_mla", limits=sm120, gluon_mma=True)
-        assert cfg.get("FP8_GROUPS") == 1 and not kmod._gluon_tile(cfg)
-        assert not kmod._gluon_tile(kmod._default_config(heads, "fp8_ds_mla", wgmma=True))
-    assert not kmod._gluon_tile(kmod._default_config(8, "fp8_ds_mla"))  # no Gluon tiles
+        cfg = default_config(kmod, heads, "fp8_ds_mla", limits=sm120, gluon_mma=True)
+        assert cfg.get("FP8_GROUPS") == 1 and not _gluon(cfg)
+        assert not _gluon(default_config(kmod, heads, "fp8_ds_mla", wgmma=True))
+    assert not _gluon(default_config(kmod, 8, "fp8_ds_mla"))  # no Gluon tiles
 
 
 def test_a_16_head_fp8_ds_mla_override_keeps_q_rope_in_registers_where_needed(
@@ -242,22 +252,21 @@ def test_a_16_head_fp8_ds_mla_override_keeps_q_rope_in_registers_where_needed(
 
     def plan(tokens: int, heads: int, config: dict[str, int] | None) -> dict[str, int]:
         args = (tokens, heads, 2048, gpu, 2, config, "fp8_ds_mla", False, sm120, True)
-        return kmod._plan(*args)[0]
+        return overrides.plan(kmod, *args)[0]
 
     mma16 = {"BLOCK_H": 16, "BLOCK_N": 64, "num_warps": 8, "num_stages": 2, "MMA_V2": 1}
     assert plan(8, 16, None)["ROPE_REGS"] == 1  # the plan's own 16-head tile
     assert plan(8, 8, mma16)["ROPE_REGS"] == 1  # an override of the 8-head default
     assert plan(1, 8, mma16)["ROPE_REGS"] == 1  # one token: the tl.dot default under it
-    assert plan(8, 16, {**mma16, "ROPE_REGS": 0})["ROPE_REGS"] == 0
+    assert not plan(8, 16, {**mma16, "ROPE_REGS": 0}).get("ROPE_REGS")
     assert "ROPE_REGS" not in plan(8, 16, {**mma16, "BLOCK_H": 8, "num_warps": 4})
-    rule = kmod._ds_rope_in_registers
-    assert rule(mma16, "fp8_ds_mla", sm120) == {**mma16, "ROPE_REGS": 1}
-    assert rule({**mma16, "ROPE_REGS": 0}, "fp8_ds_mla", sm120)["ROPE_REGS"] == 0
-    assert rule(mma16, "fp8_ds_mla", kmod.H200_LIMITS) == mma16  # 227 KB hold it
-    assert rule({**mma16, "BLOCK_H": 8}, "fp8_ds_mla", sm120) == {**mma16, "BLOCK_H": 8}
-    assert rule(mma16, "fp8", sm120) == mma16  # e4m3 rows: no rope buffer to save
-    tl_dot = kmod._default_config(16, "fp8_ds_mla", limits=sm120)
-    assert rule(tl_dot, "fp8_ds_mla", sm120) == tl_dot
+    rule = kmod._rope_in_registers
+    assert rule("fp8_ds_mla", 16, sm120)
+    assert not rule("fp8_ds_mla", 16, kmod.H200_LIMITS)  # 227 KB hold it
+    assert not rule("fp8_ds_mla", 8, sm120)
+    assert not rule("fp8", 16, sm120)  # e4m3 rows: no rope buffer to save
+    tl_dot = kmod._default_tile(16, "fp8_ds_mla", limits=sm120)
+    assert not hasattr(tl_dot, "rope_regs")
 
 
 def test_fits_cp_async_needs_aligned_buffers_and_strides(kmod: ModuleType) -> None:
@@ -287,7 +296,9 @@ def test_a_tile_override_without_wgmma_means_the_tl_dot_kernel(kmod: ModuleType)
     h200 = kmod.H200_LIMITS
 
     def plan(config: dict[str, int] | None) -> dict[str, int]:
-        return kmod._plan(4, 64, 2048, cpu, 2, config, wgmma=True, limits=h200, gluon_mma=False)[0]
+        return overrides.plan(
+            kmod, 4, 64, 2048, cpu, 2, config, wgmma=True, limits=h200, gluon_mma=False
+        )[0]
 
     assert plan(None).get("WGMMA") == 1
     assert plan({"PDL": 0}).get("WGMMA") == 1
@@ -296,10 +307,14 @@ def test_a_tile_override_without_wgmma_means_the_tl_dot_kernel(kmod: ModuleType)
     assert plan({"BLOCK_N": 32, "WGMMA": 1}) == {**plan(None), "BLOCK_N": 32}
     # At 8 heads the default is the swapped Gluon tile; an override of its stages alone means
     # the 16-head tl.dot tile with those stages, not a tl.dot kernel in the swapped tile's shape.
-    small = kmod._plan(4, 8, 2048, cpu, 2, {"num_stages": 2}, "16bit", True, h200, False)[0]
-    assert small == {**kmod._default_config(8, wgmma=False), "num_stages": 2}
+    small = overrides.plan(kmod, 4, 8, 2048, cpu, 2, {"num_stages": 2}, "16bit", True, h200, False)[
+        0
+    ]
+    assert small == {**default_config(kmod, 8, wgmma=False), "num_stages": 2}
     assert (
-        kmod._plan(4, 8, 2048, cpu, 2, None, wgmma=True, limits=h200, gluon_mma=False)[0]["BLOCK_H"]
+        overrides.plan(kmod, 4, 8, 2048, cpu, 2, None, wgmma=True, limits=h200, gluon_mma=False)[0][
+            "BLOCK_H"
+        ]
         == 8
     )
 
@@ -317,20 +332,20 @@ def test_the_e4m3_mma_tile_is_sm89_and_sm120s_pick(
     gpu = torch.device("cuda", 0)  # a device index, never queried
     sm120 = kmod.DeviceLimits((12, 0), 101376)
     for heads, block_h in [(1, 8), (8, 8), (9, 16), (16, 16)]:
-        cfg = kmod._default_config(heads, "fp8", limits=sm120, gluon_mma=True)
+        cfg = default_config(kmod, heads, "fp8", limits=sm120, gluon_mma=True)
         assert cfg["MMA_V2"] == 1 and cfg["BLOCK_H"] == block_h and cfg["WAVES"] == 1
         assert cfg["num_warps"] == block_h // 2  # groups of 4 warps, 8 heads each
-        assert not kmod._default_config(heads, "fp8", limits=sm120).get("MMA_V2")
-    wide = kmod._default_config(32, "fp8", limits=sm120, gluon_mma=True)
+        assert not default_config(kmod, heads, "fp8", limits=sm120).get("MMA_V2")
+    wide = default_config(kmod, 32, "fp8", limits=sm120, gluon_mma=True)
     assert wide["MMA_V2"] == 1 and wide["BLOCK_H"] == 32  # the tile with q in registers
 
     def plan(tokens: int, config: dict[str, int] | None) -> dict[str, int]:
-        return kmod._plan(tokens, 8, 2048, gpu, 2, config, "fp8", False, sm120, True)[0]
+        return overrides.plan(kmod, tokens, 8, 2048, gpu, 2, config, "fp8", False, sm120, True)[0]
 
     planned = plan(8, None)  # 256 tiles of 64 rows for 188 SMs
     assert planned.get("MMA_V2") == 1
-    assert not kmod._gluon_tile(plan(4, None))  # 128 tiles: the tl.dot tile's 32-row tiles
-    assert not kmod._gluon_tile(plan(8, {"num_stages": 2}))
+    assert not _gluon(plan(4, None))  # 128 tiles: the tl.dot tile's 32-row tiles
+    assert not _gluon(plan(8, {"num_stages": 2}))
     assert plan(8, {**planned, "num_stages": 3}) == {**planned, "num_stages": 3}
     assert kmod._gluon_mma_usable((12, 0)) == kmod._gluon_mma_usable((8, 6))
     assert not kmod._gluon_mma_usable((9, 0)) and not kmod._gluon_mma_usable((10, 0), proxy=True)
@@ -344,15 +359,14 @@ def test_sixty_four_head_blocks_on_mma_sync(kmod: ModuleType) -> None:
     for capability in ((12, 0), (8, 6), (8, 9)):
         small = kmod.DeviceLimits(capability, 101376)
         for heads in (33, 64, 128):
-            cfg = kmod._default_config(heads, "16bit", limits=small, gluon_mma=True)
-            assert cfg == {"BLOCK_H": 64, "BLOCK_N": 32, "num_warps": 8, "num_stages": 2,
-                           "WAVES": 1, "ROUNDS": 4, "MMA_V2": 1, "COL_WARPS": 2}  # fmt: skip
-            assert kmod._default_config(heads, "16bit", limits=small)["BLOCK_H"] == 32
+            tile = kmod._default_tile(heads, "16bit", limits=small, gluon_mma=True)
+            assert tile == kmod.MmaWideTile(64, 32, 8, 2, rounds=4, col_warps=2)
+            assert default_config(kmod, heads, "16bit", limits=small)["BLOCK_H"] == 32
         if capability >= (8, 9):  # fp8 e4m3 rows: q's two parts fill 128 rows of stages
-            cfg = kmod._default_config(64, "fp8", limits=small, gluon_mma=True)
+            cfg = default_config(kmod, 64, "fp8", limits=small, gluon_mma=True)
             assert cfg["MMA_V2"] == 1 and cfg["BLOCK_H"] == 64 and cfg["num_stages"] == 4
     a100 = kmod.DeviceLimits((8, 0), 166912)
-    wide = kmod._default_config(64, "16bit", limits=a100, gluon_mma=True)
+    wide = default_config(kmod, 64, "16bit", limits=a100, gluon_mma=True)
     assert not wide.get("MMA_V2") and wide["BLOCK_H"] == 64
 
 
@@ -365,20 +379,18 @@ def test_up_to_32_heads_over_16bit_rows_on_mma_sync(kmod: ModuleType) -> None:
     for capability, smem in (((12, 0), 101376), ((8, 6), 101376), ((8, 0), 166912)):
         limits = kmod.DeviceLimits(capability, smem)
         for heads, block_h in ((1, 16), (8, 16), (16, 16), (17, 32), (32, 32)):
-            cfg = kmod._default_config(heads, "16bit", limits=limits, gluon_mma=True)
-            assert cfg == {"BLOCK_H": block_h, "BLOCK_N": 32, "num_warps": block_h // 4,
-                           "num_stages": 2, "WAVES": 1, "MMA_V2": 1, "COL_WARPS": 2}  # fmt: skip
-            assert not kmod._default_config(heads, "16bit", limits=limits).get("MMA_V2")
+            tile = kmod._default_tile(heads, "16bit", limits=limits, gluon_mma=True)
+            assert tile == kmod.MmaTile(block_h, 32, block_h // 4, 2, col_warps=2)
+            assert not default_config(kmod, heads, "16bit", limits=limits).get("MMA_V2")
     for heads, kernel in ((8, "WGMMA"), (16, "WGMMA"), (24, "MMA_V2"), (32, "MMA_V2")):
-        assert kmod._default_config(heads, "16bit", wgmma=True).get(kernel) == 1
-        assert kmod._default_config(heads, "fp8", wgmma=True).get(kernel) == 1
+        assert default_config(kmod, heads, "16bit", wgmma=True).get(kernel) == 1
+        assert default_config(kmod, heads, "fp8", wgmma=True).get(kernel) == 1
     sm89 = kmod.DeviceLimits((8, 9), 101376)
     for heads in (17, 32):  # e4m3 rows with 17-32 heads: 8 warps, 2 stages
-        cfg = kmod._default_config(heads, "fp8", limits=sm89, gluon_mma=True)
-        assert cfg == {"BLOCK_H": 32, "BLOCK_N": 32, "num_warps": 8, "num_stages": 2,
-                       "WAVES": 1, "MMA_V2": 1}  # fmt: skip
+        tile = kmod._default_tile(heads, "fp8", limits=sm89, gluon_mma=True)
+        assert tile == kmod.MmaTile(32, 32, 8, 2)
     sm100 = kmod.DeviceLimits((10, 0), 232448)
-    assert not kmod._gluon_tile(kmod._default_config(24, "16bit", limits=sm100))
+    assert not _gluon(default_config(kmod, 24, "16bit", limits=sm100))
 
 
 def test_column_groups_of_the_mma_sync_scores(kmod: ModuleType) -> None:
@@ -395,13 +407,11 @@ def test_column_groups_of_the_mma_sync_scores(kmod: ModuleType) -> None:
     ]
     for shape, groups in fits:
         for g in (1, 2, 3, 4, 8):
-            cfg = {**tile, **shape, "COL_WARPS": g}
-            assert kmod._column_groups_fit(cfg, "16bit") == (g in groups), cfg
-            assert kmod._column_groups_fit(cfg, "fp8") == (g == 1), cfg
+            mma = overrides.tile_of(kmod, {**tile, **shape, "COL_WARPS": g}, "16bit")
+            assert mma.column_groups_fit("16bit") == (g in groups), mma
+            assert mma.column_groups_fit("fp8") == (g == 1), mma
     # 32 heads on 8 warps in two groups: two warps along the keys need 32 rows.
-    assert not kmod._column_groups_fit(
-        {**tile, **fits[1][0], "BLOCK_N": 16, "COL_WARPS": 2}, "16bit"
-    )
+    assert not kmod.MmaTile(32, 16, 8, 2, col_warps=2).column_groups_fit("16bit")
 
 
 def test_the_plan_keeps_column_groups_where_the_tile_takes_them(
@@ -418,7 +428,7 @@ def test_the_plan_keeps_column_groups_where_the_tile_takes_them(
     sm120 = kmod.DeviceLimits((12, 0), 101376)
 
     def plan(heads: int, config: dict[str, int] | None) -> dict[str, int]:
-        return kmod._plan(8, heads, 2048, gpu, 2, config, "16bit", False, sm120, True)[0]
+        return overrides.plan(kmod, 8, heads, 2048, gpu, 2, config, "16bit", False, sm120, True)[0]
 
     assert plan(64, None)["COL_WARPS"] == 2  # 96,512 bytes compiled for sm_120
     assert plan(16, None)["COL_WARPS"] == 2
@@ -501,8 +511,18 @@ def test_99_kb_gpus_split_for_one_program_per_sm(
     kv_format, batch, heads = key
     monkeypatch.setattr(kmod, "_num_sms", lambda index: H200_SMS)
     sm120 = kmod.DeviceLimits((12, 0), 101376)
-    cfg, splits = kmod._plan(
-        batch, heads, 2048, torch.device("cuda", 0), None, None, kv_format, False, sm120, False
+    cfg, splits = overrides.plan(
+        kmod,
+        batch,
+        heads,
+        2048,
+        torch.device("cuda", 0),
+        None,
+        None,
+        kv_format,
+        False,
+        sm120,
+        False,
     )
     assert cfg["WAVES"] == 1 and "MMA_V2" not in cfg  # a tl.dot tile, one per SM
     small, mid, wide = HELD_BLOCK_H[kv_format]
@@ -538,8 +558,8 @@ def test_tl_dot_tiles_aim_for_the_programs_an_sm_holds(kmod: ModuleType) -> None
         "a100": (kmod.DeviceLimits((8, 0), 166912), 1, 2),
     }
     for limits, waves_16, waves_32 in devices.values():
-        assert kmod._default_config(16, limits=limits)["WAVES"] == waves_16
-        assert kmod._default_config(32, limits=limits)["WAVES"] == waves_32
+        assert default_config(kmod, 16, limits=limits)["WAVES"] == waves_16
+        assert default_config(kmod, 32, limits=limits)["WAVES"] == waves_32
 
 
 def test_where_the_gluon_kernels_let_the_merge_launch(
@@ -551,18 +571,25 @@ def test_where_the_gluon_kernels_let_the_merge_launch(
     config may turn it off."""
     monkeypatch.setattr(kmod, "_num_sms", lambda index: 132)
     monkeypatch.setattr(kmod, "_has_pdl", lambda index: True)
-    assert kmod._late_trigger({"BLOCK_H": 16}, 1000, 0)
-    assert kmod._late_trigger({"BLOCK_H": 64}, 66, 0)
-    assert not kmod._late_trigger({"BLOCK_H": 64}, 67, 0)
-    assert not kmod._late_trigger({"BLOCK_H": 32}, 128, 0)
-    assert kmod._late_trigger({"BLOCK_H": 64, "PDL_LATE": 1}, 128, 0) is False  # not read here
+    heads_16, heads_32 = kmod.WgmmaSwappedTile(16, 64, 4, 2), kmod.MmaTile(32, 32, 8, 2)
+    heads_64, heads_8 = kmod.WgmmaTile(64, 64, 8, 2), kmod.WgmmaSwappedTile(8, 64, 4, 2)
+    assert kmod._late_trigger(heads_16, 1000, 0)
+    assert kmod._late_trigger(heads_64, 66, 0)
+    assert not kmod._late_trigger(heads_64, 67, 0)
+    assert not kmod._late_trigger(heads_32, 128, 0)
     with overrides.applied(kmod, {"BLOCK_H": 64, "PDL_LATE": 1}) as cfg:
-        assert cfg == {"BLOCK_H": 64} and kmod._late_trigger(cfg, 128, 0)
+        assert cfg == {"BLOCK_H": 64} and kmod._late_trigger(heads_64, 128, 0)
     with overrides.applied(kmod, {"BLOCK_H": 8, "PDL_LATE": 0}) as cfg:
-        assert not kmod._late_trigger(cfg, 8, 0)
-    assert kmod._late_trigger({"BLOCK_H": 8}, 8, 0)  # restored
-    assert kmod._early_merge({"BLOCK_H": 64, "WGMMA": 1}, True, 0)
-    assert not kmod._early_merge({"BLOCK_H": 64, "WGMMA": 1, "PDL": 0}, True, 0)
-    assert not kmod._early_merge({"BLOCK_H": 64}, False, 0)
+        assert not kmod._late_trigger(heads_8, 8, 0)
+    assert kmod._late_trigger(heads_8, 8, 0)  # restored
+    assert kmod._early_merge(True, 0)
+    with overrides.applied(kmod, {"BLOCK_H": 64, "PDL": 0}) as cfg:
+        assert cfg == {"BLOCK_H": 64} and not kmod._early_merge(True, 0)
+    with overrides.applied(kmod, {"PDL": 1}):
+        assert kmod._early_merge(True, 0) and not kmod._early_merge(False, 0)
+    assert kmod._early_merge(True, 0)  # restored
+    assert not kmod._early_merge(False, 0)
     monkeypatch.setattr(kmod, "_has_pdl", lambda index: False)
-    assert not kmod._early_merge({"BLOCK_H": 16}, True, 0)
+    assert not kmod._early_merge(True, 0)
+    with overrides.applied(kmod, {"PDL": 1}):
+        assert not kmod._early_merge(True, 0)  # PDL needs SM90+

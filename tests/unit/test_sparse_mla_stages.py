@@ -41,16 +41,16 @@ TARGETS = [((8, 0), 166912), ((8, 9), 101376), ((9, 0), 232448), ((12, 0), 10137
 # their tile refuses, for the Triton on PYTHONPATH.
 PROBE = """
 import json, sys
+from benchmarks.sparse_mla.overrides import tile_of
 from tests.support.module_file import load_sparse_mla
 m = load_sparse_mla("k")
 cases = json.loads(sys.argv[1])
-verdicts = {}
+verdicts, texts = {}, {}
 for name, (cfg, fmt) in cases.items():
     for stages in (2, 3, 4):
-        tile = {**cfg, "num_stages": stages}
-        verdicts.setdefault(name, {})[stages] = m.tile_kind(tile, fmt).problem(tile, fmt)
-kinds = {name: m.tile_kind({**cfg, "num_stages": 2}, fmt) for name, (cfg, fmt) in cases.items()}
-texts = {name: kind.requirement for name, kind in kinds.items()}
+        tile = tile_of(m, {**cfg, "num_stages": stages}, fmt)
+        verdicts.setdefault(name, {})[stages] = tile.problem(fmt)
+        texts[name] = tile.requirement
 planned_refused = []  # every config the plan chooses, as test_sparse_mla_tiles.py walks them
 for capability, smem in json.loads(sys.argv[2]):
     limits = m.DeviceLimits(tuple(capability), smem)
@@ -61,9 +61,9 @@ for capability, smem in json.loads(sys.argv[2]):
             if m._unsupported(heads, fmt, limits) is not None:
                 continue
             for gluon in (False, True):
-                cfg = m._default_config(heads, fmt, gluon and wgmma, limits, gluon and gluon_mma)
-                if m.tile_kind(cfg, fmt).problem(cfg, fmt):
-                    planned_refused.append([capability, fmt, heads, cfg])
+                tile = m._default_tile(heads, fmt, gluon and wgmma, limits, gluon and gluon_mma)
+                if tile.problem(fmt):
+                    planned_refused.append([capability, fmt, heads, repr(tile)])
 reply = {"verdicts": verdicts, "texts": texts, "planned_refused": planned_refused}
 print(json.dumps({"triton": m.triton.__version__, **reply}))
 """

@@ -42,7 +42,7 @@ FP8_ON_SM86 = {
     "kernel": "_sparse_mla_split_kernel",
     "arch": 86,
     "kv_format": "fp8",
-    "config": {"expect": "error"},
+    "tile": {"expect": "error"},
     "pointers": dict(Q="bf16", KV="fp8e4nv", IDX="i32", Out="bf16", LSE="fp32", PO="fp32",
                      PLSE="fp32"),
     "constexprs": dict(BLOCK_H=16, BLOCK_N=32, D_V=512, D_PE=64, DV_SPLIT=1, KV_FMT=2,
@@ -88,9 +88,10 @@ def compiled() -> dict[str, dict]:
     return {report["triton"]: report for report in reports}
 
 
-def _tile_shape(cfg: dict[str, int]) -> dict[str, int]:
-    """A config less what only the plan reads (programs per SM, rounds): what compiles."""
-    return {k: v for k, v in cfg.items() if k not in ("WAVES", "ROUNDS", "MIN_TILES")}
+def _tile_shape(tile: dict) -> dict:
+    """A tile's fields (``sparse_mla_compile.tile_fields``) less what only the plan reads
+    (programs per SM, rounds, tiles a split): what compiles."""
+    return {k: v for k, v in tile.items() if k not in ("waves", "rounds", "min_tiles")}
 
 
 def test_every_triton_compiled(compiled: dict[str, dict]) -> None:
@@ -116,10 +117,7 @@ def test_every_planned_config_fits_the_target(
 ) -> None:
     gluon_api = compiled[version]["gluon_compiles"]  # the Gluon kernels compiled there
     capability, smem = TARGETS[arch]
-    family = kmod._mma_family(capability)
-    jobs = [
-        j for j in compiled[version]["jobs"] if j["arch"] == arch and "expect" not in j["config"]
-    ]
+    jobs = [j for j in compiled[version]["jobs"] if j["arch"] == arch and "expect" not in j["tile"]]
     kinds = {j["kernel"] for j in jobs}
     assert {"_sparse_mla_split_kernel", "_sparse_mla_combine_kernel"} <= kinds
     if kmod._gluon_usable(capability, api=gluon_api):
@@ -135,25 +133,25 @@ def test_every_planned_config_fits_the_target(
     formats = {j["kv_format"] for j in jobs} - {None}
     assert formats == ({"16bit"} if arch in (80, 86) else set(kmod.KV_FORMATS))
     for job in jobs:
-        what = f"{job['kernel']} {job['kv_format']} {job['config']} on sm_{arch}, Triton {version}"
+        what = f"{job['kernel']} {job['kv_format']} {job['tile']} on sm_{arch}, Triton {version}"
         assert job["error"] is None, f"{what}: {job['error']}"
         assert job["shared"] <= smem, f"{what}: {job['shared']} B of shared memory > {smem}"
         assert job["regs"] <= 255, what
         assert job["regs"] * job["num_warps"] * 32 <= 65536, what
         if job["kernel"] in ("_sparse_mla_split_kernel", "_sparse_mla_ds_split_kernel"):
-            heads = min(64, max(16, job["config"]["BLOCK_H"]))
+            heads = min(64, max(16, job["tile"]["block_h"]))
             declared = [
-                need[family]
-                for cfg, need in kmod._TILES[job["kv_format"], heads]
-                if _tile_shape(cfg) == _tile_shape(job["config"])
+                tile.smem.on(capability)
+                for tile in kmod._TILES[job["kv_format"], heads]
+                if _tile_shape(sparse_mla_compile.tile_fields(tile)) == _tile_shape(job["tile"])
             ]
             assert declared and job["shared"] <= declared[0], f"{what}: _TILES says {declared}"
-        ds_16 = job["kv_format"] == "fp8_ds_mla" and job["config"].get("BLOCK_H") == 16
+        ds_16 = job["kv_format"] == "fp8_ds_mla" and job["tile"].get("block_h") == 16
         if job["kernel"] == "_sparse_mla_mma_e4m3_kernel" and ds_16:
             # The plan holds q's rope part in registers exactly where the other form's shared
             # memory (_DS_TILE_16_HEADS_SMEM) would not fit.
             rope_regs = smem < kmod._DS_TILE_16_HEADS_SMEM
-            assert bool(job["config"].get("ROPE_REGS")) == rope_regs, what
+            assert job["tile"]["rope_regs"] == rope_regs, what
             if not rope_regs:
                 assert job["shared"] <= kmod._DS_TILE_16_HEADS_SMEM, what
 
@@ -162,14 +160,14 @@ def test_fp8_rows_are_refused_where_they_do_not_compile(
     kmod: ModuleType, compiled: dict[str, dict]
 ) -> None:
     for report in compiled.values():
-        (job,) = [j for j in report["jobs"] if "expect" in j["config"]]
+        (job,) = [j for j in report["jobs"] if "expect" in j["tile"]]
         assert job["error"] is not None, "fp8 e4m3 rows compiled for sm_86: drop the refusal?"
     for arch in (80, 86):
         limits = kmod.DeviceLimits(*TARGETS[arch])
         for kv_format in ("fp8", "fp8_ds_mla"):
             assert kmod.sparse_mla_supported_heads(kv_format, limits) == []
             with pytest.raises(ValueError, match="SM89 or newer"):
-                kmod._default_config(8, kv_format, limits=limits)
+                kmod._default_tile(8, kv_format, limits=limits)
         assert kmod.sparse_mla_supported_heads("16bit", limits) == list(range(1, 129))
 
 
@@ -177,18 +175,18 @@ def test_small_shared_memory_gets_smaller_tiles(kmod: ModuleType) -> None:
     """The 64-head tl.dot tile (155,904 B on mma.sync targets) does not fit 99 KB GPUs; they
     take 32-head blocks. SM100's tensor-memory lowering needs 287,536 B for it: 32-row tiles."""
     sm120 = kmod.DeviceLimits(*TARGETS[120])
-    assert kmod._default_config(64, limits=sm120)["BLOCK_H"] == 32
-    assert kmod._default_config(128, "fp8", limits=sm120)["BLOCK_H"] == 32
-    assert kmod._default_config(64, "fp8_ds_mla", limits=sm120)["BLOCK_H"] == 64  # grouped, 87 KB
+    assert kmod._default_tile(64, limits=sm120).block_h == 32
+    assert kmod._default_tile(128, "fp8", limits=sm120).block_h == 32
+    assert kmod._default_tile(64, "fp8_ds_mla", limits=sm120).block_h == 64  # grouped, 87 KB
     sm100 = kmod.DeviceLimits(*TARGETS[100])
-    assert kmod._default_config(64, limits=sm100)["BLOCK_N"] == 32
-    assert kmod._default_config(64, limits=kmod.H200_LIMITS)["BLOCK_N"] == 64
+    assert kmod._default_tile(64, limits=sm100).block_n == 32
+    assert kmod._default_tile(64, limits=kmod.H200_LIMITS).block_n == 64
 
 
 @pytest.mark.parametrize("heads", [0, 129])
 def test_head_counts_outside_the_range_are_refused(kmod: ModuleType, heads: int) -> None:
     with pytest.raises(ValueError, match="1 to 128"):
-        kmod._default_config(heads, limits=kmod.H200_LIMITS)
+        kmod._default_tile(heads, limits=kmod.H200_LIMITS)
 
 
 def test_sm120_runs_e4m3_mma_sync_natively_and_hopper_as_fp16(kmod: ModuleType) -> None:
@@ -200,10 +198,10 @@ def test_sm120_runs_e4m3_mma_sync_natively_and_hopper_as_fp16(kmod: ModuleType) 
     if not kmod._gluon_mma_usable((12, 0)):
         pytest.skip("the e4m3 mma.sync tile needs the Gluon kernels under this Triton")
     sm120 = kmod.DeviceLimits(*TARGETS[120])
-    cfg = kmod._default_config(8, "fp8", limits=sm120, gluon_mma=True)
+    tile = kmod._default_tile(8, "fp8", limits=sm120, gluon_mma=True)
     ops = {}
     for arch in (89, 90, 120):
-        job = {**sparse_mla_compile._split_job(kmod, arch, "fp8", cfg), "mma_ops": True}
+        job = {**sparse_mla_compile._split_job(kmod, arch, "fp8", tile), "mma_ops": True}
         assert job["kernel"] == "_sparse_mla_mma_e4m3_kernel"
         ops[arch] = sparse_mla_compile.compile_job(kmod, job)["mma_ops"]
     for arch in (89, 120):
@@ -213,23 +211,22 @@ def test_sm120_runs_e4m3_mma_sync_natively_and_hopper_as_fp16(kmod: ModuleType) 
 
 
 def test_the_column_groups_shared_memory_bound_holds_for_what_compiles(kmod: ModuleType) -> None:
-    """``_mma_tile_smem``, which the plan checks a tile with column groups against, bounds what
+    """``MmaTile.smem_bound``, which the plan checks a tile with column groups against, bounds what
     Triton compiles for sm_120 from above, and closely, for every group count the rule admits
     over 16, 32 and 64-head tiles (32-row tiles at 2 stages, 16-row at 4, 64-row at 1)."""
     if not kmod._gluon_mma_usable((12, 0)):
         pytest.skip("the mma.sync tiles need the Gluon kernels under this Triton")
-    base = {"WAVES": 1, "MMA_V2": 1}
     shapes = [(16, 4, 32, 2), (32, 8, 32, 2), (64, 8, 32, 2), (64, 8, 16, 4), (64, 8, 64, 1)]
     compiled = 0
     for block_h, warps, block_n, stages in shapes:
         for groups in (1, 2, 4):
-            cfg = {**base, "BLOCK_H": block_h, "num_warps": warps, "BLOCK_N": block_n,
-                   "num_stages": stages, "COL_WARPS": groups}  # fmt: skip
-            if not kmod._column_groups_fit(cfg, "16bit"):
+            kind = kmod.MmaWideTile if block_h == 64 else kmod.MmaTile
+            tile = kind(block_h, block_n, warps, stages, col_warps=groups)
+            if not tile.column_groups_fit("16bit"):
                 continue
-            job = sparse_mla_compile._split_job(kmod, 120, "16bit", cfg)
+            job = sparse_mla_compile._split_job(kmod, 120, "16bit", tile)
             assert job["kernel"] == "_sparse_mla_mma_kernel"
             shared = sparse_mla_compile.compile_job(kmod, job)["shared"]
-            assert shared <= kmod._mma_tile_smem(cfg) <= shared + 256, (cfg, shared)
+            assert shared <= tile.smem_bound() <= shared + 256, (tile, shared)
             compiled += 1
     assert compiled == 14  # 1 and 2 groups at 16 heads; 1, 2 and 4 for the others

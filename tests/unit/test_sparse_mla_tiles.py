@@ -4,6 +4,7 @@ embeds, and the typed tiles, whose rules must take every tile the plan picks on 
 from __future__ import annotations
 
 import ast
+from dataclasses import replace
 from pathlib import Path
 from types import ModuleType
 
@@ -62,7 +63,7 @@ def test_the_joined_module_is_one_text_with_one_future_import(kmod: ModuleType) 
     assert text.count("from __future__ import annotations") == 1
     assert "from ." not in text  # no import between parts survives the join
     assert text.startswith('"""Sparse MLA decode')
-    for name in ("sparse_mla_decode", "sparse_mla_check", "tile_kind", "_plan", "_TILES"):
+    for name in ("sparse_mla_decode", "sparse_mla_check", "Tile", "_plan", "_TILES"):
         assert hasattr(kmod, name), name
 
 
@@ -76,8 +77,9 @@ def test_tests_load_the_text_the_rendered_backend_embeds(kmod: ModuleType) -> No
 
 @pytest.mark.parametrize("arch", sorted(TARGETS))
 def test_every_planned_tile_is_one_its_kernel_takes(kmod: ModuleType, arch: int) -> None:
-    """The plan and each kernel's rule agree: every config the plan can choose on a target
-    (each row format, 1-128 heads, with and without the Gluon tiles) passes its ``Tile``."""
+    """The plan and each kernel's rule agree: every tile the plan can choose on a target
+    (each row format, 1-128 heads, with and without the Gluon tiles) passes its own rule and
+    fits the target."""
     capability, smem = TARGETS[arch]
     limits = kmod.DeviceLimits(capability, smem)
     wgmma = kmod._gluon_usable(capability, api=True)
@@ -88,41 +90,68 @@ def test_every_planned_tile_is_one_its_kernel_takes(kmod: ModuleType, arch: int)
             if kmod._unsupported(heads, kv_format, limits) is not None:
                 continue
             for gluon in (False, True):
-                cfg = kmod._default_config(
+                tile = kmod._default_tile(
                     heads, kv_format, gluon and wgmma, limits, gluon and gluon_mma
                 )
-                tile = kmod.tile_kind(cfg, kv_format)
-                assert not tile.problem(cfg, kv_format), (kv_format, heads, cfg, tile)
-                assert tile.gluon == kmod._gluon_tile(cfg)
-                kernels.add(tile.kernel)
+                assert not tile.problem(kv_format), (kv_format, heads, tile)
+                tile.validate(kv_format, limits)
+                assert tile.gluon or tile.fits(limits), (kv_format, heads, tile)
+                kernels.add(tile.kernel(kv_format))
     assert "_sparse_mla_split_kernel" in kernels
     if arch == 90:
         assert {"_sparse_mla_wgmma_kernel", "_sparse_mla_wgmma_e4m3_kernel"} <= kernels
 
 
-def test_gluon_tiles_refuse_configs_outside_their_rule(kmod: ModuleType) -> None:
-    swapped = {"BLOCK_H": 16, "BLOCK_N": 64, "num_warps": 4, "num_stages": 2, "WGMMA": 1}
-    assert kmod.tile_kind(swapped, "16bit") is kmod.WGMMA_SWAPPED
-    assert not kmod.WGMMA_SWAPPED.problem(swapped, "16bit")
-    assert kmod.WGMMA_SWAPPED.problem({**swapped, "num_stages": 3}, "16bit")  # 3 only at 8 heads
-    assert kmod.WGMMA_SWAPPED.problem({**swapped, "DV_SPLIT": 2}, "16bit")
-    assert kmod.tile_kind(swapped, "fp8") is kmod.WGMMA_E4M3
-    e4m3 = {"BLOCK_H": 8, "BLOCK_N": 64, "num_warps": 4, "num_stages": 2, "MMA_V2": 1}
-    assert kmod.tile_kind(e4m3, "fp8") is kmod.MMA_E4M3
-    assert not kmod.MMA_E4M3.problem(e4m3, "fp8_ds_mla")
-    assert kmod.MMA_E4M3.problem(e4m3, "16bit")
-    wide = {"BLOCK_H": 64, "BLOCK_N": 32, "num_warps": 8, "num_stages": 2, "MMA_V2": 1}
-    assert kmod.tile_kind(wide, "16bit") is kmod.MMA_WIDE
-    assert not kmod.MMA_WIDE.problem(wide, "16bit")
-    assert kmod.MMA_WIDE.problem(wide, "fp8")  # e4m3 rows: q's two parts need 128 rows
-    assert not kmod.MMA_WIDE.problem({**wide, "num_stages": 4}, "fp8")
-    assert "WGMMA needs" in kmod.WGMMA.requirement and "a Hopper GPU" in kmod.WGMMA.requirement
-    assert kmod.MMA_E4M3.requirement.startswith("MMA_V2 needs")
+def test_gluon_tiles_refuse_shapes_outside_their_rule(kmod: ModuleType) -> None:
+    swapped = kmod.WgmmaSwappedTile(16, 64, 4, 2)
+    assert swapped.kernel("16bit") == "_sparse_mla_wgmma_swapped_kernel"
+    assert not swapped.problem("16bit")
+    assert replace(swapped, stages=3).problem("16bit")  # 3 only at 8 heads
+    assert not replace(swapped, block_h=8, stages=3).problem("16bit")
+    assert swapped.problem("fp8") and swapped.problem("fp8_ds_mla")  # 16-bit rows only
+    e4m3 = kmod.MmaE4m3Tile(8, 64, 4, 2)
+    assert not e4m3.problem("fp8_ds_mla") and not e4m3.problem("fp8")
+    assert e4m3.problem("16bit")
+    wide = kmod.MmaWideTile(64, 32, 8, 2)
+    assert wide.kernel("16bit") == "_sparse_mla_mma_kernel"
+    assert not wide.problem("16bit")
+    assert wide.problem("fp8")  # e4m3 rows: q's two parts need 128 rows
+    assert not replace(wide, stages=4).problem("fp8")
+    assert "WGMMA needs" in kmod.WgmmaTile.requirement
+    assert "a Hopper GPU" in kmod.WgmmaE4m3Tile.requirement
+    assert kmod.MmaE4m3Tile.requirement.startswith("MMA_V2 needs")
+
+
+def test_tiles_refuse_options_before_the_plan_counts_splits(kmod: ModuleType) -> None:
+    """``validate``: what no launch may take, refused by the plan with the tile's reason."""
+    sm120 = kmod.DeviceLimits((12, 0), 101376)
+    kmod.WgmmaE4m3Tile(16, 64, 4, 2, score_cols=0).validate("fp8", kmod.H200_LIMITS)
+    with pytest.raises(ValueError, match="SCORE_COLS 48"):
+        kmod.WgmmaE4m3Tile(16, 64, 4, 2, score_cols=48).validate("fp8", kmod.H200_LIMITS)
+    kmod.TlDotTile(32, 32, 4, 2, dv_split=2).validate("16bit", sm120)
+    with pytest.raises(ValueError, match="DV_SPLIT is a 16-bit-cache tuning option"):
+        kmod.TlDotTile(32, 32, 4, 2, dv_split=2).validate("fp8", sm120)
+    grouped = kmod.MmaWideTile(64, 32, 8, 2, col_warps=4)  # past 99 KB with its scratch
+    grouped.validate("16bit", kmod.H200_LIMITS)
+    with pytest.raises(ValueError, match="COL_WARPS 4 with BLOCK_N 32 x 2 stages needs"):
+        grouped.validate("16bit", sm120)
+
+
+def test_a_table_tile_fits_by_its_shared_memory(kmod: ModuleType) -> None:
+    """The 64-head 16-bit tl.dot tile: 155,904 B on mma.sync targets, 287,536 on SM100."""
+    wide = kmod._TILES["16bit", 64][0]
+    assert wide.fits(kmod.DeviceLimits((8, 0), 166912))
+    assert not wide.fits(kmod.DeviceLimits((12, 0), 101376))
+    assert not wide.fits(kmod.DeviceLimits((10, 0), 232448))
+    assert kmod.TlDotTile(64, 64, 8, 2).fits(kmod.DeviceLimits((12, 0), 101376))  # unmeasured
 
 
 def test_gluon_tiles_fit_their_mma_family(kmod: ModuleType) -> None:
     if not kmod._GLUON_API:
         pytest.skip("this Triton runs no Gluon kernel")
-    assert kmod.WGMMA.fits((9, 0)) and not kmod.WGMMA.fits((12, 0))
-    assert kmod.MMA.fits((12, 0)) and kmod.MMA.fits((9, 0)) and not kmod.MMA.fits((10, 0))
-    assert kmod.TL_DOT.fits((10, 0))
+    h200, sm120 = kmod.H200_LIMITS, kmod.DeviceLimits((12, 0), 101376)
+    sm100 = kmod.DeviceLimits((10, 0), 232448)
+    wgmma, mma = kmod.WgmmaTile(64, 64, 8, 2), kmod.MmaTile(16, 32, 4, 2)
+    assert wgmma.fits(h200) and not wgmma.fits(sm120)
+    assert mma.fits(sm120) and mma.fits(h200) and not mma.fits(sm100)
+    assert kmod.TlDotTile(64, 32, 8, 2).fits(sm100)
