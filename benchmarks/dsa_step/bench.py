@@ -110,11 +110,11 @@ def sm120_decode(mod: Any) -> Callable[..., Any]:
         kv_format = "16bit" if kv.element_size() == 2 else "fp8"
         takes = mod._gluon_takes(q.dtype, kv.dtype, kv_format)
         gluon_mma = takes and mod._gluon_mma_usable(limits.capability)
-        cfg = mod._plan(
+        tile = mod._plan(
             q.shape[0], q.shape[1], idx.shape[1], q.device, None, None, kv_format, False,
             limits, gluon_mma,
         )[0]  # fmt: skip
-        return plain(q, kv, idx, scale, config=cfg, **kw)
+        return plain(q, kv, idx, scale, tile=tile, **kw)
 
     decode.sm120_plain = plain  # type: ignore[attr-defined]
     return decode
