@@ -399,15 +399,14 @@ _TOPK_CHUNK = 4096  # keys a histogram or split step loads at once (8 warps: 16 
 _TOPK_CAP = 4096  # candidates kept per row: keys in the K-th largest key's 16-bit bin
 _TOPK_SLICE = 1024  # keys the finishing program scans at once
 _TOPK_WS = 3 * 256 + 2  # a row's workspace: up to three histograms, two slot counters
-_TOPK_MANY_KEYS = 1 << 22  # rows x positions from which narrower digits pay for a third pass
 
 
 def _row_digits(rows: int, max_model_len: int) -> tuple[int, ...]:
-    """Digit widths of the row-wide passes (the keys' top 16 bits). tl.histogram costs, per
-    key, a warp ballot per digit bit and a popcount per bin a thread owns: 256 bins about
-    three times 64. Two 8-bit passes where launches and latency dominate (fewer keys), three
-    passes of 6, 6 and 4 bits where the histograms' work does."""
-    return (6, 6, 4) if rows * max_model_len >= _TOPK_MANY_KEYS else (8, 8)
+    """Digit widths of the row-wide passes (the keys' top 16 bits): two 8-bit passes. Three
+    of 6, 6 and 4 bits (cheaper histograms, one more pass over the row) were slower at every
+    size the step benchmark measured on an H100 (2026-12-06: 1-128 rows, 4k-128k positions;
+    at 128 x 128k 366 against 353 us), so they are only taken when asked for."""
+    return (8, 8)
 
 
 class TopkPlan:

@@ -914,14 +914,14 @@ def test_the_kernel_summary_names_the_tile_a_full_batch_runs(
     plan = kmod._plan
     monkeypatch.setattr(kmod, "_plan", lambda *a, **k: planned.append(plan(*a, **k)) or planned[-1])
     overrides.decode(kmod, q, kv, idx, _SM_SCALE, kv_scale=0.25 if kv_format == "fp8" else 1.0)
-    (cfg, _), *_ = planned
+    (tile, _), *_ = planned
     summary = kmod.sparse_mla_kernel_summary(num_heads, kv_format, q.device, dtype)
     kind = (
         "Gluon warpgroup-MMA"
-        if cfg.get("WGMMA")
+        if "Wgmma" in type(tile).__name__
         else "Gluon mma.sync"
-        if cfg.get("MMA_V2")
+        if "Mma" in type(tile).__name__
         else "tl.dot"
     )
-    words = f"{kind} tile {cfg['BLOCK_H']}x{cfg['BLOCK_N']}, {cfg['num_warps']} warps"
-    assert f"): {words}" in summary, (cfg, summary)
+    words = f"{kind} tile {tile.block_h}x{tile.block_n}, {tile.warps} warps"
+    assert f"): {words}" in summary, (tile, summary)
