@@ -210,7 +210,8 @@ def write_results(key: str, record: dict) -> None:
         "of a loaded machine; compare tools within one table. OpenSSH masters that outlive a",
         "run (Ansible's ControlPersist, glmops-persist's) are not waited for, so their CPU is",
         "not counted. glmops-before is glmops at the revision named (the engine before this",
-        "benchmark's changes), run in the same rounds.",
+        "benchmark's changes), run in the same rounds. Which of issue 48's targets the latest",
+        "tables meet, and what bounds the rest: orchestration-notes.md.",
         "",
     ]
     for key, rec in sorted(doc.items(), key=lambda kv: (rec_hosts(kv[1]), kv[0])):
