@@ -39,7 +39,9 @@ class _Console(Console):
     def print(self, *objects: Any, style: Any = None, **kwargs: Any) -> None:
         plain = not kwargs.keys() - {"markup"} and kwargs.get("markup", True)
         if plain and len(objects) == 1 and isinstance(objects[0], str) and self._as_is():
-            line = Text.from_markup(objects[0], emoji=self._emoji).plain + "\n"
+            text = Text.from_markup(objects[0], emoji=self._emoji)
+            text.expand_tabs(self.tab_size)
+            line = text.plain + "\n"
             with self._lock:
                 self.file.write(line)
             return

@@ -197,6 +197,8 @@ def test_glmops_run_shows_batches_and_why_a_roll_stopped(workdir: Path) -> None:
         "x \\[not markup] :smile: a",
         "[green]ok[/] tb1 — a message with :thumbs_up:",
         "  [dim]because[/] a \\\\[x] b",
+        "[dim]a\tb[/]\tc",
+        "cr\rx",
     ],
 )
 def test_a_line_to_a_log_is_written_as_rich_writes_it(line: str) -> None:
