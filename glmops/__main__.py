@@ -1,5 +1,5 @@
 """`python3 -m glmops`: the same command line as `glmops`."""
 
-from glmops.cli.main import main
+from glmops.cli.entry import main
 
-main(prog_name="glmops")
+main()

@@ -27,10 +27,10 @@ from glmops.engine.results import HostTally, PlayRecap, TaskResult, exit_code
 from glmops.engine.run_state import default_run_root
 from glmops.engine.runlog import Masker, RunLog
 from glmops.engine.unsafe import mark_unsafe
-from glmops.fleet.roll import Runner, RunOutcome
 from glmops.fleet.topology import add_replica_vars, serving_hosts
 
 if TYPE_CHECKING:
+    from glmops.fleet.roll import Runner, RunOutcome
     from glmops.model.phase import ModelOptions
 
 
@@ -228,6 +228,7 @@ def run_read_only(
 def fleet_runner(base: RunRequest) -> Runner:
     """The fleet's runner (fleet.roll.Runner): each of its playbooks run as `base` says, with
     the fleet's extra variables and play settings on top."""
+    from glmops.fleet.roll import RunOutcome  # only a fleet's deploy loads the fleet's code
 
     def run_for_fleet(
         playbook: Path, limit: str, extra: dict[str, Any], settings: dict[str, Any]

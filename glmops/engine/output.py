@@ -17,6 +17,7 @@ from typing import Any, TextIO
 
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 from glmops.engine.results import HostTally, PlayRecap, Status, TaskResult
 from glmops.engine.runlog import Masker
@@ -31,6 +32,27 @@ def event_line(kind: str, **fields: Any) -> str:
     return json.dumps(event, default=str, sort_keys=False)
 
 
+class _Console(Console):
+    """rich's console, but a line of text to a file that shows no colour (a log, a pipe) is
+    written as rich would write it, without rich's layout pass: that takes a millisecond or
+    more a line, and a run on a large fleet prints thousands of lines."""
+
+    def print(self, *objects: Any, style: Any = None, **kwargs: Any) -> None:
+        plain = not kwargs.keys() - {"markup"} and kwargs.get("markup", True)
+        if plain and len(objects) == 1 and isinstance(objects[0], str) and self._as_is():
+            text = Text.from_markup(objects[0], emoji=self._emoji)
+            text.expand_tabs(self.tab_size)
+            line = text.plain + "\n"
+            with self._lock:
+                self.file.write(line)
+            return
+        super().print(*objects, style=style, **kwargs)
+
+    def _as_is(self) -> bool:
+        """No colour, no recording, no capture: rich would write the text alone."""
+        return self.color_system is None and not self.record and self._buffer_index == 0
+
+
 def console(file: TextIO) -> Console:
     """A rich console for `file`; when it is not a terminal, wide enough never to cut a table."""
     try:
@@ -38,7 +60,7 @@ def console(file: TextIO) -> Console:
     except (AttributeError, ValueError):
         interactive = False
     width = None if interactive else 100_000
-    return Console(file=file, highlight=False, soft_wrap=True, width=width)
+    return _Console(file=file, highlight=False, soft_wrap=True, width=width)
 
 
 STYLE = {

@@ -198,9 +198,19 @@ class PlayLoop:
 
     def _start_play(self, play: Play, playbook: Path, session: HostSession) -> None:
         """Connect (and lock), read the notifications an earlier run left, gather facts (one
-        round trip after connecting), then run the tasks' checks ahead (one more)."""
+        round trip after connecting), then run the tasks' checks ahead (one more; in the same
+        one when the play gathers no facts)."""
         gather = play.gather_facts and session.facts is None
-        started = play_start.start(self._state, self._pool, play, playbook, session, gather=gather)
+        args = (self._state, self._runner, self._pool, play, playbook, session, play.tasks)
+        started = play_start.start(
+            self._state,
+            self._pool,
+            play,
+            playbook,
+            session,
+            gather=gather,
+            checks=lambda: prefetch.wanted_checks(*args),
+        )
         session.pending = started.pending
         if session.pending:
             self._state.reporter.note(
@@ -210,9 +220,8 @@ class PlayLoop:
             )
         if gather and not self._facts_task(session, started.facts_error):
             return
-        prefetch.run_ahead(
-            self._state, self._runner, self._pool, play, playbook, session, play.tasks
-        )
+        if not started.checked:
+            prefetch.run_ahead(*args)
 
     def _step(self, play: Play, playbook: Path, session: HostSession, task: Task) -> TaskResult:
         result = self._runner.run(play, playbook, session, task)

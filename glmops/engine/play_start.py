@@ -1,14 +1,16 @@
 """A play's start on a host in one round trip after connecting: the run lock (when this run
-takes it now), the notifications an earlier run of the play left (notifications.py) and the
-host's facts when the play gathers them (hosthelpers/facts_probe.py), all answered by one
-command. It prints the pending file in base64 on its first line, then the facts probe's
-output and its exit status."""
+takes it now), the notifications an earlier run of the play left (notifications.py), and
+either the host's facts when the play gathers them (hosthelpers/facts_probe.py) or, when it
+does not, its tasks' checks run ahead (prefetch.py), all answered by one command. It prints
+the pending file in base64 on its first line, then the facts probe's output and its exit
+status, or the checks' probe's output."""
 
 from __future__ import annotations
 
 import base64
 import binascii
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -23,6 +25,7 @@ from glmops.engine.context import (
 )
 from glmops.engine.facts_gather import probe_args
 from glmops.engine.notifications import parse_pending, pending_of, pending_path, play_key
+from glmops.engine.prefetch import CHECK_TIMEOUT_S, probe_command, take_answers, unique
 from glmops.engine.runlock import HOLD_START_SECONDS, FollowUp
 from glmops.engine.unsafe import mark_unsafe
 from glmops.errors import CommandTimeout
@@ -38,10 +41,12 @@ _STATUS = re.compile(r"\nglmops-rc=(\d+)\n?$")
 
 @dataclass
 class Started:
-    """What the play's start learned: its pending notifications; why facts failed, if so."""
+    """What the play's start learned: its pending notifications; why facts failed, if so;
+    whether the tasks' checks ran ahead with it."""
 
     pending: set[str]
     facts_error: str | None = None
+    checked: bool = False
 
 
 def start(
@@ -52,14 +57,18 @@ def start(
     session: HostSession,
     *,
     gather: bool,
+    checks: Callable[[], list[str]] | None = None,
 ) -> Started:
     """Connect and lock (once per run), read the pending notifications, gather facts (when
-    `gather`): the lock's round trip carries the rest, or one command does without it."""
+    `gather`) or else run the checks `checks` names ahead: the lock's round trip carries the
+    rest, or one command does without it."""
     facts_input = ""
     if gather:
         variables = {**play.defaults, **session.host.vars, **play.vars}
         args = {**probe_args({**variables, **state.options.extra_vars}), "check": True}
         facts_input = helper_stdin("facts_probe", args)
+
+    wanted: list[str] = []
 
     def reads(ctx: TaskContext) -> FollowUp:
         command = f"cat {quote(pending_path(ctx))} 2>/dev/null | base64 -w0; echo"
@@ -68,14 +77,25 @@ def start(
             command += (
                 f'; head -c {length} | {helper_command("facts_probe")} 2>&1; echo "glmops-rc=$?"'
             )
-        return FollowUp(command, facts_input, FACTS_TIMEOUT_S if gather else HOLD_START_SECONDS)
+            return FollowUp(command, facts_input, FACTS_TIMEOUT_S)
+        # The checks run as the connection's user, each with its own sudo: only where this
+        # command is not run through sudo itself.
+        if checks is not None and ctx.elevated(":") == (":", None):
+            wanted[:] = checks()
+        if wanted:
+            return FollowUp(f"{command}; {probe_command(unique(wanted))}", "", CHECK_TIMEOUT_S)
+        return FollowUp(command, "", HOLD_START_SECONDS)
 
     output = pool.connect(play, session, reads)
     ctx = pool.context(play, session, None)
     if output is None:
         follow = reads(ctx)
         output = ctx.run(
-            follow.command, stdin=follow.stdin or None, timeout=follow.wait, essential=True
+            follow.command,
+            stdin=follow.stdin or None,
+            timeout=follow.wait,
+            essential=True,
+            log_output=not wanted,  # a check may read a file's content: each task logs its own
         ).stdout
     encoded, _, probed = output.partition("\n")
     try:
@@ -89,6 +109,9 @@ def start(
             session.facts = mark_unsafe(_facts(probed))  # what the host said: data
         except (RemoteCommandError, CommandTimeout) as error:
             started.facts_error = str(error)
+    elif wanted:
+        take_answers(state, session, wanted, probed)
+        started.checked = True
     return started
 
 

@@ -41,28 +41,58 @@ def run_ahead(
     tasks: Iterable[Any],
 ) -> int:
     """Run the checks of `tasks` on the host in one round trip; returns how many ran."""
-    session.prefetched.forget()
-    wanted: list[str] = []
-    for task in tasks:
-        wanted += _task_checks(state, runner, pool, play, playbook, session, task)
+    wanted = wanted_checks(state, runner, pool, play, playbook, session, tasks)
     if not wanted:
         return 0
-    unique = list(dict.fromkeys(wanted))
     ctx = pool.context(play, session, None)
     ctx.become, ctx.environment = False, {}  # each check carries its own sudo and exports
     try:
         # Not logged here (a check may read a file's content); each task logs its own answer.
-        probe = ctx.run(probe_command(unique), timeout=CHECK_TIMEOUT_S, log_output=False)
-        results = parse_probe(probe.stdout, len(unique))
-    except (CommandTimeout, ValueError) as error:
+        probe = ctx.run(probe_command(unique(wanted)), timeout=CHECK_TIMEOUT_S, log_output=False)
+    except CommandTimeout as error:
+        state.runlog.write(session.host.name, f"checks not run ahead: {error}")
+        return 0
+    return take_answers(state, session, wanted, probe.stdout)
+
+
+def wanted_checks(
+    state: RunState,
+    runner: TaskRunner,
+    pool: SessionPool,
+    play: Play,
+    playbook: Path,
+    session: HostSession,
+    tasks: Iterable[Any],
+) -> list[str]:
+    """The checks the plans of `tasks` will start with, in order, a repeat once per task that
+    asks (each answer is used once); the host's answers from before are dropped."""
+    session.prefetched.forget()
+    wanted: list[str] = []
+    for task in tasks:
+        wanted += _task_checks(state, runner, pool, play, playbook, session, task)
+    return wanted
+
+
+def unique(wanted: list[str]) -> list[str]:
+    """Each check once, in first-asked order: what the probe runs."""
+    return list(dict.fromkeys(wanted))
+
+
+def take_answers(state: RunState, session: HostSession, wanted: list[str], stdout: str) -> int:
+    """Keep the probe's answers (`probe_command(unique(wanted))`'s output) for the tasks;
+    returns how many checks ran (0, logged, when the answer is not whole)."""
+    checks = unique(wanted)
+    try:
+        results = parse_probe(stdout, len(checks))
+    except ValueError as error:
         state.runlog.write(session.host.name, f"checks not run ahead: {error}")
         return 0
     answers: dict[str, list[CommandResult]] = {}
-    for command, (rc, stdout, stderr) in zip(unique, results, strict=True):
-        answer = CommandResult(command, rc, stdout, without_group_lines(stderr), 0.0)
+    for command, (rc, out, err) in zip(checks, results, strict=True):
+        answer = CommandResult(command, rc, out, without_group_lines(err), 0.0)
         answers[command] = [answer] * wanted.count(command)
     session.prefetched.fill(answers)
-    return len(unique)
+    return len(checks)
 
 
 def probe_command(commands: list[str]) -> str:
@@ -74,7 +104,8 @@ def probe_command(commands: list[str]) -> str:
         'base64 -w0 "$d/o"; echo; base64 -w0 "$d/e"; echo; '
         for command in commands
     )
-    return f"d=$(mktemp -d) || exit 1; trap 'rm -rf \"$d\"' EXIT; {steps}echo {PROBE_END}"
+    # A subshell of its own: its `exit` and its cleanup end with it, also inside a longer command
+    return f"(d=$(mktemp -d) || exit 1; trap 'rm -rf \"$d\"' EXIT; {steps}echo {PROBE_END})"
 
 
 def parse_probe(stdout: str, count: int) -> list[tuple[int, str, str]]:

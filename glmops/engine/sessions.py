@@ -25,6 +25,9 @@ from glmops.errors import HostUnreachable
 if TYPE_CHECKING:
     from glmops.engine.run_state import RunState
 
+#: Who we are on a host: the uid and the home folder, a line each.
+WHO_AM_I = 'id -u; printf "%s\\n" "$HOME"'
+
 
 @dataclass
 class HostSession:
@@ -98,8 +101,20 @@ class SessionPool:
                 session.conn.close()
                 session.conn = None
             session.conn_kind = wanted
-            self._ensure_connected(session)
-            if options.lock and not options.check and session.release_lock is None:
+            locking = options.lock and not options.check and session.release_lock is None
+            # Logged in as root over SSH, who we are is known but for $HOME: the lock's round
+            # trip carries the question, instead of a round trip of its own before it.
+            learn = (
+                locking
+                and then is not None
+                and session.conn is None
+                and session.host.connection.user == "root"
+                and wanted != "local"
+            )
+            self._ensure_connected(session, probe=not learn)
+            if learn and then is not None:
+                return self._lock_learning_remote(play, session, then)
+            if locking:
                 return self._lock(play, session, then)
         return None
 
@@ -171,7 +186,10 @@ class SessionPool:
             if session.conn is not None:
                 session.conn.close()
 
-    def _ensure_connected(self, session: HostSession) -> None:
+    def _ensure_connected(self, session: HostSession, *, probe: bool = True) -> None:
+        """Connect, and learn who we are on the host (uid, home) in a round trip of its own;
+        without `probe`, the caller learns it in its first command (`_learned`) and until
+        then the session says uid 0 (root's) with no home."""
         if session.conn is not None:
             return
         host = session.host
@@ -179,12 +197,51 @@ class SessionPool:
         if session.conn_kind and session.conn_kind != spec.connection:
             spec = replace(spec, connection=session.conn_kind)
         session.conn = open_connection(host.name, spec, self._state.options.connection)
-        probe = session.conn.run('id -u; printf "%s\\n" "$HOME"', timeout=30)
-        lines = probe.stdout.splitlines()
-        if probe.rc != 0 or len(lines) < 2:
-            raise HostUnreachable(f"cannot run commands on {host.name}: {probe.stderr.strip()}")
-        session.remote = RemoteInfo(uid=int(lines[0]), home=lines[1], python=None)
-        self._state.runlog.write(host.name, f"connected as uid {lines[0]}")
+        if not probe:
+            session.remote = RemoteInfo(uid=0, home="", python=None)
+            return
+        self._ask_who(session)
+
+    def _ask_who(self, session: HostSession) -> None:
+        assert session.conn is not None
+        answer = session.conn.run(WHO_AM_I, timeout=30)
+        if answer.rc != 0:
+            name = session.host.name
+            raise HostUnreachable(f"cannot run commands on {name}: {answer.stderr.strip()}")
+        session.remote = None  # a new connection (after a reboot, too): nothing staged yet
+        self._learned(session, answer.stdout)
+
+    def _learned(self, session: HostSession, answer: str) -> str:
+        """Set the session's uid and home from `WHO_AM_I`'s answer; returns what followed it."""
+        uid, home, rest = (answer.split("\n", 2) + ["", ""])[:3]
+        if not uid.strip().isdigit() or not home:
+            raise HostUnreachable(f"cannot run commands on {session.host.name}: {answer!r}")
+        session.remote = session.remote or RemoteInfo(uid=int(uid), home=home, python=None)
+        session.remote.uid, session.remote.home = int(uid), home
+        self._state.runlog.write(session.host.name, f"connected as uid {uid.strip()}")
+        return rest
+
+    def _lock_learning_remote(
+        self, play: Play, session: HostSession, then: Callable[[TaskContext], runlock.FollowUp]
+    ) -> str | None:
+        """`_lock` whose follow-up first says who we are, for a session connected without
+        asking: logged in as root, so the lock's command is root's whatever the answer."""
+
+        def who_then(ctx: TaskContext) -> runlock.FollowUp:
+            follow = then(ctx)
+            return replace(follow, command=f"{WHO_AM_I}; {follow.command}")
+
+        output = self._lock(play, session, who_then)
+        if output is None:  # the lock was this very run's (another name of the host): no answer
+            self._ask_who(session)
+            return None
+        rest = self._learned(session, output)
+        assert session.remote is not None
+        if session.remote.uid != 0:
+            raise HostUnreachable(
+                f"{session.host.name}: logged in as root, but the uid there is {session.remote.uid}"
+            )
+        return rest
 
     def _lock(
         self,

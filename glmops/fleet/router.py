@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import json
 import urllib.parse
-import urllib.request
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -171,6 +170,8 @@ class RouterClient:
         self._call("POST", "/remove_worker?" + urllib.parse.urlencode({"url": url}))
 
     def _call(self, method: str, path: str, timeout: float | None = None) -> object:
+        import urllib.request  # HTTP's client: only a run that talks to the router loads it
+
         request = urllib.request.Request(self.base_url + path, method=method)
         if self.admin_key:
             request.add_header(KEY_HEADER_NAME, self.admin_key)

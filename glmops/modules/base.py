@@ -7,8 +7,9 @@ change is reported `ok` with its reason; in check mode a plan that needs a chang
 
 from __future__ import annotations
 
+import importlib
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, MutableMapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -161,7 +162,86 @@ def _unset(spec: Arg) -> Any:
     return None if spec.var else spec.default
 
 
-REGISTRY: dict[str, type[Module]] = {}
+#: Which file of this package defines each module: the registry knows every name without
+#: importing a file, and imports one the first time a play names a module in it (start-up
+#: cost). tests/unit/test_module_registry.py holds this table to what the files register.
+_NAMED_AS_THEIR_FILE = [
+    "apt",
+    "command",
+    "copy",
+    "deploy_status",
+    "file",
+    "get_url",
+    "gguf_model",
+    "helper",
+    "hf_model",
+    "include_vars",
+    "lineinfile",
+    "meta",
+    "model_manifest",
+    "nvidia_driver",
+    "python_venv",
+    "reboot",
+    "router_workers",
+    "secret_template",
+    "stat",
+    "system_user",
+    "systemd",
+    "unarchive",
+    "vllm_backend_ask",
+    "vllm_backend_check",
+    "vllm_drain",
+    "vllm_gang",
+    "vllm_gang_pending",
+    "vllm_gang_restart",
+    "vllm_gang_state",
+    "vllm_install",
+    "vllm_patchset",
+    "vllm_ready",
+    "vllm_selection_preflight",
+    "vllm_serve_config",
+    "vllm_soak",
+    "wait_for",
+    "wheelhouse",
+]
+MODULE_FILES: dict[str, str] = {
+    **{name: name for name in _NAMED_AS_THEIR_FILE},
+    "shell": "command",
+    "template": "copy",
+    "blockinfile": "lineinfile",
+    **{name: "control" for name in ("assert", "debug", "fail", "set_fact")},
+}
+
+
+class ModuleRegistry(MutableMapping[str, "type[Module]"]):
+    """Module classes by name, each file imported when one of its modules is first looked up."""
+
+    def __init__(self, files: dict[str, str]) -> None:
+        self._files = files
+        self._loaded: dict[str, type[Module]] = {}
+
+    def __getitem__(self, name: str) -> type[Module]:
+        if name not in self._loaded and name in self._files:
+            importlib.import_module(f"glmops.modules.{self._files[name]}")
+        return self._loaded[name]
+
+    def __setitem__(self, name: str, cls: type[Module]) -> None:
+        self._loaded[name] = cls
+
+    def __delitem__(self, name: str) -> None:
+        del self._loaded[name]
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._loaded or name in self._files
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(sorted(self._files.keys() | self._loaded.keys()))
+
+    def __len__(self) -> int:
+        return len(self._files.keys() | self._loaded.keys())
+
+
+REGISTRY = ModuleRegistry(MODULE_FILES)
 
 
 def register(cls: type[Module]) -> type[Module]:

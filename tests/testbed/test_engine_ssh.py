@@ -8,11 +8,13 @@ import stat
 import subprocess
 import tempfile
 import time
+from collections import Counter
 from pathlib import Path
 
 import pytest
 import yaml
 
+from glmops.engine import connection
 from glmops.testbed import Testbed
 from tests.support.engine import Runner
 from tests.support.testbed import host_read
@@ -50,15 +52,32 @@ CONVERGE = """
 
 
 def test_second_run_changes_nothing(
-    run_playbook: Runner, inventory: Path, testbed: Testbed, hosts: list[str]
+    run_playbook: Runner,
+    inventory: Path,
+    testbed: Testbed,
+    hosts: list[str],
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
+    """...in three commands per host, as root over SSH: who we are, the lock, the pending
+    notifications and the facts in one; the checks run ahead in another; the apt task's
+    package query (apt's check is not run ahead) in the last."""
     first = run_playbook(CONVERGE, inventory)
     assert first.exit_code == 0, first.results()
     for host in hosts:
         assert host_read(testbed, host, "/opt/app/app.conf") == f"host={host} port=8000\n"
         assert testbed.exec(host, ["systemctl", "is-active", "app"]).stdout.strip() == "active"
+    sent: Counter[str] = Counter()
+    for name in ("run", "hold"):
+        sends = getattr(connection.SSHConnection, name)
+
+        def counted(self, command, _sends=sends, **kwargs):  # type: ignore[no-untyped-def]
+            sent[self.host] += 1
+            return _sends(self, command, **kwargs)
+
+        monkeypatch.setattr(connection.SSHConnection, name, counted)
     second = run_playbook(CONVERGE, inventory)
     assert second.exit_code == 0 and second.changed() == 0, second.results()
+    assert sent == dict.fromkeys(hosts, 3)
 
 
 def test_check_mode_changes_nothing(

@@ -3,11 +3,13 @@ and a timeout that ends the whole process group, cancel, put, hold), on this mac
 
 from __future__ import annotations
 
+import base64
 import os
 import stat
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -112,6 +114,55 @@ def test_open_connection_gives_a_local_host_a_local_connection() -> None:
 def test_quote_makes_any_value_one_inert_word(value: str) -> None:
     result = LocalConnection("here").run(f"printf %s {quote(value)}")
     assert result.stdout == value
+
+
+def test_known_keys_agree_with_paramiko_and_skip_odd_lines(tmp_path: Path) -> None:
+    """The index finds what paramiko's HostKeys finds (plain and hashed names, several names on
+    a line, the first key of a type); comments, markers, unknown types and bad lines, on which
+    paramiko's loader would raise, are skipped, as OpenSSH skips them."""
+    import paramiko
+
+    from glmops.engine import connection
+
+    ecdsa, ed, other = paramiko.ECDSAKey.generate(), _ed25519(), paramiko.ECDSAKey.generate()
+    hashed = paramiko.HostKeys.hash_host("10.0.0.9")
+    known = tmp_path / "known_hosts"
+    known.write_text(
+        f"10.0.0.1,alias {ecdsa.get_name()} {ecdsa.get_base64()} a comment\n"
+        f"10.0.0.1 {ed.get_name()} {ed.get_base64()}\n"
+        f"10.0.0.1 {other.get_name()} {other.get_base64()}\n"
+        f"{hashed} {ed.get_name()} {ed.get_base64()}\n"
+    )
+    names = ("10.0.0.1", "alias", "10.0.0.9", "10.0.0.2")
+    theirs = paramiko.HostKeys(str(known))
+    ours = {name: connection.known_keys(known, name) for name in names}
+    assert ours == {name: dict(theirs.lookup(name) or {}) for name in names}
+    assert ours["10.0.0.1"][ecdsa.get_name()] == ecdsa  # the first of its type
+    with known.open("a") as more:
+        more.write(
+            "# a comment\n"
+            f"@cert-authority *.example {ecdsa.get_name()} {ecdsa.get_base64()}\n"
+            "10.0.0.2 ssh-unknown AAAA\n"
+            "10.0.0.2 ssh-ed25519 not-base64!\n"
+            "|1|bad|hash ssh-ed25519 AAAA\n"
+            "half-a-line\n"
+        )
+    assert {name: connection.known_keys(known, name) for name in names} == ours
+
+
+def _ed25519() -> Any:
+    """An ed25519 public key for a known_hosts line (paramiko cannot generate one)."""
+    import paramiko
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+    raw = (
+        Ed25519PrivateKey.generate()
+        .public_key()
+        .public_bytes(serialization.Encoding.OpenSSH, serialization.PublicFormat.OpenSSH)
+    )
+    keytype, text = raw.decode().split()[:2]
+    return paramiko.PKey.from_type_string(keytype, base64.b64decode(text))
 
 
 def test_known_keys_reads_the_file_once_per_version_and_finds_a_host_by_port(

@@ -11,7 +11,7 @@ import pytest
 from click.testing import CliRunner
 
 from glmops.cli.main import main
-from glmops.engine.output import SCHEMA, Reporter
+from glmops.engine.output import SCHEMA, Reporter, console
 from glmops.engine.results import HostTally
 from glmops.engine.runlog import Masker
 from tests.support.engine import Runner
@@ -187,3 +187,29 @@ def test_glmops_run_shows_batches_and_why_a_roll_stopped(workdir: Path) -> None:
     ):
         assert text in out, out
     assert "BATCH 2/3 b" in result.stderr and "a -> lb tell" in result.stderr, result.stderr
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "[dim]       start tb1 directory[/]",
+        "[bold]PLAY all[/] [dim](8 host(s))[/]",
+        "x \\[not markup] :smile: a",
+        "[green]ok[/] tb1 — a message with :thumbs_up:",
+        "  [dim]because[/] a \\\\[x] b",
+        "[dim]a\tb[/]\tc",
+        "cr\rx",
+    ],
+)
+def test_a_line_to_a_log_is_written_as_rich_writes_it(line: str) -> None:
+    """The console's short way for text to a file without colour writes what rich would."""
+    from rich.console import Console
+
+    ours, rich = io.StringIO(), io.StringIO()
+    console(ours).print(line)
+    Console(file=rich, highlight=False, soft_wrap=True, width=100_000).print(line)
+    assert ours.getvalue() == rich.getvalue()
+    ours, rich = io.StringIO(), io.StringIO()
+    console(ours).print(line, markup=False)
+    Console(file=rich, highlight=False, soft_wrap=True, width=100_000).print(line, markup=False)
+    assert ours.getvalue() == rich.getvalue()
