@@ -138,7 +138,7 @@ PROFILES: tuple[Profile, ...] = (
                 SPARSE_INDEXER,
                 "torch.ops._C.top_k_per_row_decode( (the decode top-k call)",
                 # as shipped, or as the indexer item routes it
-                r"^        (?:torch\.ops\._C\.|glmops_)top_k_per_row_decode\($",
+                r"^        (?:torch\.ops\._C\.|glmops_)top_k_per_row_decode\((?:  # .*)?$",
             ),
             Anchor(
                 INDEXER_BUILDER,
