@@ -16,12 +16,7 @@ import pytest
 
 from glmops.fleet.router import RouterClient
 from tests.support.engine import Runner
-from tests.support.router_gate import free_port, vllm_router_binary, wait_http
-
-
-@pytest.fixture(scope="session")
-def vllm_router() -> Path:
-    return vllm_router_binary()
+from tests.support.router_gate import free_port, vllm_router, wait_http
 
 
 @pytest.fixture
@@ -50,20 +45,9 @@ def stand_in_workers(tmp_path: Path) -> Iterator[list[str]]:
 
 
 @pytest.fixture
-def router(vllm_router: Path, stand_in_workers: list[str], tmp_path: Path) -> Iterator[str]:
-    port = free_port()
-    # its own metrics port: the default (29000) is taken by any other router on this machine
-    metrics = ["--prometheus-port", str(free_port())]
-    argv = [str(vllm_router), "--port", str(port), "--policy", "round_robin", *metrics]
-    log = (tmp_path / "router.log").open("w")
-    proc = subprocess.Popen([*argv, "--worker-urls", stand_in_workers[0]], stdout=log, stderr=log)
-    url = f"http://127.0.0.1:{port}"
-    try:
-        wait_http(url + "/list_workers", timeout=120)
+def router(stand_in_workers: list[str], tmp_path: Path) -> Iterator[str]:
+    with vllm_router(stand_in_workers[:1], tmp_path / "router.log") as url:
         yield url
-    finally:
-        proc.kill()
-        proc.wait()
 
 
 def sync(router: str, workers: list[str], state: str = "exact") -> str:
