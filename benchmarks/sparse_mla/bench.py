@@ -1,4 +1,4 @@
-"""Benchmark backend/sparse_mla.py against the dense-kernel reuse it replaces (not a test).
+"""Benchmark backend/sparse_mla against the dense-kernel reuse it replaces (not a test).
 
 Baseline: vLLM 0.16's Triton MLA decode kernel (``decode_attention_fwd`` from
 ``vllm/v1/attention/ops/triton_decode_attention.py``) fed the top-k as a page_size=1 block table
@@ -324,9 +324,9 @@ def run_bench(
                 ours2, _ = graph_time_us(case.ours(kmod), args.reps)  # spread check
                 kv_format = KV_FORMAT[dname]
                 # The portable path: the tl.dot tile this GPU's limits pick, and what the plan
-                # picks for a 99 KB SM120 under this Triton (with Triton 3.6 the Gluon tiles
-                # with mma.sync) and under the others (vLLM 0.16's 3.5, 0.27+'s 3.7 and 3.8:
-                # tl.dot tiles), all as overrides.
+                # picks for a 99 KB SM120 under this Triton (under a Triton in _GLUON_VERIFIED
+                # the Gluon tiles with mma.sync) and without the Gluon kernels (vLLM 0.16's
+                # Triton 3.5: tl.dot tiles), all as overrides.
                 tl_dot_tile = kmod._default_tile(heads, kv_format, limits=kmod.H200_LIMITS)
                 tl_dot_cfg = overrides.config_of(kmod, tl_dot_tile)
                 sm120 = kmod.DeviceLimits(*SM120_LIMITS)
@@ -437,7 +437,7 @@ def _bandwidth_source(info: dict[str, Any]) -> str:
 def render_md(result: dict[str, Any]) -> str:
     info = result["info"]
     lines = [
-        f"# Sparse MLA decode on {info.get('short_name', info['gpu'])}: backend/sparse_mla.py vs "
+        f"# Sparse MLA decode on {info.get('short_name', info['gpu'])}: backend/sparse_mla vs "
         "vLLM 0.16 TRITON_MLA (page_size=1)",
         "",
         f"- GPU: {info['gpu']} ({info['sms']} SMs); nvidia-smi: `{info.get('nvidia_smi')}`",
@@ -480,20 +480,20 @@ def _f(value: float | None, fmt: str) -> str:
 
 def portable_md(rows: list[dict[str, Any]]) -> list[str]:
     """The tl.dot path in the same run: the tile this GPU's limits pick (what a GPU without the
-    Gluon kernels runs), the tiles a 99 KB SM120 picks with and without Triton 3.6's Gluon,
+    Gluon kernels runs), the tiles a 99 KB SM120 picks with and without the Gluon kernels,
     and a bare gather of the same rows."""
     lines = [
         "",
         "## Portable (tl.dot) path, same run and baseline",
         "",
         "`tl.dot` = the tl.dot tile for this GPU's shared memory (no Gluon kernels); `SM120 tile` ="
-        " the tile the plan picks for a 99 KB GPU (SM120, SM86/89), run here (under Triton 3.6"
-        " the Gluon tiles with mma.sync, one program per SM as on SM120, for 16-bit and e4m3"
-        " rows and for fp8_ds_mla rows with up to 16 heads; more heads of fp8_ds_mla rows and"
-        " other Tritons: a tl.dot tile); `SM120 tl.dot` = the tile it picks without the Gluon"
-        " kernels, which need Triton 3.6: what SM120 runs under vLLM 0.16 (Triton 3.5.1) and 0.27"
-        " onwards (3.7.1, 3.8.0), compiled here for this GPU's MMA instructions, not SM120's"
-        " mma.sync; `gather` = a bare "
+        " the tile the plan picks for a 99 KB GPU (SM120, SM86/89), run here (under a Triton the"
+        " GPU suite verified, 3.6, 3.7 and 3.8, the Gluon tiles with mma.sync, one program per SM"
+        " as on SM120, for 16-bit and e4m3 rows and for fp8_ds_mla rows with up to 16 heads;"
+        " more heads of fp8_ds_mla rows and other Tritons: a tl.dot tile); `SM120 tl.dot` = the"
+        " tile it picks without the Gluon kernels: what SM120 runs under vLLM 0.16 (Triton"
+        " 3.5.1), compiled here for this GPU's MMA instructions, not SM120's mma.sync;"
+        " `gather` = a bare "
         "gather of the same rows (`_row_gather_kernel`: loads them as int32 words and sums "
         "them; the fastest of four shapes).",
         "",
