@@ -298,8 +298,10 @@ class Testbed:
             return
         preflight()
         with self._locked():
-            for hd in self._host_dirs():
-                self._log(f"testbed: stopping {hd.name}")
+            running = self._host_dirs()
+            self._log(f"testbed: stopping {', '.join(hd.name for hd in running) or 'no host'}")
+            hosts.stop_all(running)
+            for hd in running:
                 self._destroy(hd)
             meta = self._meta()
             if meta.get("nat"):
