@@ -92,28 +92,57 @@ class Wheelhouse(Module):
         dest, src = plan.data["dest"], Path(plan.data["src"])
         ctx.run(f"mkdir -p -m 755 {quote(dest)}", check=True, what=f"mkdir {dest}")
         chunk = max(1, self.params["chunk_mib"]) << 20
-        for name in plan.data["push"]:
-            self._push(ctx, src / name, f"{dest}/{name}", chunk)
+        for batch in batches([src / name for name in plan.data["push"]], chunk):
+            self._push(ctx, batch, dest, chunk)
         return TaskResult(Status.CHANGED, plan.reason.removeprefix("would "), plan.diff)
 
-    def _push(self, ctx: TaskContext, path: Path, target: str, chunk: int) -> None:
+    def _push(self, ctx: TaskContext, batch: list[Path], dest: str, chunk: int) -> None:
+        """Upload the batch's files in chunks, then assemble and check them all in one command
+        (a wheelhouse is mostly small wheels: a command each cost more than their bytes)."""
         parts: list[str] = []
-        tmp = f"{target}.glmops-tmp"
+        steps = []
         try:
-            with path.open("rb") as f:
-                for data in iter(lambda: f.read(chunk), b""):
-                    parts.append(ctx.upload_temp(data))
-            digest = sha256_file(path)
-            joined = " ".join(quote(p) for p in parts)
+            for path in batch:
+                own: list[str] = []
+                with path.open("rb") as f:
+                    for data in iter(lambda: f.read(chunk), b""):
+                        own.append(ctx.upload_temp(data))
+                parts += own
+                steps.append(assemble(own, f"{dest}/{path.name}", sha256_file(path)))
             ctx.run(
-                f"cat {joined} > {quote(tmp)} && "
-                f"echo {quote(digest + '  ' + tmp)} | sha256sum -c --quiet - && "
-                f"chmod 644 {quote(tmp)} && mv -f {quote(tmp)} {quote(target)}"
-                f" || {{ rc=$?; rm -f {quote(tmp)}; exit $rc; }}",
+                " ; ".join(steps),
                 check=True,
-                what=f"assemble {target}",
+                what=f"assemble {len(batch)} file(s) in {dest}",
                 timeout=1800,
             )
         finally:
             if parts:
                 ctx.conn.run(f"rm -f {' '.join(quote(p) for p in parts)}", timeout=120)
+
+
+def batches(paths: list[Path], chunk: int, most: int = 64) -> list[list[Path]]:
+    """Consecutive files in groups of up to `chunk` bytes (a larger file alone) and `most`
+    files, so one command assembles many small wheels."""
+    out: list[list[Path]] = []
+    size = 0
+    for path in paths:
+        n = path.stat().st_size
+        if not out or size + n > chunk or len(out[-1]) >= most:
+            out.append([])
+            size = 0
+        out[-1].append(path)
+        size += n
+    return out
+
+
+def assemble(parts: list[str], target: str, digest: str) -> str:
+    """Shell that joins the uploaded parts beside the target, checks the SHA-256 and renames
+    it in place; on any failure it removes the partial file and exits with its code."""
+    tmp = quote(f"{target}.glmops-tmp")
+    joined = " ".join(quote(p) for p in parts) or "/dev/null"
+    return (
+        f"{{ cat {joined} > {tmp} && "
+        f"echo {quote(digest + '  ' + target + '.glmops-tmp')} | sha256sum -c --quiet - && "
+        f"chmod 644 {tmp} && mv -f {tmp} {quote(target)}"
+        f" || {{ rc=$?; rm -f {tmp}; exit $rc; }}; }}"
+    )

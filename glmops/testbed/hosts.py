@@ -193,16 +193,25 @@ def start(hd: HostDir, base: Path) -> int:
 
 def stop(hd: HostDir, timeout: float = 30.0) -> None:
     """Power the guest off via nspawn (SIGTERM through the supervisor); kill it if it hangs."""
-    sup, nsp = hd.supervisor_pid(), hd.nspawn_pid()
-    init = procs.container_init(nsp)
-    strays = stray_nspawns(hd)
-    if sup:
-        procs.terminate([sup], timeout)
-    elif nsp:
-        procs.terminate([nsp], timeout)
-    leftovers = [p for p in (sup, nsp, init, *strays) if procs.alive(p)]
-    if leftovers:  # killing the guest's init kills its whole PID namespace
-        procs.terminate(leftovers, 5.0, signal.SIGKILL)
+    stop_all([hd], timeout)
+
+
+def stop_all(hds: list[HostDir], timeout: float = 30.0) -> None:
+    """Power every guest off at once and wait for all: a guest takes seconds to stop its units
+    (vLLM's among them), so stopping hosts one after another adds those seconds up."""
+    leftovers: list[int] = []
+    first_signal: list[int] = []
+    for hd in hds:
+        sup, nsp = hd.supervisor_pid(), hd.nspawn_pid()
+        leftovers += [p for p in (sup, nsp, procs.container_init(nsp), *stray_nspawns(hd)) if p]
+        target = sup or nsp  # the supervisor passes SIGTERM on to nspawn
+        if target:
+            first_signal.append(target)
+    if first_signal:
+        procs.terminate(first_signal, timeout)
+    alive = [p for p in leftovers if procs.alive(p)]
+    if alive:  # killing a guest's init kills its whole PID namespace
+        procs.terminate(alive, 5.0, signal.SIGKILL)
 
 
 def stray_nspawns(hd: HostDir) -> list[int]:

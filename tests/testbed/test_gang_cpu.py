@@ -57,6 +57,10 @@ def env(
             # Tensor parallel makes vLLM compile its vocab-parallel embedding mask with torch
             # inductor, which needs a C++ compiler; the test hosts have none: run it eagerly.
             "vllm_env": {"TORCHDYNAMO_DISABLE": "1"},
+            # A gang member stops by SIGKILL, but a test host's systemd cannot kill a whole
+            # control group: the head's engine processes outlived it until TimeoutStopSec
+            # (30 s by default) on every heal. No test here times a stop.
+            "vllm_stop_timeout_s": 5,
         },
         host_vars={
             HEAD: {"replica": "tiny", "node_rank": 0},

@@ -8,6 +8,8 @@ connection keeps the contract tests/unit/test_connection.py checks on the local 
 
 from __future__ import annotations
 
+import hashlib
+import os
 import stat
 import threading
 import uuid
@@ -145,3 +147,16 @@ def test_ssh_puts_from_many_threads_at_once_all_land(bed: Testbed, ssh: SSHConne
     assert errors == []
     for path, data in payloads.items():
         assert bed.exec(HOST, ["cat", path], input=b"").stdout == data, path
+
+
+def test_ssh_put_of_many_writes_lands_whole_and_a_failed_write_raises(
+    bed: Testbed, ssh: SSHConnection
+) -> None:
+    """A put goes as pipelined 32 KiB writes: all of them land in order, and a write the host
+    refuses (/dev/full: no space left) still fails the put, though its reply comes later."""
+    data = os.urandom(5 << 20)
+    ssh.put(data, "/tmp/seams-large", 0o600)
+    there = bed.exec(HOST, ["sha256sum", "/tmp/seams-large"]).stdout.split()[0]
+    assert there == hashlib.sha256(data).hexdigest()
+    with pytest.raises(OSError):
+        ssh.put(os.urandom(1 << 20), "/dev/full", 0o666)  # the guest's own /dev

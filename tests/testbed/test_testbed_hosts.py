@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from glmops.testbed import Testbed, TestbedError
+from glmops.testbed import Testbed, TestbedError, procs
 
 pytestmark = [
     pytest.mark.testbed,
@@ -47,6 +47,8 @@ def tb() -> Iterator[Testbed]:
     left = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
     assert not {f"tb{FIRST}", f"tb{FIRST + 1}"} & {line.split()[0] for line in left.splitlines()}
     assert bed.status() == []
+    machines = {f"--machine=tb{FIRST}", f"--machine=tb{FIRST + 1}"}
+    assert procs.find(lambda argv: bool(machines & set(argv))) == [], "a host outlived down"
     shutil.rmtree(state, ignore_errors=True)
 
 

@@ -9,6 +9,7 @@ The testbed tier (tests/testbed/test_provision.py) runs everything else for real
 from __future__ import annotations
 
 import copy
+import hashlib
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -318,3 +319,54 @@ def test_python_venv_plans_without_touching_the_host(
     msg = outcome.results()[0]["msg"]
     assert "would install uv 0.13.9" in msg and f"create venv {tmp_path}/venv" in msg
     assert not (tmp_path / "uv").exists() and not (tmp_path / "venv").exists()
+
+
+def test_wheelhouse_batches_small_files_and_keeps_a_large_one_alone(tmp_path: Path) -> None:
+    sizes = {"a.whl": 10, "b.whl": 400_000, "big.whl": 3 << 20, "c.whl": 0, "d.whl": 700_000}
+    for name, size in sizes.items():
+        (tmp_path / name).write_bytes(b"w" * size)
+    paths = [tmp_path / name for name in sizes]
+    groups = [[p.name for p in batch] for batch in wh.batches(paths, 1 << 20)]
+    assert groups == [["a.whl", "b.whl"], ["big.whl"], ["c.whl", "d.whl"]]
+    assert [len(b) for b in wh.batches(paths[:2] * 5, 1 << 30, most=4)] == [4, 4, 2]
+
+
+def test_wheelhouse_push_lands_every_file_whole_and_a_second_run_pushes_nothing(
+    run_playbook, local_inventory: Path, tmp_path: Path
+) -> None:
+    """Through the real executor on a local host: small files assembled in one batch, a file
+    of several chunks, an empty one; each checked by SHA-256 on the host, none left staged."""
+    src, dest = tmp_path / "wheels", tmp_path / "root" / "wheelhouse"
+    src.mkdir()
+    contents = {
+        "small-1.whl": b"one",
+        "small-2.whl": bytes(range(256)) * 40,
+        "empty-1.whl": b"",
+        "large-1.whl": bytes(range(251)) * 10_000,  # 2.4 MiB: three 1 MiB chunks
+        "notes.txt": b"not a wheel",
+    }
+    for name, data in contents.items():
+        (src / name).write_bytes(data)
+    playbook = f"""
+- hosts: all
+  gather_facts: false
+  tasks:
+    - name: push
+      wheelhouse: {{src: "{src}", dest: "{dest}", chunk_mib: 1}}
+"""
+    first = run_playbook(playbook, local_inventory)
+    assert first.status("push") == "changed", first.results()
+    landed = {p.name: p.read_bytes() for p in dest.iterdir()}
+    assert landed == {n: d for n, d in contents.items() if n.endswith(".whl")}
+    assert all(oct(p.stat().st_mode)[-3:] == "644" for p in dest.iterdir())
+    chunks = {
+        hashlib.sha256(data[i : i + (1 << 20)]).hexdigest()[:16]
+        for data in contents.values()
+        for i in range(0, len(data), 1 << 20)
+    }
+    staging = Path.home() / ".cache" / "glmops"  # the local host's user's staging folder
+    left = [p for p in staging.glob("upload-*") if p.name.split("-")[1] in chunks]
+    assert left == [], "staged parts were left behind"
+    again = run_playbook(playbook, local_inventory)
+    assert again.status("push") == "ok", again.results()
+    assert "4 file(s) already in" in again.results()[0]["msg"]
