@@ -96,32 +96,46 @@ def take_answers(state: RunState, session: HostSession, wanted: list[str], stdou
 
 
 def probe_command(commands: list[str]) -> str:
-    """One shell command that runs each check as the connection would (`/bin/sh -c`, no
-    stdin) and prints, per check, its exit status and its stdout and stderr in base64: a
-    shell and coreutils, so a converged host starts no interpreter."""
+    """One shell command that runs each check as the connection would (in /bin/sh, no stdin)
+    and prints every exit status, then the size of every stdout and stderr, then all of them
+    in one base64 line: a shell and coreutils, so a converged host starts no interpreter.
+
+    A converged host's round trip is mostly process starts: each check is `eval`ed in a
+    subshell (its text stays one quoted word, so it cannot change the probe around it, and
+    a syntax error in it is its own exit status 2) instead of a `/bin/sh` of its own, and
+    the outputs are encoded once, not once each."""
+    files = " ".join(f"{index}{stream}" for index in range(len(commands)) for stream in "oe")
     steps = "".join(
-        f'/bin/sh -c {quote(command)} >"$d/o" 2>"$d/e" </dev/null; echo "rc=$?"; '
-        'base64 -w0 "$d/o"; echo; base64 -w0 "$d/e"; echo; '
-        for command in commands
+        f"(unset glmops_probe; eval {quote(command)}) "
+        f'>"$glmops_probe/{index}o" 2>"$glmops_probe/{index}e" </dev/null; echo "rc=$?"; '
+        for index, command in enumerate(commands)
     )
-    # A subshell of its own: its `exit` and its cleanup end with it, also inside a longer command
-    return f"(d=$(mktemp -d) || exit 1; trap 'rm -rf \"$d\"' EXIT; {steps}echo {PROBE_END})"
+    # A subshell of its own: its `exit`, `cd` and cleanup end with it, also inside a longer
+    # command; every check starts in the directory the probe started in.
+    return (
+        "(glmops_probe=$(mktemp -d) || exit 1; trap 'rm -rf \"$glmops_probe\"' EXIT; "
+        f'{steps}cd "$glmops_probe" && stat -c %s {files} && cat {files} | base64 -w0; '
+        f"echo; echo {PROBE_END})"
+    )
 
 
 def parse_probe(stdout: str, count: int) -> list[tuple[int, str, str]]:
     """Each check's (exit status, stdout, stderr) from `probe_command`'s output; ValueError
     when it is not whole (the probe stopped early)."""
     lines = stdout.split("\n")
-    if len(lines) < 3 * count + 1 or lines[3 * count] != PROBE_END:
+    if len(lines) < 3 * count + 2 or lines[3 * count + 1] != PROBE_END:
         raise ValueError(f"the probe's answer is not whole ({len(lines)} lines)")
-    results = []
-    for index in range(count):
-        status, out, err = lines[3 * index : 3 * index + 3]
-        if not status.startswith("rc="):
-            raise ValueError(f"the probe's answer {index} has no exit status")
-        decoded = [base64.b64decode(text).decode(errors="replace") for text in (out, err)]
-        results.append((int(status[3:]), decoded[0], decoded[1]))
-    return results
+    statuses, sizes = lines[:count], lines[count : 3 * count]
+    if not all(status.startswith("rc=") for status in statuses):
+        raise ValueError("the probe's answer has no exit status for every check")
+    blob = base64.b64decode(lines[3 * count], validate=True)
+    offsets = [0]
+    for size in sizes:
+        offsets.append(offsets[-1] + int(size))
+    if offsets[-1] != len(blob):
+        raise ValueError(f"the probe's outputs are {len(blob)} bytes, not {offsets[-1]}")
+    texts = [blob[offsets[i] : offsets[i + 1]].decode(errors="replace") for i in range(2 * count)]
+    return [(int(statuses[i][3:]), texts[2 * i], texts[2 * i + 1]) for i in range(count)]
 
 
 def _task_checks(

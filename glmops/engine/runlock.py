@@ -80,7 +80,8 @@ def acquire_then(
     about = f"{lock}.info"
     after = f"{{ {then.command}; }}; echo; echo {ANSWERED}; " if then else ""
     script = (
-        f"mkdir -p {quote(folder)} && exec 9>>{quote(lock)} 8>>{quote(about)} || exit 1; "
+        f"{{ [ -d {quote(folder)} ] || mkdir -p {quote(folder)}; }} && "  # no process if there
+        f"exec 9>>{quote(lock)} 8>>{quote(about)} || exit 1; "
         f"flock -w {GUARD_WAIT_S} 8 || exit 1; "
         f"if flock -n 9; then printf '%s\\n' {quote(json.dumps(info))} > {quote(about)}; "
         f"exec 8>&-; echo {LOCKED}; {after}exec cat >/dev/null; "

@@ -161,6 +161,9 @@ class RunLog:
         self.path.mkdir(mode=0o700)
         self.masker = masker
         self._lock = threading.Lock()
+        #: Each host's log file, checked once (`confined` resolves links: a syscall a part),
+        #: not on every line: a large fleet's run writes thousands of lines.
+        self._files: dict[str, str] = {}
         _prune(root, keep=self.path)
         _LIBRARY_LOG.run = self
 
@@ -171,7 +174,9 @@ class RunLog:
 
     def write(self, host: str, text: str) -> None:
         line = f"{time.strftime('%H:%M:%S')} {self.masker.mask(text)}\n"
-        path = confined(str(self.path), f"{host}.log")
+        path = self._files.get(host)
+        if path is None:
+            path = self._files[host] = confined(str(self.path), f"{host}.log")
         with (
             self._lock,
             open(os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600), "a") as log,

@@ -7,6 +7,8 @@ result here, so the play loop only sees results and the host-level troubles it m
 from __future__ import annotations
 
 import copy
+import functools
+import os
 import re
 import time
 import traceback
@@ -398,7 +400,17 @@ def _censored(result: TaskResult) -> TaskResult:
 def _search_paths(playbook: Path, task: Task) -> list[Path]:
     """Where `src:` of copy/template is looked up: the task's role, the task's own file's
     folder, beside the playbook, then the project's."""
-    first = [task.role.path] if task.role is not None else []
-    first.append(Path(task.source).parent)
+    role = task.role.path if task.role is not None else None
+    return list(_resolved_search_paths(playbook, role, task.source, os.getcwd()))
+
+
+@functools.lru_cache(maxsize=1024)
+def _resolved_search_paths(
+    playbook: Path, role: Path | None, source: str, cwd: str
+) -> tuple[Path, ...]:
+    """`_search_paths`, resolved once per task file (and working directory, which relative
+    paths resolve against) rather than once per task and host: five symbolic-link walks."""
+    first = [role] if role is not None else []
+    first.append(Path(source).parent)
     found = [*first, playbook.parent, playbook.parent.parent, paths.root()]
-    return list(dict.fromkeys(path.resolve() for path in found))
+    return tuple(dict.fromkeys(path.resolve() for path in found))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import difflib
+import functools
 import hashlib
 from pathlib import Path
 
@@ -139,15 +140,22 @@ class Template(Copy):
 
     def content(self, ctx: TaskContext) -> bytes:
         path = ctx.find_file(self.params["src"], "templates")
-        env = make_environment(
-            jinja2.FileSystemLoader([str(path.parent), *map(str, ctx.search_paths)])
-        )
-        env.keep_trailing_newline = False  # then Ansible's rule for the last newlines
+        env = _file_environment((str(path.parent), *map(str, ctx.search_paths)))
         try:
             rendered = env.get_template(path.name).render(self.scope(ctx))
             return trailing_newlines(path.read_text(), rendered).encode()
         except jinja2.TemplateError as error:
             raise TemplateError(f"template {describe_template_error(error, path)}") from None
+
+
+@functools.lru_cache(maxsize=256)
+def _file_environment(folders: tuple[str, ...]) -> jinja2.Environment:
+    """The environment template files render in, one per search path: its cache compiles a
+    file once for every host of a run, not once per host (and, checking the file's time
+    on each use, again when it is edited)."""
+    env = make_environment(jinja2.FileSystemLoader(list(folders)))
+    env.keep_trailing_newline = False  # then Ansible's rule for the last newlines
+    return env
 
 
 def _find_dir(ctx: TaskContext, name: str) -> Path | None:
