@@ -24,6 +24,7 @@ verifies it.)
 from __future__ import annotations
 
 import argparse
+import hashlib
 import os
 import shutil
 import subprocess
@@ -49,12 +50,12 @@ CALL_LIMIT = 64 * 2**20  # what one device call carries, the working tree includ
 TREE_ROOM = 6 * 2**20  # the tracked tree (4.3 MiB) and .thirdparty/rendered (0.5 MiB)
 GPU_PYTHON = "3.12"  # the GPU machine's python3 (shared/research/gpu-machine.md)
 PLATFORMS = ("manylinux_2_28_x86_64", "manylinux_2_27_x86_64", "manylinux_2_17_x86_64")
+PACKS = CACHE / "triton-packs"  # packs made here, keyed by their wheel and this file
 
 
-def unpack_wheel(version: str, into: Path, python: str = GPU_PYTHON) -> Path:
+def triton_wheel(version: str, python: str = GPU_PYTHON) -> Path:
     """Triton ``version``'s wheel for CPython ``python`` on x86-64 Linux, from PyPI (kept in
-    the test cache, ~/.cache/glmops/triton-wheels, after the first download), unzipped into
-    ``into`` (the folder that holds ``triton/`` and its ``.dist-info``)."""
+    the test cache, ~/.cache/glmops/triton-wheels, after the first download)."""
     wheels = CACHE / "triton-wheels"
     pattern = f"triton-{version}-cp{python.replace('.', '')}-*.whl"
     if not any(wheels.glob(pattern)):
@@ -65,7 +66,12 @@ def unpack_wheel(version: str, into: Path, python: str = GPU_PYTHON) -> Path:
              "-d", str(wheels), f"triton=={version}"],
             check=True,
         )  # fmt: skip
-    wheel = sorted(wheels.glob(pattern))[-1]
+    return sorted(wheels.glob(pattern))[-1]
+
+
+def unpack_wheel(wheel: Path, into: Path) -> Path:
+    """``wheel`` unzipped into ``into``/site (the folder that holds ``triton/`` and its
+    ``.dist-info``)."""
     site = into / "site"
     with zipfile.ZipFile(wheel) as archive:
         archive.extractall(site)
@@ -75,28 +81,59 @@ def unpack_wheel(version: str, into: Path, python: str = GPU_PYTHON) -> Path:
     return site
 
 
+def _kept_pack(wheel: Path) -> Path:
+    """Where the pack of ``wheel`` is kept: named by the wheel's bytes and this file's source,
+    which together decide what the pack holds (xz and strip are the machine's)."""
+    digest = hashlib.sha256(Path(__file__).read_bytes())
+    with wheel.open("rb") as f:
+        digest.update(hashlib.file_digest(f, "sha256").digest())
+    return PACKS / f"{wheel.stem}-{digest.hexdigest()[:16]}.tar.xz"
+
+
 def pack(version: str, dest: Path, python: str = GPU_PYTHON) -> Path:
     """``dest``/triton-``version``.tar.xz for CPython ``python``, written beside it and renamed:
-    whole or not at all."""
+    whole or not at all. Packed once per machine (``PACKS``), copied from there after."""
     out = dest / f"triton-{version}.tar.xz"
     dest.mkdir(parents=True, exist_ok=True)
     partial = dest / f".{out.name}.partial"
+    wheel = triton_wheel(version, python)
+    kept = _kept_pack(wheel)
     try:
-        with tempfile.TemporaryDirectory() as tmp:
-            source = unpack_wheel(version, Path(tmp), python)
-            tree = Path(tmp) / "tree"
-            for top in sorted(source.iterdir()):
-                if top.name == "triton" or top.name.endswith(".dist-info"):
-                    shutil.copytree(top, tree / top.name, ignore=shutil.ignore_patterns(*LEFT_OUT))
-            lib = tree / "triton" / "_C" / "libtriton.so"
-            subprocess.run(["strip", "--strip-debug", str(lib)], check=True)
-            with tarfile.open(partial, "w:xz", preset=6) as tar:
-                for top in sorted(tree.iterdir()):
-                    tar.add(top, top.name)
+        if kept.exists():
+            shutil.copyfile(kept, partial)
+        else:
+            _pack_wheel(wheel, partial)
+            _keep(partial, kept)
         os.replace(partial, out)
     finally:
         partial.unlink(missing_ok=True)
     return out
+
+
+def _keep(archive: Path, kept: Path) -> None:
+    """A copy of ``archive`` at ``kept``, written beside it and renamed."""
+    kept.parent.mkdir(parents=True, exist_ok=True)
+    copy = kept.with_name(f".{kept.name}.{os.getpid()}.partial")
+    try:
+        shutil.copyfile(archive, copy)
+        os.replace(copy, kept)
+    finally:
+        copy.unlink(missing_ok=True)
+
+
+def _pack_wheel(wheel: Path, archive: Path) -> None:
+    """``wheel``'s Triton, less what a Hopper GPU does not need, as xz-compressed ``archive``."""
+    with tempfile.TemporaryDirectory() as tmp:
+        source = unpack_wheel(wheel, Path(tmp))
+        tree = Path(tmp) / "tree"
+        for top in sorted(source.iterdir()):
+            if top.name == "triton" or top.name.endswith(".dist-info"):
+                shutil.copytree(top, tree / top.name, ignore=shutil.ignore_patterns(*LEFT_OUT))
+        lib = tree / "triton" / "_C" / "libtriton.so"
+        subprocess.run(["strip", "--strip-debug", str(lib)], check=True)
+        with tarfile.open(archive, "w:xz", preset=6) as tar:
+            for top in sorted(tree.iterdir()):
+                tar.add(top, top.name)
 
 
 def main() -> None:

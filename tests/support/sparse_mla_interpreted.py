@@ -17,6 +17,7 @@ import json
 import os
 import sys
 import zlib
+from collections.abc import Callable
 from types import ModuleType
 from typing import Any
 
@@ -122,6 +123,38 @@ def _create_inline_asm_e4m3(
     raise NotImplementedError(f"no stand-in for this PTX: {asm}")
 
 
+_interpreted_patch_lang = interpreter._patch_lang
+_launch_grid = interpreter.GridExecutor.__call__
+# The language modules (by id) patched by the launch in progress; None outside a launch.
+_patched_in_launch: set[int] | None = None
+
+
+def _patch_lang_once_per_launch(fn: Callable[..., object]) -> object:
+    """Triton's interpreter (3.5.1 to 3.8.0) patches ``triton.language`` for the interpreter at
+    each launch and again at every call of a jit helper within it, with the same builder: the
+    repeats change nothing and were a quarter of the interpreter's time (one ``inspect`` scan of
+    each language module per call). This patches once per launch and for every language module
+    a helper sees that the launch has not patched yet."""
+    langs = {id(value) for value in fn.__globals__.values() if value is tl or value is tl.core}
+    if _patched_in_launch is not None and _patched_in_launch and langs <= _patched_in_launch:
+        scope = getattr(interpreter, "_LangPatchScope", None)  # 3.6 on: the caller drops it
+        return scope() if scope is not None else None
+    patched = _interpreted_patch_lang(fn)
+    if _patched_in_launch is not None:
+        _patched_in_launch.update(langs)
+    return patched
+
+
+def _launch_patching_once(self: interpreter.GridExecutor, *args: Any, **kwargs: Any) -> object:
+    """A launch whose jit helpers find ``triton.language`` patched already by the launch."""
+    global _patched_in_launch
+    outer, _patched_in_launch = _patched_in_launch, set()
+    try:
+        return _launch_grid(self, *args, **kwargs)
+    finally:
+        _patched_in_launch = outer
+
+
 def simulated_kernel() -> ModuleType:
     """The kernel module, its kernels interpreted, on the simulated device."""
     if os.environ.get("TRITON_INTERPRET") != "1":
@@ -129,6 +162,8 @@ def simulated_kernel() -> ModuleType:
     interpreter.InterpreterBuilder.create_dot = _create_dot_bf16_widened
     interpreter.InterpreterBuilder.create_inline_asm = _create_inline_asm_e4m3
     interpreter._convert_float = _convert_float_keeping_e4m3_nan
+    interpreter._patch_lang = _patch_lang_once_per_launch
+    interpreter.GridExecutor.__call__ = _launch_patching_once
     torch.cuda.current_device = lambda: 0  # CPU tensors have no device index
     module = load_sparse_mla("sparse_mla_interpreted")
     module._num_sms = lambda device: NUM_SMS

@@ -5,16 +5,19 @@ METADATA on PyPI; the compile-for-every-target test and the interpreted tier run
     triton_path(version) -> None for the installed Triton, else the folder that holds that
                             Triton from PyPI (~/.cache/glmops/triton-<version>)
     triton_env(version)  -> os.environ with that folder first on PYTHONPATH, for a subprocess
+    compile_cache(version) -> Triton's cache folder for compiling backend/sparse_mla/ under it
 """
 
 from __future__ import annotations
 
+import hashlib
 import os
 import shutil
 import subprocess
 import sys
 from pathlib import Path
 
+from tests.support.module_file import SPARSE_MLA
 from tests.support.vllm_wheels import CACHE
 
 # vLLM release -> (the torch it pins, the Triton that torch pins): the first and last release of
@@ -66,3 +69,15 @@ def triton_env(version: str) -> dict[str, str]:
     if path is not None:
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(path), env.get("PYTHONPATH")]))
     return env
+
+
+def compile_cache(version: str) -> Path:
+    """Triton ``version``'s cache folder (``TRITON_CACHE_DIR``) for compiles of
+    backend/sparse_mla/, in the test cache and keyed by the Triton and the kernel's source: a
+    machine compiles a configuration once, and a changed kernel starts an empty folder (Triton
+    keys each entry by source, signature, options and its own build too; the folder's key keeps
+    stale entries out of the way and easy to drop)."""
+    digest = hashlib.sha256()
+    for part in sorted(SPARSE_MLA.glob("*.py")):
+        digest.update(part.name.encode() + b"\0" + part.read_bytes())
+    return CACHE / "triton-compiles" / f"{version}-{digest.hexdigest()[:16]}"

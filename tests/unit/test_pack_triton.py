@@ -1,7 +1,9 @@
 """tests/gpu/pack_triton.py packs a Triton small enough to carry to the GPU machine, and what it
 packs is a Triton that works there: unpacked, it imports as that version ahead of the installed
 one, and compiles the Gluon tiles for the H200 (sm_90) with its own ptxas. (Launching needs the
-GPU: that is the device run the pack is for.)"""
+GPU: that is the device run the pack is for.) A machine packs a wheel once (``PACKS``, keyed by
+the wheel and pack_triton.py); the compile here starts from an empty Triton cache each time, so
+the unpacked ptxas runs."""
 
 from __future__ import annotations
 

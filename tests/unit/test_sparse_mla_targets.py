@@ -3,7 +3,10 @@
 supported vLLM release (tests/support/tritons.py), and checked against each target's limits:
 opt-in shared memory per block, 255 registers per thread, 64K registers per block. The shared
 memory the plan assumes per tile (``_TILES``) must cover what the compiler allocates. The
-Tritons compile in subprocesses, two at a time (sparse_mla_compile.py)."""
+Tritons compile in subprocesses, two at a time (sparse_mla_compile.py), into Triton's own cache
+kept in the test cache (``compile_cache``: keyed by the Triton and the kernel's source), so a
+machine compiles each configuration once; the tests that compile here share the installed
+Triton's folder."""
 
 from __future__ import annotations
 
@@ -22,7 +25,7 @@ from tests.unit import sparse_mla_compile
 pytest.importorskip("torch", reason="the kernel module needs torch")
 pytest.importorskip("triton", reason="the kernel module imports triton")
 
-from tests.support.tritons import TRITONS, triton_env
+from tests.support.tritons import TRITONS, compile_cache, triton_env
 
 HERE = Path(__file__).resolve().parent
 # arch -> (compute capability, opt-in shared memory per block in bytes), from NVIDIA's CUDA C++
@@ -63,6 +66,14 @@ def _without_gluon_override(env: dict[str, str]) -> dict[str, str]:
     return {key: value for key, value in env.items() if key != "GLMOPS_SPARSE_MLA_GLUON"}
 
 
+@pytest.fixture
+def installed_triton_cache(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Compiles in this process go to the installed Triton's cache folder."""
+    import triton
+
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(compile_cache(triton.__version__)))
+
+
 def _compile_all(version: str) -> dict:
     request = {
         "targets": [{"arch": a, "capability": c, "smem": s} for a, (c, s) in TARGETS.items()],
@@ -73,7 +84,10 @@ def _compile_all(version: str) -> dict:
         input=json.dumps(request),
         capture_output=True,
         text=True,
-        env=_without_gluon_override(triton_env(version)),
+        env={
+            **_without_gluon_override(triton_env(version)),
+            "TRITON_CACHE_DIR": str(compile_cache(version)),
+        },
         timeout=1500,
     )
     assert done.returncode == 0, f"Triton {version}: {done.stderr[-4000:]}"
@@ -189,6 +203,7 @@ def test_head_counts_outside_the_range_are_refused(kmod: ModuleType, heads: int)
         kmod._default_tile(heads, limits=kmod.H200_LIMITS)
 
 
+@pytest.mark.usefixtures("installed_triton_cache")
 def test_sm120_runs_e4m3_mma_sync_natively_and_hopper_as_fp16(kmod: ModuleType) -> None:
     """The e4m3 mma.sync tile (SM89 and SM120's choice for e4m3 rows with up to 16 heads) runs
     its score MMAs as QMMA on sm_120 and sm_89, whose accumulator keeps 13 mantissa bits, and
@@ -210,6 +225,7 @@ def test_sm120_runs_e4m3_mma_sync_natively_and_hopper_as_fp16(kmod: ModuleType) 
     assert ops[90]["HMMA.16816.F32"] > ops[120]["HMMA.16816.F32"], (ops[90], ops[120])
 
 
+@pytest.mark.usefixtures("installed_triton_cache")
 def test_the_column_groups_shared_memory_bound_holds_for_what_compiles(kmod: ModuleType) -> None:
     """``MmaTile.smem_bound``, which the plan checks a tile with column groups against, bounds what
     Triton compiles for sm_120 from above, and closely, for every group count the rule admits
