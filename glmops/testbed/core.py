@@ -290,6 +290,10 @@ class Testbed:
 
     def _destroy(self, hd: HostDir) -> None:
         hosts.stop(hd)
+        self._remove(hd)
+
+    def _remove(self, hd: HostDir) -> None:
+        """A stopped host's network and files."""
         network.remove(hd.name, hd.index)
         hosts.wipe(hd)
 
@@ -305,7 +309,7 @@ class Testbed:
             # A served host's upper layer holds GBs (wheelhouse, uv cache, venv): removing them
             # side by side overlaps the file system's waits instead of adding them up.
             with ThreadPoolExecutor(max_workers=max(1, len(running))) as pool:
-                list(pool.map(self._destroy, running))
+                list(pool.map(self._remove, running))
             meta = self._meta()
             if meta.get("nat"):
                 network.remove_nat(meta.get("ip_forward_prev"))

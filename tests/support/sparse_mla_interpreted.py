@@ -136,7 +136,7 @@ def _patch_lang_once_per_launch(fn: Callable[..., object]) -> object:
     each language module per call). This patches once per launch and for every language module
     a helper sees that the launch has not patched yet."""
     langs = {id(value) for value in fn.__globals__.values() if value is tl or value is tl.core}
-    if _patched_in_launch is not None and _patched_in_launch and langs <= _patched_in_launch:
+    if _patched_in_launch and langs <= _patched_in_launch:
         scope = getattr(interpreter, "_LangPatchScope", None)  # 3.6 on: the caller drops it
         return scope() if scope is not None else None
     patched = _interpreted_patch_lang(fn)

@@ -74,6 +74,8 @@ def test_the_probe_leaves_no_files_behind(tmp_path: Path) -> None:
         lambda text: text.replace("glmops-checks-done", ""),
         lambda text: text.replace("rc=0", "rc=?", 1),
         lambda text: "\n".join(line[:-4] if len(line) > 40 else line for line in text.split("\n")),
+        # sizes that still add up to the outputs' bytes, one of them negative
+        lambda text: text.replace("\n61\n0\n", "\n-1\n62\n", 1),
     ],
 )
 def test_an_answer_that_is_not_whole_is_refused(tmp_path: Path, damaged) -> None:  # type: ignore[no-untyped-def]
@@ -84,5 +86,6 @@ def test_an_answer_that_is_not_whole_is_refused(tmp_path: Path, damaged) -> None
         cwd=tmp_path,
     )
     assert parse_probe(done.stdout, 2)[0][1] == "x" * 60 + "\n"
+    assert damaged(done.stdout) != done.stdout
     with pytest.raises(ValueError):
         parse_probe(damaged(done.stdout), 2)
