@@ -20,11 +20,10 @@ interpreter) fp8 values are widened to fp16 by moving their bits (exact), produc
 fp16, summed in fp32.
 
 topk_per_row: each decode row's top-k positions from those logits (what vLLM's
-top_k_per_row_decode computes), by radix select over the floats' order: two or three histogram
-passes over every row (split across the GPU) find the k-th key's top 16 bits; a split pass
-writes every position above that bin and copies the bin aside; one program a row finishes the
-select on the bin (see topk_per_row). A TopkPlan shared by both calls moves the first histogram
-pass into the logits kernel.
+top_k_per_row_decode computes): a sorted sample of each row bounds the k-th largest logit, one
+read of every row (split across the GPU) writes the positions above the bounds and copies those
+between them aside, and one program a row finishes a radix select over the floats' order on
+the copies (on the whole row, exactly, where the bounds missed; see topk_per_row).
 
 No host synchronisation, so every launch can be captured in a CUDA graph. Only torch, triton
 and os are imported, so this file can be embedded verbatim elsewhere.
@@ -58,7 +57,6 @@ def _paged_logits_kernel(
     CTX,  # int32 [B]
     TABLE,  # int32 [B, max_blocks]
     OUT,  # fp32 [B * next_n, max_model_len]
-    HIST,  # int32 top-k workspace [B * next_n, HIST_STRIDE] (read only when HIST_BITS > 0)
     next_n,
     num_heads,
     num_blocks,
@@ -71,8 +69,6 @@ def _paged_logits_kernel(
     BLOCK_H: tl.constexpr,
     BLOCKS_PER_PROGRAM: tl.constexpr,  # cache blocks one program scores, in a pipelined loop
     FP8_DOT: tl.constexpr,  # SM89+: the MMA takes the e4m3 bytes as they are
-    HIST_BITS: tl.constexpr,  # > 0: also the top-k's first histogram (of the top HIST_BITS)
-    HIST_STRIDE: tl.constexpr,
 ):
     row = tl.program_id(0)  # b * next_n + j
     group = tl.program_id(1)  # BLOCKS_PER_PROGRAM logical cache blocks
@@ -91,8 +87,6 @@ def _paged_logits_kernel(
     else:
         q = tl.trans(_e4m3_to_f16(q_bits))
     w = tl.load(W + row.to(tl.int64) * num_heads + offs_h, mask=mask_h, other=0.0)
-    seen = tl.minimum(last + 1, max_model_len)  # the positions the top-k ranks
-    hist = tl.zeros([1 << HIST_BITS], dtype=tl.int32)
 
     # Branch-free body (masked loads read nothing for blocks past the context), so the
     # compiler can prefetch the next blocks' table entry, keys and scales under this one's MMA.
@@ -114,14 +108,7 @@ def _paged_logits_kernel(
         logits = tl.sum(s * w[None, :], axis=1)
         visible = (pos <= last) & (pos < ctx) & live
         out_ptr = OUT + row.to(tl.int64) * stride_out + pos
-        value = tl.where(visible, logits, float("-inf"))
-        tl.store(out_ptr, value, mask=pos < max_model_len)
-        if HIST_BITS > 0:
-            digits = (_orderable(value) >> (32 - HIST_BITS)).to(tl.int32)
-            hist += tl.histogram(digits, 1 << HIST_BITS, mask=pos < seen)
-    if HIST_BITS > 0:
-        bins = tl.arange(0, 1 << HIST_BITS)
-        tl.atomic_add(HIST + row.to(tl.int64) * HIST_STRIDE + bins, hist, mask=hist > 0)
+        tl.store(out_ptr, tl.where(visible, logits, float("-inf")), mask=pos < max_model_len)
 
 
 def _fp8_mma(device: torch.device) -> bool:
@@ -152,11 +139,8 @@ def paged_mqa_logits(
     context_lens: torch.Tensor,
     block_tables: torch.Tensor,
     max_model_len: int,
-    topk_plan: TopkPlan | None = None,
 ) -> torch.Tensor:
-    """fp32 logits [B * next_n, max_model_len]; see the module docstring for the contract.
-    ``topk_plan`` (for these rows and max_model_len): the kernel also builds the top-k's first
-    histogram into it, so topk_per_row given the same plan skips its first row-wide pass."""
+    """fp32 logits [B * next_n, max_model_len]; see the module docstring for the contract."""
     batch, next_n, heads, dim = q.shape
     num_blocks, block = kv_cache.shape[0], kv_cache.shape[1]
     if kv_cache.shape[-1] != dim + 4 or kv_cache.dtype != torch.uint8:
@@ -173,11 +157,6 @@ def paged_mqa_logits(
     if block_tables.stride(-1) != 1:
         block_tables = block_tables.contiguous()
     cache = kv_cache.contiguous().view(-1)
-    hist_bits = 0
-    if topk_plan is not None:
-        if topk_plan.work.shape[0] < batch * next_n or topk_plan.first_pass_built:
-            raise ValueError("topk_plan is for fewer rows or already has its first histogram")
-        hist_bits, topk_plan.first_pass_built = topk_plan.digits[0], True
     per_program = _blocks_per_program(batch * next_n, triton.cdiv(max_model_len, block), q.device)
     grid = (batch * next_n, triton.cdiv(max_model_len, block * per_program))
     _paged_logits_kernel[grid](
@@ -188,7 +167,6 @@ def paged_mqa_logits(
         context_lens.to(torch.int32),
         block_tables,
         out,
-        out if topk_plan is None else topk_plan.work,
         next_n,
         heads,
         num_blocks,
@@ -201,8 +179,6 @@ def paged_mqa_logits(
         BLOCK_H=max(16, triton.next_power_of_2(heads)),
         BLOCKS_PER_PROGRAM=per_program,
         FP8_DOT=_fp8_mma(q.device),
-        HIST_BITS=hist_bits,
-        HIST_STRIDE=_TOPK_WS,
         num_warps=4,
         num_stages=3,
     )
@@ -224,83 +200,70 @@ def _visible(CTX, row, next_n, max_model_len):
 
 
 @triton.jit
-def _pick_digit(hist, prefix, known, left, SHIFT: tl.constexpr, BITS: tl.constexpr):
-    """One radix step: the BITS-bit digit at bit SHIFT of the key still sought, given the
+def _pick_digit(hist, prefix, known, left, shift):
+    """One radix step: the 8-bit digit at bit ``shift`` of the key still sought, given the
     histogram of that digit among the keys with ``prefix``; returns the longer prefix, its
     mask, how many keys with it are still to be taken, and how many have it."""
-    bins = tl.arange(0, 1 << BITS)
+    bins = tl.arange(0, 256)
     at_or_above = tl.sum(hist) - tl.cumsum(hist, 0) + hist  # keys with digit >= bin
     digit = tl.max(tl.where(at_or_above >= left, bins, -1), 0)
     left -= tl.sum(tl.where(bins > digit, hist, 0))
     count = tl.sum(tl.where(bins == digit, hist, 0))
-    prefix |= digit.to(tl.uint32) << SHIFT
-    known |= tl.full([], (1 << BITS) - 1, tl.uint32) << SHIFT
+    prefix |= digit.to(tl.uint32) << shift
+    known |= tl.full([], 0xFF, tl.uint32) << shift
     return prefix, known, left, count
 
 
 @triton.jit
-def _radix_prefix(
-    WORK, row, K: tl.constexpr, PASSES: tl.constexpr, WS: tl.constexpr,
-    D0: tl.constexpr, D1: tl.constexpr, D2: tl.constexpr,
-):  # fmt: skip
-    """From a row's first PASSES histograms (its workspace; pass p's digit is Dp bits wide,
-    from the top): the key prefix the K-th largest key has, its mask, how many keys with it are
-    still to be taken, and how many have it."""
-    prefix = tl.zeros([], dtype=tl.uint32)
-    known = tl.zeros([], dtype=tl.uint32)
-    left = tl.full([], K, tl.int32)
-    count = tl.zeros([], dtype=tl.int32)
-    work = WORK + row.to(tl.int64) * WS
-    if PASSES > 0:
-        hist = tl.load(work + tl.arange(0, 1 << D0))
-        prefix, known, left, count = _pick_digit(hist, prefix, known, left, 32 - D0, D0)
-    if PASSES > 1:
-        hist = tl.load(work + 256 + tl.arange(0, 1 << D1))
-        prefix, known, left, count = _pick_digit(hist, prefix, known, left, 32 - D0 - D1, D1)
-    if PASSES > 2:
-        hist = tl.load(work + 512 + tl.arange(0, 1 << D2))
-        prefix, known, left, count = _pick_digit(hist, prefix, known, left, 32 - D0 - D1 - D2, D2)
-    return prefix, known, left, count
+def _sample_key_at_rank(key, rank):
+    """The 16-bit bin (top bits of the keys' order) of the ``rank``-th largest of ``key``
+    (1-based, 1 <= rank <= its size), by two 8-bit radix steps: the bin's lowest key."""
+    hist = tl.histogram((key >> 24).to(tl.int32), 256)
+    prefix, known, left, _ = _pick_digit(
+        hist, tl.zeros([], tl.uint32), tl.zeros([], tl.uint32), rank, 24
+    )
+    match = (key & known) == prefix
+    hist = tl.histogram(((key >> 16) & 0xFF).to(tl.int32), 256, mask=match)
+    prefix, _, _, _ = _pick_digit(hist, prefix, known, left, 16)
+    return prefix
 
 
 @triton.jit
-def _topk_hist_kernel(
+def _topk_bounds_kernel(
     LOGITS, CTX, WORK, next_n, max_model_len, stride_logits,
-    K: tl.constexpr, PASS: tl.constexpr, SHIFT: tl.constexpr, BITS: tl.constexpr,
-    CHUNK: tl.constexpr, SUBS: tl.constexpr, WS: tl.constexpr,
-    D0: tl.constexpr, D1: tl.constexpr, D2: tl.constexpr,
+    K: tl.constexpr, SAMPLE: tl.constexpr, MARGIN: tl.constexpr,
 ):  # fmt: skip
-    """Pass PASS of the radix select over the whole row (its digit: BITS bits at SHIFT): SUBS
-    chunks of a row build, in registers, the histogram of their keys' digit among the keys with
-    the prefix the earlier passes found, then add it to the row's with one atomic per bin."""
+    """One program a row: SAMPLE evenly spaced keys bound the K-th largest key of the row.
+    About j = K * SAMPLE / n of them lie above it, so the 16-bit bins of the sample's
+    (j - m)-th and (j + m)-th largest keys (m = MARGIN standard deviations of that count, plus
+    4) give ``hi``, below which it lies, and ``lo``, above which it lies, with probability
+    1 - 1e-6 on any row whose values are not laid out with the sample's stride. Only a guess:
+    the finishing pass checks it and reads the whole row when it was wrong."""
     row = tl.program_id(0)
-    first = tl.program_id(1) * SUBS * CHUNK
     n = _visible(CTX, row, next_n, max_model_len)
-    if (n > K) & (first < n):
-        prefix, known, _, _ = _radix_prefix(WORK, row, K, PASS, WS, D0, D1, D2)
-        src = LOGITS + row.to(tl.int64) * stride_logits
-        hist = tl.zeros([1 << BITS], dtype=tl.int32)
-        for s in range(SUBS):
-            at = first + s * CHUNK + tl.arange(0, CHUNK)
-            key = _orderable(tl.load(src + at, mask=at < n, other=0.0))
-            match = (at < n) & ((key & known) == prefix)
-            digits = ((key >> SHIFT) & ((1 << BITS) - 1)).to(tl.int32)
-            hist += tl.histogram(digits, 1 << BITS, mask=match)
-        bins = tl.arange(0, 1 << BITS)
-        tl.atomic_add(WORK + row.to(tl.int64) * WS + PASS * 256 + bins, hist, mask=hist > 0)
+    if n > K:
+        at = (tl.arange(0, SAMPLE).to(tl.int64) * n) // SAMPLE
+        key = _orderable(tl.load(LOGITS + row.to(tl.int64) * stride_logits + at))
+        j = (K * SAMPLE) // n
+        m = (MARGIN * tl.sqrt(j.to(tl.float32))).to(tl.int32) + 4
+        hi = _sample_key_at_rank(key, tl.maximum(j - m, 0) + 1) | 0xFFFF
+        lo = _sample_key_at_rank(key, tl.minimum(j + m, SAMPLE - 1) + 1)
+        hi = tl.where(j - m < 0, 0xFFFFFFFF, hi)  # no upper bound: every key a candidate
+        lo = tl.where(j + m >= SAMPLE, 0, lo)
+        work = WORK + row.to(tl.int64) * 4
+        tl.store(work + 2, lo.to(tl.int32, bitcast=True))
+        tl.store(work + 3, hi.to(tl.int32, bitcast=True))
 
 
 @triton.jit
-def _topk_split_kernel(
+def _topk_collect_kernel(
     LOGITS, CTX, WORK, OUT, CAND, next_n, max_model_len, stride_logits, stride_out,
-    K: tl.constexpr, CHUNK: tl.constexpr, SUBS: tl.constexpr, WS: tl.constexpr,
-    CAP: tl.constexpr, PASSES: tl.constexpr, D0: tl.constexpr, D1: tl.constexpr,
-    D2: tl.constexpr,
+    K: tl.constexpr, CHUNK: tl.constexpr, SUBS: tl.constexpr, CAP: tl.constexpr,
 ):  # fmt: skip
-    """With the K-th largest key's top 16 bits known: SUBS chunks of a row write the positions
-    whose key is above that 16-bit bin (slots claimed with one atomic per chunk; the set is
-    fixed, its order not), and copy the bin's keys and positions into the row's candidates
-    when they fit (at most CAP). A row that sees at most K positions gets 0..n-1, -1 after."""
+    """SUBS chunks of a row: positions whose key is above ``hi`` go to the output (slots
+    claimed with one atomic a chunk; the set is fixed, its order not), keys between ``lo`` and
+    ``hi`` and their positions to the row's candidates; both counted, stored while they fit.
+    A row that sees at most K positions gets 0..n-1, -1 after."""
     row = tl.program_id(0)
     first = tl.program_id(1) * SUBS * CHUNK
     n = _visible(CTX, row, next_n, max_model_len)
@@ -310,129 +273,107 @@ def _topk_split_kernel(
             at = first + s * CHUNK + tl.arange(0, CHUNK)
             tl.store(dst + at, tl.where(at < n, at, -1), mask=at < K)
     elif first < n:
-        bin16, _, _, in_bin = _radix_prefix(WORK, row, K, PASSES, WS, D0, D1, D2)
-        collect = in_bin <= CAP
+        work = WORK + row.to(tl.int64) * 4
+        lo = tl.load(work + 2).to(tl.uint32, bitcast=True)
+        hi = tl.load(work + 3).to(tl.uint32, bitcast=True)
         src = LOGITS + row.to(tl.int64) * stride_logits
-        work = WORK + row.to(tl.int64) * WS
-        cand_key = CAND + row.to(tl.int64) * 2 * CAP
+        cand = CAND + row.to(tl.int64) * 2 * CAP
         for s in range(SUBS):
             at = first + s * CHUNK + tl.arange(0, CHUNK)
             key = _orderable(tl.load(src + at, mask=at < n, other=0.0))
-            top16 = key & 0xFFFF0000
-            over = ((at < n) & (top16 > bin16)).to(tl.int32)
-            base = tl.atomic_add(work + WS - 2, tl.sum(over))
-            tl.store(dst + base + tl.cumsum(over, 0) - 1, at, mask=over > 0)
-            tie = ((at < n) & (top16 == bin16) & collect).to(tl.int32)
-            slot = tl.atomic_add(work + WS - 1, tl.sum(tie)) + tl.cumsum(tie, 0) - 1
-            tl.store(cand_key + slot, key.to(tl.int32, bitcast=True), mask=tie > 0)
-            tl.store(cand_key + CAP + slot, at, mask=tie > 0)
+            over = ((at < n) & (key > hi)).to(tl.int32)
+            slot = tl.atomic_add(work, tl.sum(over)) + tl.cumsum(over, 0) - 1
+            tl.store(dst + slot, at, mask=(over > 0) & (slot < K))
+            near = ((at < n) & (key >= lo) & (key <= hi)).to(tl.int32)
+            slot = tl.atomic_add(work + 1, tl.sum(near)) + tl.cumsum(near, 0) - 1
+            tl.store(cand + slot, key.to(tl.int32, bitcast=True), mask=(near > 0) & (slot < CAP))
+            tl.store(cand + CAP + slot, at, mask=(near > 0) & (slot < CAP))
 
 
 @triton.jit
-def _finish_items(src, cand_key, start, length, from_row, CAP: tl.constexpr, SLICE: tl.constexpr):
+def _finish_items(src, cand, start, length, from_row, CAP: tl.constexpr, SLICE: tl.constexpr):
     """SLICE items of what the finishing pass scans: the row's keys and positions, or its
-    candidates' (the keys in the K-th largest key's 16-bit bin, copied by the split pass)."""
+    candidates' (the keys between the bounds, copied by the collecting pass)."""
     i = start + tl.arange(0, SLICE)
     ok = i < length
     if from_row:
         key = _orderable(tl.load(src + i, mask=ok, other=0.0))
         pos = i
     else:
-        key = tl.load(cand_key + i, mask=ok, other=0).to(tl.uint32, bitcast=True)
-        pos = tl.load(cand_key + CAP + i, mask=ok, other=0)
+        key = tl.load(cand + i, mask=ok, other=0).to(tl.uint32, bitcast=True)
+        pos = tl.load(cand + CAP + i, mask=ok, other=0)
     return key, pos, ok
 
 
 @triton.jit
 def _topk_finish_kernel(
     LOGITS, CTX, WORK, OUT, CAND, next_n, max_model_len, stride_logits, stride_out,
-    K: tl.constexpr, WS: tl.constexpr, CAP: tl.constexpr, SLICE: tl.constexpr,
-    PASSES: tl.constexpr, D0: tl.constexpr, D1: tl.constexpr, D2: tl.constexpr,
+    K: tl.constexpr, CAP: tl.constexpr, SLICE: tl.constexpr,
 ):  # fmt: skip
-    """One program a row: the low 16 bits of the K-th largest key, from the candidates (the
-    whole row where more than CAP keys share its 16-bit bin), then the bin's positions above
-    that key and as many of its ties as are still wanted, the ties lowest position first (so
-    the selected set does not depend on the order in which the split pass wrote candidates)."""
+    """One program a row. The bounds held when at most K keys are above ``hi`` and the
+    candidates (all stored) make up the rest: then the K-th largest key is found among the
+    candidates by radix select from the bits ``lo`` and ``hi`` share, and the candidates above
+    it and as many of its ties as are still wanted join the output. Otherwise the select runs
+    over the whole row and rewrites the output. Ties at the K-th take the lowest positions, so
+    the selected set does not depend on the order in which atomics handed out slots."""
     row = tl.program_id(0)
     n = _visible(CTX, row, next_n, max_model_len)
     if n > K:
-        prefix, known, left16, in_bin = _radix_prefix(WORK, row, K, PASSES, WS, D0, D1, D2)
+        work = WORK + row.to(tl.int64) * 4
+        above, near = tl.load(work), tl.load(work + 1)
+        lo = tl.load(work + 2).to(tl.uint32, bitcast=True)
+        hi = tl.load(work + 3).to(tl.uint32, bitcast=True)
+        from_row = (above > K) | (above + near < K) | (near > CAP)  # the bounds missed
         src = LOGITS + row.to(tl.int64) * stride_logits
-        cand_key = CAND + row.to(tl.int64) * 2 * CAP
-        from_row = in_bin > CAP
-        length = tl.where(from_row, n, in_bin)
-        left = left16
-        ties = in_bin
-        for p in tl.static_range(2):  # the low 16 bits, 8 at a time
-            hist = tl.zeros([256], dtype=tl.int32)
+        cand = CAND + row.to(tl.int64) * 2 * CAP
+        length = tl.where(from_row, n, near)
+        left = tl.where(from_row, K, K - above)
+        dst = OUT + row.to(tl.int64) * stride_out + tl.where(from_row, 0, above)
+        # the bits every candidate shares: those above the highest bit where lo and hi differ
+        differ = lo ^ hi
+        shared = tl.zeros([], dtype=tl.uint32)
+        for b in tl.static_range(32):
+            bit = tl.full([], 1, tl.uint32) << b
+            shared = tl.where((differ >> b) == 0, shared | bit, shared)
+        known = tl.where(from_row, 0, shared)
+        prefix = lo & known
+        ties = length
+        if left > 0:
+            for p in tl.static_range(4):  # 8 bits a pass, from the top; known digits skipped
+                if ((known >> (24 - 8 * p)) & 0xFF) != 0xFF:
+                    hist = tl.zeros([256], dtype=tl.int32)
+                    for start in range(0, length, SLICE):
+                        key, pos, ok = _finish_items(src, cand, start, length, from_row, CAP, SLICE)
+                        match = ok & ((key & known) == prefix)
+                        digits = ((key >> (24 - 8 * p)) & 0xFF).to(tl.int32)
+                        hist += tl.histogram(digits, 256, mask=match)
+                    prefix, known, left, ties = _pick_digit(hist, prefix, known, left, 24 - 8 * p)
+            # prefix is now the K-th largest key; `ties` items have it, `left` are wanted.
+            taken = 0
             for start in range(0, length, SLICE):
-                key, pos, ok = _finish_items(src, cand_key, start, length, from_row, CAP, SLICE)
-                match = ok & ((key & known) == prefix)
-                digits = ((key >> (8 - 8 * p)) & 0xFF).to(tl.int32)
-                hist += tl.histogram(digits, 256, mask=match)
-            prefix, known, left, ties = _pick_digit(hist, prefix, known, left, 8 - 8 * p, 8)
-        # prefix is now the K-th largest key; `ties` positions have it, `left` are wanted.
-        dst = OUT + row.to(tl.int64) * stride_out + (K - left16)
-        taken = 0
-        for start in range(0, length, SLICE):
-            key, pos, ok = _finish_items(src, cand_key, start, length, from_row, CAP, SLICE)
-            over = (ok & ((key & 0xFFFF0000) == (prefix & 0xFFFF0000)) & (key > prefix)).to(
-                tl.int32
-            )
-            tl.store(dst + taken + tl.cumsum(over, 0) - 1, pos, mask=over > 0)
-            taken += tl.sum(over)
-        # Candidates are in no fixed order: more ties than wanted are taken from the row.
-        tie_from_row = from_row | (ties > left)
-        tie_length = tl.where(tie_from_row, n, in_bin)
-        seen = 0
-        start = 0
-        while (start < tie_length) & (seen < left):
-            key, pos, ok = _finish_items(src, cand_key, start, tie_length, tie_from_row, CAP, SLICE)
-            tie = (ok & (key == prefix)).to(tl.int32)
-            rank = seen + tl.cumsum(tie, 0) - 1
-            tl.store(dst + taken + rank, pos, mask=(tie > 0) & (rank < left))
-            seen += tl.sum(tie)
-            start += SLICE
+                key, pos, ok = _finish_items(src, cand, start, length, from_row, CAP, SLICE)
+                over = (ok & (key > prefix)).to(tl.int32)
+                tl.store(dst + taken + tl.cumsum(over, 0) - 1, pos, mask=over > 0)
+                taken += tl.sum(over)
+            # Candidates are in no fixed order: more ties than wanted are taken from the row.
+            tie_from_row = from_row | (ties > left)
+            tie_length = tl.where(tie_from_row, n, length)
+            seen = 0
+            start = 0
+            while (start < tie_length) & (seen < left):
+                key, pos, ok = _finish_items(src, cand, start, tie_length, tie_from_row, CAP, SLICE)
+                tie = (ok & (key == prefix)).to(tl.int32)
+                rank = seen + tl.cumsum(tie, 0) - 1
+                tl.store(dst + taken + rank, pos, mask=(tie > 0) & (rank < left))
+                seen += tl.sum(tie)
+                start += SLICE
 
 
-_TOPK_CHUNK = 4096  # keys a histogram or split step loads at once (8 warps: 16 a thread)
-_TOPK_CAP = 4096  # candidates kept per row: keys in the K-th largest key's 16-bit bin
+_TOPK_CHUNK = 2048  # keys a collecting step loads at once (8 warps: 8 a thread)
+_TOPK_SAMPLE = 4096  # keys a row's bounds are guessed from
+_TOPK_MARGIN = 5.0  # the bounds' distance from the guess, in standard deviations
+_TOPK_CAP = 8192  # candidates kept per row: keys between the bounds (~2,900 at 128k keys)
 _TOPK_SLICE = 1024  # keys the finishing program scans at once
-_TOPK_WS = 3 * 256 + 2  # a row's workspace: up to three histograms, two slot counters
-
-
-def _row_digits(rows: int, max_model_len: int) -> tuple[int, ...]:
-    """Digit widths of the row-wide passes (the keys' top 16 bits): two 8-bit passes. Three
-    of 6, 6 and 4 bits (cheaper histograms, one more pass over the row) were slower at every
-    size the step benchmark measured on an H100 (2026-12-06: 1-128 rows, 4k-128k positions;
-    at 128 x 128k 366 against 353 us), so they are only taken when asked for."""
-    return (8, 8)
-
-
-class TopkPlan:
-    """One call's top-k plan: the row-wide passes' digit widths (default: _row_digits) and
-    their zeroed workspace. Given to paged_mqa_logits first, its kernel builds the first
-    histogram while it writes the logits, and topk_per_row, given it next, skips that pass."""
-
-    def __init__(
-        self,
-        rows: int,
-        max_model_len: int,
-        device: torch.device,
-        digits: tuple[int, ...] | None = None,
-    ) -> None:
-        self.digits = tuple(digits or _row_digits(rows, max_model_len))
-        if (
-            sum(self.digits) != 16
-            or len(self.digits) not in (2, 3)
-            or not all(1 <= d <= 8 for d in self.digits)
-        ):
-            raise ValueError(
-                f"digits must be 2 or 3 widths of 1-8 bits summing to 16, got {self.digits}"
-            )
-        self.work = torch.zeros((rows, _TOPK_WS), dtype=torch.int32, device=device)
-        self.first_pass_built = False  # set by paged_mqa_logits
-        self.used = False  # set by topk_per_row: its counters are spent
 
 
 def topk_per_row(
@@ -443,21 +384,17 @@ def topk_per_row(
     out: torch.Tensor | None = None,
     *,
     chunks_per_program: int | None = None,
-    digits: tuple[int, ...] | None = None,
-    plan: TopkPlan | None = None,
 ) -> torch.Tensor:
     """int32 [rows, k]: each decode row's k highest-scoring visible positions, in no fixed
     order (what vLLM's top_k_per_row_decode computes), into ``out`` (e.g. the indexer's top-k
-    buffer) when given; of equal logits at the k-th, the lowest positions. Radix select over
-    the floats' order: one memset, two or three histogram passes over every row (each row
-    split across the GPU) for the k-th key's top 16 bits, a split pass that writes every
-    position above that 16-bit bin and copies the bin (usually tens of keys) aside, and one
-    program a row that finishes the select on the bin. No host synchronisation: capturable in
-    a CUDA graph. ``chunks_per_program``: 4096-key chunks a program of the row-wide passes
-    takes (default: as many as keep about four programs an SM); ``digits``: the row-wide
-    passes' digit widths, 2 or 3 of 1-8 bits summing to 16 (default: _row_digits); ``plan``:
-    instead of digits, a TopkPlan, used once (paged_mqa_logits may have built its first
-    histogram)."""
+    buffer) when given; of equal logits at the k-th, the lowest positions. Three passes after
+    one memset: a sample of each row bounds its k-th largest logit; one read of every row
+    (split across the GPU) writes the positions above the upper bound and copies those between
+    the bounds aside (about 1.4 k of them); one program a row finishes the select on the copies,
+    or on the whole row where the bounds missed (a row whose values repeat with the sample's
+    stride, or many ties: exact, only slower). No host synchronisation: capturable in a CUDA
+    graph. ``chunks_per_program``: 2048-key chunks a program of the collecting pass takes
+    (default: as many as keep about four programs an SM)."""
     rows, max_model_len = logits.shape
     if out is None:
         out = torch.empty((rows, k), dtype=torch.int32, device=logits.device)
@@ -465,37 +402,25 @@ def topk_per_row(
         raise ValueError(f"out must be int32 [>= {rows}, >= {k}], unit column stride")
     if logits.dtype != torch.float32 or logits.stride(1) != 1:
         raise ValueError("logits must be fp32 with unit column stride")
-    if plan is None:
-        plan = TopkPlan(rows, max_model_len, logits.device, digits)
-    elif digits is not None or plan.used or plan.work.shape[0] < rows:
-        raise ValueError("a plan brings its digits, serves one call, and must cover the rows")
-    plan.used = True
-    digits, work = plan.digits, plan.work
     if rows == 0:
         return out
     lens = context_lens.to(torch.int32)
+    # per row: keys above hi, candidates, lo, hi
+    work = torch.zeros((rows, 4), dtype=torch.int32, device=logits.device)
     cand = torch.empty((rows, 2, _TOPK_CAP), dtype=torch.int32, device=logits.device)
     chunks = triton.cdiv(max(max_model_len, k), _TOPK_CHUNK)
     subs = chunks_per_program or _blocks_per_program(rows, chunks, logits.device)
-    grid = (rows, triton.cdiv(chunks, subs))
-    shape = dict(K=k, WS=_TOPK_WS, D0=digits[0], D1=digits[1], D2=(digits + (0,))[2])
-    for p, bits in enumerate(digits):
-        if p == 0 and plan.first_pass_built:
-            continue
-        _topk_hist_kernel[grid](
-            logits, lens, work, next_n, max_model_len, logits.stride(0), PASS=p,
-            SHIFT=32 - sum(digits[: p + 1]), BITS=bits, CHUNK=_TOPK_CHUNK, SUBS=subs,
-            num_warps=8, **shape,
-        )  # fmt: skip
-    # The same keys a program in half-chunk steps: its scans and slots at 4096 keys took 136
-    # registers a thread on sm_90 (one 8-warp program an SM).
-    _topk_split_kernel[grid](
-        logits, lens, work, out, cand, next_n, max_model_len, logits.stride(0), out.stride(0),
-        CHUNK=_TOPK_CHUNK // 2, SUBS=2 * subs, CAP=_TOPK_CAP, PASSES=len(digits), num_warps=8,
-        **shape,
+    row_args = (logits, lens, work)
+    _topk_bounds_kernel[(rows,)](
+        *row_args, next_n, max_model_len, logits.stride(0), K=k, SAMPLE=_TOPK_SAMPLE,
+        MARGIN=_TOPK_MARGIN, num_warps=8,
+    )  # fmt: skip
+    _topk_collect_kernel[(rows, triton.cdiv(chunks, subs))](
+        *row_args, out, cand, next_n, max_model_len, logits.stride(0), out.stride(0), K=k,
+        CHUNK=_TOPK_CHUNK, SUBS=subs, CAP=_TOPK_CAP, num_warps=8,
     )  # fmt: skip
     _topk_finish_kernel[(rows,)](
-        logits, lens, work, out, cand, next_n, max_model_len, logits.stride(0), out.stride(0),
-        CAP=_TOPK_CAP, SLICE=_TOPK_SLICE, PASSES=len(digits), num_warps=4, **shape,
+        *row_args, out, cand, next_n, max_model_len, logits.stride(0), out.stride(0), K=k,
+        CAP=_TOPK_CAP, SLICE=_TOPK_SLICE, num_warps=4,
     )  # fmt: skip
     return out

@@ -195,24 +195,6 @@ def glmops_topk(case: StepCase, fb: Any, s: int) -> None:
     fb.topk_per_row(case.logits[s], case.lens, 1, TOPK, out=case.bufs[s])
 
 
-DIGIT_PLANS = ((8, 8), (6, 6, 4))  # topk_per_row's row-wide passes: both timed in every case
-
-
-def plan_topk(case: StepCase, fb: Any, s: int, digits: tuple[int, ...]) -> None:
-    """The rendered top-k with its row-wide digit plan forced (the default picks by size)."""
-    fb.topk_per_row(case.logits[s], case.lens, 1, TOPK, out=case.bufs[s], digits=digits)
-
-
-def fused_logits_topk(case: StepCase, fb: Any, s: int) -> None:
-    """Logits then top-k with a shared TopkPlan: the logits kernel builds the top-k's first
-    histogram (the rendered path does not do this yet; timed to decide whether it should)."""
-    plan = fb.TopkPlan(case.batch, case.ctx, case.lens.device)
-    case.logits[s] = fb.paged_mqa_logits(
-        case.q_idx[s], case.icache, case.w[s], case.lens, case.itables[s], case.ctx, plan
-    )
-    fb.topk_per_row(case.logits[s], case.lens, 1, TOPK, out=case.bufs[s], plan=plan)
-
-
 def old_topk(case: StepCase, s: int) -> None:
     """The previous glmops top-k (frozen in topk_baseline.py) into set ``s``'s buffer."""
     topk_baseline.topk_per_row(case.logits[s], case.lens, 1, TOPK, out=case.bufs[s])
@@ -249,16 +231,8 @@ def run_case(
     t_topk = graph_us([lambda s=s: topk_into(case.logits[s], case.bufs[s]) for s in sets], reps)
     t_topk_old = graph_us([lambda s=s: old_topk(case, s) for s in sets], reps)
     topk_old_ok = same_topk(case.logits[-1], case.bufs[-1], ctx)
-    t_plans, plans_ok = {}, True
-    for digits in DIGIT_PLANS:
-        steps = [lambda s=s, d=digits: plan_topk(case, fb, s, d) for s in sets]
-        t_plans[",".join(map(str, digits))] = graph_us(steps, reps)
-        plans_ok &= same_topk(case.logits[-1], case.bufs[-1], ctx)
     t_topk_ours = graph_us([lambda s=s: glmops_topk(case, fb, s) for s in sets], reps)
-    topk_ok = same_topk(case.logits[-1], case.bufs[-1], ctx) and plans_ok
-    t_pair = graph_us([lambda s=s: (logits(s), glmops_topk(case, fb, s)) for s in sets], reps)
-    t_pair_fused = graph_us([lambda s=s: fused_logits_topk(case, fb, s) for s in sets], reps)
-    topk_ok &= same_topk(case.logits[-1], case.bufs[-1], ctx)
+    topk_ok = same_topk(case.logits[-1], case.bufs[-1], ctx)
     t_mla = graph_us([lambda s=s: attend(ours_impls, s, f"o{s}") for s in sets], reps)
     t_base_mla = graph_us([lambda s=s: attend(base_impls, s, f"b{s}") for s in sets], reps)
     t_step_old = graph_us(
@@ -297,9 +271,6 @@ def run_case(
         "step_over_floor_old_topk": t_step_old / floor,
         "topk_glmops_us": t_topk_ours,
         "topk_glmops_matches": topk_ok,
-        "topk_glmops_by_digits_us": t_plans,
-        "logits_topk_us": t_pair,
-        "logits_topk_fused_us": t_pair_fused,
         "topk_old_us": t_topk_old,
         "topk_old_matches": topk_old_ok,
         "topk_torch_us": t_topk,
@@ -396,17 +367,13 @@ def render_md(result: dict[str, Any]) -> str:
         "the probe's bandwidth; the logits are not counted (a fused step never writes them).",
         "",
         "- step = ours as rendered; step (old top-k) = the same with the previous glmops top-k; "
-        "top-k by digits = glmops' top-k with its row-wide passes forced to two 8-bit or three "
-        "6/6/4-bit digits (the default picks by rows x positions); each top-k's selection is "
-        "checked against `torch.topk`'s values (MISMATCH if not); shares are of the step's parts.",
-        "- logits+top-k fused = the logits kernel also builds the top-k's first histogram "
-        "(a TopkPlan shared by both calls; the rendered path does not do this yet).",
+        "each top-k's selection is checked against `torch.topk`'s values (MISMATCH if not); "
+        "shares are of the step's parts.",
         "",
         "| B | ctx | H | floor µs | step µs | / floor | step (old top-k) µs | / floor "
-        "| logits µs (share) | top-k µs (share) | top-k by digits 8,8 / 6,6,4 µs "
-        "| top-k old / torch µs | logits+top-k µs: separate / fused | MLA µs (share) "
+        "| logits µs (share) | top-k µs (share) | top-k old / torch µs | MLA µs (share) "
         "| vLLM 0.16 µs | speedup | indexer diff | MLA diff |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in result["rows"]:
         lines.append(
@@ -416,10 +383,8 @@ def render_md(result: dict[str, Any]) -> str:
             f"| {r['logits_us']:.1f} ({r['logits_share']:.0%}) "
             f"| {r['topk_glmops_us']:.1f} ({r['topk_share']:.0%})"
             f"{'' if r['topk_glmops_matches'] else ' MISMATCH'} "
-            f"| {' / '.join(f'{us:.1f}' for us in r['topk_glmops_by_digits_us'].values())} "
             f"| {r['topk_old_us']:.1f}{'' if r['topk_old_matches'] else ' MISMATCH'} "
             f"/ {r['topk_torch_us']:.1f} "
-            f"| {r['logits_topk_us']:.1f} / {r['logits_topk_fused_us']:.1f} "
             f"| {r['mla_us']:.1f} ({r['mla_share']:.0%}) | {r['base_step_us']:.0f} "
             f"| {r['speedup']:.0f}x "
             f"| {r['indexer_rel_diff']:.1e} "

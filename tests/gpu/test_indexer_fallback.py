@@ -32,7 +32,6 @@ from tests.support.indexer_cases import (  # noqa: E402
     assert_logits,
     decode_inputs,
     decode_reference,
-    first_digit_histograms,
     pack_indexer_cache,
     prefill_inputs,
     prefill_reference,
@@ -220,40 +219,6 @@ def test_triton_paged_logits_equal_torch_at_glm5_shapes(
     assert torch.equal(captured, expected)
 
 
-@pytest.mark.parametrize("digits", [(8, 8), (6, 6, 4)])
-def test_logits_kernel_builds_the_topk_first_histogram(
-    fb: ModuleType, glm5_decode: dict, digits: tuple[int, ...]
-) -> None:
-    """paged_mqa_logits given a TopkPlan, at GLM-5's shapes: its kernel's histogram of the
-    keys' first digit equals one counted from its logits (the MMA layout's replicated values
-    counted once), its logits are the same, and topk_per_row given the plan selects exactly
-    what it selects alone; all replayed from one CUDA graph too."""
-    case, mml = glm5_decode, glm5_decode["max_model_len"]
-    lens, next_n = case["lens"], case["q"].shape[1]
-    rows = case["q"].shape[0] * next_n
-    alone = fb.paged_mqa_logits(*decode_args(case), mml)
-    want = fb.topk_per_row(alone, lens, next_n, 2048, digits=digits).sort(dim=1).values
-    first = first_digit_histograms(alone, lens, next_n, digits[0])
-
-    def fused() -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        plan = fb.TopkPlan(rows, mml, CUDA, digits)
-        logits = fb.paged_mqa_logits(*decode_args(case), mml, plan)
-        return logits, fb.topk_per_row(logits, lens, next_n, 2048, plan=plan), plan.work
-
-    def check(logits: torch.Tensor, got: torch.Tensor, work: torch.Tensor) -> None:
-        assert torch.equal(work[:, : 1 << digits[0]], first), "first histograms differ"
-        assert torch.equal(logits, alone), "logits differ"
-        assert torch.equal(got.sort(dim=1).values, want), "selections differ"
-
-    check(*fused())
-    graph, stream = torch.cuda.CUDAGraph(), torch.cuda.Stream()
-    with torch.cuda.stream(stream), torch.cuda.graph(graph, stream=stream):
-        captured = fused()
-    graph.replay()
-    torch.cuda.synchronize()
-    check(*captured)
-
-
 def test_capture_is_refused(fb: ModuleType) -> None:
     """The fallback reads lengths on the host, so a CUDA graph of it would replay stale
     shapes: it raises instead of being captured."""
@@ -274,9 +239,11 @@ def test_capture_is_refused(fb: ModuleType) -> None:
 def test_triton_topk_per_row_selects_the_top_logits(fb: ModuleType, next_n: int) -> None:
     """topk_per_row (backend/indexer_logits.py): each decode row's 2048 visible positions with
     the highest logits, of equal logits at the 2048th the lowest positions (so the set is the
-    same on every run, whatever order the GPU's atomics take): integer rows (the finishing pass
-    reads the whole row), continuous rows (it reads the few candidates), and continuous rows
-    with the 2048th value repeated (candidates, ties taken from the row); a row that sees at
+    same on every run, whatever order the GPU's atomics take): integer rows (more ties than
+    candidates kept: the finishing pass reads the whole row), continuous rows (it reads the
+    candidates between the sampled bounds), continuous rows whose sampled positions hold their
+    lowest values (the bounds miss: the whole row), and continuous rows with the 2048th value
+    repeated (candidates, ties taken from the row); a row that sees at
     most 2048 positions gets 0..n-1 and -1 after; into a wider buffer, leaving its other
     columns alone; and replayed from a CUDA graph."""
     k, mml = 2048, 70_000
@@ -293,7 +260,10 @@ def test_triton_topk_per_row_selects_the_top_logits(fb: ModuleType, next_n: int)
     visible = (visible + 1).clamp(max=mml)
     for r in range(rows - next_n, rows):
         kth = logits[r, : visible[r]].topk(k).values[-1]
-        logits[r, ::40] = kth  # the 2048th value 1 500 times: fewer than 4096 candidates
+        logits[r, ::40] = kth  # the 2048th value 1 500 times: fewer candidates than kept
+    for r in range(3 * next_n, 4 * next_n):  # the sampled positions hold the lowest values
+        n = int(visible[r])
+        logits[r, torch.arange(fb._TOPK_SAMPLE, device=CUDA) * n // fb._TOPK_SAMPLE] = -100.0
     cols = torch.arange(mml, device=CUDA)
     logits = logits.masked_fill(cols[None, :] >= visible[:, None], float("-inf"))
     buf = torch.full((rows + 3, k + 128), 777, dtype=torch.int32, device=CUDA)

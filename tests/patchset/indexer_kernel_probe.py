@@ -14,7 +14,6 @@ from tests.support.indexer_cases import (  # noqa: E402
     assert_logits,
     decode_inputs,
     decode_reference,
-    first_digit_histograms,
     pack_indexer_cache,
 )
 from tests.support.module_file import load_module_file  # noqa: E402
@@ -38,50 +37,14 @@ def main() -> None:
                     assert_logits(got, ref, exact)
                 except AssertionError as error:
                     problems.append(f"{case}: {str(error).splitlines()[0]}")
-    # next_n 2 covers 1's rows too; one chunk a program puts two programs on the long rows
+    # next_n 2 covers 1's rows too; one chunk a program puts three programs on the long rows
     for chunks_per_program in (None, 1):
-        for digits in ((8, 8), (6, 6, 4)):
-            case = f"topk next_n=2 chunks_per_program={chunks_per_program} digits={digits}"
-            checked.append(case)
-            found = topk_problems(fb, 2, chunks_per_program, digits)
-            problems += [f"{case}: {p}" for p in found]
-    for digits in ((8, 8), (6, 6, 4)):
-        case = f"logits with the top-k's first histogram, digits={digits}"
+        case = f"topk next_n=2 chunks_per_program={chunks_per_program}"
         checked.append(case)
-        problems += [f"{case}: {p}" for p in fused_first_pass_problems(fb, digits)]
+        problems += [f"{case}: {p}" for p in topk_problems(fb, 2, chunks_per_program)]
     checked.append("top_k_per_row_decode routed to topk_per_row")
     problems += routed_decode_problems(fb)
     print(json.dumps({"checked": checked, "problems": problems}))
-
-
-def fused_first_pass_problems(fb, digits: tuple[int, ...], k: int = 16) -> list[str]:
-    """paged_mqa_logits given a TopkPlan (its kernel builds the first histogram, equal to one
-    counted from its logits) writes the same logits, and topk_per_row given that plan selects
-    what it selects alone: rows shorter
-    than k, rows past their block table (-inf positions ranked too), a cut max_model_len,
-    integer logits with many ties."""
-    import torch
-
-    problems = []
-    for exact in (False, True):
-        q, kv, scale, w, lens, table, bs = decode_inputs(exact=exact, next_n=2)
-        cache = pack_indexer_cache(kv, scale, bs)
-        for max_model_len in (120, 200):
-            rows = q.shape[0] * q.shape[1]
-            plan = fb.TopkPlan(rows, max_model_len, q.device, digits)
-            fused = fb.paged_mqa_logits(q, cache, w, lens, table, max_model_len, topk_plan=plan)
-            alone = fb.paged_mqa_logits(q, cache, w, lens, table, max_model_len)
-            got = fb.topk_per_row(fused, lens, 2, k, plan=plan)
-            want = fb.topk_per_row(alone, lens, 2, k, digits=digits)
-            case = f"exact={exact} max_model_len={max_model_len}"
-            if not torch.equal(fused, alone):
-                problems.append(f"{case}: the logits differ")
-            if not torch.equal(got.sort(dim=1).values, want.sort(dim=1).values):
-                problems.append(f"{case}: the selections differ")
-            first = first_digit_histograms(alone, lens, 2, digits[0])
-            if not torch.equal(plan.work[:, : 1 << digits[0]], first):
-                problems.append(f"{case}: the first histogram differs from the logits'")
-    return problems
 
 
 def routed_decode_problems(fb, next_n: int = 2, k: int = 64) -> list[str]:
@@ -90,7 +53,7 @@ def routed_decode_problems(fb, next_n: int = 2, k: int = 64) -> list[str]:
     decision is fixed to Triton here; it is tested through vLLM's module on the real wheel."""
     import torch
 
-    logits, lens, _ = topk_rows(next_n, k)
+    logits, lens, _ = topk_rows(next_n, k, fb._TOPK_SAMPLE)
     rows = logits.shape[0]
     buf = torch.full((rows + 2, k + 16), 777, dtype=torch.int32)
     fb.use_triton_topk = lambda: True
@@ -105,37 +68,37 @@ def routed_decode_problems(fb, next_n: int = 2, k: int = 64) -> list[str]:
     return problems
 
 
-def topk_rows(next_n: int, k: int):
-    """Logits whose rows see fewer, exactly k and more positions than k, each past one 4096-key
-    chunk: continuous values (the k-th key's 16-bit bin holds a few keys), integers (its bin
-    holds more ties than wanted), all equal (more than 4096 keys in the bin: the finishing pass
-    reads the row), and continuous values with duplicates straddling the k-th."""
+def topk_rows(next_n: int, k: int, sample: int):
+    """Logits whose rows see fewer, exactly k and more positions than k, each past one 2048-key
+    chunk: continuous values (a few candidates between the sampled bounds), integers (more
+    ties than wanted), all equal (every key a tie), continuous values with duplicates
+    straddling the k-th, and continuous values whose ``sample`` sampled positions hold the
+    row's lowest values (the bounds miss: the finishing pass reads the whole row)."""
     import torch
 
     g = torch.Generator().manual_seed(next_n)
-    lens = torch.tensor([40, k + next_n - 1, 5000, 5000, 5000, 5000], dtype=torch.int32)
+    lens = torch.tensor([40, k + next_n - 1, 5000, 5000, 5000, 5000, 5000], dtype=torch.int32)
     rows, mml = lens.numel() * next_n, 5000
     logits = torch.randn(rows, mml, generator=g) * 3
     ints = torch.randint(-3, 3, (next_n, mml), generator=g).float()
     logits[3 * next_n : 4 * next_n] = ints.masked_fill(ints == 0, 0.5)  # no -0.0 against +0.0
     logits[4 * next_n : 5 * next_n] = 1.5
-    dup = logits[5 * next_n :]
+    dup = logits[5 * next_n : 6 * next_n]
     kth = dup.topk(k, dim=1).values[:, -1:]
     dup[:, ::7] = kth  # the k-th value, 700+ times, among distinct others
+    for r in range(6 * next_n, 7 * next_n):
+        n = min(int(lens[r // next_n]) - next_n + r % next_n + 1, mml)
+        logits[r, torch.arange(sample) * n // sample] = -100.0
     return logits, lens, mml
 
 
-def topk_problems(
-    fb, next_n: int, chunks_per_program: int | None, digits: tuple[int, ...], k: int = 64
-) -> list[str]:
+def topk_problems(fb, next_n: int, chunks_per_program: int | None, k: int = 64) -> list[str]:
     """topk_per_row against the one selection it must make: every visible position above the
     k-th largest logit, then the lowest positions of those equal to it; -1 past a short row."""
     import torch
 
-    logits, lens, mml = topk_rows(next_n, k)
-    out = fb.topk_per_row(
-        logits, lens, next_n, k, chunks_per_program=chunks_per_program, digits=digits
-    )
+    logits, lens, mml = topk_rows(next_n, k, fb._TOPK_SAMPLE)
+    out = fb.topk_per_row(logits, lens, next_n, k, chunks_per_program=chunks_per_program)
     problems = []
     for r in range(logits.shape[0]):
         n = min(int(lens[r // next_n]) - next_n + r % next_n + 1, mml)

@@ -112,19 +112,3 @@ def assert_logits(got: torch.Tensor, ref: torch.Tensor, exact: bool) -> None:
         assert torch.equal(got.double(), ref), float((got.double() - ref).abs().nan_to_num().max())
     else:
         torch.testing.assert_close(got.double(), ref, rtol=1e-5, atol=1e-5)
-
-
-def first_digit_histograms(logits: torch.Tensor, lens: torch.Tensor, next_n: int, bits: int):
-    """int32 [rows, 2^bits]: per decode row, how many of the positions the top-k ranks
-    (p < ctx - next_n + j + 1, within the logits) have each value of their float key's top
-    ``bits`` (negatives' bits flipped whole, positives' sign bit set: the floats' order)."""
-    rows, width = logits.shape
-    raw = logits.contiguous().view(torch.int32).long() & 0xFFFFFFFF
-    keys = torch.where(raw >> 31 == 1, raw ^ 0xFFFFFFFF, raw | 0x80000000)
-    digits = keys >> (32 - bits)
-    j = torch.arange(rows, device=logits.device) % next_n
-    seen = (lens.long().repeat_interleave(next_n) - next_n + j + 1).clamp(max=width)
-    ranked = torch.arange(width, device=logits.device)[None, :] < seen[:, None]
-    flat = (torch.arange(rows, device=logits.device)[:, None] << bits) + digits
-    counts = torch.bincount(flat[ranked], minlength=rows << bits)
-    return counts.view(rows, 1 << bits).to(torch.int32)
