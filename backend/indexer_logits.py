@@ -263,6 +263,8 @@ def _topk_collect_kernel(
     """SUBS chunks of a row: positions whose key is above ``hi`` go to the output (slots
     claimed with one atomic a chunk; the set is fixed, its order not), keys between ``lo`` and
     ``hi`` and their positions to the row's candidates; both counted, stored while they fit.
+    The atomics only hand out slots (nothing here reads another program's stores; the finishing
+    pass is a later launch), so they are relaxed: no fence holds the next chunk's loads back.
     A row that sees at most K positions gets 0..n-1, -1 after."""
     row = tl.program_id(0)
     first = tl.program_id(1) * SUBS * CHUNK
@@ -282,10 +284,10 @@ def _topk_collect_kernel(
             at = first + s * CHUNK + tl.arange(0, CHUNK)
             key = _orderable(tl.load(src + at, mask=at < n, other=0.0))
             over = ((at < n) & (key > hi)).to(tl.int32)
-            slot = tl.atomic_add(work, tl.sum(over)) + tl.cumsum(over, 0) - 1
+            slot = tl.atomic_add(work, tl.sum(over), sem="relaxed") + tl.cumsum(over, 0) - 1
             tl.store(dst + slot, at, mask=(over > 0) & (slot < K))
             near = ((at < n) & (key >= lo) & (key <= hi)).to(tl.int32)
-            slot = tl.atomic_add(work + 1, tl.sum(near)) + tl.cumsum(near, 0) - 1
+            slot = tl.atomic_add(work + 1, tl.sum(near), sem="relaxed") + tl.cumsum(near, 0) - 1
             tl.store(cand + slot, key.to(tl.int32, bitcast=True), mask=(near > 0) & (slot < CAP))
             tl.store(cand + CAP + slot, at, mask=(near > 0) & (slot < CAP))
 
