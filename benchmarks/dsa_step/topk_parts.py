@@ -1,0 +1,174 @@
+"""Where the top-k's time goes: each pass of ``topk_per_row`` timed alone, and its launch
+parameters swept, on random logits (the passes' costs depend on the row length and the
+ranks, not on the values' distribution).
+
+    python3 -m benchmarks.dsa_step.topk_parts [--out DIR]   # DIR/topk_parts_<gpu>.json
+
+Times are medians of ``triton.testing.do_bench`` (L2 flushed between calls); a pass is timed
+as the difference between the chain up to it and the chain before it, each with the
+workspace reset that the real call does.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+import torch
+import triton
+import triton.language as tl
+
+from backend import indexer_logits as il
+from benchmarks import gpu_device
+
+K = 2048
+CASES = [(128, 131072), (32, 32768), (32, 131072), (128, 32768), (8, 131072), (1, 131072)]
+
+
+@triton.jit
+def _collect_variant_kernel(
+    LOGITS, CTX, WORK, OUT, CAND, next_n, max_model_len, stride_logits, stride_out,
+    K: tl.constexpr, CHUNK: tl.constexpr, SUBS: tl.constexpr, CAP: tl.constexpr,
+    PREFETCH: tl.constexpr, SEM: tl.constexpr,
+):  # fmt: skip
+    """The collecting pass with the atomics' memory order as SEM and, with PREFETCH, the next
+    chunk's keys loaded before this chunk's atomics."""
+    row = tl.program_id(0)
+    first = tl.program_id(1) * SUBS * CHUNK
+    n = il._visible(CTX, row, next_n, max_model_len)
+    if n > K and first < n:
+        work = WORK + row.to(tl.int64) * 4
+        lo = tl.load(work + 2).to(tl.uint32, bitcast=True)
+        hi = tl.load(work + 3).to(tl.uint32, bitcast=True)
+        src = LOGITS + row.to(tl.int64) * stride_logits
+        dst = OUT + row.to(tl.int64) * stride_out
+        cand = CAND + row.to(tl.int64) * 2 * CAP
+        at = first + tl.arange(0, CHUNK)
+        nxt = tl.load(src + at, mask=at < n, other=0.0)
+        for s in range(SUBS):
+            at = first + s * CHUNK + tl.arange(0, CHUNK)
+            if PREFETCH:
+                key = il._orderable(nxt)
+                ahead = at + CHUNK
+                nxt = tl.load(src + ahead, mask=(ahead < n) & (s + 1 < SUBS), other=0.0)
+            else:
+                key = il._orderable(tl.load(src + at, mask=at < n, other=0.0))
+            over = ((at < n) & (key > hi)).to(tl.int32)
+            slot = tl.atomic_add(work, tl.sum(over), sem=SEM) + tl.cumsum(over, 0) - 1
+            tl.store(dst + slot, at, mask=(over > 0) & (slot < K))
+            near = ((at < n) & (key >= lo) & (key <= hi)).to(tl.int32)
+            slot = tl.atomic_add(work + 1, tl.sum(near), sem=SEM) + tl.cumsum(near, 0) - 1
+            tl.store(cand + slot, key.to(tl.int32, bitcast=True), mask=(near > 0) & (slot < CAP))
+            tl.store(cand + CAP + slot, at, mask=(near > 0) & (slot < CAP))
+
+
+def _variant(prefetch: bool, sem: str):
+    def launch(grid, *args, **kwargs):
+        _collect_variant_kernel[grid](*args, **kwargs, PREFETCH=prefetch, SEM=sem)
+
+    return launch
+
+
+def _median_us(fn) -> float:
+    return triton.testing.do_bench(fn, warmup=20, rep=100, return_mode="median") * 1e3
+
+
+def profile_case(batch: int, ctx: int) -> dict:
+    dev = torch.device("cuda")
+    logits = torch.randn((batch, ctx), device=dev)
+    lens = torch.full((batch,), ctx, dtype=torch.int32, device=dev)
+    out = torch.empty((batch, K), dtype=torch.int32, device=dev)
+    work = torch.zeros((batch, 4), dtype=torch.int32, device=dev)
+    cand = torch.empty((batch, 2, il._TOPK_CAP), dtype=torch.int32, device=dev)
+    chunks = triton.cdiv(ctx, il._TOPK_CHUNK)
+    auto_subs = il._blocks_per_program(batch, chunks, dev)
+    common = (logits, lens, work)
+
+    def bounds(warps=8, sample=il._TOPK_SAMPLE):
+        il._topk_bounds_kernel[(batch,)](
+            *common, 1, ctx, ctx, K=K, SAMPLE=sample, MARGIN=il._TOPK_MARGIN, num_warps=warps
+        )
+
+    def collect(subs=auto_subs, chunk=il._TOPK_CHUNK, warps=8, launch=None):
+        grid = (batch, triton.cdiv(triton.cdiv(ctx, chunk), subs))
+        launch = launch or (lambda g, *a, **kw: il._topk_collect_kernel[g](*a, **kw))
+        launch(grid,
+            *common, out, cand, 1, ctx, ctx, K, K=K, CHUNK=chunk, SUBS=subs,
+            CAP=il._TOPK_CAP, num_warps=warps,
+        )  # fmt: skip
+
+    def finish(warps=4, slice_=il._TOPK_SLICE):
+        il._topk_finish_kernel[(batch,)](
+            *common, out, cand, 1, ctx, ctx, K, K=K, CAP=il._TOPK_CAP, SLICE=slice_,
+            num_warps=warps,
+        )  # fmt: skip
+
+    def chain(*steps):
+        def run():
+            work.zero_()
+            for step in steps:
+                step()
+
+        return run
+
+    ref = torch.topk(logits, K, dim=1).values.sort(dim=1).values
+    res: dict = {"B": batch, "ctx": ctx, "auto_subs": auto_subs}
+    res["zero_us"] = _median_us(chain())
+    res["whole_us"] = _median_us(lambda: il.topk_per_row(logits, lens, 1, K, out))
+    got = logits.gather(1, out.long()).sort(dim=1).values
+    res["matches"] = bool(torch.equal(got, ref))
+    b_us = _median_us(chain(bounds))
+    res["bounds_us"] = b_us - res["zero_us"]
+    for warps in (4, 16):
+        res[f"bounds_w{warps}_us"] = _median_us(chain(lambda w=warps: bounds(w))) - res["zero_us"]
+    res["bounds_s2048_us"] = _median_us(chain(lambda: bounds(sample=2048))) - res["zero_us"]
+    bc_us = _median_us(chain(bounds, collect))
+    res["collect_us"] = bc_us - b_us
+    variants: dict[str, float] = {}
+    kinds = {
+        "": None,
+        "acq_rel": _variant(False, "acq_rel"),
+        "relaxed-pf": _variant(True, "relaxed"),
+    }
+    for subs in (1, 2, 4, 8):
+        for chunk in (1024, 2048, 4096):
+            for warps in (4, 8):
+                for name, launch in kinds.items():
+                    fn = chain(
+                        bounds, lambda s=subs, c=chunk, w=warps, x=launch: collect(s, c, w, x)
+                    )
+                    variants[f"{name}s{subs}c{chunk}w{warps}"] = _median_us(fn) - b_us
+    best = min(variants, key=lambda name: variants[name])
+    res["collect_best"] = (best, variants[best])
+    res["collect_variants"] = variants
+    bcf_us = _median_us(chain(bounds, collect, finish))
+    res["finish_us"] = bcf_us - bc_us
+    for warps in (4, 8):
+        for slice_ in (512, 1024, 2048):
+            fn = chain(bounds, collect, lambda w=warps, s=slice_: finish(w, s))
+            res[f"finish_w{warps}_s{slice_}_us"] = _median_us(fn) - bc_us
+    res["counts"] = work.cpu().tolist()[:2]
+    res["torch_topk_us"] = _median_us(lambda: torch.topk(logits, K, dim=1, sorted=False))
+    return res
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", type=Path)
+    args = ap.parse_args()
+    info = gpu_device.device_info(probe=False)
+    rows = []
+    for batch, ctx in CASES:
+        res = profile_case(batch, ctx)
+        rows.append(res)
+        short = {k: (round(v, 1) if isinstance(v, float) else v) for k, v in res.items()
+                 if k != "collect_variants"}  # fmt: skip
+        print(json.dumps(short), flush=True)
+        if args.out:  # after every case, so a run cut short keeps what it measured
+            result = json.dumps({"info": info, "rows": rows}, indent=1)
+            (args.out / gpu_device.result_path("topk_parts", info, ".json")).write_text(result)
+
+
+if __name__ == "__main__":
+    main()
