@@ -11,28 +11,8 @@ import torch
 import triton
 import triton.language as tl
 
-
-def _blocks_per_program(rows: int, blocks: int, device: torch.device) -> int:
-    """Chunks per program: as many as keep about four programs per SM, 1 to 16."""
-    sms = torch.cuda.get_device_properties(device).multi_processor_count
-    per_program = 1
-    while per_program < 16 and rows * triton.cdiv(blocks, per_program * 2) >= 4 * sms:
-        per_program *= 2
-    return per_program
-
-
-@triton.jit
-def _orderable(x):
-    """fp32 -> uint32 keys in the floats' order (negatives flipped whole, positives' sign set)."""
-    bits = x.to(tl.uint32, bitcast=True)
-    flip = tl.where((bits >> 31) != 0, 0xFFFFFFFF, 0x80000000).to(tl.uint32)
-    return bits ^ flip
-
-
-@triton.jit
-def _visible(CTX, row, next_n, max_model_len):
-    """How many positions decode row (b, j) sees: ctx - next_n + j + 1, within the logits."""
-    return tl.minimum(tl.load(CTX + row // next_n) - next_n + row % next_n + 1, max_model_len)
+# v2's helpers that the current top-k kept unchanged: one home for them
+from backend.indexer_logits import _blocks_per_program, _finish_items, _orderable, _visible
 
 
 @triton.jit
@@ -126,7 +106,7 @@ def _topk_split_kernel(
         collect = in_bin <= CAP
         src = LOGITS + row.to(tl.int64) * stride_logits
         work = WORK + row.to(tl.int64) * WS
-        cand_key = CAND + row.to(tl.int64) * 2 * CAP
+        cand = CAND + row.to(tl.int64) * 2 * CAP
         for s in range(SUBS):
             at = first + s * CHUNK + tl.arange(0, CHUNK)
             key = _orderable(tl.load(src + at, mask=at < n, other=0.0))
@@ -136,23 +116,8 @@ def _topk_split_kernel(
             tl.store(dst + base + tl.cumsum(over, 0) - 1, at, mask=over > 0)
             tie = ((at < n) & (top16 == bin16) & collect).to(tl.int32)
             slot = tl.atomic_add(work + WS - 1, tl.sum(tie)) + tl.cumsum(tie, 0) - 1
-            tl.store(cand_key + slot, key.to(tl.int32, bitcast=True), mask=tie > 0)
-            tl.store(cand_key + CAP + slot, at, mask=tie > 0)
-
-
-@triton.jit
-def _finish_items(src, cand_key, start, length, from_row, CAP: tl.constexpr, SLICE: tl.constexpr):
-    """SLICE items of what the finishing pass scans: the row's keys and positions, or its
-    candidates' (the keys in the K-th largest key's 16-bit bin, copied by the split pass)."""
-    i = start + tl.arange(0, SLICE)
-    ok = i < length
-    if from_row:
-        key = _orderable(tl.load(src + i, mask=ok, other=0.0))
-        pos = i
-    else:
-        key = tl.load(cand_key + i, mask=ok, other=0).to(tl.uint32, bitcast=True)
-        pos = tl.load(cand_key + CAP + i, mask=ok, other=0)
-    return key, pos, ok
+            tl.store(cand + slot, key.to(tl.int32, bitcast=True), mask=tie > 0)
+            tl.store(cand + CAP + slot, at, mask=tie > 0)
 
 
 @triton.jit
@@ -170,7 +135,7 @@ def _topk_finish_kernel(
     if n > K:
         prefix, known, left16, in_bin = _radix_prefix(WORK, row, K, PASSES, WS, D0, D1, D2)
         src = LOGITS + row.to(tl.int64) * stride_logits
-        cand_key = CAND + row.to(tl.int64) * 2 * CAP
+        cand = CAND + row.to(tl.int64) * 2 * CAP
         from_row = in_bin > CAP
         length = tl.where(from_row, n, in_bin)
         left = left16
@@ -178,7 +143,7 @@ def _topk_finish_kernel(
         for p in tl.static_range(2):  # the low 16 bits, 8 at a time
             hist = tl.zeros([256], dtype=tl.int32)
             for start in range(0, length, SLICE):
-                key, pos, ok = _finish_items(src, cand_key, start, length, from_row, CAP, SLICE)
+                key, pos, ok = _finish_items(src, cand, start, length, from_row, CAP, SLICE)
                 match = ok & ((key & known) == prefix)
                 digits = ((key >> (8 - 8 * p)) & 0xFF).to(tl.int32)
                 hist += tl.histogram(digits, 256, mask=match)
@@ -187,7 +152,7 @@ def _topk_finish_kernel(
         dst = OUT + row.to(tl.int64) * stride_out + (K - left16)
         taken = 0
         for start in range(0, length, SLICE):
-            key, pos, ok = _finish_items(src, cand_key, start, length, from_row, CAP, SLICE)
+            key, pos, ok = _finish_items(src, cand, start, length, from_row, CAP, SLICE)
             over = (ok & ((key & 0xFFFF0000) == (prefix & 0xFFFF0000)) & (key > prefix)).to(
                 tl.int32
             )
@@ -199,7 +164,7 @@ def _topk_finish_kernel(
         seen = 0
         start = 0
         while (start < tie_length) & (seen < left):
-            key, pos, ok = _finish_items(src, cand_key, start, tie_length, tie_from_row, CAP, SLICE)
+            key, pos, ok = _finish_items(src, cand, start, tie_length, tie_from_row, CAP, SLICE)
             tie = (ok & (key == prefix)).to(tl.int32)
             rank = seen + tl.cumsum(tie, 0) - 1
             tl.store(dst + taken + rank, pos, mask=(tie > 0) & (rank < left))

@@ -128,7 +128,7 @@ def parse_probe(stdout: str, count: int) -> list[tuple[int, str, str]]:
     statuses, sizes = lines[:count], lines[count : 3 * count]
     if not all(status.startswith("rc=") for status in statuses):
         raise ValueError("the probe's answer has no exit status for every check")
-    if not all(size.isdigit() for size in sizes):
+    if not all(size.isascii() and size.isdigit() for size in sizes):
         raise ValueError("the probe's output sizes are not all byte counts")
     blob = base64.b64decode(lines[3 * count], validate=True)
     offsets = [0]
