@@ -371,7 +371,9 @@ def _topk_finish_kernel(
                 start += SLICE
 
 
-_TOPK_CHUNK = 2048  # keys a collecting step loads at once (8 warps: 8 a thread)
+_TOPK_CHUNK = 1024  # keys a collecting program loads (4 warps: 8 a thread)
+_TOPK_COLLECT_WARPS = 4
+_TOPK_FINISH_WARPS = 4  # 8 were 5-25% faster on an H100 but take 16 B of stack on sm_120
 _TOPK_SAMPLE = 4096  # keys a row's bounds are guessed from
 _TOPK_MARGIN = 5.0  # the bounds' distance from the guess, in standard deviations
 _TOPK_CAP = 8192  # candidates kept per row: keys between the bounds (~2,900 at 128k keys)
@@ -395,8 +397,9 @@ def topk_per_row(
     the bounds aside (about 1.4 k of them); one program a row finishes the select on the copies,
     or on the whole row where the bounds missed (a row whose values repeat with the sample's
     stride, or many ties: exact, only slower). No host synchronisation: capturable in a CUDA
-    graph. ``chunks_per_program``: 2048-key chunks a program of the collecting pass takes
-    (default: as many as keep about four programs an SM)."""
+    graph. ``chunks_per_program``: 1024-key chunks a program of the collecting pass takes
+    (default 1: a program's chunks run in series, load, scans and atomics one after another, so
+    one a program was the fastest launch measured, benchmarks/dsa_step/topk_parts.py)."""
     rows, max_model_len = logits.shape
     if out is None:
         out = torch.empty((rows, k), dtype=torch.int32, device=logits.device)
@@ -411,7 +414,7 @@ def topk_per_row(
     work = torch.zeros((rows, 4), dtype=torch.int32, device=logits.device)
     cand = torch.empty((rows, 2, _TOPK_CAP), dtype=torch.int32, device=logits.device)
     chunks = triton.cdiv(max(max_model_len, k), _TOPK_CHUNK)
-    subs = chunks_per_program or _blocks_per_program(rows, chunks, logits.device)
+    subs = chunks_per_program or 1
     row_args = (logits, lens, work)
     _topk_bounds_kernel[(rows,)](
         *row_args, next_n, max_model_len, logits.stride(0), K=k, SAMPLE=_TOPK_SAMPLE,
@@ -419,10 +422,10 @@ def topk_per_row(
     )  # fmt: skip
     _topk_collect_kernel[(rows, triton.cdiv(chunks, subs))](
         *row_args, out, cand, next_n, max_model_len, logits.stride(0), out.stride(0), K=k,
-        CHUNK=_TOPK_CHUNK, SUBS=subs, CAP=_TOPK_CAP, num_warps=8,
+        CHUNK=_TOPK_CHUNK, SUBS=subs, CAP=_TOPK_CAP, num_warps=_TOPK_COLLECT_WARPS,
     )  # fmt: skip
     _topk_finish_kernel[(rows,)](
         *row_args, out, cand, next_n, max_model_len, logits.stride(0), out.stride(0), K=k,
-        CAP=_TOPK_CAP, SLICE=_TOPK_SLICE, num_warps=4,
+        CAP=_TOPK_CAP, SLICE=_TOPK_SLICE, num_warps=_TOPK_FINISH_WARPS,
     )  # fmt: skip
     return out

@@ -38,8 +38,6 @@ def profile_case(batch: int, ctx: int) -> dict:
     out = torch.empty((batch, K), dtype=torch.int32, device=dev)
     work = torch.zeros((batch, 4), dtype=torch.int32, device=dev)
     cand = torch.empty((batch, 2, il._TOPK_CAP), dtype=torch.int32, device=dev)
-    chunks = triton.cdiv(ctx, il._TOPK_CHUNK)
-    auto_subs = il._blocks_per_program(batch, chunks, dev)
     common = (logits, lens, work)
 
     def bounds(warps=8, sample=il._TOPK_SAMPLE):
@@ -47,14 +45,14 @@ def profile_case(batch: int, ctx: int) -> dict:
             *common, 1, ctx, ctx, K=K, SAMPLE=sample, MARGIN=il._TOPK_MARGIN, num_warps=warps
         )
 
-    def collect(subs=auto_subs, chunk=il._TOPK_CHUNK, warps=8):
+    def collect(subs=1, chunk=il._TOPK_CHUNK, warps=il._TOPK_COLLECT_WARPS):
         grid = (batch, triton.cdiv(triton.cdiv(ctx, chunk), subs))
         il._topk_collect_kernel[grid](
             *common, out, cand, 1, ctx, ctx, K, K=K, CHUNK=chunk, SUBS=subs,
             CAP=il._TOPK_CAP, num_warps=warps,
         )  # fmt: skip
 
-    def finish(warps=4, slice_=il._TOPK_SLICE):
+    def finish(warps=il._TOPK_FINISH_WARPS, slice_=il._TOPK_SLICE):
         il._topk_finish_kernel[(batch,)](
             *common, out, cand, 1, ctx, ctx, K, K=K, CAP=il._TOPK_CAP, SLICE=slice_,
             num_warps=warps,
@@ -69,7 +67,7 @@ def profile_case(batch: int, ctx: int) -> dict:
         return run
 
     ref = torch.topk(logits, K, dim=1).values.sort(dim=1).values
-    res: dict = {"B": batch, "ctx": ctx, "auto_subs": auto_subs}
+    res: dict = {"B": batch, "ctx": ctx}
     res["zero_us"] = _median_us(chain())
     res["whole_us"] = _median_us(lambda: il.topk_per_row(logits, lens, 1, K, out))
     got = logits.gather(1, out.long()).sort(dim=1).values

@@ -38,7 +38,7 @@ def main() -> None:
                 except AssertionError as error:
                     problems.append(f"{case}: {str(error).splitlines()[0]}")
     # next_n 2 covers 1's rows too; one chunk a program puts three programs on the long rows
-    for chunks_per_program in (None, 1):
+    for chunks_per_program in (None, 2):
         case = f"topk next_n=2 chunks_per_program={chunks_per_program}"
         checked.append(case)
         problems += [f"{case}: {p}" for p in topk_problems(fb, 2, chunks_per_program)]

@@ -33,13 +33,13 @@ def _jobs(mod: ModuleType) -> list[tuple[str, dict, dict, int]]:
     """(kernel, pointer types, constexprs, warps) as topk_per_row launches them for k=2048."""
     logits = dict(BLOCK=64, D=128, BLOCK_H=32, BLOCKS_PER_PROGRAM=16, FP8_DOT=True)
     bounds = dict(K=2048, SAMPLE=mod._TOPK_SAMPLE, MARGIN=mod._TOPK_MARGIN)
-    collect = dict(K=2048, CHUNK=mod._TOPK_CHUNK, SUBS=8, CAP=mod._TOPK_CAP)
+    collect = dict(K=2048, CHUNK=mod._TOPK_CHUNK, SUBS=1, CAP=mod._TOPK_CAP)
     finish = dict(K=2048, CAP=mod._TOPK_CAP, SLICE=mod._TOPK_SLICE)
     return [
         ("_paged_logits_kernel", LOGITS, logits, 4),  # GLM-5's indexer
         ("_topk_bounds_kernel", ROW, bounds, 8),
-        ("_topk_collect_kernel", OUTPUTS, collect, 8),
-        ("_topk_finish_kernel", OUTPUTS, finish, 4),
+        ("_topk_collect_kernel", OUTPUTS, collect, mod._TOPK_COLLECT_WARPS),
+        ("_topk_finish_kernel", OUTPUTS, finish, mod._TOPK_FINISH_WARPS),
     ]
 
 
