@@ -7,8 +7,9 @@ ranks, not on the values' distribution).
 Times are medians of ``triton.testing.do_bench`` (L2 flushed between calls); a pass is timed
 as the difference between the chain up to it and the chain before it, each with the
 workspace reset that the real call does. (The acq_rel and relaxed-pf columns of
-results/topk_parts_h100.json came from a variant of the collecting kernel, since dropped:
-acquire-release atomics were 5-20% slower, loading the next chunk early gained nothing.)
+results/sweeps/topk_parts_h100_v3_wide_collect.json came from a variant of the collecting
+kernel, since dropped: acquire-release atomics were 5-20% slower, loading the next chunk early
+gained nothing.)
 """
 
 from __future__ import annotations
