@@ -238,7 +238,8 @@ def _topk_bounds_kernel(
     (j - m)-th and (j + m)-th largest keys (m = MARGIN standard deviations of that count, plus
     4) give ``hi``, below which it lies, and ``lo``, above which it lies, with probability
     1 - 1e-6 on any row whose values are not laid out with the sample's stride. Only a guess:
-    the finishing pass checks it and reads the whole row when it was wrong."""
+    the finishing pass checks it and reads the whole row when it was wrong. Also zeroes the
+    row's two counters, which the collecting pass (a later launch) counts up: no memset."""
     row = tl.program_id(0)
     n = _visible(CTX, row, next_n, max_model_len)
     if n > K:
@@ -251,6 +252,7 @@ def _topk_bounds_kernel(
         hi = tl.where(j - m < 0, 0xFFFFFFFF, hi)  # no upper bound: every key a candidate
         lo = tl.where(j + m >= SAMPLE, 0, lo)
         work = WORK + row.to(tl.int64) * 4
+        tl.store(work + tl.arange(0, 2), tl.zeros([2], tl.int32))
         tl.store(work + 2, lo.to(tl.int32, bitcast=True))
         tl.store(work + 3, hi.to(tl.int32, bitcast=True))
 
@@ -391,13 +393,13 @@ def topk_per_row(
 ) -> torch.Tensor:
     """int32 [rows, k]: each decode row's k highest-scoring visible positions, in no fixed
     order (what vLLM's top_k_per_row_decode computes), into ``out`` (e.g. the indexer's top-k
-    buffer) when given; of equal logits at the k-th, the lowest positions. Three passes after
-    one memset: a sample of each row bounds its k-th largest logit; one read of every row
-    (split across the GPU) writes the positions above the upper bound and copies those between
-    the bounds aside (about 1.4 k of them); one program a row finishes the select on the copies,
-    or on the whole row where the bounds missed (a row whose values repeat with the sample's
-    stride, or many ties: exact, only slower). No host synchronisation: capturable in a CUDA
-    graph. ``chunks_per_program``: 1024-key chunks a program of the collecting pass takes
+    buffer) when given; of equal logits at the k-th, the lowest positions. Three passes: a
+    sample of each row bounds its k-th largest logit; one read of every row (split across the
+    GPU) writes the positions above the upper bound and copies those between the bounds aside
+    (about 1.4 k of them); one program a row finishes the select on the copies, or on the whole
+    row where the bounds missed (a row whose values repeat with the sample's stride, or many
+    ties: exact, only slower). No host synchronisation: capturable in a CUDA graph.
+    ``chunks_per_program``: 1024-key chunks a program of the collecting pass takes
     (default 1: a program's chunks run in series, load, scans and atomics one after another, so
     one a program was the fastest launch measured, benchmarks/dsa_step/topk_parts.py)."""
     rows, max_model_len = logits.shape
@@ -410,8 +412,8 @@ def topk_per_row(
     if rows == 0:
         return out
     lens = context_lens.to(torch.int32)
-    # per row: keys above hi, candidates, lo, hi
-    work = torch.zeros((rows, 4), dtype=torch.int32, device=logits.device)
+    # per row: keys above hi, candidates, lo, hi (all four written by the bounds pass)
+    work = torch.empty((rows, 4), dtype=torch.int32, device=logits.device)
     cand = torch.empty((rows, 2, _TOPK_CAP), dtype=torch.int32, device=logits.device)
     chunks = triton.cdiv(max(max_model_len, k), _TOPK_CHUNK)
     subs = chunks_per_program or 1

@@ -37,7 +37,7 @@ def profile_case(batch: int, ctx: int) -> dict:
     logits = torch.randn((batch, ctx), device=dev)
     lens = torch.full((batch,), ctx, dtype=torch.int32, device=dev)
     out = torch.empty((batch, K), dtype=torch.int32, device=dev)
-    work = torch.zeros((batch, 4), dtype=torch.int32, device=dev)
+    work = torch.empty((batch, 4), dtype=torch.int32, device=dev)  # the bounds pass fills it
     cand = torch.empty((batch, 2, il._TOPK_CAP), dtype=torch.int32, device=dev)
     common = (logits, lens, work)
 
@@ -61,7 +61,6 @@ def profile_case(batch: int, ctx: int) -> dict:
 
     def chain(*steps):
         def run():
-            work.zero_()
             for step in steps:
                 step()
 
@@ -69,15 +68,14 @@ def profile_case(batch: int, ctx: int) -> dict:
 
     ref = torch.topk(logits, K, dim=1).values.sort(dim=1).values
     res: dict = {"B": batch, "ctx": ctx}
-    res["zero_us"] = _median_us(chain())
+    res["empty_us"] = _median_us(chain())  # do_bench's own cost, taken off every pass
     res["whole_us"] = _median_us(lambda: il.topk_per_row(logits, lens, 1, K, out))
     got = logits.gather(1, out.long()).sort(dim=1).values
     res["matches"] = bool(torch.equal(got, ref))
     b_us = _median_us(chain(bounds))
-    res["bounds_us"] = b_us - res["zero_us"]
+    res["bounds_us"] = b_us - res["empty_us"]
     for warps in (4, 16):
-        res[f"bounds_w{warps}_us"] = _median_us(chain(lambda w=warps: bounds(w))) - res["zero_us"]
-    res["bounds_s2048_us"] = _median_us(chain(lambda: bounds(sample=2048))) - res["zero_us"]
+        res[f"bounds_w{warps}_us"] = _median_us(chain(lambda w=warps: bounds(w))) - res["empty_us"]
     bc_us = _median_us(chain(bounds, collect))
     res["collect_us"] = bc_us - b_us
     variants: dict[str, float] = {}
@@ -96,6 +94,14 @@ def profile_case(batch: int, ctx: int) -> dict:
             fn = chain(bounds, collect, lambda w=warps, s=slice_: finish(w, s))
             res[f"finish_w{warps}_s{slice_}_us"] = _median_us(fn) - bc_us
     res["counts"] = work.cpu().tolist()[:2]
+    # The sample sets how many candidates the finish scans (~10 sqrt(K n / sample)): the whole
+    # chain at each sample size and finishing slice, with the mean candidates a row.
+    for sample in (2048, 4096, 8192):
+        for slice_ in (512, 1024):
+            sampled = lambda s=sample: bounds(sample=s)  # noqa: E731
+            fn = chain(sampled, collect, lambda s=slice_: finish(slice_=s))
+            res[f"chain_s{sample}_f{slice_}_us"] = _median_us(fn) - res["empty_us"]
+        res[f"candidates_s{sample}"] = work[:, 1].float().mean().item()
     res["torch_topk_us"] = _median_us(lambda: torch.topk(logits, K, dim=1, sorted=False))
     return res
 
