@@ -375,7 +375,9 @@ def _topk_finish_kernel(
 
 _TOPK_CHUNK = 1024  # keys a collecting program loads (4 warps: 8 a thread)
 _TOPK_COLLECT_WARPS = 4
-_TOPK_FINISH_WARPS = 4  # 8 were 5-25% faster on an H100 but take 16 B of stack on sm_120
+_TOPK_FINISH_WARPS = 8  # 2-7 us faster than 4 on an H100 (benchmarks/dsa_step/NOTES.md)
+# At 8 warps ptxas holds the finish to 64 registers on sm_120 and spills 16 B; it needs 71.
+_TOPK_FINISH_REGS = 80
 _TOPK_SAMPLE = 4096  # keys a row's bounds are guessed from
 _TOPK_MARGIN = 5.0  # the bounds' distance from the guess, in standard deviations
 _TOPK_CAP = 8192  # candidates kept per row: keys between the bounds (~2,900 at 128k keys)
@@ -428,6 +430,6 @@ def topk_per_row(
     )  # fmt: skip
     _topk_finish_kernel[(rows,)](
         *row_args, out, cand, next_n, max_model_len, logits.stride(0), out.stride(0), K=k,
-        CAP=_TOPK_CAP, SLICE=_TOPK_SLICE, num_warps=_TOPK_FINISH_WARPS,
+        CAP=_TOPK_CAP, SLICE=_TOPK_SLICE, num_warps=_TOPK_FINISH_WARPS, maxnreg=_TOPK_FINISH_REGS,
     )  # fmt: skip
     return out

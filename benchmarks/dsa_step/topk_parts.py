@@ -56,7 +56,7 @@ def profile_case(batch: int, ctx: int) -> dict:
     def finish(warps=il._TOPK_FINISH_WARPS, slice_=il._TOPK_SLICE):
         il._topk_finish_kernel[(batch,)](
             *common, out, cand, 1, ctx, ctx, K, K=K, CAP=il._TOPK_CAP, SLICE=slice_,
-            num_warps=warps,
+            num_warps=warps, maxnreg=il._TOPK_FINISH_REGS,
         )  # fmt: skip
 
     def chain(*steps):

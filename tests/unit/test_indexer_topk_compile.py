@@ -29,17 +29,22 @@ def kernels() -> ModuleType:
     return load_module_file(KERNELS, "indexer_logits_under_compile")
 
 
-def _jobs(mod: ModuleType) -> list[tuple[str, dict, dict, int]]:
-    """(kernel, pointer types, constexprs, warps) as topk_per_row launches them for k=2048."""
+def _jobs(mod: ModuleType) -> list[tuple[str, dict, dict, dict]]:
+    """(kernel, pointer types, constexprs, options) as topk_per_row launches them for k=2048."""
     logits = dict(BLOCK=64, D=128, BLOCK_H=32, BLOCKS_PER_PROGRAM=16, FP8_DOT=True)
     bounds = dict(K=2048, SAMPLE=mod._TOPK_SAMPLE, MARGIN=mod._TOPK_MARGIN)
     collect = dict(K=2048, CHUNK=mod._TOPK_CHUNK, SUBS=1, CAP=mod._TOPK_CAP)
     finish = dict(K=2048, CAP=mod._TOPK_CAP, SLICE=mod._TOPK_SLICE)
     return [
-        ("_paged_logits_kernel", LOGITS, logits, 4),  # GLM-5's indexer
-        ("_topk_bounds_kernel", ROW, bounds, 8),
-        ("_topk_collect_kernel", OUTPUTS, collect, mod._TOPK_COLLECT_WARPS),
-        ("_topk_finish_kernel", OUTPUTS, finish, mod._TOPK_FINISH_WARPS),
+        ("_paged_logits_kernel", LOGITS, logits, {"num_warps": 4}),  # GLM-5's indexer
+        ("_topk_bounds_kernel", ROW, bounds, {"num_warps": 8}),
+        ("_topk_collect_kernel", OUTPUTS, collect, {"num_warps": mod._TOPK_COLLECT_WARPS}),
+        (
+            "_topk_finish_kernel",
+            OUTPUTS,
+            finish,
+            {"num_warps": mod._TOPK_FINISH_WARPS, "maxnreg": mod._TOPK_FINISH_REGS},
+        ),
     ]
 
 
@@ -54,13 +59,13 @@ def test_topk_kernels_compile_without_spills(kernels: ModuleType, arch: int) -> 
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
 
-    for name, pointers, constexprs, warps in _jobs(kernels):
+    for name, pointers, constexprs, options in _jobs(kernels):
         fn = getattr(kernels, name)
         signature = {arg: _arg_type(arg, pointers, constexprs) for arg in fn.arg_names}
         compiled = triton.compile(
             ASTSource(fn, signature, constexprs),
             target=GPUTarget("cuda", arch, 32),
-            options={"num_warps": warps},
+            options=options,
         )
         regs, stack = _resources(compiled.asm["cubin"])
         assert stack == 0, f"{name} spills on sm_{arch}: {stack} B of stack"
