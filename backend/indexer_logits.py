@@ -375,7 +375,7 @@ def _topk_finish_kernel(
 
 _TOPK_CHUNK = 1024  # keys a collecting program loads (4 warps: 8 a thread)
 _TOPK_COLLECT_WARPS = 4
-_TOPK_FINISH_WARPS = 8  # 2-7 us faster than 4 on an H100 (benchmarks/dsa_step/NOTES.md)
+_TOPK_FINISH_WARPS = 8  # 1-2 us off the top-k against 4 on an H100 (benchmarks/dsa_step/NOTES.md)
 # At 8 warps ptxas holds the finish to 64 registers on sm_120 and spills 16 B; it needs 71.
 _TOPK_FINISH_REGS = 80
 _TOPK_SAMPLE = 4096  # keys a row's bounds are guessed from
