@@ -5,8 +5,8 @@ ranks, not on the values' distribution).
     python3 -m benchmarks.dsa_step.topk_parts [--out DIR]   # DIR/topk_parts_<gpu>.json
 
 Times are medians of ``triton.testing.do_bench`` (L2 flushed between calls); a pass is timed
-as the difference between the chain up to it and the chain before it, each with the
-workspace reset that the real call does. (The acq_rel and relaxed-pf columns of
+as the difference between the chain up to it and the chain before it (the bounds pass resets
+the workspace, as in the real call). (The acq_rel and relaxed-pf columns of
 results/sweeps/topk_parts_h100_v3_wide_collect.json came from a variant of the collecting
 kernel, since dropped: acquire-release atomics were 5-20% slower, loading the next chunk early
 gained nothing.)
