@@ -1,73 +1,54 @@
-"""The indexer top-k's Triton kernels (backend/indexer_logits.py) and the logits kernel,
-compiled for the GPUs the fallback serves, SM120 and SM90 (the GPU suite's stand-in), by
-Triton's own compiler without a GPU: the interpreter tests (tests/patchset/test_indexer.py)
-check what they compute, not that they compile. Each must compile without spilling (the
-finish needs its register cap for that on sm_120), and the collecting pass must stay within 128
-registers a thread: it is latency-bound per program, so it relies on many programs an SM."""
+"""The indexer fallback's Triton kernels (backend/indexer_logits.py: the paged logits and the
+top-k's three passes), compiled for the GPUs the fallback serves, SM120 and SM90 (the GPU
+suite's stand-in), by Triton's own compiler without a GPU, under the Triton of every supported
+vLLM release (the fallback runs under the vLLM's): the interpreter tests
+(tests/patchset/test_indexer.py) check what they compute, not that they compile. Each must
+compile without spilling (the finish needs its register cap for that on sm_120), and the
+collecting pass must stay within 128 registers a thread: it is latency-bound per program, so it
+relies on many programs an SM."""
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from types import ModuleType
 
 import pytest
 
 pytest.importorskip("torch", reason="the kernel module needs torch")
-triton = pytest.importorskip("triton", reason="the kernel module imports triton")
+pytest.importorskip("triton", reason="the kernel module imports triton")
 
-from tests.support.module_file import load_module_file  # noqa: E402
-from tests.unit.sparse_mla_compile import _resources  # noqa: E402
+from tests.support.tritons import TRITONS, triton_env  # noqa: E402 (needs triton)
 
-KERNELS = Path(__file__).resolve().parents[2] / "backend" / "indexer_logits.py"
-ROW = dict(LOGITS="fp32", CTX="i32", WORK="i32")
-OUTPUTS = dict(ROW, OUT="i32", CAND="i32")
-LOGITS = dict(Q="u8", KV="u8", KV_F32="fp32", W="fp32", CTX="i32", TABLE="i32", OUT="fp32")
+SCRIPT = Path(__file__).resolve().parent / "indexer_compile.py"
+
+
+def _compile(version: str) -> dict:
+    done = subprocess.run(
+        [sys.executable, str(SCRIPT)],
+        capture_output=True,
+        text=True,
+        env=triton_env(version),
+        timeout=900,
+    )
+    assert done.returncode == 0, f"Triton {version}: {done.stderr[-4000:]}"
+    return json.loads(done.stdout)
 
 
 @pytest.fixture(scope="module")
-def kernels() -> ModuleType:
-    return load_module_file(KERNELS, "indexer_logits_under_compile")
+def compiled() -> dict[str, dict]:
+    """Triton version -> its compile report, two versions at a time."""
+    with ThreadPoolExecutor(2) as pool:
+        reports = list(pool.map(_compile, TRITONS))
+    return {report["triton"]: report for report in reports}
 
 
-def _jobs(mod: ModuleType) -> list[tuple[str, dict, dict, dict]]:
-    """(kernel, pointer types, constexprs, options) as topk_per_row launches them for k=2048."""
-    logits = dict(BLOCK=64, D=128, BLOCK_H=32, BLOCKS_PER_PROGRAM=16, FP8_DOT=True)
-    bounds = dict(K=2048, SAMPLE=mod._TOPK_SAMPLE, MARGIN=mod._TOPK_MARGIN)
-    collect = dict(K=2048, CHUNK=mod._TOPK_CHUNK, SUBS=1, CAP=mod._TOPK_CAP)
-    finish = dict(K=2048, CAP=mod._TOPK_CAP, SLICE=mod._TOPK_SLICE)
-    return [
-        ("_paged_logits_kernel", LOGITS, logits, {"num_warps": 4}),  # GLM-5's indexer
-        ("_topk_bounds_kernel", ROW, bounds, {"num_warps": 8}),
-        ("_topk_collect_kernel", OUTPUTS, collect, {"num_warps": mod._TOPK_COLLECT_WARPS}),
-        (
-            "_topk_finish_kernel",
-            OUTPUTS,
-            finish,
-            {"num_warps": mod._TOPK_FINISH_WARPS, "maxnreg": mod._TOPK_FINISH_REGS},
-        ),
-    ]
-
-
-def _arg_type(arg: str, pointers: dict, constexprs: dict) -> str:
-    if arg in constexprs:
-        return "constexpr"
-    return "*" + pointers[arg] if arg in pointers else "i32"
-
-
-@pytest.mark.parametrize("arch", [120, 90])
-def test_topk_kernels_compile_without_spills(kernels: ModuleType, arch: int) -> None:
-    from triton.backends.compiler import GPUTarget
-    from triton.compiler import ASTSource
-
-    for name, pointers, constexprs, options in _jobs(kernels):
-        fn = getattr(kernels, name)
-        signature = {arg: _arg_type(arg, pointers, constexprs) for arg in fn.arg_names}
-        compiled = triton.compile(
-            ASTSource(fn, signature, constexprs),
-            target=GPUTarget("cuda", arch, 32),
-            options=options,
-        )
-        regs, stack = _resources(compiled.asm["cubin"])
-        assert stack == 0, f"{name} spills on sm_{arch}: {stack} B of stack"
-        if name == "_topk_collect_kernel":
-            assert regs <= 128, f"{name} on sm_{arch}: {regs} registers, few programs an SM"
+@pytest.mark.parametrize("version", TRITONS)
+def test_indexer_kernels_compile_without_spills(compiled: dict[str, dict], version: str) -> None:
+    for k in compiled[version]["kernels"]:
+        where = f"{k['kernel']} on sm_{k['arch']} under Triton {version}"
+        assert k["stack"] == 0, f"{where} spills: {k['stack']} B of stack"
+        if k["kernel"] == "_topk_collect_kernel":
+            assert k["regs"] <= 128, f"{where}: {k['regs']} registers, few programs an SM"
