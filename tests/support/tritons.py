@@ -6,6 +6,7 @@ METADATA on PyPI; the compile-for-every-target test and the interpreted tier run
                             Triton from PyPI (~/.cache/glmops/triton-<version>)
     triton_env(version)  -> os.environ with that folder first on PYTHONPATH, for a subprocess
     compile_cache(version) -> Triton's cache folder for compiling backend/sparse_mla/ under it
+    under_each_triton(run) -> run(version) for every one, two at a time
 """
 
 from __future__ import annotations
@@ -15,7 +16,10 @@ import os
 import shutil
 import subprocess
 import sys
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import TypeVar
 
 from tests.support.module_file import SPARSE_MLA
 from tests.support.vllm_wheels import CACHE
@@ -81,3 +85,13 @@ def compile_cache(version: str) -> Path:
     for part in sorted(SPARSE_MLA.glob("*.py")):
         digest.update(part.name.encode() + b"\0" + part.read_bytes())
     return CACHE / "triton-compiles" / f"{version}-{digest.hexdigest()[:16]}"
+
+
+T = TypeVar("T")
+
+
+def under_each_triton(run: Callable[[str], T]) -> dict[str, T]:
+    """Triton version -> ``run(version)``, for every supported Triton, two at a time (each run
+    is a subprocess; two keep a 2-core machine busy)."""
+    with ThreadPoolExecutor(2) as pool:
+        return dict(zip(TRITONS, pool.map(run, TRITONS), strict=True))

@@ -1,6 +1,7 @@
 """Compile backend/indexer_logits.py's kernels as the indexer fallback launches them, for SM120
 and SM90, with whatever Triton this process imports (test_indexer_topk_compile.py runs it under
-each supported vLLM's). Prints a JSON list: kernel, arch, registers, stack bytes."""
+each supported vLLM's): ``python3 -m tests.unit.indexer_compile``. Prints a JSON object: the
+Triton and, for each kernel and arch, its registers and stack bytes."""
 
 from __future__ import annotations
 
@@ -42,7 +43,6 @@ def _arg_type(arg: str, pointers: dict, constexprs: dict) -> str:
 
 def main() -> None:
     os.environ.setdefault("TRITON_CACHE_DIR", tempfile.mkdtemp(prefix="triton-cache-"))
-    sys.path.insert(0, str(ROOT))  # run as a script: the checkout's tests/ importable
     import triton
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource

@@ -9,40 +9,25 @@ relies on many programs an SM."""
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
-from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
-
 import pytest
 
 pytest.importorskip("torch", reason="the kernel module needs torch")
 pytest.importorskip("triton", reason="the kernel module imports triton")
 
-from tests.support.tritons import TRITONS, triton_env  # noqa: E402 (needs triton)
-
-SCRIPT = Path(__file__).resolve().parent / "indexer_compile.py"
+from tests.support.interpreted import run_module  # noqa: E402
+from tests.support.tritons import TRITONS, triton_env, under_each_triton  # noqa: E402
 
 
 def _compile(version: str) -> dict:
-    done = subprocess.run(
-        [sys.executable, str(SCRIPT)],
-        capture_output=True,
-        text=True,
-        env=triton_env(version),
-        timeout=900,
-    )
-    assert done.returncode == 0, f"Triton {version}: {done.stderr[-4000:]}"
-    return json.loads(done.stdout)
+    report = run_module("tests.unit.indexer_compile", None, env=triton_env(version))
+    assert report["triton"] == version, f"asked for Triton {version}, ran {report['triton']}"
+    return report
 
 
 @pytest.fixture(scope="module")
 def compiled() -> dict[str, dict]:
-    """Triton version -> its compile report, two versions at a time."""
-    with ThreadPoolExecutor(2) as pool:
-        reports = list(pool.map(_compile, TRITONS))
-    return {report["triton"]: report for report in reports}
+    """Triton version -> its compile report."""
+    return under_each_triton(_compile)
 
 
 @pytest.mark.parametrize("version", TRITONS)

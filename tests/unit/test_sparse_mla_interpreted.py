@@ -18,7 +18,6 @@ cases run, in a process of their own, on a simulated device).
 from __future__ import annotations
 
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import numpy as np
@@ -35,7 +34,7 @@ from tests.support.sparse_mla_interpreted import (  # noqa: E402 (needs torch an
     e4m3_bits_to_f16,
     e4m3_to_f16,
 )
-from tests.support.tritons import TRITONS, triton_env  # noqa: E402 (needs triton)
+from tests.support.tritons import TRITONS, triton_env, under_each_triton  # noqa: E402
 
 # Triton version -> each case id's failure (None if it passed), or why that Triton's run failed.
 Failures = dict[str, dict[str, str | None] | str]
@@ -106,8 +105,7 @@ def failures() -> Failures:
             return f"asked for Triton {version}, ran under {report['triton']}"
         return report["failures"]
 
-    with ThreadPoolExecutor(2) as pool:
-        return dict(zip(TRITONS, pool.map(run, TRITONS), strict=True))
+    return under_each_triton(run)
 
 
 def _failure(failures: Failures, version: str, id_: str) -> str | None:

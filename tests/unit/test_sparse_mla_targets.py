@@ -10,24 +10,19 @@ Triton's folder."""
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
-from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
 from types import ModuleType
 
 import pytest
 
+from tests.support.interpreted import run_module
 from tests.support.module_file import load_sparse_mla
 from tests.unit import sparse_mla_compile
 
 pytest.importorskip("torch", reason="the kernel module needs torch")
 pytest.importorskip("triton", reason="the kernel module imports triton")
 
-from tests.support.tritons import TRITONS, compile_cache, triton_env
+from tests.support.tritons import TRITONS, compile_cache, triton_env, under_each_triton
 
-HERE = Path(__file__).resolve().parent
 # arch -> (compute capability, opt-in shared memory per block in bytes), from NVIDIA's CUDA C++
 # Programming Guide, "Technical Specifications per Compute Capability" (A100 163 KB; GA10x,
 # AD10x and GB20x 99 KB; H100/H200 and B200 227 KB).
@@ -79,27 +74,19 @@ def _compile_all(version: str) -> dict:
         "targets": [{"arch": a, "capability": c, "smem": s} for a, (c, s) in TARGETS.items()],
         "extra_jobs": [FP8_ON_SM86],
     }
-    done = subprocess.run(
-        [sys.executable, str(HERE / "sparse_mla_compile.py")],
-        input=json.dumps(request),
-        capture_output=True,
-        text=True,
-        env={
-            **_without_gluon_override(triton_env(version)),
-            "TRITON_CACHE_DIR": str(compile_cache(version)),
-        },
-        timeout=1500,
-    )
-    assert done.returncode == 0, f"Triton {version}: {done.stderr[-4000:]}"
-    return json.loads(done.stdout)
+    env = {
+        **_without_gluon_override(triton_env(version)),
+        "TRITON_CACHE_DIR": str(compile_cache(version)),
+    }
+    report = run_module("tests.unit.sparse_mla_compile", request, 1500, env)
+    assert report["triton"] == version, f"asked for Triton {version}, ran {report['triton']}"
+    return report
 
 
 @pytest.fixture(scope="module")
 def compiled() -> dict[str, dict]:
-    """Triton version -> the compile report, two versions compiled at a time."""
-    with ThreadPoolExecutor(2) as pool:
-        reports = list(pool.map(_compile_all, TRITONS))
-    return {report["triton"]: report for report in reports}
+    """Triton version -> the compile report."""
+    return under_each_triton(_compile_all)
 
 
 def _tile_shape(tile: dict) -> dict:
